@@ -1,0 +1,40 @@
+# Every target bootstraps what it needs, so each works first on a fresh machine.
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: install test test-fast test-slow lint typecheck demo bench bench-quick clean
+
+$(STAMP): pyproject.toml scripts/bootstrap.sh
+	sh scripts/bootstrap.sh
+
+install: $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not mount and not slow" $(PYTEST_ARGS)
+
+test-slow: $(STAMP)
+	$(PY) -m pytest -q -m slow $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check swfs parsers mountd tests
+	$(VENV)/bin/ruff format --check swfs parsers mountd tests
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy
+
+demo: $(STAMP)
+	$(PY) -m swfs.demo
+
+bench: $(STAMP)
+	$(PY) -m bench
+
+bench-quick: $(STAMP)
+	$(PY) -m bench --quick
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""The FUSE daemon: a thin protocol adapter over the swfs engine."""

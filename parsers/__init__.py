@@ -1,0 +1,1 @@
+"""Format parsers: pure functions from a file to its text units."""

@@ -1,0 +1,87 @@
+"""The parser contract: what every format module provides.
+
+A parser is pure: a path in, a list of units out.  It never touches the store
+or the mount.  Parsers run inside a worker process (see ``swfs.parsework``),
+which sets a wall-clock timeout and a memory cap around them, so a parser may
+assume it is allowed to fail hard; it should still fail *clearly*.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import ClassVar
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One piece of parsed text, shown as one file under ``.parsed/<rel>/``.
+
+    ``name`` is the file name fixed by DESIGN.md (``page-0007.md``,
+    ``sheet-Budget.md``, ``slide-003.md``, ``document.md``, ``content.txt``).
+    ``locator`` says where in the source the text comes from, relative to the
+    source file: ``page=7``, ``sheet=Budget``, ``slide=3``, ``document``,
+    ``content``.  The engine prefixes it with the source path
+    (``report.pdf#page=7``).
+    """
+
+    name: str
+    text: str
+    locator: str
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    """What ``accepts`` may look at: cheap facts, no parsing."""
+
+    name: str  # path relative to the workspace root, '/'-separated
+    extension: str  # lowercase, with the dot: '.pdf'; '' when none
+    size: int
+    head: bytes  # the first bytes of the file (up to 4096)
+
+
+@dataclass(frozen=True)
+class ParseOptions:
+    """Limits a parser honours by itself (the worker adds time and memory caps)."""
+
+    max_cells: int = 5_000_000  # spreadsheets: stop with ParseFailed beyond this
+    max_pages: int = 100_000  # PDFs and slide decks
+    max_text_bytes: int = 256 * 1024 * 1024  # total text over all units
+    max_unzipped_bytes: int = 2 * 1024 * 1024 * 1024  # zip containers (bomb guard)
+    max_zip_ratio: int = 200  # a member whose uncompressed/compressed ratio exceeds this fails
+
+
+class ParseFailed(Exception):
+    """The parser recognised the format but could not extract text.
+
+    The message is one line, names the cause and is shown to users as-is.
+    """
+
+
+class EncryptedDocument(ParseFailed):
+    """Password-protected or encrypted: no text without the key."""
+
+
+class UnsupportedFormat(Exception):
+    """No parser handles this file."""
+
+
+class Parser(ABC):
+    """A format parser.  Subclasses set the class variables and implement both methods."""
+
+    id: ClassVar[str]  # short and stable: 'pdf', 'xlsx', 'text'
+    version: ClassVar[int]  # bump when the output for the same bytes changes
+    priority: ClassVar[float] = 0.0  # higher is tried first: specific before generic
+
+    @classmethod
+    def key(cls) -> str:
+        """The parse-cache key part: ``id@version``."""
+        return f"{cls.id}@{cls.version}"
+
+    @abstractmethod
+    def accepts(self, info: FileInfo) -> bool:
+        """Cheap and side-effect free: extension and magic bytes only."""
+
+    @abstractmethod
+    def parse(self, path: str, info: FileInfo, options: ParseOptions) -> list[Unit]:
+        """Return the units in document order, or raise ParseFailed."""

@@ -1,0 +1,1 @@
+"""swfs: a versioned workspace filesystem for AI agents."""

@@ -1,0 +1,152 @@
+"""The engine's public contract: the types the daemon, the CLI and tests use.
+
+``mountd`` only ever talks to the engine through these types and the methods
+of ``swfs.workspace.Workspace`` listed in ``WorkspaceAPI``.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import NewType, Protocol
+
+Hash = NewType("Hash", str)  # lowercase hex blake3, 64 characters
+RelPath = NewType("RelPath", str)  # '/'-separated, relative to the workspace root, no '..'
+
+XATTR_PREFIX = "user.sw."
+
+
+class Freshness(enum.StrEnum):
+    CURRENT = "current"
+    STALE = "stale"
+    PENDING = "pending"
+    FAILED = "failed"
+    UNSUPPORTED = "unsupported"
+
+
+class ChangeStatus(enum.StrEnum):
+    ADDED = "added"
+    MODIFIED = "modified"
+    DELETED = "deleted"
+    RENAMED = "renamed"
+
+
+class Cause(enum.StrEnum):
+    BASELINE = "baseline"
+    WRITE = "write"
+    RENAME = "rename"
+    UNLINK = "unlink"
+    EXTERNAL = "external"
+    RESTORE = "restore"
+    SCAN = "scan"
+
+
+@dataclass(frozen=True)
+class FileState:
+    """A native file as the engine last saw it."""
+
+    rel: RelPath
+    hash: Hash | None  # None: not hashed (e.g. not a regular file)
+    freshness: Freshness
+    versions: int
+    baseline_hash: Hash | None
+
+
+@dataclass(frozen=True)
+class RenderedUnit:
+    """One file under ``.parsed/<rel>/``: its bytes are final (header included)."""
+
+    name: str
+    locator: str  # '<rel>#page=7'
+    content: bytes
+
+
+@dataclass(frozen=True)
+class ParsedView:
+    """Everything ``.parsed/<rel>/`` shows, consistent with one file-table state."""
+
+    rel: RelPath
+    freshness: Freshness
+    current_hash: Hash | None
+    source_hash: Hash | None  # the hash the units were made from (None: no view)
+    parser: str | None  # 'pdf@1'
+    error: str | None  # the one-line reason when failed
+    units: Sequence[RenderedUnit] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True)
+class ReviewEntry:
+    rel: RelPath  # current path (the baseline path for a deletion)
+    status: ChangeStatus
+    baseline_hash: Hash | None
+    current_hash: Hash | None
+    old_rel: RelPath | None = None  # for renames
+
+
+@dataclass(frozen=True)
+class Version:
+    number: int  # 1-based, per path
+    hash: Hash
+    recorded_at: float  # unix time
+    cause: Cause
+    available: bool  # bytes exist (current file or a blob)
+    size: int | None = None
+
+
+class WorkspaceAPI(Protocol):
+    """What the daemon calls.  All methods are synchronous and fast unless noted;
+    the ones marked *slow* may hash or copy file contents and must be run in a
+    thread by async callers."""
+
+    # -- native files
+    def file_state(self, rel: RelPath) -> FileState | None: ...
+    def check_file(self, rel: RelPath) -> FileState | None:
+        """*slow*: stat-check ``rel`` against the file table; rehash and record an
+        external change if the stat signature moved.  None if not a regular file."""
+        ...
+
+    def preserve(self, rel: RelPath) -> None:
+        """*slow*: before bytes of ``rel`` are overwritten in place or truncated,
+        make sure its recorded version's bytes are kept.  Raises OSError
+        (ENOSPC) if they cannot be."""
+        ...
+
+    def preserve_inode(self, rel: RelPath) -> None:
+        """*slow*: before ``rel`` is unlinked or renamed over: keep its bytes (by
+        hard link where possible)."""
+        ...
+
+    def record_write(self, rel: RelPath) -> FileState | None:
+        """*slow*: after a written file is released or fsynced: rehash, record a
+        version if the hash changed, mark the view stale and queue a re-parse."""
+        ...
+
+    def record_rename(self, old: RelPath, new: RelPath) -> None: ...
+    def record_unlink(self, rel: RelPath) -> None: ...
+
+    # -- .parsed
+    def parsed_paths(self) -> Iterable[RelPath]:
+        """Every file that has a directory under .parsed (supported formats)."""
+        ...
+
+    def parsed_view(self, rel: RelPath) -> ParsedView | None: ...
+
+    # -- .review
+    def review(self) -> Sequence[ReviewEntry]: ...
+    def review_summary(self) -> bytes: ...
+    def review_all_diff(self) -> bytes: ...
+    def review_diff(self, rel: RelPath) -> bytes | None: ...
+
+    # -- .versions
+    def versioned_paths(self) -> Iterable[RelPath]: ...
+    def versions(self, rel: RelPath) -> Sequence[Version]: ...
+    def version_file(self, rel: RelPath, number: int) -> str | None:
+        """A path the daemon may open read-only for that version's bytes (a blob),
+        or None when its bytes are not kept.  For the current version this may be
+        a preserved blob or None; the daemon then serves the native file."""
+        ...
+
+    def snapshots(self) -> Sequence[str]: ...
+    def snapshot_manifest(self, name: str) -> dict[RelPath, Hash]: ...
+    def blob_path(self, h: Hash) -> str | None: ...
