@@ -7,9 +7,9 @@ of ``swfs.workspace.Workspace`` listed in ``WorkspaceAPI``.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import NewType, Protocol
+from typing import Any, NewType, Protocol
 
 Hash = NewType("Hash", str)  # lowercase hex blake3, 64 characters
 RelPath = NewType("RelPath", str)  # '/'-separated, relative to the workspace root, no '..'
@@ -51,6 +51,16 @@ class FileState:
     freshness: Freshness
     versions: int
     baseline_hash: Hash | None
+
+
+@dataclass(frozen=True)
+class Access:
+    """Owner and mode bits a synthetic node inherits from its source file
+    (last known ones for a file that is gone)."""
+
+    uid: int
+    gid: int
+    mode: int  # st_mode permission bits (& 0o7777)
 
 
 @dataclass(frozen=True)
@@ -125,6 +135,11 @@ class WorkspaceAPI(Protocol):
     def record_rename(self, old: RelPath, new: RelPath) -> None: ...
     def record_unlink(self, rel: RelPath) -> None: ...
 
+    def access(self, rel: RelPath) -> Access | None:
+        """Owner and permission bits for synthetic nodes derived from ``rel``;
+        for '' (the workspace root) those of the root directory."""
+        ...
+
     # -- .parsed
     def parsed_paths(self) -> Iterable[RelPath]:
         """Every file that has a directory under .parsed (supported formats)."""
@@ -150,3 +165,23 @@ class WorkspaceAPI(Protocol):
     def snapshots(self) -> Sequence[str]: ...
     def snapshot_manifest(self, name: str) -> dict[RelPath, Hash]: ...
     def blob_path(self, h: Hash) -> str | None: ...
+
+
+class EngineAPI(WorkspaceAPI, Protocol):
+    """The workspace plus its background work, as the daemon drives it."""
+
+    async def run_background(self, *, task_status: Any = ...) -> None:
+        """Parse workers, the re-parse queue and the periodic rescan.  Runs until
+        cancelled; calls ``task_status.started()`` once ready."""
+        ...
+
+    def add_listener(self, fn: Callable[[RelPath], None]) -> None:
+        """``fn(rel)`` is called from the trio thread whenever what the engine
+        shows for ``rel`` changed (new hash, new view, new freshness), so the
+        daemon can invalidate kernel caches."""
+        ...
+
+    async def wait_view(self, rel: RelPath, timeout: float) -> None:
+        """Move ``rel`` to the front of the parse queue and wait, at most
+        ``timeout`` seconds, until its view is neither pending nor stale."""
+        ...
