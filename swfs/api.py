@@ -181,7 +181,7 @@ class EngineAPI(WorkspaceAPI, Protocol):
         daemon can invalidate kernel caches."""
         ...
 
-    async def wait_view(self, rel: RelPath, timeout: float) -> None:
+    async def wait_view(self, rel: RelPath, limit: float) -> None:
         """Move ``rel`` to the front of the parse queue and wait, at most
-        ``timeout`` seconds, until its view is neither pending nor stale."""
+        ``limit`` seconds, until its view is neither pending nor stale."""
         ...
