@@ -1,0 +1,1 @@
+"""The swfs benchmark suite: ``python -m bench [--quick]``; see bench/README.md."""

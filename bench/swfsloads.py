@@ -1,0 +1,315 @@
+"""Workloads that only make sense on a swfs mount: workspace scale, rescan,
+freshness and search over ``.parsed``."""
+
+from __future__ import annotations
+
+import errno
+import json
+import logging
+import math
+import os
+import random
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from bench import gen, rawparse
+from bench.common import Ctx, paired_rounds, run_tool, timed
+from bench.mounter import BenchError, SwfsMounter, children, proc_status_kb
+from bench.report import ABSOLUTE, Target, WorkloadResult
+
+log = logging.getLogger(__name__)
+
+FRESH_POLL_S = 0.005
+FRESH_BOUND_S = 60.0
+SEARCH_WORD = "covenant"  # one of gen.WORDS: in many units of every parsed format
+STORE = ".swfs"
+
+
+def _swfs(ctx: Ctx, *commands: str) -> SwfsMounter:
+    if not isinstance(ctx.mounter, SwfsMounter):
+        raise BenchError("needs --mounter swfs")
+    ctx.mounter.require(*commands)
+    return ctx.mounter
+
+
+def _status(sw: SwfsMounter, target: Path) -> dict[str, Any]:
+    cp = sw.cmd("status", target, "--json", timeout=120)
+    try:
+        doc = json.loads(cp.stdout)
+    except ValueError as exc:
+        raise BenchError(f"swfs status {target} --json: not JSON ({exc})") from None
+    if not isinstance(doc, dict):
+        raise BenchError(f"swfs status {target} --json: not an object")
+    return doc
+
+
+def _count(status: dict[str, Any], *keys: str) -> int | None:
+    """An integer count from ``swfs status --json``, top level or one level down."""
+    for key in keys:
+        v = status.get(key)
+        if isinstance(v, int) and not isinstance(v, bool):
+            return v
+    for v in status.values():
+        if isinstance(v, dict):
+            found = _count(v, *keys)
+            if found is not None:
+                return found
+    return None
+
+
+def _rss_mb(pid: int | None) -> tuple[float, float]:
+    """(daemon VmHWM, sum of its live children's VmHWM) in MB; NaN when unknown."""
+    if pid is None:
+        return math.nan, math.nan
+    own = proc_status_kb(pid, "VmHWM")
+    kids = [proc_status_kb(c, "VmHWM") or 0 for c in children(pid)]
+    return (own / 1024 if own is not None else math.nan), sum(kids) / 1024
+
+
+def workspace(ctx: Ctx, result: WorkloadResult) -> None:
+    """Cold ``swfs index`` throughput, unchanged re-index, time to a ready mount
+    (mount + sync from an empty store), warm remount (+ sync), daemon peak RSS."""
+    sw = _swfs(ctx, "index", "mount", "umount", "sync", "status")
+    n, d = ctx.sizes.ws_files, ctx.sizes.ws_dirs
+    src = gen.workspace(ctx.data, n, d)
+    files = list(gen.iter_files(src))
+    result.info.update(files=len(files), dirs=gen.count_dirs(src), by_ext=gen.census(src))
+    store = src / STORE
+    mnt = ctx.mountpoint("ws")
+    idx = result.metric("index_files_per_s", "files/s", kind=ABSOLUTE, cold=True)
+    result.metric("index_s", "s", kind=ABSOLUTE, cold=True)
+    vs_raw = result.metric(
+        "index_vs_raw", "fraction", kind=ABSOLUTE, target=Target(">=", 0.8, ">=0.8")
+    )
+    result.metric("reindex_unchanged_s", "s", kind=ABSOLUTE)
+    ready = result.metric("ready_mount_s", "s", kind=ABSOLUTE, cold=True)
+    result.metric("remount_s", "s", kind=ABSOLUTE, target=Target("<", 2.0, "<2 s"))
+    result.metric("daemon_rss_mb", "MB", kind=ABSOLUTE, target=Target("<", 300.0, "<300 MB"))
+    result.metric("workers_rss_mb", "MB", kind=ABSOLUTE)
+
+    raw: dict[str, Any] | None = None
+    try:
+        ctx.drop_caches()
+        raw = rawparse.throughput(files, src)
+        result.metric("raw_parse_files_per_s", "files/s", kind=ABSOLUTE, cold=True).values.append(
+            raw["files_per_s"]
+        )
+        result.info["raw_parse"] = raw
+    except Exception as exc:
+        vs_raw.note = f"no raw parser throughput: {type(exc).__name__}: {exc}"
+        log.warning("raw parse: %s", vs_raw.note)
+
+    for r in range(ctx.sizes.ws_rounds):
+        shutil.rmtree(store, ignore_errors=True)
+        ctx.drop_caches()
+        t_index = timed(lambda: sw.cmd("index", src, timeout=sw.sync_timeout))
+        status = _status(sw, src)
+        result.info["status_after_index"] = status
+        fps = len(files) / t_index
+        result.metric("index_s", "s").values.append(t_index)
+        idx.values.append(fps)
+        if raw:
+            vs_raw.values.append(fps / raw["files_per_s"])
+        for key, unit in (("pages", "pages/s"), ("cells", "cells/s")):
+            count = _count(status, key)
+            if count is not None:
+                result.metric(f"index_{key}_per_s", unit, kind=ABSOLUTE, cold=True).values.append(
+                    count / t_index
+                )
+        result.metric("reindex_unchanged_s", "s").values.append(
+            timed(lambda: sw.cmd("index", src, timeout=sw.sync_timeout))
+        )
+
+        shutil.rmtree(store, ignore_errors=True)
+        ctx.drop_caches()
+        t0 = time.perf_counter()
+        with sw.mounted(src, mnt) as m:
+            sw.settle(m)
+            ready.values.append(time.perf_counter() - t0)
+            daemon, workers = _rss_mb(m.pid)
+            result.metric("daemon_rss_mb", "MB").values.append(daemon)
+            result.metric("workers_rss_mb", "MB").values.append(workers)
+            result.info["status_mounted"] = _status(sw, mnt)
+        t0 = time.perf_counter()
+        with sw.mounted(src, mnt) as m:
+            sw.settle(m)
+            result.metric("remount_s", "s").values.append(time.perf_counter() - t0)
+        log.info(
+            "workspace round %d: index %.0f files/s, ready %.1f s, remount %.2f s",
+            r + 1,
+            fps,
+            ready.values[-1],
+            result.metric("remount_s", "s").values[-1],
+        )
+    for metric in result.metrics:
+        if metric.cold:
+            ctx.cold_note(metric)
+    if any(math.isnan(v) for v in result.metric("daemon_rss_mb", "MB").values):
+        result.add_note("daemon pid not found: no RSS")
+    failed = _count(result.info.get("status_mounted", {}), "failed")
+    if failed:
+        result.add_note(f"{failed} files failed to parse")
+
+
+def rescan(ctx: Ctx, result: WorkloadResult) -> None:
+    """``swfs index`` over the unchanged 20k-file text tree, after one cold index;
+    the times include starting the CLI process (see cli_start_s)."""
+    sw = _swfs(ctx, "index")
+    src = gen.file_tree(ctx.data, ctx.sizes.tree_files, ctx.sizes.tree_dirs)
+    result.info.update(files=ctx.sizes.tree_files)
+    shutil.rmtree(src / STORE, ignore_errors=True)
+    ctx.drop_caches()
+    t = timed(lambda: sw.cmd("index", src, timeout=sw.sync_timeout))
+    cold = result.metric("index_text_files_per_s", "files/s", kind=ABSOLUTE, cold=True)
+    cold.values.append(ctx.sizes.tree_files / t)
+    ctx.cold_note(cold)
+    start = result.metric("cli_start_s", "s", kind=ABSOLUTE, note="swfs index --help")
+    scan = result.metric(
+        "rescan_unchanged_s", "s", kind=ABSOLUTE, target=Target("<", 0.5, "<0.5 s")
+    )
+    for _ in range(ctx.rounds):
+        start.values.append(timed(lambda: sw.cmd("index", "--help", timeout=60)))
+        scan.values.append(timed(lambda: sw.cmd("index", src, timeout=sw.sync_timeout)))
+
+
+def _hash_matches(value: bytes, expected: str) -> bool:
+    v = value.decode(errors="replace").strip().split(":")[-1].lower()
+    return len(v) >= 8 and expected.startswith(v)
+
+
+def wait_current(path: Path, expected_hash: str, *, use_hash: bool) -> float:
+    """Poll the ``user.sw.*`` xattrs of ``path`` until it is current for
+    ``expected_hash``; return when that was seen (perf_counter), or raise TimeoutError."""
+    deadline = time.perf_counter() + FRESH_BOUND_S
+    while True:
+        now = time.perf_counter()
+        try:
+            fresh = os.getxattr(path, "user.sw.freshness").decode().strip()
+            ok = fresh == "current"
+            if ok and use_hash:
+                ok = _hash_matches(os.getxattr(path, "user.sw.hash"), expected_hash)
+        except FileNotFoundError:
+            ok = False  # mid-rename of a temp-file save
+        if ok:
+            return now
+        if now > deadline:
+            raise TimeoutError(f"{path}: not current after {FRESH_BOUND_S:.0f} s")
+        time.sleep(FRESH_POLL_S)
+
+
+def freshness(ctx: Ctx, result: WorkloadResult) -> None:
+    """Latency from the close of a write through the mount to ``current``: a
+    one-cell openpyxl edit saved in place, and one page of a 40-page PDF rewritten."""
+    import blake3
+    import openpyxl
+    import pymupdf
+
+    sw = _swfs(ctx, "mount", "umount", "sync")
+    src = gen.freshness_set(ctx.data, ctx.sizes.pdf_pages)
+    # Edits change the files: work on a copy so the cached set stays pristine.
+    work = ctx.scratch("fresh")
+    shutil.copytree(src / "edit", work / "edit")
+    target = Target("<", 1000.0, "<1000 ms")
+    xl = result.metric("xlsx_cell_edit", "ms", kind=ABSOLUTE, target=target)
+    pdf = result.metric("pdf_page_rewrite", "ms", kind=ABSOLUTE, target=target)
+    result.info.update(pdf_pages=ctx.sizes.pdf_pages, poll_ms=FRESH_POLL_S * 1000)
+    rng = random.Random(7)
+    timeouts = 0
+
+    with sw.mounted(work, ctx.mountpoint("fresh")) as m:
+        sw.settle(m)
+        xlsx_m = m.mountpoint / "edit" / "sheet.xlsx"
+        pdf_m = m.mountpoint / "edit" / "report.pdf"
+        try:
+            os.getxattr(xlsx_m, "user.sw.hash")
+            use_hash = True
+        except OSError as exc:
+            if exc.errno not in (errno.ENODATA, errno.ENOTSUP):
+                raise
+            use_hash = False
+            result.add_note("no user.sw.hash xattr: polled freshness only (may read early)")
+
+        def measure(metric_name: str, write: Any) -> None:
+            nonlocal timeouts
+            path = write()
+            t_closed = time.perf_counter()
+            expected = blake3.blake3((work / path.relative_to(m.mountpoint)).read_bytes())
+            try:
+                t_cur = wait_current(path, expected.hexdigest(), use_hash=use_hash)
+                ms = (t_cur - t_closed) * 1000
+            except TimeoutError as exc:
+                log.warning("%s", exc)
+                timeouts += 1
+                ms = FRESH_BOUND_S * 1000
+            result.metric(metric_name, "ms").values.append(ms)
+
+        def edit_xlsx() -> Path:
+            wb = openpyxl.load_workbook(xlsx_m)
+            ws = wb["Sheet1"]
+            ws["B2"] = rng.randint(1, 10**6)
+            wb.save(xlsx_m)
+            return xlsx_m
+
+        def rewrite_pdf() -> Path:
+            doc = pymupdf.open(pdf_m)
+            k = rng.randrange(doc.page_count)
+            doc.delete_page(k)
+            page = doc.new_page(pno=k)
+            page.insert_text((50, 60), f"rewritten {gen.sentence(rng, 10)}", fontsize=10)
+            data = doc.tobytes(garbage=0, deflate=True)
+            doc.close()
+            with open(pdf_m, "wb") as f:
+                f.write(data)
+            return pdf_m
+
+        for _ in range(ctx.sizes.fresh_rounds):
+            measure("xlsx_cell_edit", edit_xlsx)
+            sw.settle(m)
+            measure("pdf_page_rewrite", rewrite_pdf)
+            sw.settle(m)
+    if timeouts:
+        result.add_note(f"{timeouts} edits not current within {FRESH_BOUND_S:.0f} s")
+    for metric in (xl, pdf):
+        metric.note = metric.note or "close -> xattr current"
+
+
+def search(ctx: Ctx, result: WorkloadResult) -> None:
+    """``grep -rn WORD`` over MNT/.parsed versus over the same text copied as plain
+    files into a native directory (both warm)."""
+    sw = _swfs(ctx, "mount", "umount", "sync")
+    src = gen.workspace(ctx.data, ctx.sizes.ws_files, ctx.sizes.ws_dirs)
+    result.metric("grep_rn", "s", target=Target("<=", 2.0, "<=2x"))
+    lines: dict[str, int] = {}
+
+    with sw.mounted(src, ctx.mountpoint("ws")) as m:
+        sw.settle(m)
+        parsed = m.mountpoint / ".parsed"
+        if not parsed.is_dir():
+            raise BenchError(f"{parsed}: missing")
+        plain = ctx.scratch("parsed-plain") / "parsed"
+        shutil.copytree(parsed, plain)
+        n_units = sum(1 for _ in gen.iter_files(plain))
+        size = sum(p.stat().st_size for p in gen.iter_files(plain))
+        result.info.update(units=n_units, text_bytes=size, word=SEARCH_WORD)
+
+        def one(root: Path, side: str, r: int) -> dict[str, float]:
+            t, out = run_tool(["grep", "-rn", SEARCH_WORD, root])
+            lines[side] = out.count(b"\n")
+            return {"grep_rn": t}
+
+        run_tool(["grep", "-rn", SEARCH_WORD, plain])
+        run_tool(["grep", "-rn", SEARCH_WORD, parsed])
+        paired_rounds(ctx, result, m, one, native_root=plain, mount_root=parsed)
+    result.info["matching_lines"] = lines
+    if len(set(lines.values())) > 1:
+        result.add_note(f"match counts differ: {lines}")
+
+
+WORKLOADS = {
+    "workspace": workspace,
+    "rescan": rescan,
+    "search": search,
+    "freshness": freshness,
+}
