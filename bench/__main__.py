@@ -55,6 +55,11 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default=1800.0,
         help="bound on one `swfs sync` (seconds)",
     )
+    p.add_argument(
+        "--swfs-exe",
+        type=Path,
+        help="the swfs CLI to use (default: the one beside this Python)",
+    )
     p.add_argument("-v", "--verbose", action="store_true")
     args = p.parse_args(argv)
     if args.rounds is None:
@@ -106,7 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.mounter == "ref":
         mounter = RefMounter(workdir / "logs")
     else:
-        mounter = SwfsMounter(sync_timeout=args.sync_timeout)
+        mounter = SwfsMounter(sync_timeout=args.sync_timeout, exe=args.swfs_exe)
     ctx = Ctx(sizes=sizes, rounds=args.rounds, workdir=workdir, mounter=mounter, quick=args.quick)
     names = args.only or list(WORKLOADS)
     results: list[WorkloadResult] = []

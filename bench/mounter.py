@@ -245,8 +245,8 @@ class SwfsMounter(Mounter):
     name = "swfs"
     is_swfs = True
 
-    def __init__(self, *, sync_timeout: float) -> None:
-        self.exe = Path(sys.executable).parent / "swfs"
+    def __init__(self, *, sync_timeout: float, exe: Path | None = None) -> None:
+        self.exe = exe or Path(sys.executable).parent / "swfs"
         self.sync_timeout = sync_timeout
         self._commands: dict[str, bool] = {}
 

@@ -223,6 +223,10 @@ def freshness(ctx: Ctx, result: WorkloadResult) -> None:
         xlsx_m = m.mountpoint / "edit" / "sheet.xlsx"
         pdf_m = m.mountpoint / "edit" / "report.pdf"
         try:
+            os.getxattr(xlsx_m, "user.sw.freshness")
+        except OSError as exc:
+            raise BenchError(f"{xlsx_m}: no user.sw.freshness xattr ({exc.strerror})") from None
+        try:
             os.getxattr(xlsx_m, "user.sw.hash")
             use_hash = True
         except OSError as exc:
