@@ -8,6 +8,7 @@ so selection is cheap; the engine calls ``parse`` in a worker process.
 from __future__ import annotations
 
 import functools
+import importlib
 import logging
 import os
 import posixpath
@@ -49,8 +50,28 @@ def _instances() -> tuple[Parser, ...]:
         TextParser(),
         SniffedTextParser(),
     ]
+    parsers.extend(_extra_parsers())
     # sorted() is stable: equal priorities keep the order above.
     return tuple(sorted(parsers, key=lambda p: -p.priority))
+
+
+EXTRA_ENV = "SWFS_EXTRA_PARSERS"
+
+
+def _extra_parsers() -> list[Parser]:
+    """Parsers named in $SWFS_EXTRA_PARSERS (``module:Class,...``): a plug-in
+    point for site-specific formats, and how tests inject misbehaving parsers
+    into worker processes (which inherit the environment)."""
+    out: list[Parser] = []
+    for spec in filter(None, os.environ.get(EXTRA_ENV, "").split(",")):
+        module_name, _, class_name = spec.strip().partition(":")
+        try:
+            module = importlib.import_module(module_name)
+            cls = getattr(module, class_name)
+            out.append(cls())
+        except Exception as exc:  # a broken plug-in must not disable the built-ins
+            log.warning("%s: cannot load parser %r: %s", EXTRA_ENV, spec, exc)
+    return out
 
 
 def all_parsers() -> list[Parser]:

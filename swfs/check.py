@@ -21,7 +21,7 @@ from .workspace import Workspace
 log = logging.getLogger(__name__)
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
-_STATUSES = {"ok", "failed"}
+_STATUSES = {"ok", "failed", "unsupported"}
 
 
 @dataclass(frozen=True)
@@ -82,11 +82,23 @@ def check_parses(ws: Workspace, repair: bool) -> list[Problem]:
     return problems
 
 
+def _readable_files(ws: Workspace) -> dict[str, FileRecord]:
+    """The file records that decode (check_files reports the others)."""
+    out = {}
+    with ws.store.read() as txn:
+        for key, raw in txn.cursor(db=ws.store.dbs["files"]):
+            try:
+                out[pdecode(key)] = FileRecord.decode(raw)
+            except (ValueError, KeyError, TypeError):
+                continue
+    return out
+
+
 def check_versions(ws: Workspace, repair: bool) -> list[Problem]:
     """Version numbers strictly increase; a present file's last version is its hash."""
     problems = []
     fixes: dict[str, list[list[Any]]] = {}
-    files = ws.store.all_files()
+    files = _readable_files(ws)
     with ws.store.read() as txn:
         for rel, versions in ws.store.iter_versions(txn):
             numbers = [v[0] for v in versions]

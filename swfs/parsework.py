@@ -88,7 +88,7 @@ def parse_job(abs_path: str, rel: str, options: ParseOptions) -> ParseOutcome:
         key = parser.key()
         error: str | None = None
         try:
-            units = parser.parse(f"/proc/self/fd/{fd}", info, options)
+            _, units = registry.parse(f"/proc/self/fd/{fd}", info, options)
         except UnsupportedFormat as exc:
             return ParseOutcome(UNSUPPORTED, hash=h, error=_one_line(str(exc)))
         except ParseFailed as exc:

@@ -21,7 +21,7 @@ noted; paths are workspace-relative, '/'-separated, encoded with
     "vp": parser key of that parse}``.
     Invariant: one record per regular file under SRC that is not hidden.
 ``parses``  ``hash + b"|" + parser key`` -> parse record
-    ``{"status": "ok"|"failed", "units": [[name, locator, text], ...],
+    ``{"status": "ok"|"failed"|"unsupported", "units": [[name, locator, text], ...],
     "error": str|null, "secs": float, "at": float}``.  Keyed by content and
     parser only, never by path or mtime: renames, copies and reverts reuse it.
 ``versions``  path -> ``[[number, hash, recorded_at, cause, size], ...]``

@@ -52,6 +52,13 @@ _HASH_THREADS = 4
 _VIEW_CACHE = 128
 
 
+_FRESHNESS_OF = {
+    OK: Freshness.CURRENT,
+    FAILED: Freshness.FAILED,
+    UNSUPPORTED: Freshness.UNSUPPORTED,
+}
+
+
 class WorkspaceError(Exception):
     """A user-facing error: names the path and the cause."""
 
@@ -389,7 +396,7 @@ class Workspace:
             return Freshness.UNSUPPORTED
         cur = self.store.get_parse(rec.hash, rec.parser, txn)
         if cur is not None:
-            return Freshness.CURRENT if cur["status"] == OK else Freshness.FAILED
+            return _FRESHNESS_OF[cur["status"]]
         if rec.view_hash and rec.view_parser:
             return Freshness.STALE
         return Freshness.PENDING
@@ -526,7 +533,16 @@ class Workspace:
     ) -> bool:
         """Store a worker's outcome.  Returns True when ``rel`` needs another
         parse (it changed meanwhile)."""
-        if outcome.status not in (OK, FAILED):
+        if outcome.status == UNSUPPORTED and outcome.hash == queued_hash:
+            # Selected by extension and magic, declined after a closer look.
+            outcome = ParseOutcome(
+                UNSUPPORTED,
+                hash=outcome.hash,
+                parser=queued_parser,
+                error=outcome.error,
+                secs=outcome.secs,
+            )
+        elif outcome.status not in (OK, FAILED):
             if outcome.status == UNSUPPORTED or outcome.hash != queued_hash:
                 self.check_file(rel, force=True)
                 rec = self.store.get_file(rel)
@@ -571,13 +587,19 @@ class Workspace:
     # ---------------------------------------------------------------- .parsed
     def parsed_paths(self) -> Iterable[RelPath]:
         with self.store.read() as txn:
-            return [RelPath(rel) for rel, rec in self.store.iter_files(txn) if rec.parser]
+            return [
+                RelPath(rel)
+                for rel, rec in self.store.iter_files(txn)
+                if rec.parser and self._freshness(rec, txn) != Freshness.UNSUPPORTED
+            ]
 
     def parsed_view(self, rel: RelPath) -> ParsedView | None:
         rec = self.store.get_file(rel)
         if rec is None or rec.parser is None:
             return None
         freshness = self._freshness(rec)
+        if freshness == Freshness.UNSUPPORTED:
+            return None
         key = (rel, rec.hash, rec.parser, rec.view_hash, freshness)
         with self._view_lock:
             cached = self._view_cache.get(key)
