@@ -28,9 +28,9 @@ class DocxParser(Parser):
         return info.extension in self.extensions
 
     def parse(self, path: str, info: FileInfo, options: ParseOptions) -> list[Unit]:
+        zipguard.check_container(path, info, options)
         from markitdown.converters import DocxConverter
 
-        zipguard.check_container(path, info, options)
         markdown = _markitdown.convert(
             DocxConverter(), path, extension=".docx", what="Word document"
         )

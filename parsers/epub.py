@@ -19,8 +19,8 @@ class EpubParser(Parser):
         return info.extension == ".epub"
 
     def parse(self, path: str, info: FileInfo, options: ParseOptions) -> list[Unit]:
+        zipguard.check_container(path, info, options)
         from markitdown.converters import EpubConverter
 
-        zipguard.check_container(path, info, options)
         markdown = _markitdown.convert(EpubConverter(), path, extension=".epub", what="EPUB")
         return _markitdown.document_unit(markdown, options)

@@ -23,8 +23,19 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 PDF_MAGIC = b"%PDF-"
+EOF_MARKER = b"%%EOF"
 # Readers accept a header anywhere in the first KiB (some writers prepend junk).
 _MAGIC_WINDOW = 1024
+# Readers look for %%EOF in the last KiB; without it (and with an xref MuPDF had
+# to rebuild) the file was cut short, typically a copy still in progress.
+_TAIL_WINDOW = 1024
+
+
+def _has_eof_marker(path: str) -> bool:
+    with open(path, "rb") as f:
+        size = f.seek(0, 2)
+        f.seek(max(0, size - _TAIL_WINDOW))
+        return EOF_MARKER in f.read()
 
 
 @functools.cache
@@ -44,7 +55,8 @@ def _reason(exc: BaseException) -> str:
     if text.startswith("code="):
         text = text.partition(": ")[2] or text
     warnings = _mupdf().TOOLS.mupdf_warnings(reset=True)
-    first = warnings.splitlines()[0] if warnings else ""
+    lines = [w for w in warnings.splitlines() if w.strip() and not w.startswith("...")]
+    first = lines[0] if lines else ""
     if first and first not in text:
         text = f"{text} ({first})"
     return one_line(text)
@@ -72,6 +84,11 @@ class PdfParser(Parser):
         try:
             if doc.needs_pass:
                 raise EncryptedDocument("encrypted PDF: password required")
+            if doc.is_repaired and not _has_eof_marker(path):
+                raise ParseFailed("truncated PDF: no end-of-file marker")
+            if doc.page_count == 0:
+                reason = " (damaged)" if doc.is_repaired else ""
+                raise ParseFailed(f"broken PDF: no pages{reason}")
             return self._pages(doc, options)
         except ParseFailed:
             raise
@@ -87,7 +104,14 @@ class PdfParser(Parser):
         budget = TextBudget(options.max_text_bytes)
         units = []
         for number in range(1, count + 1):
-            text = doc.load_page(number - 1).get_text()
+            # A page that cannot be loaded means a broken page tree (the page
+            # numbers after it cannot be trusted): that fails the document.  A
+            # page whose content cannot be read only loses its own text.
+            page = doc.load_page(number - 1)
+            try:
+                text = page.get_text()
+            except Exception as exc:
+                text = f"[swfs: page {number} could not be read: {_reason(exc)}]\n"
             units.append(Unit(f"page-{number:04d}.md", budget.add(text), f"page={number}"))
         log.debug("pdf: %d pages", count)
         return units

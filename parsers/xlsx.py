@@ -10,10 +10,13 @@ The line format is fixed; ``swfs`` parses it back for cell-level diffs::
 * The sheet reference is quoted (``'...'``, inner ``'`` doubled) unless it
   consists only of ASCII letters, digits, ``_`` and ``.``.  Quoting is always
   valid Excel syntax, so anything else (spaces, non-ASCII letters) is quoted.
-* Values: integral floats as integers (``1200``), other numbers by ``repr``,
+* Values: integral floats as integers (``1200``; below 2**53), other numbers by ``repr``,
   booleans ``TRUE``/``FALSE``, dates and times in ISO 8601, error values as
   Excel shows them (``#DIV/0!``), strings as-is with ``\\`` -> ``\\\\``, newline
   -> ``\\n`` and carriage return -> ``\\r`` so that every cell stays on one line.
+* A text cell whose text starts with ``=`` or ``'`` gets a leading ``'``
+  (Excel's own text prefix), so ``A1 = '=not a formula`` never reads as a
+  formula.  Cached formula results are never prefixed: they follow `` -> ``.
 * Sheets come in workbook order; a chart sheet gives an empty unit.
 
 Why openpyxl and not python-calamine: calamine (Rust) reads values several
@@ -30,7 +33,6 @@ from __future__ import annotations
 
 import datetime
 import logging
-import math
 import re
 from collections.abc import Iterator
 from typing import IO, Any, ClassVar
@@ -49,6 +51,7 @@ _PLAIN_SHEET = re.compile(r"[A-Za-z0-9_.]+")
 # Rows are padded with empty cells up to their last cell; a hostile sheet can
 # put one cell in column XFD on every row.  Empty slots count at this rate.
 _SCAN_FACTOR = 4
+_EXACT_INT = 2.0**53
 
 
 def sheet_ref(name: str) -> str:
@@ -62,6 +65,13 @@ def escape(text: str) -> str:
     return text.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
 
 
+def format_literal(value: object) -> str:
+    """A non-formula cell's value: like ``format_value``, text that looks like a formula quoted."""
+    if isinstance(value, str) and value.startswith(("=", "'")):
+        return "'" + escape(value)
+    return format_value(value)
+
+
 def format_value(value: object) -> str:
     """A cell value as it appears after `` = `` (or after `` -> `` for a formula)."""
     if isinstance(value, bool):
@@ -69,7 +79,8 @@ def format_value(value: object) -> str:
     if isinstance(value, int):
         return str(value)
     if isinstance(value, float):
-        if math.isfinite(value) and value.is_integer():
+        # Beyond 2**53 a float's integer digits are not all real: 1e+21, not 1000...0.
+        if value.is_integer() and abs(value) < _EXACT_INT:
             return str(int(value))
         return repr(value)
     if isinstance(value, datetime.datetime | datetime.date | datetime.time):
@@ -141,7 +152,7 @@ def _sheet_lines(
                     yield f"{ref}!{fcell.coordinate} = {formula} -> {format_value(cached)}"
             elif cached is not None:
                 counter.cell()
-                yield f"{ref}!{vcell.coordinate} = {format_value(cached)}"
+                yield f"{ref}!{vcell.coordinate} = {format_literal(cached)}"
 
 
 def _open(stream: IO[bytes], *, data_only: bool) -> openpyxl.Workbook:
