@@ -81,7 +81,7 @@ def test_preserve_on_a_full_disk_fails_with_enospc_and_keeps_the_store(tmp_path:
         with Engine.open(src, store, config=Config(rescan_interval=0)) as eng:
             eng.scan()
             eng.preserve(RelPath("small.txt"))
-            with pytest.raises(OSError) as info:
+            with pytest.raises(OSError, match="No space left") as info:
                 eng.preserve(RelPath("big.bin"))
             assert info.value.errno == errno.ENOSPC
             assert eng.version_file(RelPath("small.txt"), 1) is not None
