@@ -9,6 +9,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, NewType, Protocol
 
 Hash = NewType("Hash", str)  # lowercase hex blake3, 64 characters
@@ -108,6 +109,16 @@ class WorkspaceAPI(Protocol):
     """What the daemon calls.  All methods are synchronous and fast unless noted;
     the ones marked *slow* may hash or copy file contents and must be run in a
     thread by async callers."""
+
+    @property
+    def src(self) -> Path:
+        """The workspace root."""
+        ...
+
+    @property
+    def store_dir(self) -> Path:
+        """Where the workspace's store lives (SRC/.swfs unless --store)."""
+        ...
 
     # -- native files
     def file_state(self, rel: RelPath) -> FileState | None: ...

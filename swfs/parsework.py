@@ -13,6 +13,7 @@ really made from, even if the file changed after it was queued.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import resource
 import signal
@@ -142,6 +143,7 @@ class ParsePool:
         self._ctx = ctx
         self.limits = limits
         self._limiter = trio.CapacityLimiter(limits.workers)
+        self._unbounded = trio.CapacityLimiter(math.inf)
 
     @classmethod
     @asynccontextmanager
@@ -151,6 +153,11 @@ class ParsePool:
             yield cls(ctx, limits)
 
     async def parse(self, abs_path: str, rel: str) -> ParseOutcome:
+        # The timeout counts the parse only, not the wait for a free worker.
+        async with self._limiter:
+            return await self._parse_now(abs_path, rel)
+
+    async def _parse_now(self, abs_path: str, rel: str) -> ParseOutcome:
         t0 = time.monotonic()
         with trio.move_on_after(self.limits.timeout) as scope:
             try:
@@ -160,7 +167,7 @@ class ParsePool:
                     rel,
                     self.limits.options,
                     kill_on_cancel=True,
-                    limiter=self._limiter,
+                    limiter=self._unbounded,
                 )
             except trio_parallel.BrokenWorkerError as exc:
                 reason = _describe_broken(exc)

@@ -43,8 +43,10 @@ def test_crash_hang_and_memory_blowup_fail_only_their_file(tmp_path: Path) -> No
     limits = WorkerLimits(timeout=5.0, memory_mb=1024, workers=2)
     with Engine.open(src, config=Config(limits=limits, rescan_interval=0)) as eng:
         trio.run(eng.drain)
-        states = {rel: eng.parsed_view(RelPath(rel)) for rel in
-                  ("a.crash", "b.hang", "c.hog", "d.bug", "fine.txt")}
+        states = {
+            rel: eng.parsed_view(RelPath(rel))
+            for rel in ("a.crash", "b.hang", "c.hog", "d.bug", "fine.txt")
+        }
         errors = {rel: v.error for rel, v in states.items() if v is not None}
         assert all(v is not None for v in states.values())
         assert states["fine.txt"].freshness == Freshness.CURRENT  # type: ignore[union-attr]
@@ -65,7 +67,9 @@ def test_preserve_on_a_full_disk_fails_with_enospc_and_keeps_the_store(tmp_path:
     store.mkdir()
     proc = subprocess.run(
         ["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(store)],
-        capture_output=True, text=True, check=False,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     if proc.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
@@ -77,7 +81,7 @@ def test_preserve_on_a_full_disk_fails_with_enospc_and_keeps_the_store(tmp_path:
         with Engine.open(src, store, config=Config(rescan_interval=0)) as eng:
             eng.scan()
             eng.preserve(RelPath("small.txt"))
-            with pytest.raises(OSError) as info:
+            with pytest.raises(OSError, match="No space left") as info:
                 eng.preserve(RelPath("big.bin"))
             assert info.value.errno == errno.ENOSPC
             assert eng.version_file(RelPath("small.txt"), 1) is not None
@@ -126,8 +130,9 @@ def test_check_finds_an_orphan_blob(indexed: Engine) -> None:
 def test_check_finds_broken_versions_and_repairs_them(indexed: Engine) -> None:
     with indexed.store.write() as txn:
         indexed.store.put_versions(txn, "b.txt", [])
-        indexed.store.put_versions(txn, "a.txt", [[2, "0" * 64, 0.0, "write", 1],
-                                                  [1, "1" * 64, 0.0, "write", 1]])
+        indexed.store.put_versions(
+            txn, "a.txt", [[2, "0" * 64, 0.0, "write", 1], [1, "1" * 64, 0.0, "write", 1]]
+        )
     problems = run_checks(indexed)
     messages = " ".join(p.message for p in problems)
     assert "b.txt: tracked file without versions" in messages

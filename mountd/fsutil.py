@@ -1,0 +1,108 @@
+"""Linux system calls Python's ``os`` module lacks: openat2, renameat2, utimensat
+with UTIME_OMIT."""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+SYS_openat2 = 437  # the same number on every architecture (added in Linux 5.6)
+RESOLVE_NO_MAGICLINKS = 0x02
+RESOLVE_NO_SYMLINKS = 0x04
+RESOLVE_BENEATH = 0x08
+
+RENAME_NOREPLACE = 1
+RENAME_EXCHANGE = 2
+
+AT_FDCWD = -100
+AT_SYMLINK_NOFOLLOW = 0x100
+UTIME_OMIT = (1 << 30) - 2
+
+
+class _OpenHow(ctypes.Structure):
+    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
+
+
+class _Timespec(ctypes.Structure):
+    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+
+_have_openat2 = True
+
+
+def _raise_errno(what: str, path: str | None = None) -> None:
+    err = ctypes.get_errno()
+    raise OSError(err, f"{what}: {os.strerror(err)}", path)
+
+
+def open_beneath(root_fd: int, rel: str, flags: int) -> int:
+    """Open ``rel`` below ``root_fd`` without following any symlink on the way."""
+    global _have_openat2
+    flags |= os.O_CLOEXEC | os.O_NOFOLLOW
+    if not rel:
+        return os.open(".", flags, dir_fd=root_fd)
+    if _have_openat2:
+        how = _OpenHow(flags, 0, RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)
+        fd = _libc.syscall(
+            SYS_openat2, root_fd, os.fsencode(rel), ctypes.byref(how), ctypes.sizeof(how)
+        )
+        if fd >= 0:
+            return int(fd)
+        if ctypes.get_errno() not in (errno.ENOSYS, errno.EPERM):  # EPERM: seccomp filters
+            _raise_errno("openat2", rel)
+        _have_openat2 = False
+    # Fallback: one component at a time, each refusing symlinks.
+    fd = os.open(".", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=root_fd)
+    try:
+        parts = rel.split("/")
+        for part in parts[:-1]:
+            nfd = os.open(
+                part, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd
+            )
+            os.close(fd)
+            fd = nfd
+        return os.open(parts[-1], flags, dir_fd=fd)
+    finally:
+        os.close(fd)
+
+
+@contextmanager
+def dir_fd(root_fd: int, rel: str, flags: int = os.O_PATH) -> Iterator[int]:
+    """An fd on directory ``rel`` for the ``*at`` calls; the root fd itself for ''."""
+    if not rel and not flags & ~os.O_PATH:
+        yield root_fd
+        return
+    fd = open_beneath(root_fd, rel, flags | os.O_DIRECTORY)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def renameat2(old_dir: int, old: str, new_dir: int, new: str, flags: int) -> None:
+    if not flags:
+        os.rename(old, new, src_dir_fd=old_dir, dst_dir_fd=new_dir)
+        return
+    ret = _libc.renameat2(old_dir, os.fsencode(old), new_dir, os.fsencode(new), flags)
+    if ret != 0:
+        _raise_errno("renameat2", new)
+
+
+def utimensat(dirfd: int, name: str | None, atime_ns: int | None, mtime_ns: int | None) -> None:
+    """Set times without following symlinks; None leaves that time alone.  With
+    ``name`` None, ``dirfd`` is the file itself (futimens)."""
+    times = (_Timespec * 2)()
+    for i, ns in enumerate((atime_ns, mtime_ns)):
+        if ns is None:
+            times[i] = _Timespec(0, UTIME_OMIT)
+        else:
+            times[i] = _Timespec(*divmod(ns, 1_000_000_000))
+    path = None if name is None else os.fsencode(name)
+    flags = 0 if name is None else AT_SYMLINK_NOFOLLOW
+    if _libc.utimensat(dirfd, path, times, flags) != 0:
+        _raise_errno("utimensat", name)

@@ -1,0 +1,233 @@
+"""The inode table: FUSE inode numbers for native and generated nodes.
+
+A native node is keyed by the backing file's identity ``(st_dev, st_ino)``, so
+hard links share one FUSE inode (and one kernel page cache) like on the
+backing file system.  It remembers the directory entries ``(parent inode,
+name)`` that lead to it, most recent last; its path is computed through its
+parent, so renaming a directory moves everything below it for free.
+
+A generated node is keyed by ``(tree, path)``; its path never changes.
+
+A node lives while the kernel holds a lookup reference, a file handle is open
+on it, or a live node names it as parent.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Hashable, Iterator
+from dataclasses import dataclass, field
+from typing import NewType
+
+log = logging.getLogger(__name__)
+
+Inode = NewType("Inode", int)
+ROOT_INODE = Inode(1)
+
+Link = tuple[Inode, str]  # (parent inode, name)
+
+
+class Tree(enum.StrEnum):
+    NATIVE = "native"
+    PARSED = ".parsed"
+    REVIEW = ".review"
+    VERSIONS = ".versions"
+
+
+SYNTHETIC_TREES = (Tree.PARSED, Tree.REVIEW, Tree.VERSIONS)
+
+
+@dataclass(eq=False)
+class Node:
+    ino: Inode
+    tree: Tree
+    key: Hashable
+    spath: str = ""  # generated nodes: '/'-separated path inside the tree ('' = its root)
+    links: dict[Link, None] = field(default_factory=dict)  # native nodes only
+    lookups: int = 0
+    opens: int = 0
+    children: int = 0
+    cache_sig: object = None  # native: what the kernel's page cache holds (see open)
+    attr_sig: object = None  # native: the attributes last reported to the kernel
+    size: int = -1  # generated: the size last reported to the kernel
+
+    @property
+    def native(self) -> bool:
+        return self.tree is Tree.NATIVE
+
+
+class InodeTable:
+    def __init__(self, root_key: Hashable) -> None:
+        self._next = ROOT_INODE + 1
+        self._nodes: dict[Inode, Node] = {}
+        self._by_key: dict[tuple[Tree, Hashable], Node] = {}
+        self._by_link: dict[Link, Node] = {}
+        self.root = Node(ROOT_INODE, Tree.NATIVE, root_key)
+        self.root.lookups = 1  # the kernel never forgets the root
+        self._add(self.root)
+
+    def __len__(self) -> int:
+        return len(self._nodes)
+
+    def _add(self, node: Node) -> None:
+        self._nodes[node.ino] = node
+        self._by_key[(node.tree, node.key)] = node
+
+    def _new_ino(self) -> Inode:
+        ino = Inode(self._next)
+        self._next += 1
+        return ino
+
+    def get(self, ino: int) -> Node | None:
+        return self._nodes.get(Inode(ino))
+
+    # -- native nodes
+
+    def native(self, parent: Node, name: str, key: Hashable) -> Node:
+        """The node for the backing file ``key`` found as ``name`` in ``parent``."""
+        link = (parent.ino, name)
+        node = self._by_key.get((Tree.NATIVE, key))
+        if node is None:
+            node = Node(self._new_ino(), Tree.NATIVE, key)
+            self._add(node)
+        self.add_link(node, link)
+        return node
+
+    def add_link(self, node: Node, link: Link) -> None:
+        old = self._by_link.get(link)
+        if old is node:
+            # Refresh recency: the most recently seen name is the one used.
+            del node.links[link]
+            node.links[link] = None
+            return
+        if old is not None:
+            self.remove_link(link)
+        node.links[link] = None
+        self._by_link[link] = node
+        parent = self._nodes.get(link[0])
+        if parent is not None:
+            parent.children += 1
+
+    def remove_link(self, link: Link) -> Node | None:
+        node = self._by_link.pop(link, None)
+        if node is None:
+            return None
+        node.links.pop(link, None)
+        parent = self._nodes.get(link[0])
+        if parent is not None:
+            parent.children -= 1
+            self._maybe_drop(parent)
+        self._maybe_drop(node)
+        return node
+
+    def move_link(self, old: Link, new: Link) -> None:
+        node = self._by_link.get(old)
+        if node is None:
+            self.remove_link(new)
+            return
+        node.opens += 1  # keep it alive between the two steps
+        self.remove_link(old)
+        self.add_link(node, new)
+        node.opens -= 1
+
+    def exchange_links(self, a: Link, b: Link) -> None:
+        na, nb = self._by_link.get(a), self._by_link.get(b)
+        for node in (na, nb):
+            if node is not None:
+                node.opens += 1
+        self.remove_link(a)
+        self.remove_link(b)
+        if na is not None:
+            self.add_link(na, b)
+            na.opens -= 1
+        if nb is not None:
+            self.add_link(nb, a)
+            nb.opens -= 1
+
+    def child(self, parent: Node, name: str) -> Node | None:
+        return self._by_link.get((parent.ino, name))
+
+    def paths(self, node: Node) -> Iterator[str]:
+        """The native node's relative paths, most recently used first."""
+        if node is self.root:
+            yield ""
+            return
+        for parent_ino, name in reversed(list(node.links)):
+            parent = self._nodes.get(parent_ino)
+            if parent is None:
+                continue
+            parent_path = self.path(parent)
+            if parent_path is None:
+                continue
+            yield f"{parent_path}/{name}" if parent_path else name
+
+    def path(self, node: Node) -> str | None:
+        return next(self.paths(node), None)
+
+    def find_native(self, rel: str) -> Node | None:
+        node: Node | None = self.root
+        for name in rel.split("/") if rel else ():
+            assert node is not None
+            node = self._by_link.get((node.ino, name))
+            if node is None:
+                return None
+        return node
+
+    # -- generated nodes
+
+    def synthetic(self, tree: Tree, spath: str) -> Node:
+        node = self._by_key.get((tree, spath))
+        if node is None:
+            node = Node(self._new_ino(), tree, spath, spath=spath)
+            self._add(node)
+        return node
+
+    def find_synthetic(self, tree: Tree, spath: str) -> Node | None:
+        return self._by_key.get((tree, spath))
+
+    def synthetic_below(self, tree: Tree, spath: str) -> list[Node]:
+        prefix = spath + "/"
+        return [
+            n
+            for (t, _), n in self._by_key.items()
+            if t is tree and (n.spath == spath or n.spath.startswith(prefix))
+        ]
+
+    # -- reference counting
+
+    def remember(self, node: Node) -> None:
+        """The kernel got a new reference (lookup, create, readdirplus entry)."""
+        node.lookups += 1
+
+    def forget(self, ino: int, count: int) -> None:
+        node = self._nodes.get(Inode(ino))
+        if node is None or node is self.root:
+            return
+        if count > node.lookups:
+            log.warning("forget(%d, %d) beyond lookup count %d", ino, count, node.lookups)
+        node.lookups = max(0, node.lookups - count)
+        self._maybe_drop(node)
+
+    def opened(self, node: Node) -> None:
+        node.opens += 1
+
+    def closed(self, node: Node) -> None:
+        node.opens -= 1
+        self._maybe_drop(node)
+
+    def discard_unused(self, node: Node) -> None:
+        """Drop a node made for a reply that never reached the kernel."""
+        self._maybe_drop(node)
+
+    def _maybe_drop(self, node: Node) -> None:
+        if node is self.root or node.lookups or node.opens or node.children:
+            return
+        if self._nodes.get(node.ino) is not node:
+            return
+        del self._nodes[node.ino]
+        self._by_key.pop((node.tree, node.key), None)
+        for link in list(node.links):
+            if self._by_link.get(link) is node:
+                self.remove_link(link)
+        node.links.clear()

@@ -1,0 +1,759 @@
+"""The kernel-facing adapter: decode a FUSE request, route it to the native
+passthrough or a generated tree by the top-level name, answer attributes or
+raise FUSEError.  Nothing else may leave a handler."""
+
+from __future__ import annotations
+
+import errno
+import functools
+import logging
+import os
+import stat
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar, cast
+
+import pyfuse3
+import trio
+
+from mountd.fsutil import open_beneath
+from mountd.nodes import SYNTHETIC_TREES, InodeTable, Node, Tree
+from mountd.options import MountOptions
+from mountd.passthrough import RESERVED, Creds, NativeHandle, Passthrough, SetAttr, join, split
+from mountd.synthetic import Entry, Generation, SyntheticTree, make_trees
+from swfs.api import XATTR_PREFIX, EngineAPI, RelPath
+
+log = logging.getLogger(__name__)
+
+F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
+
+BLOCK = 4096
+
+
+def handler(fn: F) -> F:
+    """Turn anything but FUSEError into an errno, so one bad request can never
+    end ``pyfuse3.main()``."""
+
+    @functools.wraps(fn)
+    async def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return await fn(*args, **kwargs)
+        except pyfuse3.FUSEError:
+            raise
+        except OSError as exc:
+            code = exc.errno or errno.EIO
+            if code == errno.ENOSYS:  # would make the kernel stop asking for good
+                code = errno.EOPNOTSUPP
+            if code == errno.EIO:
+                log.warning("%s: %s", fn.__name__, exc)
+            raise pyfuse3.FUSEError(code) from None
+        except Exception:
+            log.exception("%s%r failed", fn.__name__, args[1:])
+            raise pyfuse3.FUSEError(errno.EIO) from None
+
+    return cast(F, wrapper)
+
+
+def fail(code: int) -> pyfuse3.FUSEError:
+    return pyfuse3.FUSEError(code)
+
+
+@dataclass
+class DataHandle:
+    """A generated file, snapshotted at open: a re-parse mid-read never mixes
+    two versions of a unit."""
+
+    node: Node
+    data: bytes
+
+
+@dataclass
+class FdHandle:
+    """A read-only file the daemon opened for a generated node (a blob)."""
+
+    node: Node
+    fd: int
+
+
+@dataclass
+class NativeOpen:
+    node: Node
+    fh: NativeHandle
+    direct: bool
+
+
+@dataclass
+class DirHandle:
+    node: Node
+    names: list[str] | None = None
+
+
+Handle = DataHandle | FdHandle | NativeOpen | DirHandle
+
+
+@dataclass
+class _Pending:
+    rels: set[str] = field(default_factory=set)
+    wake: trio.Event = field(default_factory=trio.Event)
+
+
+class Operations(pyfuse3.Operations):
+    supports_dot_lookup = False  # no NFS export: we never answer '..' lookups
+    enable_writeback_cache = False
+    enable_acl = False
+
+    def __init__(self, engine: EngineAPI, src: str, store: str, options: MountOptions) -> None:
+        super().__init__()
+        self.engine = engine
+        self.options = options
+        self.src, self.store = src, store
+        self.native = Passthrough(engine, src, hidden=_hidden(src, store))
+        root = os.fstat(self.native.root_fd)
+        self.table = InodeTable((root.st_dev, root.st_ino))
+        self.gen = Generation()
+        self.trees: dict[Tree, SyntheticTree] = dict(make_trees(engine, self.gen, options))
+        self.handles: dict[int, Handle] = {}
+        self._next_fh = 1
+        self._pending = _Pending()
+        self._token: trio.lowlevel.TrioToken | None = None
+        self.mounted = False  # set once pyfuse3 has a session: kernel notifications work
+        engine.add_listener(self._changed)
+
+    def close(self) -> None:
+        for h in self.handles.values():
+            if isinstance(h, NativeOpen):
+                os.close(h.fh.fd)
+            elif isinstance(h, FdHandle):
+                os.close(h.fd)
+        self.handles.clear()
+        self.native.close()
+
+    # -- helpers
+
+    def _node(self, ino: int) -> Node:
+        node = self.table.get(ino)
+        if node is None:
+            raise fail(errno.ESTALE)
+        return node
+
+    def _path(self, node: Node) -> str:
+        rel = self.table.path(node)
+        if rel is None:
+            raise fail(errno.ENOENT)
+        return rel
+
+    def _add_handle(self, h: Handle) -> int:
+        fh = self._next_fh
+        self._next_fh += 1
+        self.handles[fh] = h
+        return fh
+
+    def _handle(self, fh: int) -> Handle:
+        h = self.handles.get(fh)
+        if h is None:
+            raise fail(errno.EBADF)
+        return h
+
+    def _native_attr(self, node: Node, st: os.stat_result) -> pyfuse3.EntryAttributes:
+        a = pyfuse3.EntryAttributes()
+        a.st_ino = node.ino
+        a.generation = 0
+        a.entry_timeout = self.options.entry_timeout
+        a.attr_timeout = self.options.attr_timeout
+        a.st_mode = st.st_mode
+        a.st_nlink = st.st_nlink
+        a.st_uid = st.st_uid
+        a.st_gid = st.st_gid
+        a.st_rdev = st.st_rdev
+        a.st_size = st.st_size
+        a.st_blksize = st.st_blksize
+        a.st_blocks = st.st_blocks
+        a.st_atime_ns = st.st_atime_ns
+        a.st_mtime_ns = st.st_mtime_ns
+        a.st_ctime_ns = st.st_ctime_ns
+        node.attr_sig = _sig(st)
+        return a
+
+    def _synthetic_attr(self, node: Node, e: Entry) -> pyfuse3.EntryAttributes:
+        a = pyfuse3.EntryAttributes()
+        a.st_ino = node.ino
+        a.generation = 0
+        a.entry_timeout = self.options.synthetic_timeout
+        a.attr_timeout = self.options.synthetic_timeout
+        a.st_mode = e.mode
+        a.st_nlink = 2 if e.is_dir else 1
+        a.st_uid = e.access.uid
+        a.st_gid = e.access.gid
+        a.st_size = e.size
+        a.st_blksize = BLOCK
+        a.st_blocks = (e.size + 511) // 512
+        a.st_atime_ns = a.st_mtime_ns = a.st_ctime_ns = e.mtime_ns
+        node.size = e.size
+        return a
+
+    def _tree(self, node: Node) -> SyntheticTree:
+        return self.trees[node.tree]
+
+    def _native_stat(self, node: Node) -> os.stat_result:
+        """Stat through a name (preferring one that still leads to this inode),
+        else through an open handle (an unlinked but open file)."""
+        first: os.stat_result | None = None
+        for rel in self.table.paths(node):
+            try:
+                st = self.native.lstat(rel)
+            except FileNotFoundError:
+                continue
+            if node is self.table.root or (st.st_dev, st.st_ino) == node.key:
+                return st
+            first = first or st
+        if first is not None:
+            return first
+        for h in self.handles.values():
+            if isinstance(h, NativeOpen) and h.node is node:
+                return os.fstat(h.fh.fd)
+        raise fail(errno.ENOENT)
+
+    async def _entry(self, node: Node) -> Entry:
+        e = await self._tree(node).entry(node.spath)
+        if e is None:
+            raise fail(errno.ENOENT)
+        return e
+
+    async def _attr(self, node: Node) -> pyfuse3.EntryAttributes:
+        if node.native:
+            return self._native_attr(node, self._native_stat(node))
+        return self._synthetic_attr(node, await self._entry(node))
+
+    async def _lookup(self, parent: Node, name: str) -> tuple[Node, pyfuse3.EntryAttributes]:
+        """Find ``name`` in ``parent`` without taking a kernel reference."""
+        if parent is self.table.root and name in RESERVED:
+            node = self.table.synthetic(Tree(name), "")
+            return node, self._synthetic_attr(node, await self._entry(node))
+        if parent.native:
+            st = self.native.lstat(join(self._path(parent), name))
+            node = self.table.native(parent, name, (st.st_dev, st.st_ino))
+            return node, self._native_attr(node, st)
+        spath = join(parent.spath, name)
+        e = await self._tree(parent).entry(spath)
+        if e is None:
+            raise fail(errno.ENOENT)
+        node = self.table.synthetic(parent.tree, spath)
+        return node, self._synthetic_attr(node, e)
+
+    def _writable_parent(self, parent: Node, name: str | None = None) -> str:
+        """The native path of a directory about to change; EROFS in generated trees."""
+        if not parent.native:
+            raise fail(errno.EROFS)
+        if name is not None and parent is self.table.root and name in RESERVED:
+            raise fail(errno.EPERM)
+        return self._path(parent)
+
+    @staticmethod
+    def _creds(ctx: pyfuse3.RequestContext) -> Creds:
+        return Creds(ctx.uid, ctx.gid, ctx.umask)
+
+    def _created(self, parent: Node, name: str, st: os.stat_result) -> pyfuse3.EntryAttributes:
+        node = self.table.native(parent, name, (st.st_dev, st.st_ino))
+        self.table.remember(node)
+        return self._native_attr(node, st)
+
+    # -- lookups and attributes
+
+    @handler
+    async def lookup(
+        self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext
+    ) -> pyfuse3.EntryAttributes:
+        node, attr = await self._lookup(self._node(parent_inode), os.fsdecode(name))
+        self.table.remember(node)
+        return attr
+
+    @handler
+    async def forget(self, inode_list: Sequence[tuple[int, int]]) -> None:
+        for ino, count in inode_list:
+            self.table.forget(ino, count)
+
+    @handler
+    async def getattr(self, inode: int, ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
+        return await self._attr(self._node(inode))
+
+    @handler
+    async def setattr(
+        self,
+        inode: int,
+        attr: pyfuse3.EntryAttributes,
+        fields: pyfuse3.SetattrFields,
+        fh: int | None,
+        ctx: pyfuse3.RequestContext,
+    ) -> pyfuse3.EntryAttributes:
+        node = self._node(inode)
+        if not node.native:
+            raise fail(errno.EROFS)
+        handle = self.handles.get(fh) if fh is not None else None
+        native_fh = handle.fh if isinstance(handle, NativeOpen) else None
+        change = SetAttr(
+            mode=attr.st_mode if fields.update_mode else None,
+            uid=attr.st_uid if fields.update_uid else None,
+            gid=attr.st_gid if fields.update_gid else None,
+            size=attr.st_size if fields.update_size else None,
+            atime_ns=attr.st_atime_ns if fields.update_atime else None,
+            mtime_ns=attr.st_mtime_ns if fields.update_mtime else None,
+        )
+        st = await self.native.setattr(self._path(node), native_fh, change)
+        return self._native_attr(node, st)
+
+    @handler
+    async def readlink(self, inode: int, ctx: pyfuse3.RequestContext) -> bytes:
+        node = self._node(inode)
+        if not node.native:
+            raise fail(errno.EINVAL)
+        return self.native.readlink(self._path(node))
+
+    @handler
+    async def statfs(self, ctx: pyfuse3.RequestContext) -> pyfuse3.StatvfsData:
+        sv = self.native.statvfs()
+        out = pyfuse3.StatvfsData()
+        for name in (
+            "f_bsize",
+            "f_frsize",
+            "f_blocks",
+            "f_bfree",
+            "f_bavail",
+            "f_files",
+            "f_ffree",
+            "f_favail",
+            "f_namemax",
+        ):
+            setattr(out, name, getattr(sv, name))
+        return out
+
+    # -- directory entries (native only)
+
+    @handler
+    async def mknod(
+        self, parent_inode: int, name: bytes, mode: int, rdev: int, ctx: pyfuse3.RequestContext
+    ) -> pyfuse3.EntryAttributes:
+        parent, n = self._node(parent_inode), os.fsdecode(name)
+        st = await self.native.mknod(self._writable_parent(parent), n, mode, rdev, self._creds(ctx))
+        return self._created(parent, n, st)
+
+    @handler
+    async def mkdir(
+        self, parent_inode: int, name: bytes, mode: int, ctx: pyfuse3.RequestContext
+    ) -> pyfuse3.EntryAttributes:
+        parent, n = self._node(parent_inode), os.fsdecode(name)
+        st = await self.native.mkdir(self._writable_parent(parent), n, mode, self._creds(ctx))
+        return self._created(parent, n, st)
+
+    @handler
+    async def symlink(
+        self, parent_inode: int, name: bytes, target: bytes, ctx: pyfuse3.RequestContext
+    ) -> pyfuse3.EntryAttributes:
+        parent, n = self._node(parent_inode), os.fsdecode(name)
+        st = await self.native.symlink(self._writable_parent(parent), n, target, self._creds(ctx))
+        return self._created(parent, n, st)
+
+    @handler
+    async def link(
+        self, inode: int, new_parent_inode: int, new_name: bytes, ctx: pyfuse3.RequestContext
+    ) -> pyfuse3.EntryAttributes:
+        node, parent, n = self._node(inode), self._node(new_parent_inode), os.fsdecode(new_name)
+        if not node.native:
+            raise fail(errno.EROFS)
+        st = await self.native.link(self._path(node), self._writable_parent(parent), n)
+        return self._created(parent, n, st)
+
+    @handler
+    async def unlink(self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
+        parent, n = self._node(parent_inode), os.fsdecode(name)
+        await self.native.unlink(self._writable_parent(parent, n), n)
+        self.table.remove_link((parent.ino, n))
+
+    @handler
+    async def rmdir(self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
+        parent, n = self._node(parent_inode), os.fsdecode(name)
+        await self.native.rmdir(self._writable_parent(parent, n), n)
+        self.table.remove_link((parent.ino, n))
+
+    @handler
+    async def rename(
+        self,
+        parent_inode_old: int,
+        name_old: bytes,
+        parent_inode_new: int,
+        name_new: bytes,
+        flags: int,
+        ctx: pyfuse3.RequestContext,
+    ) -> None:
+        old_parent, old = self._node(parent_inode_old), os.fsdecode(name_old)
+        new_parent, new = self._node(parent_inode_new), os.fsdecode(name_new)
+        old_dir = self._writable_parent(old_parent, old)
+        new_dir = self._writable_parent(new_parent, new)
+        await self.native.rename(old_dir, old, new_dir, new, flags)
+        if flags & pyfuse3.RENAME_EXCHANGE:
+            self.table.exchange_links((old_parent.ino, old), (new_parent.ino, new))
+        else:
+            self.table.move_link((old_parent.ino, old), (new_parent.ino, new))
+
+    # -- files
+
+    @handler
+    async def open(self, inode: int, flags: int, ctx: pyfuse3.RequestContext) -> pyfuse3.FileInfo:
+        node = self._node(inode)
+        if node.native:
+            return await self._open_native(node, flags)
+        if flags & os.O_ACCMODE != os.O_RDONLY or flags & os.O_TRUNC:
+            raise fail(errno.EROFS)
+        e = await self._entry(node)
+        if e.is_dir:
+            raise fail(errno.EISDIR)
+        if e.data is not None:
+            if len(e.data) != node.size:
+                self._invalidate_attrs(node.ino)  # the kernel must not cut the snapshot short
+            self.table.opened(node)
+            return pyfuse3.FileInfo(fh=self._add_handle(DataHandle(node, e.data)), keep_cache=False)
+        if e.blob is not None:
+            fd = os.open(e.blob, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        elif e.native is not None:
+            fd = open_beneath(self.native.root_fd, e.native, os.O_RDONLY)
+        else:
+            raise fail(errno.EIO)
+        self.table.opened(node)
+        return pyfuse3.FileInfo(fh=self._add_handle(FdHandle(node, fd)), keep_cache=True)
+
+    async def _open_native(self, node: Node, flags: int) -> pyfuse3.FileInfo:
+        rel = self._path(node)
+        fh = await self.native.open(rel, flags, functools.partial(self.table.path, node))
+        try:
+            st = os.fstat(fh.fd)
+        except BaseException:
+            os.close(fh.fd)
+            raise
+        direct = bool(flags & os.O_DIRECT)
+        sig = _sig(st)
+        if sig != node.attr_sig:
+            # Changed behind the kernel's back (or by a hard link): its cached
+            # size would cut reads short.
+            self._invalidate_attrs(node.ino)
+            node.attr_sig = None
+        keep = node.cache_sig == sig and not fh.written
+        node.cache_sig = None if direct else sig
+        self.table.opened(node)
+        fi = pyfuse3.FileInfo(fh=self._add_handle(NativeOpen(node, fh, direct)))
+        fi.direct_io = direct
+        fi.keep_cache = keep
+        return fi
+
+    @handler
+    async def create(
+        self, parent_inode: int, name: bytes, mode: int, flags: int, ctx: pyfuse3.RequestContext
+    ) -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes]:
+        parent, n = self._node(parent_inode), os.fsdecode(name)
+        pdir = self._writable_parent(parent)
+        if parent is self.table.root and n in RESERVED:
+            raise fail(errno.EEXIST)
+        holder: list[Node] = []
+        fh, st = await self.native.create(
+            pdir,
+            n,
+            mode,
+            flags,
+            self._creds(ctx),
+            lambda: self.table.path(holder[0]) if holder else None,
+        )
+        attr = self._created(parent, n, st)
+        node = self._node(attr.st_ino)
+        holder.append(node)
+        node.cache_sig = None
+        self.table.opened(node)
+        direct = bool(flags & os.O_DIRECT)
+        fi = pyfuse3.FileInfo(fh=self._add_handle(NativeOpen(node, fh, direct)))
+        fi.direct_io = direct
+        return fi, attr
+
+    @handler
+    async def read(self, fh: int, off: int, size: int) -> bytes:
+        h = self._handle(fh)
+        if isinstance(h, NativeOpen):
+            return os.pread(h.fh.fd, size, off)
+        if isinstance(h, DataHandle):
+            return h.data[off : off + size]
+        if isinstance(h, FdHandle):
+            return os.pread(h.fd, size, off)
+        raise fail(errno.EISDIR)
+
+    @handler
+    async def write(self, fh: int, off: int, buf: bytes) -> int:
+        h = self._handle(fh)
+        if not isinstance(h, NativeOpen):
+            raise fail(errno.EBADF)
+        return await self.native.write(h.fh, off, buf)
+
+    @handler
+    async def flush(self, fh: int) -> None:
+        h = self._handle(fh)
+        if isinstance(h, NativeOpen):
+            self.native.flush(h.fh)
+
+    @handler
+    async def fsync(self, fh: int, datasync: bool) -> None:
+        h = self._handle(fh)
+        if isinstance(h, NativeOpen):
+            await self.native.fsync(h.fh, datasync)
+
+    @handler
+    async def release(self, fh: int) -> None:
+        h = self.handles.pop(fh, None)
+        if h is None:
+            return
+        try:
+            if isinstance(h, NativeOpen):
+                if h.fh.written and not h.direct:
+                    # The kernel's cache saw every write through this handle.
+                    h.node.cache_sig = _sig(os.fstat(h.fh.fd))
+                elif h.direct and h.fh.written:
+                    h.node.cache_sig = None
+                await self.native.release(h.fh)
+            elif isinstance(h, FdHandle):
+                os.close(h.fd)
+        finally:
+            if not isinstance(h, DirHandle):
+                self.table.closed(h.node)
+
+    # -- directories
+
+    @handler
+    async def opendir(self, inode: int, ctx: pyfuse3.RequestContext) -> int:
+        node = self._node(inode)
+        self.table.opened(node)
+        return self._add_handle(DirHandle(node))
+
+    async def _listdir(self, node: Node) -> list[str]:
+        if not node.native:
+            return await self._tree(node).children(node.spath)
+        names = self.native.listdir(self._path(node))
+        if node is self.table.root:
+            names = sorted(RESERVED) + [n for n in names if n not in RESERVED]
+        return names
+
+    def _dot_attr(self, ino: int) -> pyfuse3.EntryAttributes:
+        a = pyfuse3.EntryAttributes()
+        a.st_ino = ino
+        a.st_mode = stat.S_IFDIR
+        return a
+
+    def _parent_ino(self, node: Node) -> int:
+        if node.native:
+            for parent_ino, _ in reversed(list(node.links)):
+                return parent_ino
+            return node.ino
+        if not node.spath:
+            return self.table.root.ino
+        parent = self.table.find_synthetic(node.tree, split(node.spath)[0])
+        return parent.ino if parent is not None else self.table.root.ino
+
+    @handler
+    async def readdir(self, fh: int, start_id: int, token: pyfuse3.ReaddirToken) -> None:
+        h = self._handle(fh)
+        if not isinstance(h, DirHandle):
+            raise fail(errno.ENOTDIR)
+        dnode = h.node
+        if start_id == 0 or h.names is None:
+            # Offsets index this listing, which stays fixed until a rewind.
+            h.names = [".", "..", *await self._listdir(dnode)]
+        for i in range(start_id, len(h.names)):
+            name = h.names[i]
+            if name == ".":
+                if not pyfuse3.readdir_reply(token, b".", self._dot_attr(dnode.ino), i + 1):
+                    return
+                continue
+            if name == "..":
+                attr = self._dot_attr(self._parent_ino(dnode))
+                if not pyfuse3.readdir_reply(token, b"..", attr, i + 1):
+                    return
+                continue
+            try:
+                node, attr = await self._lookup(dnode, name)
+            except pyfuse3.FUSEError:
+                continue  # gone since the listing was taken
+            except OSError as exc:
+                if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+                    continue
+                raise
+            if not pyfuse3.readdir_reply(token, os.fsencode(name), attr, i + 1):
+                self.table.discard_unused(node)
+                return
+            self.table.remember(node)
+
+    @handler
+    async def releasedir(self, fh: int) -> None:
+        h = self.handles.pop(fh, None)
+        if isinstance(h, DirHandle):
+            self.table.closed(h.node)
+
+    @handler
+    async def fsyncdir(self, fh: int, datasync: bool) -> None:
+        h = self._handle(fh)
+        if isinstance(h, DirHandle) and h.node.native:
+            fd = open_beneath(self.native.root_fd, self._path(h.node), os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                await self.native.slow(os.fsync, fd)
+            finally:
+                os.close(fd)
+
+    # -- extended attributes
+
+    def _sw_xattrs(self, rel: str) -> dict[str, str]:
+        out: dict[str, str] = {}
+        if not rel:
+            out = {"source": self.src, "store": self.store}
+        state = self.engine.file_state(RelPath(rel))
+        if state is not None:
+            out["freshness"] = str(state.freshness)
+            out["versions"] = str(state.versions)
+            if state.hash is not None:
+                out["hash"] = state.hash
+            if state.baseline_hash is not None:
+                out["baseline_hash"] = state.baseline_hash
+        return out
+
+    async def _xattrs(self, node: Node) -> dict[str, str]:
+        if node.native:
+            return self._sw_xattrs(self._path(node))
+        return dict((await self._entry(node)).xattrs)
+
+    @handler
+    async def getxattr(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> bytes:
+        node, n = self._node(inode), os.fsdecode(name)
+        if n.startswith(XATTR_PREFIX) or not node.native:
+            value = (await self._xattrs(node)).get(n[len(XATTR_PREFIX) :])
+            if value is None or not n.startswith(XATTR_PREFIX):
+                raise fail(errno.ENODATA)
+            return value.encode()
+        return self.native.getxattr(self._path(node), n)
+
+    @handler
+    async def listxattr(self, inode: int, ctx: pyfuse3.RequestContext) -> list[bytes]:
+        node = self._node(inode)
+        names = [os.fsencode(XATTR_PREFIX + k) for k in await self._xattrs(node)]
+        if node.native:
+            own = self.native.listxattr(self._path(node))
+            names = [os.fsencode(n) for n in own if not n.startswith(XATTR_PREFIX)] + names
+        return names
+
+    @handler
+    async def setxattr(
+        self, inode: int, name: bytes, value: bytes, ctx: pyfuse3.RequestContext
+    ) -> None:
+        node, n = self._node(inode), os.fsdecode(name)
+        if not node.native:
+            raise fail(errno.EROFS)
+        if n.startswith(XATTR_PREFIX):
+            raise fail(errno.EPERM)
+        self.native.setxattr(self._path(node), n, value)
+
+    @handler
+    async def removexattr(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
+        node, n = self._node(inode), os.fsdecode(name)
+        if not node.native:
+            raise fail(errno.EROFS)
+        if n.startswith(XATTR_PREFIX):
+            raise fail(errno.EPERM)
+        self.native.removexattr(self._path(node), n)
+
+    # -- kernel cache invalidation
+
+    def _invalidate_attrs(self, ino: int) -> None:
+        """Drop the kernel's cached attributes of ``ino``.  Attributes only: that
+        takes no page locks, so unlike a data invalidation it is safe inside a
+        handler."""
+        if self.mounted:
+            _invalidate_attrs(ino)
+
+    def _changed(self, rel: RelPath) -> None:
+        """Engine listener: what the engine shows for ``rel`` changed."""
+        try:
+            trio.lowlevel.current_trio_token()
+        except RuntimeError:  # called from a worker thread after all
+            if self._token is not None:
+                trio.from_thread.run_sync(self._changed, rel, trio_token=self._token)
+            return
+        self.gen.bump()
+        self._pending.rels.add(str(rel))
+        self._pending.wake.set()
+
+    async def run_invalidator(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """Send kernel cache invalidations from a worker thread: the kernel may
+        wait on pages an in-flight request holds, so never from a handler."""
+        self._token = trio.lowlevel.current_trio_token()
+        task_status.started()
+        while True:
+            await self._pending.wake.wait()
+            rels = self._pending.rels
+            self._pending = _Pending()
+            inodes, entries = self._invalidations(rels)
+            if self.mounted:
+                await trio.to_thread.run_sync(_notify_kernel, inodes, entries)
+
+    def _invalidations(self, rels: set[str]) -> tuple[list[int], list[tuple[int, bytes]]]:
+        inodes: set[int] = set()
+        entries: list[tuple[int, bytes]] = []
+        review_done = False
+        for rel in rels:
+            node = self.table.find_native(rel)
+            if node is not None and node is not self.table.root:
+                inodes.add(node.ino)
+                if not self._still_there(node, rel):
+                    parent = self.table.find_native(split(rel)[0])
+                    if parent is not None:
+                        entries.append((parent.ino, os.fsencode(split(rel)[1])))
+            for tree in (Tree.PARSED, Tree.VERSIONS):
+                inodes.update(n.ino for n in self.table.synthetic_below(tree, rel))
+            if not review_done:
+                inodes.update(n.ino for n in self.table.synthetic_below(Tree.REVIEW, ""))
+                review_done = True
+        for tree in SYNTHETIC_TREES:
+            root = self.table.find_synthetic(tree, "")
+            if root is not None:
+                inodes.add(root.ino)
+        return sorted(inodes), entries
+
+    def _still_there(self, node: Node, rel: str) -> bool:
+        try:
+            st = self.native.lstat(rel)
+        except OSError:
+            return False
+        return (st.st_dev, st.st_ino) == node.key
+
+
+def _sig(st: os.stat_result) -> tuple[int, int, int]:
+    return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+
+def _invalidate_attrs(ino: int) -> None:
+    try:
+        pyfuse3.invalidate_inode(ino, attr_only=True)
+    except OSError as exc:
+        if exc.errno != errno.ENOENT:
+            log.debug("invalidate_inode(%d, attr_only): %s", ino, exc)
+
+
+def _notify_kernel(inodes: list[int], entries: list[tuple[int, bytes]]) -> None:
+    for ino in inodes:
+        try:
+            pyfuse3.invalidate_inode(ino, attr_only=False)
+        except OSError as exc:
+            if exc.errno != errno.ENOENT:
+                log.debug("invalidate_inode(%d): %s", ino, exc)
+    for parent, name in entries:
+        try:
+            pyfuse3.invalidate_entry_async(parent, name, ignore_enoent=True)
+        except Exception:
+            log.exception("invalidate_entry_async(%d, %r)", parent, name)
+
+
+def _hidden(src: str, store: str) -> frozenset[str]:
+    hidden = {".swfs"}
+    rel = os.path.relpath(os.path.realpath(store), os.path.realpath(src))
+    if rel != "." and not rel.startswith(".."):
+        hidden.add(rel.replace(os.sep, "/"))
+    return frozenset(hidden)

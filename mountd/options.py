@@ -1,0 +1,47 @@
+"""Mount options: what ``swfs mount`` lets a user tune about the daemon."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+StalePolicy = Literal["serve", "wait"]
+
+FUSE_CONF = Path("/etc/fuse.conf")
+
+
+def may_allow_other(conf: Path = FUSE_CONF) -> bool:
+    """True when fusermount3 lets this user mount with ``allow_other``."""
+    if os.geteuid() == 0:
+        return True
+    try:
+        text = conf.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+    return any(line.split("#", 1)[0].strip() == "user_allow_other" for line in text.splitlines())
+
+
+@dataclass(frozen=True)
+class MountOptions:
+    stale: StalePolicy = "serve"
+    stale_wait: float = 10.0  # seconds a stale read may wait with stale='wait'
+    pending_wait: float = 10.0  # seconds a read of a pending view waits for its parse
+    allow_other: bool | None = None  # None: whenever the mounting user may
+    entry_timeout: float = 60.0  # kernel dentry cache, native tree
+    attr_timeout: float = 60.0  # kernel attribute cache, native tree
+    synthetic_timeout: float = 1.0  # dentry and attribute cache of the generated trees
+    debug: bool = False
+    max_tasks: int = 64  # concurrent FUSE requests
+
+    def __post_init__(self) -> None:
+        if self.stale not in ("serve", "wait"):
+            raise ValueError(f"stale policy must be 'serve' or 'wait', not {self.stale!r}")
+        for name in ("stale_wait", "pending_wait", "entry_timeout", "attr_timeout"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must not be negative")
+
+    @property
+    def resolved_allow_other(self) -> bool:
+        return may_allow_other() if self.allow_other is None else self.allow_other

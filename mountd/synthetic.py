@@ -1,0 +1,427 @@
+"""Generated read-only trees: the common entry type and the three providers.
+
+A provider maps a path inside its tree ('' is the tree's root) to an
+``Entry`` and lists directories; it never mutates anything.  Listings are
+built from the engine and cached until the engine reports a change (or a
+short time passes, in case a change went unreported).
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+import posixpath
+import stat
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Generic, Protocol, TypeVar
+
+from mountd.nodes import Tree
+from mountd.options import MountOptions
+from swfs.api import (
+    Access,
+    EngineAPI,
+    Freshness,
+    Hash,
+    ParsedView,
+    RelPath,
+    ReviewEntry,
+    Version,
+)
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+INDEX_TTL = 2.0  # seconds a cached listing is trusted without a change event
+SNAPSHOTS = "@snapshots"
+
+
+@dataclass(frozen=True)
+class Entry:
+    is_dir: bool
+    access: Access
+    size: int = 0
+    mtime_ns: int = 0
+    xattrs: Mapping[str, str] = field(default_factory=dict)  # names without 'user.sw.'
+    data: bytes | None = None  # a file's content, when generated in memory
+    blob: str | None = None  # else: a path the daemon opens read-only
+    native: str | None = None  # else: a native file (relative to SRC)
+
+    @property
+    def mode(self) -> int:
+        read = self.access.mode & 0o444
+        if self.is_dir:
+            return stat.S_IFDIR | read | (read >> 2)
+        return stat.S_IFREG | read
+
+
+class SyntheticTree(Protocol):
+    tree: Tree
+
+    async def entry(self, path: str) -> Entry | None: ...
+    async def children(self, path: str) -> list[str]: ...
+
+
+class Generation:
+    """Counts engine change events, so cached listings know when to rebuild."""
+
+    def __init__(self) -> None:
+        self.value = 0
+
+    def bump(self) -> None:
+        self.value += 1
+
+
+class _Index:
+    """A directory tree over a set of relative paths (files at the leaves)."""
+
+    def __init__(self, leaves: Iterable[str]) -> None:
+        self.leaves: set[str] = set()
+        self.dirs: dict[str, set[str]] = {"": set()}
+        for leaf in leaves:
+            self.add(leaf)
+
+    def add(self, leaf: str) -> None:
+        self.leaves.add(leaf)
+        child = leaf
+        while child:
+            parent, _, name = child.rpartition("/")
+            kids = self.dirs.setdefault(parent, set())
+            if name in kids:
+                break  # its ancestors are in already
+            kids.add(name)
+            child = parent
+
+
+class _Cached(Generic[T]):
+    """A value rebuilt on the next use after a change event or INDEX_TTL."""
+
+    def __init__(self, gen: Generation, build: Callable[[], T]) -> None:
+        self._gen, self._build = gen, build
+        self._value: T | None = None
+        self._at = (-1, 0.0)
+
+    def get(self) -> T:
+        now = time.monotonic()
+        if self._value is None or self._at[0] != self._gen.value or now - self._at[1] > INDEX_TTL:
+            self._value = self._build()
+            self._at = (self._gen.value, now)
+        return self._value
+
+
+class Base:
+    tree: Tree
+
+    def __init__(self, engine: EngineAPI, gen: Generation, options: MountOptions) -> None:
+        self.engine, self.gen, self.options = engine, gen, options
+        self.started_ns = time.time_ns()
+
+    def access(self, rel: str) -> Access:
+        """The owner and bits of ``rel``; for an unknown path only its owner may
+        read (the workspace root's owner), never everyone."""
+        acc = self.engine.access(RelPath(rel))
+        if acc is not None:
+            return acc
+        root = self.engine.access(RelPath(""))
+        if root is None:
+            return Access(0, 0, 0o400)
+        return Access(root.uid, root.gid, root.mode & 0o400)
+
+    def dir_entry(self, rel: str, xattrs: Mapping[str, str] | None = None) -> Entry:
+        return Entry(True, self.access(rel), mtime_ns=self.started_ns, xattrs=xattrs or {})
+
+
+# -- .parsed
+
+
+def view_xattrs(view: ParsedView, locator: str | None = None) -> dict[str, str]:
+    out = {
+        "freshness": str(view.freshness),
+        "source": view.rel,
+        "source_hash": view.source_hash,
+        "current_hash": view.current_hash,
+        "locator": locator,
+        "parser": view.parser,
+        "error": view.error,
+    }
+    return {k: v for k, v in out.items() if v is not None}
+
+
+class ParsedTree(Base):
+    tree = Tree.PARSED
+
+    def __init__(self, engine: EngineAPI, gen: Generation, options: MountOptions) -> None:
+        super().__init__(engine, gen, options)
+        self._index = _Cached(gen, lambda: _Index(str(p) for p in engine.parsed_paths()))
+
+    def index(self) -> _Index:
+        return self._index.get()
+
+    async def view(self, rel: str) -> ParsedView | None:
+        """The view of ``rel``, after waiting for a pending (or, with
+        --stale=wait, a stale) one as long as the mount allows."""
+        view = self.engine.parsed_view(RelPath(rel))
+        if view is None:
+            return None
+        limit = None
+        if view.freshness is Freshness.PENDING:
+            limit = self.options.pending_wait
+        elif view.freshness is Freshness.STALE and self.options.stale == "wait":
+            limit = self.options.stale_wait
+        if limit:
+            await self.engine.wait_view(RelPath(rel), limit)
+            view = self.engine.parsed_view(RelPath(rel))
+        return view
+
+    def _locate(self, path: str) -> tuple[str, str | None] | None:
+        """(view rel, unit name or None) for a path inside a view."""
+        idx = self.index()
+        if path in idx.leaves:
+            return path, None
+        parent, _, name = path.rpartition("/")
+        if parent in idx.leaves:
+            return parent, name
+        return None
+
+    async def entry(self, path: str) -> Entry | None:
+        loc = self._locate(path)
+        if loc is None:
+            if path in self.index().dirs:
+                return self.dir_entry(path)
+            return None
+        rel, unit_name = loc
+        view = await self.view(rel)
+        if view is None:
+            return None
+        acc = self.access(rel)
+        if unit_name is None:
+            return Entry(True, acc, mtime_ns=self.started_ns, xattrs=view_xattrs(view))
+        for unit in view.units:
+            if unit.name == unit_name:
+                return Entry(
+                    False,
+                    acc,
+                    size=len(unit.content),
+                    mtime_ns=self.started_ns,
+                    xattrs=view_xattrs(view, unit.locator),
+                    data=unit.content,
+                )
+        return None
+
+    async def children(self, path: str) -> list[str]:
+        loc = self._locate(path)
+        if loc is None:
+            return sorted(self.index().dirs.get(path, ()))
+        rel, unit_name = loc
+        if unit_name is not None:
+            return []
+        view = await self.view(rel)
+        return [] if view is None else [u.name for u in view.units]
+
+
+# -- .review
+
+SUMMARY = "SUMMARY.md"
+ALL_DIFF = "ALL.diff"
+
+
+class ReviewTree(Base):
+    tree = Tree.REVIEW
+
+    def __init__(self, engine: EngineAPI, gen: Generation, options: MountOptions) -> None:
+        super().__init__(engine, gen, options)
+        self._entries = _Cached(gen, self._build)
+        self._blobs: dict[str, bytes] = {}
+        self._blobs_gen = -1
+
+    def _build(self) -> tuple[_Index, dict[str, ReviewEntry]]:
+        by_diff: dict[str, ReviewEntry] = {}
+        for e in self.engine.review():
+            by_diff[f"{e.rel}.diff"] = e
+        return _Index(by_diff), by_diff
+
+    def _content(self, key: str, make: Callable[[], bytes | None]) -> bytes | None:
+        if self._blobs_gen != self.gen.value:
+            self._blobs.clear()
+            self._blobs_gen = self.gen.value
+        if key not in self._blobs:
+            data = make()
+            if data is None:
+                return None
+            self._blobs[key] = data
+        return self._blobs[key]
+
+    def _file(self, rel: str, data: bytes, xattrs: Mapping[str, str]) -> Entry:
+        return Entry(False, self.access(rel), len(data), self.started_ns, xattrs=xattrs, data=data)
+
+    async def entry(self, path: str) -> Entry | None:
+        if path == SUMMARY:
+            data = self._content(SUMMARY, self.engine.review_summary)
+            return None if data is None else self._file("", data, {})
+        if path == ALL_DIFF:
+            data = self._content(ALL_DIFF, self.engine.review_all_diff)
+            return None if data is None else self._file("", data, {})
+        idx, by_diff = self._entries.get()
+        if path in by_diff:
+            e = by_diff[path]
+            rel = path[: -len(".diff")]
+            data = self._content(path, lambda: self.engine.review_diff(RelPath(rel)))
+            if data is None:
+                return None
+            xattrs = {
+                "status": str(e.status),
+                "baseline_hash": e.baseline_hash,
+                "current_hash": e.current_hash,
+            }
+            return self._file(rel, data, {k: v for k, v in xattrs.items() if v})
+        if path in idx.dirs:
+            return self.dir_entry(path)
+        return None
+
+    async def children(self, path: str) -> list[str]:
+        idx = self._entries.get()[0]
+        names = sorted(idx.dirs.get(path, ()))
+        if not path:
+            names = [SUMMARY, ALL_DIFF] + [n for n in names if n not in (SUMMARY, ALL_DIFF)]
+        return names
+
+
+# -- .versions
+
+
+def version_name(rel: str, v: Version) -> str:
+    ext = posixpath.splitext(posixpath.basename(rel))[1]
+    return f"{v.number:04d}-{v.hash[:8]}{ext}"
+
+
+def iso(t: float) -> str:
+    return datetime.datetime.fromtimestamp(t, datetime.UTC).isoformat()
+
+
+class VersionsTree(Base):
+    tree = Tree.VERSIONS
+
+    def __init__(self, engine: EngineAPI, gen: Generation, options: MountOptions) -> None:
+        super().__init__(engine, gen, options)
+        self._index = _Cached(gen, lambda: _Index(str(p) for p in engine.versioned_paths()))
+        self._snaps = _Cached(gen, self._build_snapshots)
+
+    def _build_snapshots(self) -> dict[str, tuple[_Index, Mapping[RelPath, Hash]]]:
+        out: dict[str, tuple[_Index, Mapping[RelPath, Hash]]] = {}
+        for name in self.engine.snapshots():
+            manifest = self.engine.snapshot_manifest(name)
+            out[name] = (_Index(str(r) for r in manifest), manifest)
+        return out
+
+    def index(self) -> _Index:
+        return self._index.get()
+
+    def snapshots(self) -> dict[str, tuple[_Index, Mapping[RelPath, Hash]]]:
+        return self._snaps.get()
+
+    def _versions(self, rel: str) -> dict[str, Version]:
+        return {version_name(rel, v): v for v in self.engine.versions(RelPath(rel)) if v.available}
+
+    def _blob_size(self, path: str) -> int:
+        try:
+            return os.stat(path, follow_symlinks=False).st_size
+        except OSError:
+            return 0
+
+    def _version_entry(self, rel: str, v: Version) -> Entry | None:
+        blob = self.engine.version_file(RelPath(rel), v.number)
+        native = None
+        if blob is None:
+            state = self.engine.file_state(RelPath(rel))
+            if state is None or state.hash != v.hash:
+                return None
+            native = rel
+        size = v.size
+        if size is None:
+            size = self._blob_size(blob) if blob is not None else 0
+        return Entry(
+            False,
+            self.access(rel),
+            size=size,
+            mtime_ns=int(v.recorded_at * 1e9),
+            xattrs={"hash": v.hash, "recorded_at": iso(v.recorded_at), "cause": str(v.cause)},
+            blob=blob,
+            native=native,
+        )
+
+    async def entry(self, path: str) -> Entry | None:
+        if path == SNAPSHOTS or path.startswith(SNAPSHOTS + "/"):
+            return self._snapshot_entry(path[len(SNAPSHOTS) + 1 :])
+        idx = self.index()
+        if path in idx.leaves:
+            return self.dir_entry(path)
+        parent, _, name = path.rpartition("/")
+        if parent in idx.leaves:
+            v = self._versions(parent).get(name)
+            return None if v is None else self._version_entry(parent, v)
+        if path in idx.dirs:
+            return self.dir_entry(path)
+        return None
+
+    def _snapshot_entry(self, sub: str) -> Entry | None:
+        if not sub:
+            return self.dir_entry("")
+        name, _, rel = sub.partition("/")
+        snap = self.snapshots().get(name)
+        if snap is None:
+            return None
+        idx, manifest = snap
+        if not rel:
+            return self.dir_entry("")
+        h = manifest.get(RelPath(rel))
+        if h is not None:
+            blob = self.engine.blob_path(h)
+            if blob is None:
+                return None
+            return Entry(
+                False,
+                self.access(rel),
+                size=self._blob_size(blob),
+                mtime_ns=self.started_ns,
+                xattrs={"hash": h},
+                blob=blob,
+            )
+        if rel in idx.dirs:
+            return self.dir_entry(rel)
+        return None
+
+    async def children(self, path: str) -> list[str]:
+        if path == SNAPSHOTS:
+            return sorted(self.snapshots())
+        if path.startswith(SNAPSHOTS + "/"):
+            name, _, rel = path[len(SNAPSHOTS) + 1 :].partition("/")
+            snap = self.snapshots().get(name)
+            if snap is None:
+                return []
+            idx, manifest = snap
+            return sorted(
+                n
+                for n in idx.dirs.get(rel, ())
+                if (h := manifest.get(RelPath(f"{rel}/{n}" if rel else n))) is None
+                or self.engine.blob_path(h) is not None
+            )
+        idx = self.index()
+        if path in idx.leaves:
+            return sorted(self._versions(path))
+        names = sorted(idx.dirs.get(path, ()))
+        if not path:
+            names = [SNAPSHOTS] + [n for n in names if n != SNAPSHOTS]
+        return names
+
+
+def make_trees(
+    engine: EngineAPI, gen: Generation, options: MountOptions
+) -> dict[Tree, ParsedTree | ReviewTree | VersionsTree]:
+    return {
+        Tree.PARSED: ParsedTree(engine, gen, options),
+        Tree.REVIEW: ReviewTree(engine, gen, options),
+        Tree.VERSIONS: VersionsTree(engine, gen, options),
+    }

@@ -1,0 +1,65 @@
+"""Shared fixtures.  Mount fixtures: a real FUSE mount in a subprocess, always
+torn down (lazily unmounted, daemon reaped) even when the test fails."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+
+import pytest
+
+from tests.mountutil import Mount, cleanup_dir, start, workdir
+
+MountFactory = Callable[..., Mount]
+
+
+def fuse_available() -> str | None:
+    """Why real mounts cannot run here, or None when they can."""
+    if not os.path.exists("/dev/fuse"):
+        return "no /dev/fuse"
+    if shutil.which("fusermount3") is None:
+        return "no fusermount3"
+    return None
+
+
+@pytest.fixture
+def mount_tree() -> Iterator[MountFactory]:
+    """``mount_tree({'a.txt': 'hello'}, args=[...], setup=fn)`` -> Mount."""
+    reason = fuse_available()
+    if reason:
+        pytest.skip(reason)
+    mounts: list[Mount] = []
+    dirs: list[Path] = []
+
+    def make(
+        files: Mapping[str, str | bytes] | None = None,
+        *,
+        args: Sequence[str] = (),
+        setup: Callable[[Path], None] | None = None,
+    ) -> Mount:
+        d = workdir()
+        dirs.append(d)
+        src, mnt = d / "src", d / "mnt"
+        src.mkdir()
+        mnt.mkdir()
+        src.chmod(0o755)
+        mnt.chmod(0o755)
+        for rel, content in (files or {}).items():
+            p = src / rel
+            p.parent.mkdir(parents=True, exist_ok=True)
+            data = content.encode() if isinstance(content, str) else content
+            p.write_bytes(data)
+            p.chmod(0o644)
+        if setup is not None:
+            setup(src)
+        m = start(src, mnt, args=args)
+        mounts.append(m)
+        return m
+
+    yield make
+    for m in mounts:
+        m.stop()
+    for d in dirs:
+        cleanup_dir(d)

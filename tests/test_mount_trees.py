@@ -1,0 +1,210 @@
+"""The generated trees through a real mount: .parsed, .review, .versions."""
+
+from __future__ import annotations
+
+import errno
+import functools
+import os
+import subprocess
+from pathlib import Path
+
+import blake3
+import pytest
+
+from tests.conftest import MountFactory
+from tests.mountutil import as_user, ensure_test_user, errno_of
+
+pytestmark = [pytest.mark.mount, pytest.mark.timeout(60)]
+
+
+def h(data: bytes) -> str:
+    return blake3.blake3(data).hexdigest()
+
+
+def test_grep_locates_evidence_in_parsed(mount_tree: MountFactory) -> None:
+    m = mount_tree({"notes.txt": "alpha\nbudget 1200\n", "sub/deep.md": "# t\nbudget 9\n"})
+    out = subprocess.run(
+        ["grep", "-rn", "budget", ".parsed"], cwd=m.mnt, capture_output=True, text=True, check=True
+    ).stdout
+    assert ".parsed/notes.txt/content.txt:3:budget 1200" in out
+    assert ".parsed/sub/deep.md/content.txt:3:budget 9" in out
+    unit = m.mnt / ".parsed/notes.txt/content.txt"
+    text = unit.read_bytes()
+    assert text.startswith(b'<!-- swfs source="notes.txt"')
+    assert unit.stat().st_size == len(text)
+    assert os.getxattr(unit, "user.sw.freshness") == b"current"
+    assert os.getxattr(unit, "user.sw.source") == b"notes.txt"
+    assert os.getxattr(unit, "user.sw.source_hash").decode() == h(b"alpha\nbudget 1200\n")
+    assert os.getxattr(unit, "user.sw.locator") == b"notes.txt#content"
+    assert os.getxattr(unit, "user.sw.parser") == b"text@1"
+    assert errno_of(lambda: os.getxattr(unit, "user.sw.error")) == errno.ENODATA
+    d = m.mnt / ".parsed/notes.txt"
+    assert "user.sw.freshness" in os.listxattr(d)
+    assert "user.sw.locator" not in os.listxattr(d)
+    assert sorted(os.listdir(m.mnt / ".parsed")) == ["notes.txt", "sub"]
+
+
+def test_generated_trees_are_read_only(mount_tree: MountFactory) -> None:
+    m = mount_tree({"a.txt": "a\n"})
+    unit = m.mnt / ".parsed/a.txt/content.txt"
+    version = next((m.mnt / ".versions/a.txt").iterdir())
+    summary = m.mnt / ".review/SUMMARY.md"
+    for target in (unit, version, summary):
+        assert errno_of(functools.partial(open, target, "ab")) == errno.EROFS
+        assert errno_of(functools.partial(os.truncate, target, 0)) == errno.EROFS
+        assert errno_of(functools.partial(os.chmod, target, 0o777)) == errno.EROFS
+        assert errno_of(functools.partial(os.unlink, target)) == errno.EROFS
+        assert errno_of(functools.partial(os.rename, target, m.mnt / "x")) == errno.EROFS
+        assert errno_of(functools.partial(os.setxattr, target, "user.x", b"1")) in (
+            errno.EROFS,
+            errno.EPERM,
+        )
+    for d in (".parsed", ".review", ".versions", ".parsed/a.txt"):
+        assert errno_of(functools.partial(os.mkdir, m.mnt / d / "new")) == errno.EROFS
+        new = m.mnt / d / "new.txt"
+        assert errno_of(functools.partial(new.write_text, "x")) == errno.EROFS
+    assert errno_of(functools.partial(os.rename, m.mnt / "a.txt", m.mnt / ".parsed/b")) in (
+        errno.EROFS,
+        errno.EXDEV,
+    )
+    assert (m.src / "a.txt").read_text() == "a\n"
+
+
+def test_pending_view_waits_and_stale_view_is_marked(mount_tree: MountFactory) -> None:
+    m = mount_tree({"pending.txt": "fresh\n", "stale.txt": "new\n"})
+    text = (m.mnt / ".parsed/pending.txt/content.txt").read_text()
+    assert 'freshness="current"' in text
+    assert "fresh" in text
+    assert ["wait_view", "pending.txt"] in m.calls("wait_view")
+    stale = (m.mnt / ".parsed/stale.txt/content.txt").read_text()
+    assert 'freshness="stale"' in stale
+    assert "old text" in stale
+    assert os.getxattr(m.mnt / ".parsed/stale.txt", "user.sw.freshness") == b"stale"
+    assert ["wait_view", "stale.txt"] not in m.calls("wait_view")
+
+
+def test_stale_wait_policy(mount_tree: MountFactory) -> None:
+    m = mount_tree({"stale.txt": "new\n"}, args=["--stale", "wait"])
+    text = (m.mnt / ".parsed/stale.txt/content.txt").read_text()
+    assert 'freshness="current"' in text
+    assert "new" in text
+
+
+def test_parsed_view_follows_writes(mount_tree: MountFactory) -> None:
+    m = mount_tree({"a.txt": "one\n"})
+    unit = m.mnt / ".parsed/a.txt/content.txt"
+    assert unit.read_text().endswith("one\n")
+    with open(m.mnt / "a.txt", "a") as f:
+        f.write("two and more\n")
+    text = unit.read_text()
+    assert text.endswith("one\ntwo and more\n")
+    assert unit.stat().st_size == len(text.encode())
+
+
+def test_review_tree(mount_tree: MountFactory) -> None:
+    m = mount_tree({"a.txt": "one\n", "gone.txt": "bye\n", "d/keep.txt": "k\n"})
+    with open(m.mnt / "a.txt", "a") as f:
+        f.write("two\n")
+    (m.mnt / "gone.txt").unlink()
+    (m.mnt / "d/new.txt").write_text("hi\n")
+    names = sorted(os.listdir(m.mnt / ".review"))
+    assert names == ["ALL.diff", "SUMMARY.md", "a.txt.diff", "d", "gone.txt.diff"]
+    assert os.listdir(m.mnt / ".review/d") == ["new.txt.diff"]
+    diff = (m.mnt / ".review/a.txt.diff").read_text()
+    assert "+two" in diff
+    summary = (m.mnt / ".review/SUMMARY.md").read_text()
+    assert "modified: a.txt" in summary
+    assert "deleted: gone.txt" in summary
+    assert "added: d/new.txt" in summary
+    assert "+two" in (m.mnt / ".review/ALL.diff").read_text()
+    d = m.mnt / ".review/a.txt.diff"
+    assert os.getxattr(d, "user.sw.status") == b"modified"
+    assert os.getxattr(d, "user.sw.baseline_hash").decode() == h(b"one\n")
+    assert os.getxattr(d, "user.sw.current_hash").decode() == h(b"one\ntwo\n")
+    assert errno_of(
+        lambda: os.getxattr(m.mnt / ".review/d/new.txt.diff", "user.sw.baseline_hash")
+    ) == (errno.ENODATA)
+
+
+def test_versions_tree(mount_tree: MountFactory) -> None:
+    m = mount_tree({"r.txt": "v1\n", "noblob.txt": "cur\n", "Makefile": "all:\n"})
+    (m.mnt / "r.txt").write_text("v2\n")
+    vdir = m.mnt / ".versions/r.txt"
+    names = sorted(os.listdir(vdir))
+    v1, v2 = h(b"v1\n")[:8], h(b"v2\n")[:8]
+    assert names == [f"0001-{v1}.txt", f"0002-{v2}.txt"]
+    first = vdir / names[0]
+    assert first.read_bytes() == b"v1\n"
+    assert first.stat().st_size == 3
+    out = subprocess.run(["cp", str(first), str(m.mnt / "restored.txt")], check=True)
+    assert out.returncode == 0
+    assert (m.src / "restored.txt").read_bytes() == b"v1\n"
+    assert os.getxattr(first, "user.sw.hash").decode() == h(b"v1\n")
+    assert os.getxattr(first, "user.sw.cause") == b"baseline"
+    assert os.getxattr(vdir / names[1], "user.sw.cause") == b"write"
+    assert os.getxattr(first, "user.sw.recorded_at").decode().startswith("20")
+    mk = h(b"all:\n")[:8]
+    assert os.listdir(m.mnt / ".versions/Makefile") == [f"0001-{mk}"]
+    # A current version without a kept blob is served from the native file.
+    (cur,) = os.listdir(m.mnt / ".versions/noblob.txt")
+    assert (m.mnt / ".versions/noblob.txt" / cur).read_bytes() == b"cur\n"
+    # Snapshots.
+    assert os.listdir(m.mnt / ".versions/@snapshots") == ["start"]
+    assert (m.mnt / ".versions/@snapshots/start/r.txt").read_bytes() == b"v1\n"
+    assert "noblob.txt" not in os.listdir(m.mnt / ".versions/@snapshots/start")
+
+
+def test_unreadable_sources_stay_unreadable(mount_tree: MountFactory) -> None:
+    user = ensure_test_user()
+    if user is None:
+        pytest.skip("needs root to create a test user")
+
+    def setup(src: Path) -> None:
+        (src / "private.txt").chmod(0o600)
+
+    m = mount_tree({"private.txt": "secret words\n", "public.txt": "open words\n"}, setup=setup)
+    ok = as_user(user, "cat", f"{m.mnt}/.parsed/public.txt/content.txt")
+    assert ok.returncode == 0, ok.stderr
+    assert b"open words" in ok.stdout
+    for path in (
+        f"{m.mnt}/private.txt",
+        f"{m.mnt}/.parsed/private.txt/content.txt",
+        f"{m.mnt}/.versions/@snapshots/start/private.txt",
+    ):
+        denied = as_user(user, "cat", path)
+        assert denied.returncode != 0, path
+        assert b"Permission denied" in denied.stderr
+    (vname,) = os.listdir(m.mnt / ".versions/private.txt")
+    denied = as_user(user, "cat", f"{m.mnt}/.versions/private.txt/{vname}")
+    assert denied.returncode != 0
+    grep = as_user(user, "grep", "-rn", "words", f"{m.mnt}/.parsed")
+    assert b"open words" in grep.stdout
+    assert b"secret" not in grep.stdout
+    # root still can (the kernel's default_permissions lets root through).
+    assert b"secret" in (m.mnt / ".parsed/private.txt/content.txt").read_bytes()
+
+
+def test_engine_faults_answer_eio_and_the_daemon_survives(mount_tree: MountFactory) -> None:
+    m = mount_tree({"boom.txt": "x\n", "ok.txt": "fine\n"})
+    assert errno_of(lambda: os.getxattr(m.mnt / "boom.txt", "user.sw.hash")) == errno.EIO
+    assert errno_of(lambda: os.listxattr(m.mnt / "boom.txt")) == errno.EIO
+    assert errno_of(lambda: (m.mnt / ".parsed/boom.txt/content.txt").read_bytes()) == errno.EIO
+    # Native bytes do not depend on the engine.
+    assert (m.mnt / "boom.txt").read_bytes() == b"x\n"
+    assert (m.mnt / "ok.txt").read_text() == "fine\n"
+    assert m.proc.poll() is None
+    assert "fake engine fault on boom.txt" in m.log()
+
+
+def test_preserve_failure_fails_the_write(mount_tree: MountFactory) -> None:
+    m = mount_tree({"nospace.txt": "keep me\n"})
+    fd = os.open(m.mnt / "nospace.txt", os.O_WRONLY | os.O_APPEND)
+    try:
+        assert errno_of(functools.partial(os.write, fd, b"more\n")) == errno.ENOSPC
+    finally:
+        os.close(fd)
+    assert (m.src / "nospace.txt").read_text() == "keep me\n"
+    r = subprocess.run(["sh", "-c", f"echo more >> {m.mnt}/nospace.txt"], check=False)
+    assert r.returncode != 0
+    assert errno_of(functools.partial(os.truncate, m.mnt / "nospace.txt", 0)) == errno.ENOSPC
+    assert (m.src / "nospace.txt").read_text() == "keep me\n"
