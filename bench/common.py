@@ -3,12 +3,13 @@ paired native/mount round loop."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -59,9 +60,9 @@ class Sizes:
         return cls(
             big_file=64 * MiB,
             rand_reads=2_000,
-            small_files=1_000,
-            tree_files=2_000,
-            tree_dirs=200,
+            small_files=500,
+            tree_files=1_000,
+            tree_dirs=100,
             ws_files=40,
             ws_dirs=10,
             pdf_pages=40,
@@ -115,6 +116,21 @@ class Ctx:
     def cold_note(self, metric: Metric) -> None:
         if self.can_drop_caches is False and "warm-only" not in metric.note:
             metric.note = "warm-only: could not drop caches"
+
+
+STORE = ".swfs"  # swfs's default store inside the workspace folder
+
+
+@contextlib.contextmanager
+def throwaway_store(src: Path) -> Iterator[None]:
+    """Start without a store and remove it afterwards: for data sets whose store
+    only collects preserved bytes of files the benchmark writes and deletes
+    (gigabytes per run for seqwrite)."""
+    shutil.rmtree(src / STORE, ignore_errors=True)
+    try:
+        yield
+    finally:
+        shutil.rmtree(src / STORE, ignore_errors=True)
 
 
 def timed(fn: Callable[[], object]) -> float:

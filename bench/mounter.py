@@ -294,8 +294,10 @@ class SwfsMounter(Mounter):
         self.cmd("umount", m.mountpoint, timeout=UMOUNT_TIMEOUT)
 
     def settle(self, m: Mount) -> None:
+        # TARGET may be the folder or its mount point; the folder is asked so that
+        # waiting does not depend on the mount's root xattrs answering.
         if self.has("sync"):
-            self.cmd("sync", m.mountpoint, timeout=self.sync_timeout)
+            self.cmd("sync", m.source, timeout=self.sync_timeout)
 
 
 def unmount_all() -> None:

@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path
 
 from bench import gen
-from bench.common import Ctx, MiB, paired_rounds, run_tool, timed
+from bench.common import Ctx, MiB, paired_rounds, run_tool, throwaway_store, timed
 from bench.report import Target, WorkloadResult
 
 log = logging.getLogger(__name__)
@@ -58,7 +58,7 @@ def seqread(ctx: Ctx, result: WorkloadResult) -> None:
         t_warm = timed(lambda: _read_all(path))
         return {"read_cold": t_cold, "read_warm": t_warm}
 
-    with ctx.mounter.mounted(src, ctx.mountpoint("big")) as m:
+    with throwaway_store(src), ctx.mounter.mounted(src, ctx.mountpoint("big")) as m:
         ctx.mounter.settle(m)
         paired_rounds(ctx, result, m, one)
     ctx.cold_note(cold)
@@ -81,7 +81,7 @@ def seqwrite(ctx: Ctx, result: WorkloadResult) -> None:
             os.sync()
         return {"write": t}
 
-    with ctx.mounter.mounted(src, ctx.mountpoint("big")) as m:
+    with throwaway_store(src), ctx.mounter.mounted(src, ctx.mountpoint("big")) as m:
         ctx.mounter.settle(m)
         paired_rounds(ctx, result, m, one)
 
@@ -108,7 +108,7 @@ def randread(ctx: Ctx, result: WorkloadResult) -> None:
     def one(root: Path, side: str, r: int) -> dict[str, float]:
         return {"rand_4k": timed(lambda: reads(root / "big" / "data.bin"))}
 
-    with ctx.mounter.mounted(src, ctx.mountpoint("big")) as m:
+    with throwaway_store(src), ctx.mounter.mounted(src, ctx.mountpoint("big")) as m:
         ctx.mounter.settle(m)
         for root in (m.source, m.mountpoint):
             reads(root / "big" / "data.bin")
@@ -159,7 +159,7 @@ def smallfiles(ctx: Ctx, result: WorkloadResult) -> None:
                 shutil.rmtree(base)
         return out
 
-    with ctx.mounter.mounted(src, ctx.mountpoint("small")) as m:
+    with throwaway_store(src), ctx.mounter.mounted(src, ctx.mountpoint("small")) as m:
         ctx.mounter.settle(m)
         paired_rounds(ctx, result, m, one)
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import gen, rawparse
-from bench.common import Ctx, paired_rounds, run_tool, timed
+from bench.common import STORE, Ctx, paired_rounds, run_tool, timed
 from bench.mounter import BenchError, SwfsMounter, children, proc_status_kb
 from bench.report import ABSOLUTE, Target, WorkloadResult
 
@@ -24,7 +24,6 @@ log = logging.getLogger(__name__)
 FRESH_POLL_S = 0.005
 FRESH_BOUND_S = 60.0
 SEARCH_WORD = "covenant"  # one of gen.WORDS: in many units of every parsed format
-STORE = ".swfs"
 
 
 def _swfs(ctx: Ctx, *commands: str) -> SwfsMounter:
@@ -133,7 +132,7 @@ def workspace(ctx: Ctx, result: WorkloadResult) -> None:
             daemon, workers = _rss_mb(m.pid)
             result.metric("daemon_rss_mb", "MB").values.append(daemon)
             result.metric("workers_rss_mb", "MB").values.append(workers)
-            result.info["status_mounted"] = _status(sw, mnt)
+            result.info["status_mounted"] = _status(sw, src)
         t0 = time.perf_counter()
         with sw.mounted(src, mnt) as m:
             sw.settle(m)
