@@ -127,8 +127,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 continue
             log.info("== %s", name)
             t0 = time.perf_counter()
+            result.status = "running"
             try:
                 WORKLOADS[name](ctx, result)
+                result.status = "ok"
             except BenchError as exc:
                 result.status = "error"
                 result.error = str(exc)
@@ -143,8 +145,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 write_json(out, _meta(args, ctx, started), results)
     except KeyboardInterrupt:
         log.error("interrupted")
-        results[-1].status = "error"
-        results[-1].error = "interrupted"
+        if results and results[-1].status == "running":
+            results[-1].status = "error"
+            results[-1].error = "interrupted"
         return 130
     finally:
         unmount_all()

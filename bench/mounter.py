@@ -60,12 +60,23 @@ def run_cmd(
     return cp
 
 
+def _unescape(field: str) -> str:
+    """Mount points in /proc/self/mountinfo escape space, tab, newline and backslash."""
+    for code, char in (("\\040", " "), ("\\011", "\t"), ("\\012", "\n"), ("\\134", "\\")):
+        field = field.replace(code, char)
+    return field
+
+
 def is_mounted(path: Path) -> bool:
+    """Whether something is mounted on ``path``, read from the mount table: a dead
+    FUSE daemon leaves ENOTCONN on its mount point, which os.path.ismount takes
+    for "not a mount point"."""
+    want = os.path.abspath(path)
     try:
+        with open("/proc/self/mountinfo") as f:
+            return any(_unescape(line.split()[4]) == want for line in f)
+    except (OSError, IndexError):
         return os.path.ismount(path)
-    except OSError:
-        # A dead FUSE daemon leaves ENOTCONN on the mountpoint: still mounted.
-        return True
 
 
 def _wait_mounted(path: Path, timeout: float, proc: subprocess.Popen[bytes] | None) -> None:
