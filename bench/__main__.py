@@ -60,6 +60,12 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         type=Path,
         help="the swfs CLI to use (default: the one beside this Python)",
     )
+    p.add_argument(
+        "--first-mount",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="also time a first mount from an empty store (default: only with --quick)",
+    )
     p.add_argument("-v", "--verbose", action="store_true")
     args = p.parse_args(argv)
     if args.rounds is None:
@@ -107,6 +113,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     workdir: Path = args.workdir.resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     sizes = Sizes.quick() if args.quick else Sizes.full()
+    if args.first_mount is not None:
+        sizes = dataclasses.replace(sizes, first_mount=args.first_mount)
     mounter: Mounter
     if args.mounter == "ref":
         mounter = RefMounter(workdir / "logs")

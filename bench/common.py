@@ -38,6 +38,7 @@ class Sizes:
     ws_rounds: int  # each round parses the whole workspace twice (index, first mount)
     fresh_rounds: int
     raw_sample: int  # files of the workspace given to the raw-parser yardstick
+    first_mount: bool  # also time a first mount from an empty store (parses everything)
 
     @classmethod
     def full(cls) -> Sizes:
@@ -52,7 +53,8 @@ class Sizes:
             pdf_pages=40,
             ws_rounds=1,
             fresh_rounds=7,
-            raw_sample=1_500,
+            raw_sample=800,
+            first_mount=False,
         )
 
     @classmethod
@@ -69,6 +71,7 @@ class Sizes:
             ws_rounds=1,
             fresh_rounds=3,
             raw_sample=100,
+            first_mount=True,
         )
 
 
@@ -93,6 +96,17 @@ class Ctx:
 
     def scratch(self, name: str) -> Path:
         p = self.workdir / "scratch" / name
+        if p.exists():
+            shutil.rmtree(p)
+        p.mkdir(parents=True)
+        return p
+
+    def native_scratch(self, name: str) -> Path:
+        """An empty directory beside the data sets (same file system) for the
+        native side of write workloads: writing inside a mounted folder behind
+        the mount's back would make a swfs daemon rescan and record those files
+        while the next measurement runs."""
+        p = self.data / f"native-{name}"
         if p.exists():
             shutil.rmtree(p)
         p.mkdir(parents=True)

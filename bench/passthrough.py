@@ -66,11 +66,16 @@ def seqread(ctx: Ctx, result: WorkloadResult) -> None:
 
 def seqwrite(ctx: Ctx, result: WorkloadResult) -> None:
     """Write a new file of the big file's size in 1 MiB blocks and close it (no
-    fsync, like plain ``dd``); the file is removed and synced outside the timing."""
+    fsync, like plain ``dd``); the file is removed and synced outside the timing.
+    The native side writes to a directory beside the data set (see
+    Ctx.native_scratch)."""
     size = ctx.sizes.big_file
     src = gen.big_file(ctx.data, size)
     result.info.update(file_bytes=size, block=BLOCK, fsync=False)
     result.metric("write", "s", target=ref(5.3))
+
+    native = ctx.native_scratch("write")
+    (native / "big").mkdir()
 
     def one(root: Path, side: str, r: int) -> dict[str, float]:
         path = root / "big" / f"out-{side}-{r}.bin"
@@ -83,7 +88,7 @@ def seqwrite(ctx: Ctx, result: WorkloadResult) -> None:
 
     with throwaway_store(src), ctx.mounter.mounted(src, ctx.mountpoint("big")) as m:
         ctx.mounter.settle(m)
-        paired_rounds(ctx, result, m, one)
+        paired_rounds(ctx, result, m, one, native_root=native)
 
 
 def randread(ctx: Ctx, result: WorkloadResult) -> None:
@@ -118,7 +123,8 @@ def randread(ctx: Ctx, result: WorkloadResult) -> None:
 def smallfiles(ctx: Ctx, result: WorkloadResult) -> None:
     """Create (write 100 bytes), stat and remove N small files, 100 per directory.
     The bytes are binary (a NUL among them), so a swfs mount records and hashes
-    each file but has nothing to parse: this measures the file path, not parsing."""
+    each file but has nothing to parse: this measures the file path, not parsing.
+    The native side works in a directory beside the data set (Ctx.native_scratch)."""
     n = ctx.sizes.small_files
     src = ctx.data / "small"
     src.mkdir(parents=True, exist_ok=True)
@@ -127,6 +133,7 @@ def smallfiles(ctx: Ctx, result: WorkloadResult) -> None:
     result.metric("stat", "s", target=ref(6.3))
     result.metric("remove", "s")
     payload = b"\0bench\0" + bytes(range(93))
+    native = ctx.native_scratch("small")
 
     def one(root: Path, side: str, r: int) -> dict[str, float]:
         base = root / f"churn-{side}-{r}"
@@ -161,7 +168,7 @@ def smallfiles(ctx: Ctx, result: WorkloadResult) -> None:
 
     with throwaway_store(src), ctx.mounter.mounted(src, ctx.mountpoint("small")) as m:
         ctx.mounter.settle(m)
-        paired_rounds(ctx, result, m, one)
+        paired_rounds(ctx, result, m, one, native_root=native)
 
 
 def tree(ctx: Ctx, result: WorkloadResult) -> None:

@@ -11,6 +11,7 @@ import os
 import random
 import shutil
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -67,9 +68,15 @@ def _rss_mb(pid: int | None) -> tuple[float, float]:
     return (own / 1024 if own is not None else math.nan), sum(kids) / 1024
 
 
+def _nanmax(xs: Iterable[float]) -> float:
+    return max((x for x in xs if not math.isnan(x)), default=math.nan)
+
+
 def workspace(ctx: Ctx, result: WorkloadResult) -> None:
-    """Cold ``swfs index`` throughput, unchanged re-index, time to a ready mount
-    (mount + sync from an empty store), warm remount (+ sync), daemon peak RSS."""
+    """Cold ``swfs index`` throughput against raw parser throughput, unchanged
+    re-index, time to a ready mount (mount + sync over the indexed store, caches
+    dropped), warm remount (+ sync), optionally a first mount from an empty store
+    (mount + sync parses everything), daemon and worker peak RSS."""
     sw = _swfs(ctx, "index", "mount", "umount", "sync", "status")
     n, d = ctx.sizes.ws_files, ctx.sizes.ws_dirs
     src = gen.workspace(ctx.data, n, d)
@@ -83,8 +90,15 @@ def workspace(ctx: Ctx, result: WorkloadResult) -> None:
         "index_vs_raw", "fraction", kind=ABSOLUTE, target=Target(">=", 0.8, ">=0.8")
     )
     result.metric("reindex_unchanged_s", "s", kind=ABSOLUTE)
-    ready = result.metric("ready_mount_s", "s", kind=ABSOLUTE, cold=True)
-    result.metric("remount_s", "s", kind=ABSOLUTE, target=Target("<", 2.0, "<2 s"))
+    ready = result.metric(
+        "ready_mount_s", "s", kind=ABSOLUTE, cold=True, note="indexed store, cold caches"
+    )
+    remount = result.metric("remount_s", "s", kind=ABSOLUTE, target=Target("<", 2.0, "<2 s"))
+    first = (
+        result.metric("first_mount_s", "s", kind=ABSOLUTE, cold=True, note="from an empty store")
+        if ctx.sizes.first_mount
+        else None
+    )
     result.metric("daemon_rss_mb", "MB", kind=ABSOLUTE, target=Target("<", 300.0, "<300 MB"))
     result.metric("workers_rss_mb", "MB", kind=ABSOLUTE)
 
@@ -101,6 +115,17 @@ def workspace(ctx: Ctx, result: WorkloadResult) -> None:
     except Exception as exc:
         vs_raw.note = f"no raw parser throughput: {type(exc).__name__}: {exc}"
         log.warning("raw parse: %s", vs_raw.note)
+
+    def mount_ready(label: str) -> tuple[float, float, float]:
+        """(seconds for mount + sync, daemon MB, workers MB); memory is sampled
+        before unmounting."""
+        t0 = time.perf_counter()
+        with sw.mounted(src, mnt) as m:
+            sw.settle(m)
+            dt = time.perf_counter() - t0
+            daemon, workers = _rss_mb(m.pid)
+            result.info[f"status_{label}"] = _status(sw, src)
+        return dt, daemon, workers
 
     for r in range(ctx.sizes.ws_rounds):
         shutil.rmtree(store, ignore_errors=True)
@@ -123,33 +148,33 @@ def workspace(ctx: Ctx, result: WorkloadResult) -> None:
             timed(lambda: sw.cmd("index", src, timeout=sw.sync_timeout))
         )
 
-        shutil.rmtree(store, ignore_errors=True)
         ctx.drop_caches()
-        t0 = time.perf_counter()
-        with sw.mounted(src, mnt) as m:
-            sw.settle(m)
-            ready.values.append(time.perf_counter() - t0)
-            daemon, workers = _rss_mb(m.pid)
-            result.metric("daemon_rss_mb", "MB").values.append(daemon)
-            result.metric("workers_rss_mb", "MB").values.append(workers)
-            result.info["status_mounted"] = _status(sw, src)
-        t0 = time.perf_counter()
-        with sw.mounted(src, mnt) as m:
-            sw.settle(m)
-            result.metric("remount_s", "s").values.append(time.perf_counter() - t0)
+        samples = [mount_ready("ready")]
+        ready.values.append(samples[-1][0])
+        samples.append(mount_ready("remount"))
+        remount.values.append(samples[-1][0])
+        if first is not None:
+            shutil.rmtree(store, ignore_errors=True)
+            ctx.drop_caches()
+            samples.append(mount_ready("first_mount"))
+            first.values.append(samples[-1][0])
+        # Peak over this round's mounts: the first mount (when timed) parses everything.
+        result.metric("daemon_rss_mb", "MB").values.append(_nanmax(s[1] for s in samples))
+        result.metric("workers_rss_mb", "MB").values.append(_nanmax(s[2] for s in samples))
         log.info(
-            "workspace round %d: index %.0f files/s, ready %.1f s, remount %.2f s",
+            "workspace round %d: index %.0f files/s, ready %.1f s, remount %.2f s%s",
             r + 1,
             fps,
             ready.values[-1],
-            result.metric("remount_s", "s").values[-1],
+            remount.values[-1],
+            f", first mount {first.values[-1]:.1f} s" if first is not None else "",
         )
     for metric in result.metrics:
         if metric.cold:
             ctx.cold_note(metric)
     if any(math.isnan(v) for v in result.metric("daemon_rss_mb", "MB").values):
         result.add_note("daemon pid not found: no RSS")
-    failed = _count(result.info.get("status_mounted", {}), "failed")
+    failed = _count(result.info.get("status_ready", {}), "failed")
     if failed:
         result.add_note(f"{failed} files failed to parse")
 
