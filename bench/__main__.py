@@ -66,6 +66,13 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default=None,
         help="also time a first mount from an empty store (default: only with --quick)",
     )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="SIZE=N",
+        help="override a size, e.g. --set small_files=10000 (see bench/common.py Sizes)",
+    )
     p.add_argument("-v", "--verbose", action="store_true")
     args = p.parse_args(argv)
     if args.rounds is None:
@@ -73,6 +80,24 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     if args.rounds < 1:
         p.error("--rounds must be at least 1")
     return args
+
+
+def _override(sizes: Sizes, items: Sequence[str]) -> Sizes:
+    fields = {f.name: f for f in dataclasses.fields(sizes)}
+    changes: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or key not in fields:
+            raise SystemExit(f"--set {item}: expected SIZE=N with SIZE one of {', '.join(fields)}")
+        current = getattr(sizes, key)
+        try:
+            if isinstance(current, bool):
+                changes[key] = value.lower() in ("1", "true", "yes", "on")
+            else:
+                changes[key] = int(value.replace("_", ""))
+        except ValueError:
+            raise SystemExit(f"--set {item}: {value!r} is not a number") from None
+    return dataclasses.replace(sizes, **changes)
 
 
 def _meta(args: argparse.Namespace, ctx: Ctx, started: float) -> dict[str, Any]:
@@ -115,6 +140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sizes = Sizes.quick() if args.quick else Sizes.full()
     if args.first_mount is not None:
         sizes = dataclasses.replace(sizes, first_mount=args.first_mount)
+    sizes = _override(sizes, args.set)
     mounter: Mounter
     if args.mounter == "ref":
         mounter = RefMounter(workdir / "logs")
