@@ -9,6 +9,7 @@ import logging
 import os
 import platform
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -19,7 +20,14 @@ from typing import Any
 
 from bench import passthrough, swfsloads
 from bench.common import Ctx, Sizes
-from bench.mounter import BenchError, Mounter, RefMounter, SwfsMounter, unmount_all
+from bench.mounter import (
+    BenchError,
+    Mounter,
+    RefMounter,
+    SwfsMounter,
+    Unsupported,
+    unmount_all,
+)
 from bench.report import WorkloadResult, format_table, write_json
 
 log = logging.getLogger("bench")
@@ -100,6 +108,21 @@ def _override(sizes: Sizes, items: Sequence[str]) -> Sizes:
     return dataclasses.replace(sizes, **changes)
 
 
+def _commit() -> str | None:
+    """The checked-out commit of the tree being measured (None outside git)."""
+    try:
+        cp = subprocess.run(
+            ["git", "describe", "--always", "--dirty"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            cwd=Path(__file__).resolve().parent,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return cp.stdout.strip() or None
+
+
 def _meta(args: argparse.Namespace, ctx: Ctx, started: float) -> dict[str, Any]:
     return {
         "started": datetime.datetime.fromtimestamp(started, datetime.UTC).isoformat(),
@@ -109,6 +132,7 @@ def _meta(args: argparse.Namespace, ctx: Ctx, started: float) -> dict[str, Any]:
         "rounds": ctx.rounds,
         "sizes": dataclasses.asdict(ctx.sizes),
         "cold": {None: "not used", True: "caches dropped", False: "warm-only"}[ctx.can_drop_caches],
+        "commit": _commit(),
         "host": {
             "cpus": os.cpu_count(),
             "kernel": platform.release(),
@@ -165,6 +189,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             try:
                 WORKLOADS[name](ctx, result)
                 result.status = "ok"
+            except Unsupported as exc:
+                result.status = "skipped"
+                result.add_note(str(exc))
+                log.warning("%s skipped: %s", name, exc)
             except BenchError as exc:
                 result.status = "error"
                 result.error = str(exc)

@@ -30,6 +30,10 @@ class BenchError(Exception):
     """A step of the benchmark failed; the message says which and why."""
 
 
+class Unsupported(BenchError):
+    """The mounter cannot run this workload (e.g. ``swfs`` lacks a command)."""
+
+
 @dataclass
 class Mount:
     source: Path
@@ -279,7 +283,7 @@ class SwfsMounter(Mounter):
     def require(self, *commands: str) -> None:
         missing = [c for c in commands if not self.has(c)]
         if missing:
-            raise BenchError(f"swfs lacks: {', '.join(missing)} ({self.exe})")
+            raise Unsupported(f"swfs lacks: {', '.join(missing)} ({self.exe})")
 
     def cmd(self, *args: str | Path, timeout: float) -> subprocess.CompletedProcess[str]:
         return run_cmd([self.exe, *args], timeout=timeout)

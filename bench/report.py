@@ -186,7 +186,8 @@ HEADER = (
 def table_rows(results: list[WorkloadResult]) -> list[tuple[str, ...]]:
     rows: list[tuple[str, ...]] = []
     for r in results:
-        if r.status != "ok" and not r.metrics:
+        has_data = any(m.native or m.mount or m.values for m in r.metrics)
+        if r.status != "ok" and not has_data:
             text = r.note if r.status == "skipped" else f"ERROR: {r.error}"
             rows.append((r.name, "-", "", "", "", "", "", "", "", "", r.status, text))
             continue

@@ -17,7 +17,7 @@ from typing import Any
 
 from bench import gen, rawparse
 from bench.common import STORE, Ctx, paired_rounds, run_tool, timed
-from bench.mounter import BenchError, SwfsMounter, children, proc_status_kb
+from bench.mounter import BenchError, SwfsMounter, Unsupported, children, proc_status_kb
 from bench.report import ABSOLUTE, Target, WorkloadResult
 
 log = logging.getLogger(__name__)
@@ -29,7 +29,7 @@ SEARCH_WORD = "covenant"  # one of gen.WORDS: in many units of every parsed form
 
 def _swfs(ctx: Ctx, *commands: str) -> SwfsMounter:
     if not isinstance(ctx.mounter, SwfsMounter):
-        raise BenchError("needs --mounter swfs")
+        raise Unsupported("needs --mounter swfs")
     ctx.mounter.require(*commands)
     return ctx.mounter
 
