@@ -60,12 +60,16 @@ def _count(status: dict[str, Any], *keys: str) -> int | None:
 
 
 def _rss_mb(pid: int | None) -> tuple[float, float]:
-    """(daemon VmHWM, sum of its live children's VmHWM) in MB; NaN when unknown."""
+    """(daemon VmHWM, sum of its live children's VmHWM) in MB; NaN when unknown
+    or, for the workers, when none is alive (they are started on demand)."""
     if pid is None:
         return math.nan, math.nan
     own = proc_status_kb(pid, "VmHWM")
     kids = [proc_status_kb(c, "VmHWM") or 0 for c in children(pid)]
-    return (own / 1024 if own is not None else math.nan), sum(kids) / 1024
+    return (
+        own / 1024 if own is not None else math.nan,
+        sum(kids) / 1024 if kids else math.nan,
+    )
 
 
 def _nanmax(xs: Iterable[float]) -> float:
@@ -100,7 +104,7 @@ def workspace(ctx: Ctx, result: WorkloadResult) -> None:
         else None
     )
     result.metric("daemon_rss_mb", "MB", kind=ABSOLUTE, target=Target("<", 300.0, "<300 MB"))
-    result.metric("workers_rss_mb", "MB", kind=ABSOLUTE)
+    result.metric("workers_rss_mb", "MB", kind=ABSOLUTE, note="'-': no worker alive at sampling")
 
     raw: dict[str, Any] | None = None
     try:
