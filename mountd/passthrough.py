@@ -57,7 +57,8 @@ class Creds:
 class NativeHandle:
     fd: int
     path: Callable[[], str | None]  # the file's present path (it may be renamed while open)
-    written: bool = False  # written since the last record_write
+    written: bool = False  # changed (written or truncated) since the last record_write
+    wrote: bool = False  # write() calls since the last record_write
     preserved: bool = False  # the engine kept the bytes this handle may overwrite
 
 
@@ -131,7 +132,7 @@ class Passthrough:
                     await self.engine_preserve(rel)
                     fh.preserved = True
                 os.ftruncate(fh.fd, change.size)
-                fh.written = True  # recorded on release or fsync
+                fh.written = fh.wrote = True  # recorded on close (flush), release or fsync
             else:
                 await self.engine_preserve(rel)
                 with dir_fd(self.root_fd, parent) as pfd:
@@ -243,13 +244,18 @@ class Passthrough:
                 await self.engine_preserve(rel)
             fh.preserved = True
         n = os.pwrite(fh.fd, buf, off)
-        fh.written = True
+        fh.written = fh.wrote = True
         return n
 
-    @staticmethod
-    def flush(fh: NativeHandle) -> None:
-        # close() semantics of the backing fs (errors of delayed writes, NFS).
-        os.close(os.dup(fh.fd))
+    async def flush(self, fh: NativeHandle) -> None:
+        """close(2) of one of the caller's fds.  Unlike release, the kernel waits
+        for it, so recording here orders the write before whatever the caller
+        does next (an editor's rename of its temp file over the original)."""
+        os.close(os.dup(fh.fd))  # close() semantics of the backing fs (NFS write errors)
+        if fh.wrote:
+            # Not after a mere O_TRUNC: a shell's `> f` closes its first fd before
+            # writing, and the empty file in between is no version.
+            await self._record(fh)
 
     async def fsync(self, fh: NativeHandle, datasync: bool) -> None:
         await self.slow(os.fdatasync if datasync else os.fsync, fh.fd)
@@ -262,7 +268,7 @@ class Passthrough:
     async def _record(self, fh: NativeHandle) -> None:
         if not fh.written:
             return
-        fh.written = False
+        fh.written = fh.wrote = False
         fh.preserved = (
             False  # the recorded bytes are a version now: keep them before the next write
         )
