@@ -213,8 +213,8 @@ class Operations(pyfuse3.Operations):
                 return os.fstat(h.fh.fd)
         raise fail(errno.ENOENT)
 
-    async def _entry(self, node: Node) -> Entry:
-        e = await self._tree(node).entry(node.spath)
+    async def _entry(self, node: Node, *, wait: bool = False) -> Entry:
+        e = await self._tree(node).entry(node.spath, wait=wait)
         if e is None:
             raise fail(errno.ENOENT)
         return e
@@ -224,7 +224,9 @@ class Operations(pyfuse3.Operations):
             return self._native_attr(node, self._native_stat(node))
         return self._synthetic_attr(node, await self._entry(node))
 
-    async def _lookup(self, parent: Node, name: str) -> tuple[Node, pyfuse3.EntryAttributes]:
+    async def _lookup(
+        self, parent: Node, name: str, *, wait: bool = True
+    ) -> tuple[Node, pyfuse3.EntryAttributes]:
         """Find ``name`` in ``parent`` without taking a kernel reference."""
         if parent is self.table.root and name in RESERVED:
             node = self.table.synthetic(Tree(name), "")
@@ -234,7 +236,7 @@ class Operations(pyfuse3.Operations):
             node = self.table.native(parent, name, (st.st_dev, st.st_ino))
             return node, self._native_attr(node, st)
         spath = join(parent.spath, name)
-        e = await self._tree(parent).entry(spath)
+        e = await self._tree(parent).entry(spath, wait=wait)
         if e is None:
             raise fail(errno.ENOENT)
         node = self.table.synthetic(parent.tree, spath)
@@ -403,7 +405,7 @@ class Operations(pyfuse3.Operations):
             return await self._open_native(node, flags)
         if flags & os.O_ACCMODE != os.O_RDONLY or flags & os.O_TRUNC:
             raise fail(errno.EROFS)
-        e = await self._entry(node)
+        e = await self._entry(node, wait=True)
         if e.is_dir:
             raise fail(errno.EISDIR)
         if e.data is not None:
@@ -572,7 +574,7 @@ class Operations(pyfuse3.Operations):
                     return
                 continue
             try:
-                node, attr = await self._lookup(dnode, name)
+                node, attr = await self._lookup(dnode, name, wait=False)
             except pyfuse3.FUSEError:
                 continue  # gone since the listing was taken
             except OSError as exc:

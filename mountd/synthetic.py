@@ -61,7 +61,11 @@ class Entry:
 class SyntheticTree(Protocol):
     tree: Tree
 
-    async def entry(self, path: str) -> Entry | None: ...
+    async def entry(self, path: str, *, wait: bool = True) -> Entry | None:
+        """``wait``: a lookup by name may wait for a pending view; listing the
+        parent directory never does."""
+        ...
+
     async def children(self, path: str) -> list[str]: ...
 
 
@@ -160,7 +164,7 @@ class ParsedTree(Base):
     def index(self) -> _Index:
         return self._index.get()
 
-    async def view(self, rel: str) -> ParsedView | None:
+    async def view(self, rel: str, *, wait: bool = True) -> ParsedView | None:
         """The view of ``rel``, after waiting for a pending (or, with
         --stale=wait, a stale) one as long as the mount allows."""
         view = self.engine.parsed_view(RelPath(rel))
@@ -171,7 +175,7 @@ class ParsedTree(Base):
             limit = self.options.pending_wait
         elif view.freshness is Freshness.STALE and self.options.stale == "wait":
             limit = self.options.stale_wait
-        if limit:
+        if limit and wait:
             await self.engine.wait_view(RelPath(rel), limit)
             view = self.engine.parsed_view(RelPath(rel))
         return view
@@ -186,14 +190,14 @@ class ParsedTree(Base):
             return parent, name
         return None
 
-    async def entry(self, path: str) -> Entry | None:
+    async def entry(self, path: str, *, wait: bool = True) -> Entry | None:
         loc = self._locate(path)
         if loc is None:
             if path in self.index().dirs:
                 return self.dir_entry(path)
             return None
         rel, unit_name = loc
-        view = await self.view(rel)
+        view = await self.view(rel, wait=wait)
         if view is None:
             return None
         acc = self.access(rel)
@@ -257,7 +261,7 @@ class ReviewTree(Base):
     def _file(self, rel: str, data: bytes, xattrs: Mapping[str, str]) -> Entry:
         return Entry(False, self.access(rel), len(data), self.started_ns, xattrs=xattrs, data=data)
 
-    async def entry(self, path: str) -> Entry | None:
+    async def entry(self, path: str, *, wait: bool = True) -> Entry | None:
         if path == SUMMARY:
             data = self._content(SUMMARY, self.engine.review_summary)
             return None if data is None else self._file("", data, {})
@@ -352,7 +356,7 @@ class VersionsTree(Base):
             native=native,
         )
 
-    async def entry(self, path: str) -> Entry | None:
+    async def entry(self, path: str, *, wait: bool = True) -> Entry | None:
         if path == SNAPSHOTS or path.startswith(SNAPSHOTS + "/"):
             return self._snapshot_entry(path[len(SNAPSHOTS) + 1 :])
         idx = self.index()
