@@ -1,0 +1,145 @@
+"""The parser registry: which parser handles a file, and running it.
+
+Parsers are tried in priority order (higher first, specific formats before
+generic ones).  ``accepts`` looks only at the extension and the first bytes,
+so selection is cheap; the engine calls ``parse`` in a worker process.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import logging
+import os
+import posixpath
+import stat
+
+from parsers._base import FileInfo, ParseFailed, ParseOptions, Parser, Unit, UnsupportedFormat
+from parsers._common import describe
+
+log = logging.getLogger(__name__)
+
+HEAD_BYTES = 4096
+
+
+@functools.cache
+def _instances() -> tuple[Parser, ...]:
+    # Imported here so that importing the registry stays cheap until a parse
+    # (or a listing) is needed: pymupdf and openpyxl take a while to import.
+    from parsers.docx import DocxParser
+    from parsers.epub import EpubParser
+    from parsers.html import HtmlParser
+    from parsers.ipynb import IpynbParser
+    from parsers.legacy_office import LegacyOfficeParser
+    from parsers.outlook import OutlookMsgParser
+    from parsers.pdf import PdfParser
+    from parsers.pptx import PptxParser
+    from parsers.text import SniffedTextParser, TextParser
+    from parsers.xlsx import XlsxParser
+
+    parsers: list[Parser] = [
+        PdfParser(),
+        XlsxParser(),
+        DocxParser(),
+        PptxParser(),
+        LegacyOfficeParser(),
+        OutlookMsgParser(),
+        EpubParser(),
+        IpynbParser(),
+        HtmlParser(),
+        TextParser(),
+        SniffedTextParser(),
+    ]
+    parsers.extend(_extra_parsers())
+    # sorted() is stable: equal priorities keep the order above.
+    return tuple(sorted(parsers, key=lambda p: -p.priority))
+
+
+EXTRA_ENV = "SWFS_EXTRA_PARSERS"
+
+
+def _extra_parsers() -> list[Parser]:
+    """Parsers named in $SWFS_EXTRA_PARSERS (``module:Class,...``): a plug-in
+    point for site-specific formats, and how tests inject misbehaving parsers
+    into worker processes (which inherit the environment)."""
+    out: list[Parser] = []
+    for spec in filter(None, os.environ.get(EXTRA_ENV, "").split(",")):
+        module_name, _, class_name = spec.strip().partition(":")
+        try:
+            module = importlib.import_module(module_name)
+            cls = getattr(module, class_name)
+            out.append(cls())
+        except Exception as exc:  # a broken plug-in must not disable the built-ins
+            log.warning("%s: cannot load parser %r: %s", EXTRA_ENV, spec, exc)
+    return out
+
+
+def all_parsers() -> list[Parser]:
+    """Every parser, highest priority first."""
+    return list(_instances())
+
+
+def extension_of(rel: str) -> str:
+    """Lowercase extension of the last path component, with the dot; '' when none."""
+    base = posixpath.basename(rel)
+    ext = posixpath.splitext(base)[1]
+    return ext.lower()
+
+
+def file_info(path: str, rel: str) -> FileInfo:
+    """Cheap facts about ``path``: its size (lstat) and its first bytes.
+
+    ``rel`` names the file (the extension comes from it, never from ``path``,
+    which may be ``/proc/self/fd/N``).
+    """
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode) and path.startswith("/proc/self/fd/"):
+        st = os.stat(path)  # the engine's open descriptor, not a user's symlink
+    head = b""
+    if stat.S_ISREG(st.st_mode):
+        with open(path, "rb") as f:
+            head = f.read(HEAD_BYTES)
+    return FileInfo(name=rel, extension=extension_of(rel), size=st.st_size, head=head)
+
+
+def candidates(info: FileInfo) -> list[Parser]:
+    """Every parser that accepts ``info``, in the order they are tried."""
+    return [p for p in _instances() if p.accepts(info)]
+
+
+def select(info: FileInfo) -> Parser | None:
+    """The parser that handles ``info`` first, or None when the format is unsupported."""
+    for parser in _instances():
+        if parser.accepts(info):
+            return parser
+    return None
+
+
+def parse(path: str, info: FileInfo, options: ParseOptions) -> tuple[Parser, list[Unit]]:
+    """Parse ``path`` with the first parser that accepts it.
+
+    A parser may decline after a closer look by raising UnsupportedFormat (a
+    legacy Office file that turns out not to be encrypted); the next candidate
+    is tried then.  A ParseFailed is final: the most specific parser's reason
+    is the useful one, and a generic fallback would only hide it.
+    """
+    declined: list[str] = []
+    for parser in candidates(info):
+        try:
+            units = parser.parse(path, info, options)
+        except UnsupportedFormat as exc:
+            declined.append(f"{parser.id}: {describe(exc)}")
+            continue
+        except ParseFailed:
+            raise
+        except RecursionError as exc:
+            raise ParseFailed(f"{parser.id}: document too deeply nested") from exc
+        except MemoryError as exc:
+            raise ParseFailed(f"{parser.id}: out of memory") from exc
+        except Exception as exc:  # a library bug must not look like a crash of the worker
+            log.debug("parser %s failed on %s", parser.key(), info.name, exc_info=True)
+            raise ParseFailed(f"{parser.id}: {describe(exc)}") from exc
+        return parser, units
+    if declined:
+        raise UnsupportedFormat("; ".join(declined))
+    raise UnsupportedFormat(f"no parser for {info.extension or 'files without extension'}")

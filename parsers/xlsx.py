@@ -1,0 +1,201 @@
+"""Spreadsheets (XLSX/XLSM): one unit per sheet, one line per non-empty cell.
+
+The line format is fixed; ``swfs`` parses it back for cell-level diffs::
+
+    Sheet1!B12 = 1200
+    Sheet1!C12 = =B12*2 -> 2400          formula with its cached value
+    Sheet1!D12 = =B12*3                  formula, file has no cached value
+    'My Sheet'!A1 = it''s quoted Excel-style
+
+* The sheet reference is quoted (``'...'``, inner ``'`` doubled) unless it
+  consists only of ASCII letters, digits, ``_`` and ``.``.  Quoting is always
+  valid Excel syntax, so anything else (spaces, non-ASCII letters) is quoted.
+* Values: integral floats as integers (``1200``; below 2**53), other numbers by ``repr``,
+  booleans ``TRUE``/``FALSE``, dates and times in ISO 8601, error values as
+  Excel shows them (``#DIV/0!``), strings as-is with ``\\`` -> ``\\\\``, newline
+  -> ``\\n`` and carriage return -> ``\\r`` so that every cell stays on one line.
+* A text cell whose text starts with ``=`` or ``'`` gets a leading ``'``
+  (Excel's own text prefix), so ``A1 = '=not a formula`` never reads as a
+  formula.  Cached formula results are never prefixed: they follow `` -> ``.
+* Sheets come in workbook order; a chart sheet gives an empty unit.
+
+Why openpyxl and not python-calamine: calamine (Rust) reads values several
+times faster, but it exposes either values or formulas, not a formula together
+with its cached value, and it would be one more compiled dependency.  openpyxl
+is already required, streams in ``read_only`` mode (memory stays flat in the
+number of cells: only shared strings are held), converts dates by number
+format and expands shared formulas.  Its read-only API yields either formulas
+or cached values, so the workbook is opened twice and both row streams are
+walked in lockstep: the same XML parsed twice yields the same row sequence.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import re
+from collections.abc import Iterator
+from typing import IO, Any, ClassVar
+
+import openpyxl
+from openpyxl.worksheet._read_only import ReadOnlyWorksheet
+from openpyxl.worksheet.formula import ArrayFormula, DataTableFormula
+
+from parsers import zipguard
+from parsers._base import FileInfo, ParseFailed, ParseOptions, Parser, Unit
+from parsers._common import TextBudget, describe, quiet
+
+log = logging.getLogger(__name__)
+
+_PLAIN_SHEET = re.compile(r"[A-Za-z0-9_.]+")
+# Rows are padded with empty cells up to their last cell; a hostile sheet can
+# put one cell in column XFD on every row.  Empty slots count at this rate.
+_SCAN_FACTOR = 4
+_EXACT_INT = 2.0**53
+
+
+def sheet_ref(name: str) -> str:
+    """``Sheet1`` or ``'My Sheet'``: a sheet name as it appears before ``!``."""
+    if _PLAIN_SHEET.fullmatch(name):
+        return name
+    return "'" + name.replace("'", "''") + "'"
+
+
+def escape(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
+
+
+def format_literal(value: object) -> str:
+    """A non-formula cell's value: like ``format_value``, text that looks like a formula quoted."""
+    if isinstance(value, str) and value.startswith(("=", "'")):
+        return "'" + escape(value)
+    return format_value(value)
+
+
+def format_value(value: object) -> str:
+    """A cell value as it appears after `` = `` (or after `` -> `` for a formula)."""
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        # Beyond 2**53 a float's integer digits are not all real: 1e+21, not 1000...0.
+        if value.is_integer() and abs(value) < _EXACT_INT:
+            return str(int(value))
+        return repr(value)
+    if isinstance(value, datetime.datetime | datetime.date | datetime.time):
+        return value.isoformat()
+    if isinstance(value, datetime.timedelta):
+        return str(value)
+    return escape(str(value))
+
+
+def format_formula(formula: object) -> str:
+    """Formula text with its leading ``=``."""
+    if isinstance(formula, ArrayFormula):
+        text = formula.text or "="
+    elif isinstance(formula, DataTableFormula):
+        args = ",".join(str(a) for a in (formula.r1, formula.r2) if a)
+        text = f"=TABLE({args})"
+    else:
+        text = str(formula)
+    return escape(text)
+
+
+def sheet_unit_name(name: str, taken: set[str]) -> str:
+    """``sheet-<Name>.md``; '/' and NUL cannot appear in a file name."""
+    safe = name.replace("/", "_").replace("\x00", "_")
+    unit = f"sheet-{safe}.md"
+    n = 2
+    while unit.lower() in taken:
+        unit = f"sheet-{safe}~{n}.md"
+        n += 1
+    taken.add(unit.lower())
+    return unit
+
+
+class _CellCounter:
+    def __init__(self, options: ParseOptions) -> None:
+        self.limit = options.max_cells
+        self.cells = 0
+        self.slots = 0
+
+    def row(self, width: int) -> None:
+        self.slots += width
+        if self.slots > self.limit * _SCAN_FACTOR:
+            raise ParseFailed(f"too many cells (>{self.limit})")
+
+    def cell(self) -> None:
+        self.cells += 1
+        if self.cells > self.limit:
+            raise ParseFailed(f"too many cells (>{self.limit})")
+
+
+def _sheet_lines(
+    formulas: ReadOnlyWorksheet, values: ReadOnlyWorksheet, counter: _CellCounter
+) -> Iterator[str]:
+    ref = sheet_ref(formulas.title)
+    # Without this, a stale <dimension> (or a hostile one) pads every row and
+    # adds empty rows up to it.
+    formulas.reset_dimensions()
+    values.reset_dimensions()
+    for frow, vrow in zip(formulas.iter_rows(), values.iter_rows(), strict=True):
+        counter.row(len(frow))
+        for fcell, vcell in zip(frow, vrow, strict=True):
+            cached: Any = vcell.value
+            if fcell.data_type == "f":
+                counter.cell()
+                formula = format_formula(fcell.value)
+                if cached is None:
+                    yield f"{ref}!{fcell.coordinate} = {formula}"
+                else:
+                    yield f"{ref}!{fcell.coordinate} = {formula} -> {format_value(cached)}"
+            elif cached is not None:
+                counter.cell()
+                yield f"{ref}!{vcell.coordinate} = {format_literal(cached)}"
+
+
+def _open(stream: IO[bytes], *, data_only: bool) -> openpyxl.Workbook:
+    return openpyxl.load_workbook(stream, read_only=True, data_only=data_only, keep_links=False)
+
+
+class XlsxParser(Parser):
+    id = "xlsx"
+    version = 1
+    priority = 40.0
+
+    extensions: ClassVar[frozenset[str]] = frozenset({".xlsx", ".xlsm", ".xltx", ".xltm"})
+
+    def accepts(self, info: FileInfo) -> bool:
+        return info.extension in self.extensions
+
+    def parse(self, path: str, info: FileInfo, options: ParseOptions) -> list[Unit]:
+        zipguard.check_container(path, info, options)
+        try:
+            with quiet(), open(path, "rb") as fstream, open(path, "rb") as vstream:
+                return self._parse(fstream, vstream, options)
+        except ParseFailed:
+            raise
+        except Exception as exc:  # openpyxl raises anything from KeyError to TypeError
+            raise ParseFailed(f"unreadable spreadsheet: {describe(exc)}") from exc
+
+    def _parse(self, fstream: IO[bytes], vstream: IO[bytes], options: ParseOptions) -> list[Unit]:
+        wb_formulas = _open(fstream, data_only=False)
+        wb_values = _open(vstream, data_only=True)
+        try:
+            counter = _CellCounter(options)
+            budget = TextBudget(options.max_text_bytes)
+            taken: set[str] = set()
+            units = []
+            for name in wb_formulas.sheetnames:
+                fsheet, vsheet = wb_formulas[name], wb_values[name]
+                if isinstance(fsheet, ReadOnlyWorksheet) and isinstance(vsheet, ReadOnlyWorksheet):
+                    text = "".join(line + "\n" for line in _sheet_lines(fsheet, vsheet, counter))
+                else:
+                    text = ""  # chart sheet
+                units.append(Unit(sheet_unit_name(name, taken), budget.add(text), f"sheet={name}"))
+            log.debug("xlsx: %d sheets, %d cells", len(units), counter.cells)
+            return units
+        finally:
+            wb_formulas.close()
+            wb_values.close()

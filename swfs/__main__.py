@@ -1,0 +1,3 @@
+from swfs.cli import main
+
+main()

@@ -1,0 +1,198 @@
+"""``swfs check``: one function per store invariant.
+
+Each ``check_<invariant>(ws, repair)`` returns the problems it found; with
+``repair`` it fixes what can be fixed without losing information (a corrupt
+blob is only moved aside, never deleted, because its bytes may still matter
+to whoever investigates).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from .store import FileRecord, loads, pdecode
+from .workspace import Workspace
+
+log = logging.getLogger(__name__)
+
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_STATUSES = {"ok", "failed", "unsupported"}
+
+
+@dataclass(frozen=True)
+class Problem:
+    check: str
+    message: str
+    repaired: bool = False
+
+
+def check_files(ws: Workspace, repair: bool) -> list[Problem]:
+    """Every file record decodes and names a well-formed hash."""
+    problems = []
+    bad: list[bytes] = []
+    with ws.store.read() as txn:
+        for key, raw in txn.cursor(db=ws.store.dbs["files"]):
+            try:
+                rec = FileRecord.decode(raw)
+                if not _HEX64.match(rec.hash):
+                    raise ValueError(f"bad hash {rec.hash!r}")
+            except (ValueError, KeyError, TypeError) as exc:
+                bad.append(bytes(key))
+                problems.append(
+                    Problem("files", f"{pdecode(key)}: malformed record ({exc})", repair)
+                )
+    if repair and bad:
+        # The next scan re-creates the records from the files themselves.
+        with ws.store.write() as txn:
+            for key in bad:
+                txn.delete(key, db=ws.store.dbs["files"])
+    return problems
+
+
+def check_parses(ws: Workspace, repair: bool) -> list[Problem]:
+    """Every parse record is well-formed; malformed ones are dropped (re-parsed later)."""
+    problems = []
+    bad: list[bytes] = []
+    with ws.store.read() as txn:
+        for key, raw in txn.cursor(db=ws.store.dbs["parses"]):
+            k = bytes(key).decode("utf-8", "replace")
+            try:
+                h, _, parser = k.partition("|")
+                rec = loads(raw)
+                if not _HEX64.match(h) or not parser:
+                    raise ValueError("bad key")
+                if rec.get("status") not in _STATUSES:
+                    raise ValueError(f"bad status {rec.get('status')!r}")
+                for unit in rec["units"]:
+                    name, locator, text = unit
+                    if not (isinstance(name, str) and isinstance(text, str)) or "/" in name:
+                        raise ValueError("bad unit")
+            except (ValueError, KeyError, TypeError) as exc:
+                bad.append(bytes(key))
+                problems.append(Problem("parses", f"{k}: malformed parse record ({exc})", repair))
+    if repair and bad:
+        with ws.store.write() as txn:
+            for key in bad:
+                txn.delete(key, db=ws.store.dbs["parses"])
+    return problems
+
+
+def _readable_files(ws: Workspace) -> dict[str, FileRecord]:
+    """The file records that decode (check_files reports the others)."""
+    out = {}
+    with ws.store.read() as txn:
+        for key, raw in txn.cursor(db=ws.store.dbs["files"]):
+            try:
+                out[pdecode(key)] = FileRecord.decode(raw)
+            except (ValueError, KeyError, TypeError):
+                continue
+    return out
+
+
+def check_versions(ws: Workspace, repair: bool) -> list[Problem]:
+    """Version numbers strictly increase; a present file's last version is its hash."""
+    problems = []
+    fixes: dict[str, list[list[Any]]] = {}
+    files = _readable_files(ws)
+    with ws.store.read() as txn:
+        for rel, versions in ws.store.iter_versions(txn):
+            numbers = [v[0] for v in versions]
+            fixed = versions
+            if numbers != sorted(set(numbers)) or any(not _HEX64.match(v[1]) for v in versions):
+                problems.append(Problem("versions", f"{rel}: version list out of order", repair))
+                fixed = sorted(
+                    {v[0]: v for v in versions if _HEX64.match(v[1])}.values(), key=lambda v: v[0]
+                )
+            rec = files.get(rel)
+            if rec is not None and (not fixed or fixed[-1][1] != rec.hash):
+                problems.append(
+                    Problem(
+                        "versions",
+                        f"{rel}: current content b3:{rec.hash[:16]} is not its "
+                        "last recorded version",
+                        repair,
+                    )
+                )
+                number = fixed[-1][0] + 1 if fixed else 1
+                fixed = [*fixed, [number, rec.hash, rec.mtime_ns / 1e9, "external", rec.size]]
+            if fixed is not versions:
+                fixes[rel] = fixed
+        for rel, rec in files.items():
+            if txn.get(os.fsencode(rel), db=ws.store.dbs["versions"]) is None:
+                problems.append(
+                    Problem("versions", f"{rel}: tracked file without versions", repair)
+                )
+                fixes[rel] = [[1, rec.hash, rec.mtime_ns / 1e9, "external", rec.size]]
+    if repair and fixes:
+        with ws.store.write() as txn:
+            for rel, versions in fixes.items():
+                ws.store.put_versions(txn, rel, versions)
+    return problems
+
+
+def _referenced(ws: Workspace) -> set[str]:
+    refs: set[str] = set()
+    with ws.store.read() as txn:
+        for _, versions in ws.store.iter_versions(txn):
+            refs.update(v[1] for v in versions)
+    for name in ws.store.snapshot_names():
+        refs.update(e[0] for e in (ws.store.get_snapshot(name) or {}).values())
+    refs.update(e[0] for e in ws.baseline_manifest().values())
+    return refs
+
+
+def check_blobs(ws: Workspace, repair: bool) -> list[Problem]:
+    """Every blob hashes to its name; no temp litter; snapshots' bytes exist."""
+    problems = []
+    litter = ws.blobs.cleanup_temp() if repair else 0
+    if litter:
+        problems.append(Problem("blobs", f"{litter} leftover temporary file(s)", True))
+    for h in list(ws.blobs.iter_hashes()):
+        if not ws.blobs.verify(h):
+            path = ws.blobs.path(h)
+            problems.append(Problem("blobs", f"{path}: content does not match its hash", repair))
+            if repair:
+                os.replace(path, ws.store_dir / f"corrupt-blob-{h}")
+    for name in ws.store.snapshot_names():
+        for rel, entry in (ws.store.get_snapshot(name) or {}).items():
+            if not ws.blobs.has(entry[0]):
+                problems.append(
+                    Problem(
+                        "blobs", f"snapshot {name}: bytes of {rel} (b3:{entry[0][:16]}) missing"
+                    )
+                )
+    return problems
+
+
+def check_orphans(ws: Workspace, repair: bool) -> list[Problem]:
+    """Blobs that no version, snapshot or baseline refers to."""
+    refs = _referenced(ws)
+    orphans = [h for h in ws.blobs.iter_hashes() if h not in refs]
+    problems = [
+        Problem("orphans", f"blob b3:{h[:16]} is referenced by nothing", repair) for h in orphans
+    ]
+    if repair:
+        for h in orphans:
+            ws.blobs.remove(h)
+    return problems
+
+
+CHECKS: list[Callable[[Workspace, bool], list[Problem]]] = [
+    check_files,
+    check_parses,
+    check_versions,
+    check_blobs,
+    check_orphans,
+]
+
+
+def run_checks(ws: Workspace, *, repair: bool = False) -> list[Problem]:
+    problems: list[Problem] = []
+    for check in CHECKS:
+        problems.extend(check(ws, repair))
+    return problems

@@ -1,0 +1,132 @@
+"""The running daemon's control socket: ``STORE/control.sock``.
+
+While a workspace is mounted the daemon owns its state; commands that change
+it (baseline, snapshot, restore) or wait on it (sync) are sent here, so the
+daemon records them and invalidates the kernel's caches.  Read-only commands
+read the store directly (LMDB allows concurrent readers across processes).
+
+Protocol: one JSON object per connection, one line each way.
+Request ``{"op": NAME, ...args}``; reply ``{"ok": true, "result": ...}`` or
+``{"ok": false, "error": "one line"}``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import socket
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+if TYPE_CHECKING:
+    from .engine import Engine
+
+log = logging.getLogger(__name__)
+
+SOCKET_NAME = "control.sock"
+_MAX_REQUEST = 1 << 16
+
+
+class ControlUnavailable(Exception):
+    """No daemon is listening for this store."""
+
+
+class ControlError(Exception):
+    """The daemon answered with an error."""
+
+
+async def _handle(engine: Engine, request: dict[str, Any]) -> Any:
+    op = request.get("op")
+    if op == "ping":
+        return {"pid": os.getpid(), "src": str(engine.src), "store": str(engine.store_dir)}
+    if op == "sync":
+        ok = await engine.wait_all_current(float(request.get("timeout", 600)))
+        return {"current": ok, "counts": await trio.to_thread.run_sync(engine.counts)}
+    if op == "baseline":
+        await trio.to_thread.run_sync(engine.scan)
+        return {"files": await trio.to_thread.run_sync(engine.set_baseline)}
+    if op == "snapshot":
+        return {"files": await trio.to_thread.run_sync(engine.snapshot, str(request["name"]))}
+    if op == "restore":
+        version = await trio.to_thread.run_sync(
+            engine.restore, request["path"], int(request["version"])
+        )
+        return {"version": version.number, "hash": version.hash}
+    if op == "rescan":
+        stats = await trio.to_thread.run_sync(engine.scan)
+        return stats.__dict__
+    raise ControlError(f"unknown operation {op!r}")
+
+
+async def _serve_one(engine: Engine, conn: trio.SocketStream) -> None:
+    async with conn:
+        data = b""
+        try:
+            while b"\n" not in data and len(data) < _MAX_REQUEST:
+                chunk = await conn.receive_some(4096)
+                if not chunk:
+                    break
+                data += chunk
+            request = json.loads(data.decode("utf-8", "surrogateescape") or "{}")
+            result = await _handle(engine, request)
+            reply: dict[str, Any] = {"ok": True, "result": result}
+        except trio.BrokenResourceError:
+            return
+        except Exception as exc:  # every error goes back to the client as one line
+            log.info("control request failed: %s", exc)
+            reply = {"ok": False, "error": str(exc) or type(exc).__name__}
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+            await conn.send_all(json.dumps(reply).encode() + b"\n")
+
+
+async def serve_control(engine: Engine, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+    path = engine.store_dir / SOCKET_NAME
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+    sock = trio.socket.socket(trio.socket.AF_UNIX, trio.socket.SOCK_STREAM)
+    old_umask = os.umask(0o177)
+    try:
+        await sock.bind(str(path))
+    finally:
+        os.umask(old_umask)
+    sock.listen(16)
+    listener = trio.SocketListener(sock)
+    task_status.started()
+    try:
+        async with trio.open_nursery() as nursery:
+            while True:
+                conn = await listener.accept()
+                nursery.start_soon(_serve_one, engine, conn)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+
+
+def request(store_dir: Path, op: str, *, io_timeout: float = 30.0, **args: Any) -> Any:
+    """Send one request to the daemon of ``store_dir`` (blocking client)."""
+    path = store_dir / SOCKET_NAME
+    if not path.exists():
+        raise ControlUnavailable(str(path))
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(io_timeout)
+        try:
+            s.connect(str(path))
+        except (ConnectionRefusedError, FileNotFoundError) as exc:
+            raise ControlUnavailable(str(path)) from exc
+        s.sendall(json.dumps({"op": op, **args}).encode() + b"\n")
+        data = b""
+        while not data.endswith(b"\n"):
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    if not data:
+        raise ControlError("the daemon closed the connection without answering")
+    reply = json.loads(data)
+    if not reply.get("ok"):
+        raise ControlError(reply.get("error", "unknown error"))
+    return reply["result"]

@@ -1,0 +1,257 @@
+"""The engine as the daemon and the CLI drive it: the workspace plus its
+background work (the re-parse queue, parse workers, the periodic rescan and
+the control socket).
+
+The queue coalesces per path: a path is in it at most once, however often it
+is written; a path asked for by a reader (``wait_view``) moves to the front.
+Workers take a path, look up its record, parse it in a worker process and
+store the outcome from a thread: no LMDB transaction is ever held across an
+``await``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from . import review as review_mod
+from .api import Freshness, RelPath, ReviewEntry
+from .parsework import ParsePool
+from .workspace import Config, Workspace
+
+log = logging.getLogger(__name__)
+
+
+class ParseQueue:
+    """Paths waiting for a parse, coalesced, with a front lane for readers."""
+
+    def __init__(self) -> None:
+        self._front: OrderedDict[str, None] = OrderedDict()
+        self._back: OrderedDict[str, None] = OrderedDict()
+        self._busy: set[str] = set()
+        self._again: set[str] = set()
+        self._wakeup = trio.Event()
+        self._done: dict[str, trio.Event] = {}
+
+    def __len__(self) -> int:
+        return len(self._front) + len(self._back) + len(self._busy)
+
+    def submit(self, rel: str, *, front: bool = False) -> None:
+        if rel in self._busy:
+            self._again.add(rel)
+            return
+        if front:
+            self._back.pop(rel, None)
+            self._front[rel] = None
+            self._front.move_to_end(rel)
+        elif rel not in self._front:
+            self._back[rel] = None
+        self._wakeup.set()
+
+    async def take(self) -> str:
+        while not (self._front or self._back):
+            self._wakeup = trio.Event()
+            await self._wakeup.wait()
+        lane = self._front if self._front else self._back
+        rel, _ = lane.popitem(last=False)
+        self._busy.add(rel)
+        return rel
+
+    def finish(self, rel: str, *, again: bool) -> None:
+        self._busy.discard(rel)
+        if again or rel in self._again:
+            self._again.discard(rel)
+            self.submit(rel)
+        event = self._done.pop(rel, None)
+        if event is not None:
+            event.set()
+
+    def event(self, rel: str) -> trio.Event:
+        if rel not in self._done:
+            self._done[rel] = trio.Event()
+        return self._done[rel]
+
+    def idle(self) -> bool:
+        return not (self._front or self._back or self._busy)
+
+
+class Engine(Workspace):
+    """Implements ``swfs.api.EngineAPI``."""
+
+    def __init__(self, src: Path, store_dir: Path | None = None, *, config: Config | None = None):
+        super().__init__(src, store_dir, config=config)
+        self.queue: ParseQueue | None = None
+        self._token: trio.lowlevel.TrioToken | None = None
+        self.add_parse_request_handler(self._on_parse_request)
+
+    @classmethod
+    @contextmanager
+    def open(
+        cls, src: Path, store: Path | None = None, *, config: Config | None = None
+    ) -> Iterator[Engine]:
+        engine = cls(src, store, config=config)
+        try:
+            yield engine
+        finally:
+            engine.close()
+
+    # -- listeners are called in the trio thread
+    def add_listener(self, fn: Callable[[RelPath], None]) -> None:
+        def in_trio(rel: RelPath) -> None:
+            token = self._token
+            if token is None:
+                fn(rel)
+                return
+            with suppress(trio.RunFinishedError):
+                token.run_sync_soon(fn, rel)
+
+        super().add_listener(in_trio)
+
+    def _on_parse_request(self, rel: RelPath, front: bool) -> None:
+        queue, token = self.queue, self._token
+        if queue is None or token is None:
+            return
+        with suppress(trio.RunFinishedError):
+            token.run_sync_soon(lambda: queue.submit(rel, front=front))
+
+    # -- review (EngineAPI)
+    def review(self) -> Sequence[ReviewEntry]:
+        return review_mod.changes(self)
+
+    def review_summary(self) -> bytes:
+        return review_mod.summary(self, review_mod.changes(self)).encode("utf-8", "surrogateescape")
+
+    def review_all_diff(self) -> bytes:
+        entries = review_mod.changes(self)
+        return review_mod.all_diff(self, entries).encode("utf-8", "surrogateescape")
+
+    def review_diff(self, rel: RelPath) -> bytes | None:
+        for e in review_mod.changes(self):
+            if e.rel == rel:
+                return review_mod.file_diff(self, e).encode("utf-8", "surrogateescape")
+        return None
+
+    # -- background work
+    async def run_background(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        await self._run(task_status=task_status, drain=False)
+
+    async def drain(self, progress: Callable[[int, int], None] | None = None) -> None:
+        """Scan, then parse everything that needs it, then return (``swfs index``)."""
+        await self._run(drain=True, progress=progress)
+
+    async def _run(
+        self,
+        *,
+        drain: bool,
+        task_status: Any = trio.TASK_STATUS_IGNORED,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> None:
+        self._token = trio.lowlevel.current_trio_token()
+        self.queue = queue = ParseQueue()
+        limits = self.config.limits
+        try:
+            async with ParsePool.open(limits) as pool, trio.open_nursery() as nursery:
+                await trio.to_thread.run_sync(self.scan)
+                for rel in self.needs_parse():
+                    queue.submit(rel)
+                total = len(queue)
+                for _ in range(limits.workers):
+                    nursery.start_soon(self._worker, pool, queue)
+                if not drain:
+                    nursery.start_soon(self._rescan_loop)
+                    from .control import serve_control
+
+                    await nursery.start(serve_control, self)
+                task_status.started()
+                if drain:
+                    while not queue.idle():
+                        if progress:
+                            progress(total - len(queue), total)
+                        await trio.sleep(0.1)
+                    if progress:
+                        progress(total, total)
+                    nursery.cancel_scope.cancel()
+        finally:
+            self.queue = None
+            self._token = None
+
+    async def _worker(self, pool: ParsePool, queue: ParseQueue) -> None:
+        while True:
+            rel = await queue.take()
+            again = False
+            try:
+                again = await self._parse_one(pool, rel)
+            except Exception:
+                # A bug here must not stop the other files from being parsed.
+                log.exception("%s: unexpected error while parsing", rel)
+            finally:
+                queue.finish(rel, again=again)
+
+    async def _parse_one(self, pool: ParsePool, rel: str) -> bool:
+        rec = self.store.get_file(rel)
+        if rec is None or rec.parser is None:
+            return False
+        if self.store.get_parse(rec.hash, rec.parser) is not None:
+            # Another path with the same content was parsed meanwhile.
+            await trio.to_thread.run_sync(self._adopt_cached, rel)
+            return False
+        outcome = await pool.parse(self.abspath(rel), rel)
+        return await trio.to_thread.run_sync(
+            lambda: self.apply_parse(
+                RelPath(rel), outcome, queued_hash=rec.hash, queued_parser=rec.parser or ""
+            )
+        )
+
+    def _adopt_cached(self, rel: str) -> None:
+        self.check_file(RelPath(rel), force=True)
+        self._changed(rel)
+
+    async def _rescan_loop(self) -> None:
+        interval = self.config.rescan_interval
+        if not math.isfinite(interval) or interval <= 0:
+            return
+        while True:
+            await trio.sleep(interval)
+            try:
+                stats = await trio.to_thread.run_sync(self.scan)
+            except Exception:
+                log.exception("periodic rescan failed")
+                continue
+            if stats.added or stats.changed or stats.removed:
+                log.info(
+                    "rescan: %d added, %d changed, %d removed",
+                    stats.added,
+                    stats.changed,
+                    stats.removed,
+                )
+
+    async def wait_view(self, rel: RelPath, limit: float) -> None:
+        queue = self.queue
+        if queue is None:
+            return
+        with trio.move_on_after(limit):
+            while True:
+                rec = self.store.get_file(rel)
+                if rec is None or self._freshness(rec) not in (Freshness.PENDING, Freshness.STALE):
+                    return
+                event = queue.event(rel)
+                queue.submit(rel, front=True)
+                await event.wait()
+
+    async def wait_all_current(self, limit: float) -> bool:
+        """True once nothing is pending or stale (``swfs sync``)."""
+        deadline = time.monotonic() + limit
+        while time.monotonic() < deadline:
+            counts = await trio.to_thread.run_sync(self.counts)
+            if counts["pending"] == 0 and counts["stale"] == 0:
+                return True
+            await trio.sleep(0.05)
+        return False

@@ -1,0 +1,189 @@
+"""Low-level file helpers: durable saves, reflink and copy, blake3 hashing.
+
+Everything here works on plain paths and file descriptors and knows nothing of
+the store.  Functions are blocking; async callers run them in a thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import logging
+import os
+import tempfile
+from pathlib import Path
+
+import blake3
+
+log = logging.getLogger(__name__)
+
+# linux/fs.h: _IOW(0x94, 9, int)
+FICLONE = 0x40049409
+
+# Reading a file below this size in one go is cheaper than any setup.
+SMALL_FILE = 4 * 1024 * 1024
+# Chunk size for reads of big files: large enough that blake3 can spread one
+# update() over several threads, small enough to bound memory.
+CHUNK = 16 * 1024 * 1024
+
+# FICLONE answers these when the filesystem pair cannot share extents; the
+# caller then copies.  Anything else (EBADF, EIO, ENOSPC...) is a real error.
+_NO_REFLINK = frozenset({errno.EOPNOTSUPP, errno.ENOTSUP, errno.EXDEV, errno.EINVAL, errno.ENOTTY})
+# copy_file_range / sendfile answers meaning "not for this pair of files": try
+# the next, more general method instead.
+_NO_FAST_COPY = frozenset({errno.EXDEV, errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP})
+
+
+def fsync_dir(path: str | os.PathLike[str]) -> None:
+    """Make a directory's entries (a new or renamed name) durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_all(fd: int, data: bytes | memoryview) -> None:
+    """``os.write`` until every byte is written (it may write less)."""
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def save_file(path: str | os.PathLike[str], data: bytes, *, mode: int = 0o600) -> None:
+    """Replace ``path`` with ``data`` atomically and durably.
+
+    Readers see either the old file or the whole new one, also after a crash:
+    the bytes go to a temp file in the same directory, are fsynced, renamed over
+    ``path``, and the directory is fsynced so the rename itself survives.  On
+    failure the temp file is removed and ``path`` is untouched.
+    """
+    target = Path(path)
+    directory = target.parent
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
+    try:
+        try:
+            os.fchmod(fd, mode)
+            write_all(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    fsync_dir(directory)
+
+
+def reflink(src_fd: int, dst_fd: int) -> bool:
+    """Make ``dst_fd`` share ``src_fd``'s extents (copy-on-write clone).
+
+    True when cloned; False when the filesystem cannot (then copy instead).
+    Other errors are raised.
+    """
+    try:
+        fcntl.ioctl(dst_fd, FICLONE, src_fd)
+    except OSError as exc:
+        if exc.errno in _NO_REFLINK:
+            return False
+        raise
+    return True
+
+
+def copy_fd(src_fd: int, dst_fd: int) -> int:
+    """Copy all of ``src_fd`` (from offset 0) to ``dst_fd`` (from offset 0).
+
+    Uses ``copy_file_range`` (in-kernel, server-side or reflinked where the
+    filesystem can), then ``sendfile``, then plain reads and writes.  Neither
+    descriptor's file position is relied on.  Returns the number of bytes copied.
+    """
+    offset = 0
+    try:
+        while True:
+            n = os.copy_file_range(src_fd, dst_fd, CHUNK, offset, offset)
+            if n == 0:
+                return offset
+            offset += n
+    except OSError as exc:
+        if exc.errno not in _NO_FAST_COPY:
+            raise
+        log.debug("copy_file_range unavailable (%s), falling back", exc)
+    os.lseek(dst_fd, offset, os.SEEK_SET)
+    try:
+        while True:
+            n = os.sendfile(dst_fd, src_fd, offset, CHUNK)
+            if n == 0:
+                return offset
+            offset += n
+    except OSError as exc:
+        if exc.errno not in _NO_FAST_COPY:
+            raise
+        log.debug("sendfile unavailable (%s), falling back", exc)
+    while True:
+        chunk = os.pread(src_fd, CHUNK, offset)
+        if not chunk:
+            return offset
+        write_all_at(dst_fd, chunk, offset)
+        offset += len(chunk)
+
+
+def write_all_at(fd: int, data: bytes, offset: int) -> None:
+    """``os.pwrite`` until every byte is written."""
+    view = memoryview(data)
+    while view:
+        written = os.pwrite(fd, view, offset)
+        view = view[written:]
+        offset += written
+
+
+def hash_bytes(data: bytes | memoryview) -> str:
+    """blake3 of ``data`` as lowercase hex."""
+    return blake3.blake3(data).hexdigest()
+
+
+def _new_hasher() -> blake3.blake3:
+    return blake3.blake3(max_threads=blake3.blake3.AUTO)
+
+
+def hash_fd(fd: int) -> str:
+    """blake3 of the whole file behind ``fd`` (from offset 0 to EOF, whatever
+    the file position), as lowercase hex.
+
+    Reads, never maps: a file truncated while mapped raises SIGBUS, which would
+    kill the daemon, and a descriptor usually points at a live user file.
+    """
+    head = os.pread(fd, SMALL_FILE + 1, 0)
+    if len(head) <= SMALL_FILE:
+        return hash_bytes(head)
+    hasher = _new_hasher()
+    hasher.update(head)
+    offset = len(head)
+    while True:
+        chunk = os.pread(fd, CHUNK, offset)
+        if not chunk:
+            return hasher.hexdigest()
+        hasher.update(chunk)
+        offset += len(chunk)
+
+
+def hash_file(path: str | os.PathLike[str], *, mmap: bool = True) -> str:
+    """blake3 of the file at ``path`` as lowercase hex.
+
+    Big files are memory-mapped and hashed on several threads when the blake3
+    binding supports it.  Pass ``mmap=False`` for a file another process may
+    truncate meanwhile (a mapped read past the new end is SIGBUS); blobs and
+    other files only swfs writes are safe to map.
+    """
+    size = os.stat(path).st_size
+    if mmap and size > SMALL_FILE and hasattr(blake3.blake3, "update_mmap"):
+        hasher = _new_hasher()
+        hasher.update_mmap(os.fspath(path))
+        return hasher.hexdigest()
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return hash_fd(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,57 @@
+"""``swfs mount`` / ``swfs umount``: the CLI's bridge to the daemon in mountd."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+from pathlib import Path
+
+from .workspace import STORE_NAME, Config
+
+
+class MountError(Exception):
+    """Mounting failed; the message names the mount point and the cause."""
+
+
+def mount_workspace(args: argparse.Namespace, config: Config) -> int:
+    from mountd.launch import mount
+    from mountd.options import MountOptions
+
+    from .engine import Engine
+
+    src = Path(args.src).resolve()
+    mnt = Path(args.mountpoint).resolve()
+    if not src.is_dir():
+        raise MountError(f"{args.src}: not a directory")
+    if not mnt.is_dir():
+        raise MountError(f"{args.mountpoint}: not a directory")
+    if mnt == src or src in mnt.parents:
+        raise MountError(f"{args.mountpoint}: the mount point must not be inside {src}")
+    store = Path(args.store).resolve() if args.store else src / STORE_NAME
+    config = dataclasses.replace(config, rescan_interval=args.rescan_interval)
+    options = MountOptions(
+        stale=args.stale,
+        stale_wait=args.wait_timeout,
+        pending_wait=args.wait_timeout,
+        allow_other=False if args.no_allow_other else None,
+        debug=args.debug,
+    )
+
+    def factory() -> Engine:
+        return Engine.open(src, store, config=config)  # type: ignore[return-value]
+
+    store.mkdir(mode=0o700, parents=True, exist_ok=True)
+    log_file = None if args.foreground else store / "daemon.log"
+    mount(factory, src, mnt, options, foreground=args.foreground, log_file=log_file)
+    return 0
+
+
+def unmount_workspace(args: argparse.Namespace) -> int:
+    from mountd.launch import unmount
+
+    mnt = Path(args.mountpoint)
+    if not os.path.ismount(mnt):
+        raise MountError(f"{args.mountpoint}: not mounted")
+    unmount(mnt, lazy=args.lazy)
+    return 0

@@ -1,0 +1,197 @@
+"""Parsing in worker processes, with a wall-clock timeout and a memory cap.
+
+Parsers are handed hostile input (zip bombs, cyclic PDFs, files that make a
+converter allocate gigabytes).  Each parse therefore runs in a separate
+process (trio-parallel) that the caller can kill: a crash, a hang or a memory
+blow-up fails that one file with a one-line reason and nothing else.
+
+The worker opens the file itself with O_NOFOLLOW, hashes the bytes it parses
+and reports that hash, so a parse is always stored under the content it was
+really made from, even if the file changed after it was queued.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import resource
+import signal
+import stat
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager, suppress
+from dataclasses import dataclass, field
+from functools import partial
+
+import trio
+import trio_parallel
+
+from parsers import registry
+from parsers._base import FileInfo, ParseFailed, ParseOptions, UnsupportedFormat
+
+from .fsutil import hash_fd
+
+log = logging.getLogger(__name__)
+
+OK = "ok"
+FAILED = "failed"
+UNSUPPORTED = "unsupported"
+GONE = "gone"  # not a regular file any more: nothing to store
+CHANGED = "changed"  # modified while being parsed: the result is discarded
+
+
+@dataclass(frozen=True)
+class WorkerLimits:
+    timeout: float = 120.0  # seconds of wall-clock time per file
+    memory_mb: int = 3072  # address-space cap per worker process
+    workers: int = max(1, os.cpu_count() or 1)
+    options: ParseOptions = field(default_factory=ParseOptions)
+
+
+@dataclass(frozen=True)
+class ParseOutcome:
+    status: str
+    hash: str | None = None
+    parser: str | None = None
+    units: tuple[tuple[str, str, str], ...] = ()  # (name, locator, text)
+    error: str | None = None
+    secs: float = 0.0
+
+
+def file_info_from_fd(fd: int, rel: str, size: int) -> FileInfo:
+    head = os.pread(fd, 4096, 0)
+    ext = os.path.splitext(rel)[1].lower()
+    return FileInfo(name=rel, extension=ext, size=size, head=head)
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def parse_job(abs_path: str, rel: str, options: ParseOptions) -> ParseOutcome:
+    """Runs in a worker process: open, hash, parse, check nothing moved."""
+    t0 = time.monotonic()
+    try:
+        fd = os.open(abs_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        return ParseOutcome(GONE, error=_one_line(f"cannot open: {exc.strerror}"))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return ParseOutcome(GONE, error="not a regular file")
+        h = hash_fd(fd)
+        info = file_info_from_fd(fd, rel, st.st_size)
+        parser = registry.select(info)
+        if parser is None:
+            return ParseOutcome(UNSUPPORTED, hash=h)
+        key = parser.key()
+        error: str | None = None
+        try:
+            _, units = registry.parse(f"/proc/self/fd/{fd}", info, options)
+        except UnsupportedFormat as exc:
+            return ParseOutcome(UNSUPPORTED, hash=h, error=_one_line(str(exc)))
+        except ParseFailed as exc:
+            status, error = FAILED, _one_line(str(exc) or type(exc).__name__)
+            units = []
+        except MemoryError:
+            status, error = FAILED, "out of memory while parsing"
+            units = []
+        except RecursionError:
+            status, error = FAILED, "document structure nested too deeply"
+            units = []
+        except Exception as exc:  # a parser bug or a library's surprise: fail this file only
+            status, error = FAILED, _one_line(f"{type(exc).__name__}: {exc}")
+            units = []
+        else:
+            status = OK
+        st2 = os.fstat(fd)
+        if (st2.st_size, st2.st_mtime_ns, st2.st_ctime_ns) != (
+            st.st_size,
+            st.st_mtime_ns,
+            st.st_ctime_ns,
+        ):
+            return ParseOutcome(CHANGED, hash=h, parser=key)
+        return ParseOutcome(
+            status,
+            hash=h,
+            parser=key,
+            units=tuple((u.name, u.locator, u.text) for u in units),
+            error=error,
+            secs=time.monotonic() - t0,
+        )
+    finally:
+        os.close(fd)
+
+
+def _init_worker(memory_bytes: int) -> None:
+    """Worker process set-up: cap memory, no core dumps, yield CPU to the daemon."""
+    resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    with suppress(OSError):
+        os.nice(5)
+    # pymupdf and friends are imported once per worker, not per file.
+    registry.all_parsers()
+
+
+class ParsePool:
+    """Killable parse workers.  Use ``async with ParsePool.open(limits) as pool``."""
+
+    def __init__(self, ctx: trio_parallel.WorkerContext, limits: WorkerLimits) -> None:
+        self._ctx = ctx
+        self.limits = limits
+        self._limiter = trio.CapacityLimiter(limits.workers)
+        self._unbounded = trio.CapacityLimiter(math.inf)
+
+    @classmethod
+    @asynccontextmanager
+    async def open(cls, limits: WorkerLimits) -> AsyncIterator[ParsePool]:
+        init = partial(_init_worker, limits.memory_mb * 1024 * 1024)
+        async with trio_parallel.open_worker_context(init=init, idle_timeout=300) as ctx:
+            yield cls(ctx, limits)
+
+    async def parse(self, abs_path: str, rel: str) -> ParseOutcome:
+        # The timeout counts the parse only, not the wait for a free worker.
+        async with self._limiter:
+            return await self._parse_now(abs_path, rel)
+
+    async def _parse_now(self, abs_path: str, rel: str) -> ParseOutcome:
+        t0 = time.monotonic()
+        with trio.move_on_after(self.limits.timeout) as scope:
+            try:
+                return await self._ctx.run_sync(
+                    parse_job,
+                    abs_path,
+                    rel,
+                    self.limits.options,
+                    kill_on_cancel=True,
+                    limiter=self._unbounded,
+                )
+            except trio_parallel.BrokenWorkerError as exc:
+                reason = _describe_broken(exc)
+                log.warning("%s: parser process died: %s", rel, reason)
+                return ParseOutcome(
+                    FAILED, error=f"parser process died ({reason})", secs=time.monotonic() - t0
+                )
+        assert scope.cancelled_caught
+        log.warning("%s: parse timed out after %.0f s", rel, self.limits.timeout)
+        return ParseOutcome(
+            FAILED,
+            error=f"parse timed out after {self.limits.timeout:g} s",
+            secs=time.monotonic() - t0,
+        )
+
+
+def _describe_broken(exc: trio_parallel.BrokenWorkerError) -> str:
+    for arg in exc.args:
+        code = getattr(arg, "exitcode", None)
+        if isinstance(code, int) and code < 0:
+            try:
+                return f"killed by {signal.Signals(-code).name}"
+            except ValueError:
+                return f"killed by signal {-code}"
+        if isinstance(code, int):
+            return f"exit status {code}"
+    return "worker crashed; likely out of memory or a crash in a native library"

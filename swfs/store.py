@@ -1,0 +1,353 @@
+"""The LMDB store: the one place that knows the on-disk format.
+
+Layout of a store directory (``SRC/.swfs/`` by default)::
+
+    db/            LMDB environment (data.mdb, lock.mdb)
+    blobs/         content-addressed preserved bytes (see swfs.blobs)
+    daemon.log     the daemon's log when it runs in the background
+    control.sock   the running daemon's control socket
+
+Sub-databases, keys and values (all values are compact UTF-8 JSON unless
+noted; paths are workspace-relative, '/'-separated, encoded with
+``os.fsencode`` so that non-UTF-8 names round-trip):
+
+``meta``
+    ``format_version`` -> int.  ``baseline`` -> manifest (see below).
+    ``baseline_at`` -> float.  ``created_at`` -> float.
+``files``  path -> file record
+    ``{"h": hash, "s": size, "m": mtime_ns, "c": ctime_ns, "i": ino,
+    "mode": st_mode, "u": uid, "g": gid, "p": parser key or null,
+    "v": hash of the last successfully parsed content or null,
+    "vp": parser key of that parse}``.
+    Invariant: one record per regular file under SRC that is not hidden.
+``parses``  ``hash + b"|" + parser key`` -> parse record
+    ``{"status": "ok"|"failed"|"unsupported", "units": [[name, locator, text], ...],
+    "error": str|null, "secs": float, "at": float}``.  Keyed by content and
+    parser only, never by path or mtime: renames, copies and reverts reuse it.
+``versions``  path -> ``[[number, hash, recorded_at, cause, size], ...]``
+    Numbers start at 1 and strictly increase.  Kept for deleted paths too.
+``snapshots``  name -> manifest
+``journal``  8-byte big-endian sequence number -> event
+    ``{"t": float, "ev": str, ...}``; append-only.
+``diffs``  blake3 of ``kind|old hash|new hash|path`` -> rendered diff (UTF-8 text)
+
+A manifest is ``{path: [hash, size, mode, uid, gid, parser key]}``.
+
+Format changelog:
+    1  first format.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import struct
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import blake3
+import lmdb
+
+log = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1
+_DBS = ("meta", "files", "parses", "versions", "snapshots", "journal", "diffs")
+_INITIAL_MAP_SIZE = 1 << 30
+_MAX_MAP_SIZE = 1 << 40
+
+
+class StoreError(Exception):
+    """The store is unusable (wrong format, corrupt, locked)."""
+
+
+def pkey(rel: str) -> bytes:
+    return os.fsencode(rel)
+
+
+Raw = bytes | memoryview  # what lmdb hands back
+
+
+def pdecode(key: Raw) -> str:
+    return os.fsdecode(bytes(key))
+
+
+def dumps(obj: Any) -> bytes:
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode(
+        "utf-8", "surrogateescape"
+    )
+
+
+def loads(data: Raw) -> Any:
+    return json.loads(bytes(data).decode("utf-8", "surrogateescape"))
+
+
+def parse_key(h: str, parser: str) -> bytes:
+    return f"{h}|{parser}".encode()
+
+
+@dataclass(frozen=True)
+class FileRecord:
+    hash: str
+    size: int
+    mtime_ns: int
+    ctime_ns: int
+    ino: int
+    mode: int
+    uid: int
+    gid: int
+    parser: str | None
+    view_hash: str | None = None
+    view_parser: str | None = None
+
+    def signature(self) -> tuple[int, int, int, int]:
+        return (self.size, self.mtime_ns, self.ctime_ns, self.ino)
+
+    def encode(self) -> bytes:
+        return dumps(
+            {
+                "h": self.hash,
+                "s": self.size,
+                "m": self.mtime_ns,
+                "c": self.ctime_ns,
+                "i": self.ino,
+                "mode": self.mode,
+                "u": self.uid,
+                "g": self.gid,
+                "p": self.parser,
+                "v": self.view_hash,
+                "vp": self.view_parser,
+            }
+        )
+
+    @classmethod
+    def decode(cls, data: Raw) -> FileRecord:
+        d = loads(data)
+        return cls(
+            hash=d["h"],
+            size=d["s"],
+            mtime_ns=d["m"],
+            ctime_ns=d["c"],
+            ino=d["i"],
+            mode=d["mode"],
+            uid=d["u"],
+            gid=d["g"],
+            parser=d["p"],
+            view_hash=d.get("v"),
+            view_parser=d.get("vp"),
+        )
+
+    def manifest_entry(self) -> list[Any]:
+        return [self.hash, self.size, self.mode, self.uid, self.gid, self.parser]
+
+
+def stat_signature(st: os.stat_result) -> tuple[int, int, int, int]:
+    return (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+
+
+class Store:
+    """An LMDB environment with the sub-databases above.
+
+    One ``Store`` per process.  Transactions are short and never span an
+    ``await``: every method opens and closes its own.
+    """
+
+    def __init__(self, root: Path, *, readonly: bool = False) -> None:
+        self.root = root
+        self.readonly = readonly
+        dbdir = root / "db"
+        if not readonly:
+            root.mkdir(mode=0o700, parents=True, exist_ok=True)
+            dbdir.mkdir(mode=0o700, exist_ok=True)
+        elif not dbdir.is_dir():
+            raise StoreError(f"{root}: no swfs store here")
+        try:
+            self.env = lmdb.open(
+                str(dbdir),
+                map_size=max(_INITIAL_MAP_SIZE, self._current_data_size(dbdir) * 2),
+                max_dbs=len(_DBS) + 1,
+                subdir=True,
+                readonly=False,
+                lock=True,
+                mode=0o600,
+                max_readers=256,
+            )
+        except lmdb.Error as exc:
+            raise StoreError(f"{dbdir}: cannot open the store: {exc}") from exc
+        self.dbs = {name: self.env.open_db(name.encode()) for name in _DBS}
+        self._check_format()
+
+    @staticmethod
+    def _current_data_size(dbdir: Path) -> int:
+        try:
+            return (dbdir / "data.mdb").stat().st_size
+        except FileNotFoundError:
+            return 0
+
+    def _check_format(self) -> None:
+        with self.env.begin(write=True) as txn:
+            raw = txn.get(b"format_version", db=self.dbs["meta"])
+            if raw is None:
+                txn.put(b"format_version", dumps(FORMAT_VERSION), db=self.dbs["meta"])
+                txn.put(b"created_at", dumps(time.time()), db=self.dbs["meta"])
+                return
+            version = loads(raw)
+            if version != FORMAT_VERSION:
+                raise StoreError(
+                    f"{self.root}: store format {version}, this swfs reads format {FORMAT_VERSION}"
+                )
+
+    def close(self) -> None:
+        self.env.close()
+
+    # -- transactions
+    @contextmanager
+    def write(self) -> Iterator[lmdb.Transaction]:
+        """A write transaction.  Callers that may write a lot call
+        ``ensure_room`` first: LMDB cannot grow its map inside a transaction."""
+        txn = self.env.begin(write=True)
+        try:
+            yield txn
+        except BaseException:
+            txn.abort()
+            raise
+        txn.commit()
+
+    def ensure_room(self, nbytes: int) -> None:
+        info = self.env.info()
+        stat = self.env.stat()
+        used = (info["last_pgno"] + 1) * stat["psize"]
+        if used + nbytes * 2 > info["map_size"]:
+            self._grow(used + nbytes * 2)
+
+    def _grow(self, at_least: int = 0) -> None:
+        size = self.env.info()["map_size"]
+        new = min(max(size * 2, at_least), _MAX_MAP_SIZE)
+        log.info("growing the store map from %d to %d bytes", size, new)
+        self.env.set_mapsize(new)
+
+    def read(self) -> lmdb.Transaction:
+        return self.env.begin(write=False)
+
+    # -- meta
+    def get_meta(self, key: str, default: Any = None) -> Any:
+        with self.read() as txn:
+            raw = txn.get(key.encode(), db=self.dbs["meta"])
+        return default if raw is None else loads(raw)
+
+    def put_meta(self, key: str, value: Any) -> None:
+        with self.write() as txn:
+            txn.put(key.encode(), dumps(value), db=self.dbs["meta"])
+
+    # -- files
+    def get_file(self, rel: str, txn: lmdb.Transaction | None = None) -> FileRecord | None:
+        if txn is None:
+            with self.read() as t:
+                raw = t.get(pkey(rel), db=self.dbs["files"])
+        else:
+            raw = txn.get(pkey(rel), db=self.dbs["files"])
+        return None if raw is None else FileRecord.decode(raw)
+
+    def iter_files(self, txn: lmdb.Transaction) -> Iterator[tuple[str, FileRecord]]:
+        cur = txn.cursor(db=self.dbs["files"])
+        for key, raw in cur:
+            yield pdecode(key), FileRecord.decode(raw)
+
+    def all_files(self) -> dict[str, FileRecord]:
+        with self.read() as txn:
+            return dict(self.iter_files(txn))
+
+    def put_file(self, txn: lmdb.Transaction, rel: str, rec: FileRecord) -> None:
+        txn.put(pkey(rel), rec.encode(), db=self.dbs["files"])
+
+    def delete_file(self, txn: lmdb.Transaction, rel: str) -> None:
+        txn.delete(pkey(rel), db=self.dbs["files"])
+
+    # -- parses
+    def get_parse(
+        self, h: str, parser: str, txn: lmdb.Transaction | None = None
+    ) -> dict[str, Any] | None:
+        key = parse_key(h, parser)
+        if txn is None:
+            with self.read() as t:
+                raw = t.get(key, db=self.dbs["parses"])
+        else:
+            raw = txn.get(key, db=self.dbs["parses"])
+        return None if raw is None else loads(raw)
+
+    def has_parse(self, txn: lmdb.Transaction, h: str, parser: str) -> bool:
+        return txn.get(parse_key(h, parser), db=self.dbs["parses"]) is not None
+
+    def put_parse(self, h: str, parser: str, record: dict[str, Any]) -> None:
+        data = dumps(record)
+        self.ensure_room(len(data))
+        with self.write() as txn:
+            txn.put(parse_key(h, parser), data, db=self.dbs["parses"])
+
+    # -- versions
+    def get_versions(self, rel: str, txn: lmdb.Transaction | None = None) -> list[list[Any]]:
+        if txn is None:
+            with self.read() as t:
+                raw = t.get(pkey(rel), db=self.dbs["versions"])
+        else:
+            raw = txn.get(pkey(rel), db=self.dbs["versions"])
+        return [] if raw is None else list(loads(raw))
+
+    def put_versions(self, txn: lmdb.Transaction, rel: str, versions: list[list[Any]]) -> None:
+        if versions:
+            txn.put(pkey(rel), dumps(versions), db=self.dbs["versions"])
+        else:
+            txn.delete(pkey(rel), db=self.dbs["versions"])
+
+    def iter_versions(self, txn: lmdb.Transaction) -> Iterator[tuple[str, list[list[Any]]]]:
+        for key, raw in txn.cursor(db=self.dbs["versions"]):
+            yield pdecode(key), loads(raw)
+
+    # -- journal
+    def append_journal(self, txn: lmdb.Transaction, event: str, **fields: Any) -> None:
+        cur = txn.cursor(db=self.dbs["journal"])
+        seq = struct.unpack(">Q", cur.key())[0] + 1 if cur.last() else 1
+        fields = {"t": time.time(), "ev": event, **fields}
+        txn.put(struct.pack(">Q", seq), dumps(fields), db=self.dbs["journal"])
+
+    def iter_journal(self) -> Iterator[tuple[int, dict[str, Any]]]:
+        with self.read() as txn:
+            for key, raw in txn.cursor(db=self.dbs["journal"]):
+                yield struct.unpack(">Q", key)[0], loads(raw)
+
+    # -- snapshots
+    def put_snapshot(self, name: str, manifest: dict[str, list[Any]]) -> None:
+        data = dumps(manifest)
+        self.ensure_room(len(data))
+        with self.write() as txn:
+            txn.put(name.encode(), data, db=self.dbs["snapshots"])
+
+    def get_snapshot(self, name: str) -> dict[str, list[Any]] | None:
+        with self.read() as txn:
+            raw = txn.get(name.encode(), db=self.dbs["snapshots"])
+        return None if raw is None else loads(raw)
+
+    def snapshot_names(self) -> list[str]:
+        with self.read() as txn:
+            return [bytes(k).decode() for k, _ in txn.cursor(db=self.dbs["snapshots"])]
+
+    # -- diff cache
+    @staticmethod
+    def _diff_key(key: str) -> bytes:
+        # Keys hold paths, which may exceed LMDB's 511-byte key limit.
+        return blake3.blake3(key.encode("utf-8", "surrogateescape")).digest()
+
+    def get_diff(self, key: str) -> str | None:
+        with self.read() as txn:
+            raw = txn.get(self._diff_key(key), db=self.dbs["diffs"])
+        return None if raw is None else bytes(raw).decode("utf-8", "surrogateescape")
+
+    def put_diff(self, key: str, text: str) -> None:
+        data = text.encode("utf-8", "surrogateescape")
+        self.ensure_room(len(data))
+        with self.write() as txn:
+            txn.put(self._diff_key(key), data, db=self.dbs["diffs"])

@@ -1,0 +1,817 @@
+"""The workspace engine: file table, freshness, versions, baseline, views.
+
+Synchronous and usable without FUSE.  Methods that hash or copy file contents
+are marked *slow*; async callers run them in a thread.  Every mutation of the
+file table happens inside one LMDB write transaction that also appends the
+journal entry, so a killed process leaves the table and journal consistent.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import stat
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import lmdb
+
+from parsers import registry
+from parsers._base import FileInfo
+
+from .api import (
+    Access,
+    Cause,
+    FileState,
+    Freshness,
+    Hash,
+    ParsedView,
+    RelPath,
+    RenderedUnit,
+    Version,
+)
+from .blobs import BlobStore, HashMismatch
+from .fsutil import hash_fd
+from .ignore import IgnoreRules
+from .parsework import FAILED, OK, UNSUPPORTED, ParseOutcome, WorkerLimits
+from .store import FileRecord, Store, stat_signature
+from .views import header_line, render_unit
+
+log = logging.getLogger(__name__)
+
+STORE_NAME = ".swfs"
+RESERVED_ROOTS = frozenset({".parsed", ".review", ".versions"})
+_HASH_THREADS = 4
+_VIEW_CACHE = 128
+
+
+_FRESHNESS_OF = {
+    OK: Freshness.CURRENT,
+    FAILED: Freshness.FAILED,
+    UNSUPPORTED: Freshness.UNSUPPORTED,
+}
+
+
+class WorkspaceError(Exception):
+    """A user-facing error: names the path and the cause."""
+
+
+@dataclass(frozen=True)
+class Config:
+    limits: WorkerLimits = WorkerLimits()
+    max_preserve_bytes: int = 1 << 30  # larger files keep hashes but no preserved bytes
+    rescan_interval: float = 30.0
+    diff_max_lines: int = 4000
+
+
+@dataclass
+class ScanStats:
+    files: int = 0
+    hashed: int = 0
+    added: int = 0
+    changed: int = 0
+    removed: int = 0
+    skipped: int = 0
+    secs: float = 0.0
+
+
+def _join(parent: str, name: str) -> str:
+    return f"{parent}/{name}" if parent else name
+
+
+class Workspace:
+    """One workspace folder and its store."""
+
+    def __init__(self, src: Path, store_dir: Path | None = None, *, config: Config | None = None):
+        src = src.resolve()
+        if not src.is_dir():
+            raise WorkspaceError(f"{src}: not a directory")
+        self.src = src
+        self.store_dir = (store_dir or src / STORE_NAME).resolve()
+        self.config = config or Config()
+        try:
+            self.store = Store(self.store_dir)
+        except OSError as exc:
+            raise WorkspaceError(
+                f"{self.store_dir}: cannot create the store: {exc.strerror}"
+            ) from exc
+        self.blobs = BlobStore(self.store_dir / "blobs")
+        self.ignore = IgnoreRules.load(src)
+        self._listeners: list[Callable[[RelPath], None]] = []
+        self._parse_requests: list[Callable[[RelPath, bool], None]] = []
+        self._view_cache: OrderedDict[tuple[Any, ...], ParsedView] = OrderedDict()
+        self._view_lock = threading.Lock()
+        self._review_cache: tuple[int, Any] | None = None
+
+    def close(self) -> None:
+        self.store.close()
+
+    def __enter__(self) -> Workspace:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ paths
+    def abspath(self, rel: str) -> str:
+        return os.path.join(self.src, rel) if rel else str(self.src)
+
+    def _hidden(self, rel: str) -> bool:
+        """Paths that are never part of the workspace."""
+        top = rel.split("/", 1)[0]
+        if top == STORE_NAME or top in RESERVED_ROOTS:
+            return True
+        ap = Path(self.abspath(rel))
+        return ap == self.store_dir or self.store_dir in ap.parents
+
+    # -------------------------------------------------------------- listeners
+    def add_listener(self, fn: Callable[[RelPath], None]) -> None:
+        self._listeners.append(fn)
+
+    def add_parse_request_handler(self, fn: Callable[[RelPath, bool], None]) -> None:
+        self._parse_requests.append(fn)
+
+    def _changed(self, rel: str) -> None:
+        for fn in self._listeners:
+            fn(RelPath(rel))
+
+    def _request_parse(self, rel: str, front: bool = False) -> None:
+        for fn in self._parse_requests:
+            fn(RelPath(rel), front)
+
+    def _bump(self, txn: lmdb.Transaction) -> None:
+        meta = self.store.dbs["meta"]
+        raw = txn.get(b"gen", db=meta)
+        txn.put(b"gen", str(int(raw or b"0") + 1).encode(), db=meta)
+
+    def generation(self) -> int:
+        with self.store.read() as txn:
+            raw = txn.get(b"gen", db=self.store.dbs["meta"])
+        return int(bytes(raw or b"0"))
+
+    # ----------------------------------------------------------------- hashing
+    def _examine(self, rel: str) -> tuple[os.stat_result, str, str | None] | None:
+        """*slow*: stat, hash and pick a parser for one file, without following
+        symlinks.  None if it is not (or no longer) a regular file."""
+        try:
+            fd = os.open(
+                self.abspath(rel), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+            )
+        except OSError as exc:
+            if exc.errno not in (errno.ENOENT, errno.ELOOP, errno.ENOTDIR, errno.ENXIO):
+                log.warning("%s: cannot read: %s", rel, exc.strerror)
+            return None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                return None
+            h = hash_fd(fd)
+            head = os.pread(fd, 4096, 0)
+        finally:
+            os.close(fd)
+        info = FileInfo(
+            name=rel, extension=os.path.splitext(rel)[1].lower(), size=st.st_size, head=head
+        )
+        parser = registry.select(info)
+        return st, h, parser.key() if parser else None
+
+    # ----------------------------------------------------------------- scanning
+    def walk(self) -> Iterator[tuple[str, os.stat_result]]:
+        """Every regular file under SRC, never following symlinks."""
+        stack = [""]
+        while stack:
+            rel_dir = stack.pop()
+            try:
+                it = os.scandir(self.abspath(rel_dir))
+            except OSError as exc:
+                log.warning("%s: cannot list: %s", rel_dir or ".", exc.strerror)
+                continue
+            with it:
+                for entry in it:
+                    rel = _join(rel_dir, entry.name)
+                    if not rel_dir and (entry.name == STORE_NAME or entry.name in RESERVED_ROOTS):
+                        continue
+                    try:
+                        st = entry.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    if stat.S_ISDIR(st.st_mode):
+                        if Path(entry.path) != self.store_dir:
+                            stack.append(rel)
+                    elif stat.S_ISREG(st.st_mode):
+                        yield rel, st
+
+    def scan(self, progress: Callable[[int, int], None] | None = None) -> ScanStats:
+        """*slow*: bring the file table up to date with SRC.
+
+        A stat signature decides whether a file is rehashed, so a rescan of an
+        unchanged tree hashes nothing.  Returns what changed; parses are
+        requested for every file without a cached parse.
+        """
+        t0 = time.monotonic()
+        stats = ScanStats()
+        known = self.store.all_files()
+        seen: set[str] = set()
+        todo: list[str] = []
+        for rel, st in self.walk():
+            seen.add(rel)
+            rec = known.get(rel)
+            if rec is None or rec.signature() != stat_signature(st):
+                todo.append(rel)
+        stats.files = len(seen)
+        first = self.store.get_meta("baseline") is None
+        results: list[tuple[str, tuple[os.stat_result, str, str | None]]] = []
+        if todo:
+            with ThreadPoolExecutor(_HASH_THREADS) as pool:
+                for i, (rel, res) in enumerate(
+                    zip(todo, pool.map(self._examine, todo), strict=True)
+                ):
+                    if res is not None:
+                        results.append((rel, res))
+                    if progress:
+                        progress(i + 1, len(todo))
+        stats.hashed = len(results)
+        gone = [rel for rel in known if rel not in seen]
+        cause = Cause.BASELINE if first else Cause.EXTERNAL
+        if results or gone:
+            self.store.ensure_room(1024 * (len(results) + len(gone)))
+            with self.store.write() as txn:
+                for rel, (st, h, parser) in results:
+                    old = known.get(rel)
+                    if old is None:
+                        stats.added += 1
+                    elif old.hash != h:
+                        stats.changed += 1
+                    self._put_record(txn, rel, st, h, parser, old, cause)
+                for rel in gone:
+                    stats.removed += 1
+                    self.store.delete_file(txn, rel)
+                    self.store.append_journal(txn, "unlink", path=rel, cause="external")
+                self.store.append_journal(
+                    txn,
+                    "scan",
+                    files=stats.files,
+                    hashed=stats.hashed,
+                    added=stats.added,
+                    changed=stats.changed,
+                    removed=stats.removed,
+                )
+                self._bump(txn)
+        if first:
+            self.set_baseline()
+        for rel, _ in results:
+            self._changed(rel)
+        for rel in gone:
+            self._changed(rel)
+        for rel in self.needs_parse():
+            self._request_parse(rel)
+        stats.secs = time.monotonic() - t0
+        return stats
+
+    def _put_record(
+        self,
+        txn: lmdb.Transaction,
+        rel: str,
+        st: os.stat_result,
+        h: str,
+        parser: str | None,
+        old: FileRecord | None,
+        cause: Cause,
+    ) -> FileRecord:
+        """Write a file record and, when the content changed, a version."""
+        view_hash, view_parser = (old.view_hash, old.view_parser) if old else (None, None)
+        if old is not None and old.parser and old.hash != h:
+            prev = self.store.get_parse(old.hash, old.parser, txn)
+            if prev is not None and prev["status"] == OK:
+                view_hash, view_parser = old.hash, old.parser
+        if parser and self.store.has_parse(txn, h, parser):
+            prev = self.store.get_parse(h, parser, txn)
+            if prev is not None and prev["status"] == OK:
+                view_hash, view_parser = h, parser
+        rec = FileRecord(
+            hash=h,
+            size=st.st_size,
+            mtime_ns=st.st_mtime_ns,
+            ctime_ns=st.st_ctime_ns,
+            ino=st.st_ino,
+            mode=st.st_mode,
+            uid=st.st_uid,
+            gid=st.st_gid,
+            parser=parser,
+            view_hash=view_hash,
+            view_parser=view_parser,
+        )
+        self.store.put_file(txn, rel, rec)
+        if old is None or old.hash != h:
+            self._append_version(txn, rel, h, st.st_size, cause)
+            if old is not None:
+                self.store.append_journal(
+                    txn, "write", path=rel, before=old.hash, after=h, cause=cause.value
+                )
+            else:
+                self.store.append_journal(txn, "add", path=rel, after=h, cause=cause.value)
+        return rec
+
+    def _append_version(
+        self, txn: lmdb.Transaction, rel: str, h: str, size: int, cause: Cause
+    ) -> None:
+        versions = self.store.get_versions(rel, txn)
+        if versions and versions[-1][1] == h:
+            return
+        number = versions[-1][0] + 1 if versions else 1
+        versions.append([number, h, time.time(), cause.value, size])
+        self.store.put_versions(txn, rel, versions)
+
+    def needs_parse(self) -> list[RelPath]:
+        out = []
+        with self.store.read() as txn:
+            for rel, rec in self.store.iter_files(txn):
+                if rec.parser and not self.store.has_parse(txn, rec.hash, rec.parser):
+                    out.append(RelPath(rel))
+        return out
+
+    # --------------------------------------------------------- single files
+    def get_record(self, rel: str) -> FileRecord | None:
+        return self.store.get_file(rel)
+
+    def check_file(
+        self, rel: RelPath, *, cause: Cause = Cause.EXTERNAL, force: bool = False
+    ) -> FileState | None:
+        """*slow*: stat-check one file against the table; rehash when its stat
+        signature moved (or ``force``), record the change."""
+        if self._hidden(rel):
+            return None
+        rec = self.store.get_file(rel)
+        try:
+            st = os.lstat(self.abspath(rel))
+        except OSError:
+            st = None
+        if st is None or not stat.S_ISREG(st.st_mode):
+            if rec is not None:
+                with self.store.write() as txn:
+                    self.store.delete_file(txn, rel)
+                    self.store.append_journal(txn, "unlink", path=rel, cause=cause.value)
+                    self._bump(txn)
+                self._changed(rel)
+            return None
+        if rec is not None and not force and rec.signature() == stat_signature(st):
+            return self._state(rel, rec)
+        res = self._examine(rel)
+        if res is None:
+            return None
+        st, h, parser = res
+        with self.store.write() as txn:
+            old = self.store.get_file(rel, txn)
+            rec = self._put_record(txn, rel, st, h, parser, old, cause)
+            self._bump(txn)
+        if old is None or old.hash != h or old.parser != parser:
+            self._changed(rel)
+            if parser and self.store.get_parse(h, parser) is None:
+                self._request_parse(rel)
+        return self._state(rel, rec)
+
+    def _state(self, rel: str, rec: FileRecord) -> FileState:
+        baseline = self._baseline_manifest().get(rel)
+        return FileState(
+            rel=RelPath(rel),
+            hash=Hash(rec.hash),
+            freshness=self._freshness(rec),
+            versions=len(self.store.get_versions(rel)),
+            baseline_hash=Hash(baseline[0]) if baseline else None,
+        )
+
+    def file_state(self, rel: RelPath) -> FileState | None:
+        rec = self.store.get_file(rel)
+        return None if rec is None else self._state(rel, rec)
+
+    def _freshness(self, rec: FileRecord, txn: lmdb.Transaction | None = None) -> Freshness:
+        if rec.parser is None:
+            return Freshness.UNSUPPORTED
+        cur = self.store.get_parse(rec.hash, rec.parser, txn)
+        if cur is not None:
+            return _FRESHNESS_OF[cur["status"]]
+        if rec.view_hash and rec.view_parser:
+            return Freshness.STALE
+        return Freshness.PENDING
+
+    def access(self, rel: RelPath) -> Access | None:
+        try:
+            st = os.lstat(self.abspath(rel))
+            return Access(st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode))
+        except OSError:
+            pass
+        rec = self.store.get_file(rel)
+        if rec is not None:
+            return Access(rec.uid, rec.gid, stat.S_IMODE(rec.mode))
+        entry = self._baseline_manifest().get(rel)
+        if entry is not None:
+            return Access(entry[3], entry[4], stat.S_IMODE(entry[2]))
+        return None
+
+    # ------------------------------------------------------------- preserving
+    def _keeps_bytes(self, rel: str, size: int) -> bool:
+        return size <= self.config.max_preserve_bytes and not self.ignore.ignored(rel)
+
+    def preserve(self, rel: RelPath) -> None:
+        """*slow*: keep the bytes of ``rel``'s recorded version before they are
+        overwritten in place.  OSError (ENOSPC...) if they cannot be kept."""
+        self._preserve(rel, link=False)
+
+    def preserve_inode(self, rel: RelPath) -> None:
+        """*slow*: keep the bytes of ``rel`` before it is unlinked or renamed over."""
+        self._preserve(rel, link=True)
+
+    def _preserve(self, rel: RelPath, *, link: bool) -> None:
+        state = self.check_file(rel)
+        if state is None or state.hash is None:
+            return
+        rec = self.store.get_file(rel)
+        if rec is None or not self._keeps_bytes(rel, rec.size) or self.blobs.has(rec.hash):
+            return
+        path = Path(self.abspath(rel))
+        for _attempt in range(3):
+            try:
+                if link:
+                    self.blobs.link_in(path, expected=rec.hash)
+                else:
+                    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+                    try:
+                        self.blobs.put_fd(fd, expected=rec.hash)
+                    finally:
+                        os.close(fd)
+                return
+            except HashMismatch:
+                # Changed behind our back since the last check: record that
+                # version first, then keep its bytes.
+                self.check_file(rel, force=True)
+                rec = self.store.get_file(rel)
+                if rec is None:
+                    return
+            except FileNotFoundError:
+                return
+        log.warning("%s: could not preserve a stable version (file keeps changing)", rel)
+
+    # ------------------------------------------------------- writes via mount
+    def record_write(self, rel: RelPath) -> FileState | None:
+        """*slow*: after a written file is released or fsynced."""
+        return self.check_file(rel, cause=Cause.WRITE, force=True)
+
+    def record_rename(self, old: RelPath, new: RelPath) -> None:
+        """After ``old`` was renamed to ``new`` (a file or a directory)."""
+        moved: list[tuple[str, str]] = []
+        with self.store.write() as txn:
+            rec = self.store.get_file(old, txn)
+            if rec is not None:
+                moved.append((old, new))
+            else:
+                prefix = old + "/"
+                for rel, _ in self.store.iter_files(txn):
+                    if rel.startswith(prefix):
+                        moved.append((rel, new + rel[len(old) :]))
+            for src_rel, dst_rel in moved:
+                self._move_one(txn, src_rel, dst_rel)
+            self.store.append_journal(txn, "rename", path=old, to=new)
+            self._bump(txn)
+        for src_rel, dst_rel in moved:
+            self._changed(src_rel)
+            self._changed(dst_rel)
+            # The stat signature changes (ctime): refresh without a new version.
+            self.check_file(RelPath(dst_rel), cause=Cause.RENAME)
+        if not moved:
+            # Renamed something we never saw: look at it now.
+            self.check_file(new, cause=Cause.WRITE)
+
+    def _move_one(self, txn: lmdb.Transaction, src: str, dst: str) -> None:
+        rec = self.store.get_file(src, txn)
+        if rec is None:
+            return
+        self.store.delete_file(txn, src)
+        target = self.store.get_file(dst, txn)
+        src_versions = self.store.get_versions(src, txn)
+        dst_versions = self.store.get_versions(dst, txn)
+        if target is not None or dst_versions:
+            # Renamed over an existing path: the editor save pattern.  The
+            # target keeps its history and gains one version; a short-lived
+            # source (a temp file) leaves no history of its own.
+            cause = Cause.WRITE if len(src_versions) <= 1 else Cause.RENAME
+            if not dst_versions or dst_versions[-1][1] != rec.hash:
+                number = dst_versions[-1][0] + 1 if dst_versions else 1
+                dst_versions.append([number, rec.hash, time.time(), cause.value, rec.size])
+            self.store.put_versions(txn, dst, dst_versions)
+            if target is not None and rec.view_hash is None:
+                prev = self.store.get_parse(target.hash, target.parser or "", txn)
+                if prev is not None and prev["status"] == OK:
+                    rec = FileRecord(
+                        **{**rec.__dict__, "view_hash": target.hash, "view_parser": target.parser}
+                    )
+            if len(src_versions) <= 1:
+                self.store.put_versions(txn, src, [])
+        else:
+            self.store.put_versions(txn, dst, src_versions)
+            self.store.put_versions(txn, src, [])
+        self.store.put_file(txn, dst, rec)
+
+    def record_unlink(self, rel: RelPath) -> None:
+        with self.store.write() as txn:
+            if self.store.get_file(rel, txn) is None:
+                return
+            self.store.delete_file(txn, rel)
+            self.store.append_journal(txn, "unlink", path=rel, cause="write")
+            self._bump(txn)
+        self._changed(rel)
+
+    # ---------------------------------------------------------------- parses
+    def apply_parse(
+        self, rel: RelPath, outcome: ParseOutcome, *, queued_hash: str, queued_parser: str
+    ) -> bool:
+        """Store a worker's outcome.  Returns True when ``rel`` needs another
+        parse (it changed meanwhile)."""
+        if outcome.status == UNSUPPORTED and outcome.hash == queued_hash:
+            # Selected by extension and magic, declined after a closer look.
+            outcome = ParseOutcome(
+                UNSUPPORTED,
+                hash=outcome.hash,
+                parser=queued_parser,
+                error=outcome.error,
+                secs=outcome.secs,
+            )
+        elif outcome.status not in (OK, FAILED):
+            if outcome.status == UNSUPPORTED or outcome.hash != queued_hash:
+                self.check_file(rel, force=True)
+                rec = self.store.get_file(rel)
+                return bool(
+                    rec and rec.parser and self.store.get_parse(rec.hash, rec.parser) is None
+                )
+            return False
+        h = outcome.hash or queued_hash
+        parser = outcome.parser or queued_parser
+        record = {
+            "status": outcome.status,
+            "units": [list(u) for u in outcome.units],
+            "error": outcome.error,
+            "secs": round(outcome.secs, 4),
+            "at": time.time(),
+        }
+        self.store.put_parse(h, parser, record)
+        with self.store.write() as txn:
+            self.store.append_journal(
+                txn,
+                "parse",
+                path=rel,
+                hash=h,
+                parser=parser,
+                status=outcome.status,
+                secs=round(outcome.secs, 4),
+                error=outcome.error,
+            )
+            rec = self.store.get_file(rel, txn)
+            if rec is not None and rec.hash == h and outcome.status == OK:
+                self.store.put_file(
+                    txn, rel, FileRecord(**{**rec.__dict__, "view_hash": h, "view_parser": parser})
+                )
+            self._bump(txn)
+        self._changed(rel)
+        if rec is None:
+            return False
+        if rec.hash != h:
+            return bool(rec.parser) and self.store.get_parse(rec.hash, rec.parser or "") is None
+        return False
+
+    # ---------------------------------------------------------------- .parsed
+    def parsed_paths(self) -> Iterable[RelPath]:
+        with self.store.read() as txn:
+            return [
+                RelPath(rel)
+                for rel, rec in self.store.iter_files(txn)
+                if rec.parser and self._freshness(rec, txn) != Freshness.UNSUPPORTED
+            ]
+
+    def parsed_view(self, rel: RelPath) -> ParsedView | None:
+        rec = self.store.get_file(rel)
+        if rec is None or rec.parser is None:
+            return None
+        freshness = self._freshness(rec)
+        if freshness == Freshness.UNSUPPORTED:
+            return None
+        key = (rel, rec.hash, rec.parser, rec.view_hash, freshness)
+        with self._view_lock:
+            cached = self._view_cache.get(key)
+            if cached is not None:
+                self._view_cache.move_to_end(key)
+                return cached
+        view = self._build_view(rel, rec, freshness)
+        with self._view_lock:
+            self._view_cache[key] = view
+            while len(self._view_cache) > _VIEW_CACHE:
+                self._view_cache.popitem(last=False)
+        return view
+
+    def _build_view(self, rel: str, rec: FileRecord, freshness: Freshness) -> ParsedView:
+        source_hash: str | None = None
+        parser: str | None = rec.parser
+        error: str | None = None
+        raw_units: list[tuple[str, str, str]] = []
+        if freshness in (Freshness.CURRENT, Freshness.FAILED):
+            record = self.store.get_parse(rec.hash, rec.parser or "")
+            assert record is not None
+            source_hash = rec.hash
+            if freshness == Freshness.CURRENT:
+                raw_units = [tuple(u) for u in record["units"]]
+            else:
+                error = record.get("error") or "parse failed"
+                raw_units = [("error.md", "error", f"swfs could not parse {rel}: {error}\n")]
+        elif freshness == Freshness.STALE:
+            record = self.store.get_parse(rec.view_hash or "", rec.view_parser or "")
+            if record is not None:
+                source_hash, parser = rec.view_hash, rec.view_parser
+                raw_units = [tuple(u) for u in record["units"]]
+        if freshness == Freshness.PENDING or (freshness == Freshness.STALE and not raw_units):
+            raw_units = [
+                (
+                    "pending.md",
+                    "pending",
+                    f"swfs has not parsed {rel} yet; `swfs sync` waits for it.\n",
+                )
+            ]
+        units = []
+        for name, locator, text in raw_units:
+            full_loc = f"{rel}#{locator}"
+            head = header_line(
+                rel=rel,
+                unit=name,
+                locator=full_loc,
+                source_hash=source_hash,
+                freshness=freshness,
+                current_hash=rec.hash,
+                parser=parser,
+            )
+            units.append(RenderedUnit(name=name, locator=full_loc, content=render_unit(head, text)))
+        return ParsedView(
+            rel=RelPath(rel),
+            freshness=freshness,
+            current_hash=Hash(rec.hash),
+            source_hash=Hash(source_hash) if source_hash else None,
+            parser=parser,
+            error=error,
+            units=tuple(units),
+        )
+
+    def parse_units(self, h: str, parser: str) -> list[tuple[str, str, str]] | None:
+        record = self.store.get_parse(h, parser)
+        if record is None or record["status"] != OK:
+            return None
+        return [tuple(u) for u in record["units"]]
+
+    # --------------------------------------------------------------- status
+    def counts(self) -> dict[str, int]:
+        out = {f.value: 0 for f in Freshness}
+        files = 0
+        with self.store.read() as txn:
+            for _, rec in self.store.iter_files(txn):
+                files += 1
+                out[self._freshness(rec, txn).value] += 1
+        return {"files": files, **out}
+
+    # ------------------------------------------------------------- baseline
+    def _baseline_manifest(self) -> dict[str, list[Any]]:
+        gen = self.generation()
+        if self._review_cache is not None and self._review_cache[0] == gen:
+            return self._review_cache[1]
+        manifest = self.store.get_meta("baseline") or {}
+        self._review_cache = (gen, manifest)
+        return manifest
+
+    def manifest(self) -> dict[str, list[Any]]:
+        return {rel: rec.manifest_entry() for rel, rec in self.store.all_files().items()}
+
+    def set_baseline(self) -> int:
+        manifest = self.manifest()
+        self.store.ensure_room(200 * len(manifest))
+        with self.store.write() as txn:
+            meta = self.store.dbs["meta"]
+            from .store import dumps
+
+            txn.put(b"baseline", dumps(manifest), db=meta)
+            txn.put(b"baseline_at", dumps(time.time()), db=meta)
+            self.store.append_journal(txn, "baseline", files=len(manifest))
+            self._bump(txn)
+        for rel in manifest:
+            self._changed(rel)
+        return len(manifest)
+
+    def baseline_manifest(self) -> dict[str, list[Any]]:
+        return self._baseline_manifest()
+
+    # ------------------------------------------------------------- versions
+    def versioned_paths(self) -> Iterable[RelPath]:
+        with self.store.read() as txn:
+            return [RelPath(rel) for rel, _ in self.store.iter_versions(txn)]
+
+    def versions(self, rel: RelPath) -> Sequence[Version]:
+        rec = self.store.get_file(rel)
+        out = []
+        for number, h, at, cause, size in self.store.get_versions(rel):
+            available = self.blobs.has(h) or (rec is not None and rec.hash == h)
+            out.append(Version(number, Hash(h), at, Cause(cause), available, size))
+        return out
+
+    def version_file(self, rel: RelPath, number: int) -> str | None:
+        for v in self.versions(rel):
+            if v.number == number:
+                if self.blobs.has(v.hash):
+                    return str(self.blobs.path(v.hash))
+                rec = self.store.get_file(rel)
+                if rec is not None and rec.hash == v.hash:
+                    return self.abspath(rel)
+                return None
+        return None
+
+    def blob_path(self, h: Hash) -> str | None:
+        return str(self.blobs.path(h)) if self.blobs.has(h) else None
+
+    # ------------------------------------------------------------ snapshots
+    def snapshots(self) -> Sequence[str]:
+        return self.store.snapshot_names()
+
+    def snapshot_manifest(self, name: str) -> dict[RelPath, Hash]:
+        m = self.store.get_snapshot(name) or {}
+        return {RelPath(rel): Hash(entry[0]) for rel, entry in m.items()}
+
+    def snapshot(self, name: str) -> int:
+        """*slow*: record the present state as ``name`` and keep every byte it names."""
+        if not name or "/" in name or name.startswith(".") or len(name.encode()) > 200:
+            raise WorkspaceError(f"{name!r}: not a valid snapshot name")
+        if name in self.store.snapshot_names():
+            raise WorkspaceError(f"snapshot {name!r} exists already")
+        self.scan()
+        manifest = self.manifest()
+        for rel, entry in manifest.items():
+            if self.blobs.has(entry[0]):
+                continue
+            try:
+                fd = os.open(self.abspath(rel), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            except OSError as exc:
+                raise WorkspaceError(
+                    f"{rel}: cannot read for the snapshot: {exc.strerror}"
+                ) from exc
+            try:
+                self.blobs.put_fd(fd, expected=entry[0])
+            except HashMismatch as exc:
+                raise WorkspaceError(f"{rel}: changed while the snapshot was taken") from exc
+            finally:
+                os.close(fd)
+        self.store.put_snapshot(name, manifest)
+        with self.store.write() as txn:
+            self.store.append_journal(txn, "snapshot", name=name, files=len(manifest))
+            self._bump(txn)
+        return len(manifest)
+
+    # --------------------------------------------------------------- restore
+    def restore(self, rel: RelPath, number: int) -> Version:
+        """*slow*: bring back version ``number`` of ``rel`` as a new version."""
+        versions = {v.number: v for v in self.versions(rel)}
+        if number not in versions:
+            raise WorkspaceError(f"{rel}: no version {number}")
+        source = self.version_file(rel, number)
+        if source is None:
+            raise WorkspaceError(f"{rel}@{number}: its bytes were not kept")
+        dest = self.abspath(rel)
+        os.makedirs(os.path.dirname(dest) or ".", exist_ok=True)
+        if os.path.lexists(dest):
+            self.preserve_inode(rel)
+        tmp = f"{dest}.swfs-restore.{os.getpid()}"
+        src_fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            from .fsutil import copy_fd, fsync_dir
+
+            mode = 0o644
+            old = self.store.get_file(rel)
+            if old is not None:
+                mode = stat.S_IMODE(old.mode)
+            dst_fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
+            try:
+                copy_fd(src_fd, dst_fd)
+                os.fsync(dst_fd)
+            finally:
+                os.close(dst_fd)
+            os.replace(tmp, dest)
+            fsync_dir(os.path.dirname(dest))
+        except OSError as exc:
+            if os.path.lexists(tmp):
+                os.unlink(tmp)
+            raise WorkspaceError(f"{rel}: cannot restore: {exc.strerror}") from exc
+        finally:
+            os.close(src_fd)
+        self.check_file(rel, cause=Cause.RESTORE, force=True)
+        with self.store.write() as txn:
+            self.store.append_journal(
+                txn, "restore", path=rel, version=number, hash=versions[number].hash
+            )
+        return self.versions(rel)[-1]

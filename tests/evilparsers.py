@@ -1,0 +1,67 @@
+"""Misbehaving parsers, injected into parse workers via $SWFS_EXTRA_PARSERS."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+from parsers._base import FileInfo, ParseOptions, Parser, Unit
+
+
+class _Evil(Parser):
+    version = 1
+    priority = 100.0
+    ext = ""
+
+    def accepts(self, info: FileInfo) -> bool:
+        return info.extension == self.ext
+
+
+class CrashParser(_Evil):
+    """Dies like a segfaulting native library."""
+
+    id = "evil-crash"
+    ext = ".crash"
+
+    def parse(self, path: str, info: FileInfo, options: ParseOptions) -> list[Unit]:
+        os.kill(os.getpid(), signal.SIGSEGV)
+        raise AssertionError("unreachable")
+
+
+class HangParser(_Evil):
+    """Never returns, like a PDF with a cyclic page tree in a naive parser."""
+
+    id = "evil-hang"
+    ext = ".hang"
+
+    def parse(self, path: str, info: FileInfo, options: ParseOptions) -> list[Unit]:
+        while True:
+            time.sleep(1)
+
+
+class HogParser(_Evil):
+    """Allocates without bound, like a decompression bomb."""
+
+    id = "evil-hog"
+    ext = ".hog"
+
+    def parse(self, path: str, info: FileInfo, options: ParseOptions) -> list[Unit]:
+        hoard = []
+        while True:
+            hoard.append(bytearray(64 * 1024 * 1024))
+
+
+class BuggyParser(_Evil):
+    """Raises an unexpected exception."""
+
+    id = "evil-bug"
+    ext = ".bug"
+
+    def parse(self, path: str, info: FileInfo, options: ParseOptions) -> list[Unit]:
+        raise KeyError("a parser bug")
+
+
+SPEC = ",".join(
+    f"tests.evilparsers:{c.__name__}" for c in (CrashParser, HangParser, HogParser, BuggyParser)
+)

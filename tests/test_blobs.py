@@ -1,0 +1,314 @@
+"""The blob store and the file helpers under it."""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import blake3
+import pytest
+
+from swfs import fsutil
+from swfs.blobs import BLOB_MODE, BlobStore, HashMismatch
+
+
+def b3(data: bytes) -> str:
+    return blake3.blake3(data).hexdigest()
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> BlobStore:
+    return BlobStore(tmp_path / "blobs")
+
+
+def temps(store: BlobStore) -> list[str]:
+    return os.listdir(store.tmp)
+
+
+# -- fsutil
+
+
+def test_hash_small_and_big_agree_with_blake3(tmp_path: Path) -> None:
+    small = b"hello\n"
+    big = os.urandom(fsutil.SMALL_FILE + 12345)
+    for data in (b"", small, big):
+        p = tmp_path / "f"
+        p.write_bytes(data)
+        assert fsutil.hash_bytes(data) == b3(data)
+        assert fsutil.hash_file(p) == b3(data)
+        assert fsutil.hash_file(p, mmap=False) == b3(data)
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            os.lseek(fd, 3, os.SEEK_SET)  # the position must not matter
+            assert fsutil.hash_fd(fd) == b3(data)
+        finally:
+            os.close(fd)
+
+
+def test_save_file_replaces_atomically(tmp_path: Path) -> None:
+    p = tmp_path / "params"
+    fsutil.save_file(p, b"one")
+    fsutil.save_file(p, b"two", mode=0o640)
+    assert p.read_bytes() == b"two"
+    assert stat.S_IMODE(p.stat().st_mode) == 0o640
+    assert os.listdir(tmp_path) == ["params"]
+
+
+def test_save_file_failure_leaves_old_file(tmp_path: Path) -> None:
+    p = tmp_path / "params"
+    fsutil.save_file(p, b"old")
+    with pytest.raises(TypeError):
+        fsutil.save_file(p, "not bytes")  # type: ignore[arg-type]
+    assert p.read_bytes() == b"old"
+    assert os.listdir(tmp_path) == ["params"]
+
+
+def test_copy_fd_copies_everything(tmp_path: Path) -> None:
+    data = os.urandom(3 * 1024 * 1024 + 7)
+    (tmp_path / "src").write_bytes(data)
+    src = os.open(tmp_path / "src", os.O_RDONLY)
+    dst = os.open(tmp_path / "dst", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        os.lseek(src, 100, os.SEEK_SET)
+        assert fsutil.copy_fd(src, dst) == len(data)
+    finally:
+        os.close(src)
+        os.close(dst)
+    assert (tmp_path / "dst").read_bytes() == data
+
+
+def test_reflink_answers_or_declines(tmp_path: Path) -> None:
+    (tmp_path / "src").write_bytes(b"x" * 8192)
+    src = os.open(tmp_path / "src", os.O_RDONLY)
+    dst = os.open(tmp_path / "dst", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        if fsutil.reflink(src, dst):
+            assert (tmp_path / "dst").read_bytes() == b"x" * 8192
+        else:
+            assert (tmp_path / "dst").read_bytes() == b""
+    finally:
+        os.close(src)
+        os.close(dst)
+
+
+def test_reflink_raises_real_errors(tmp_path: Path) -> None:
+    (tmp_path / "src").write_bytes(b"x")
+    src = os.open(tmp_path / "src", os.O_RDONLY)
+    os.close(src)
+    with pytest.raises(OSError, match="Bad file descriptor") as info:
+        fsutil.reflink(src, src)
+    assert info.value.errno == errno.EBADF
+
+
+# -- the store
+
+
+def test_put_bytes_dedups_and_lays_out(store: BlobStore) -> None:
+    h = store.put_bytes(b"payload")
+    assert h == b3(b"payload")
+    assert store.put_bytes(b"payload") == h
+    p = store.path(h)
+    assert p == store.root / h[:2] / h[2:]
+    assert p.read_bytes() == b"payload"
+    assert stat.S_IMODE(p.stat().st_mode) == BLOB_MODE
+    assert stat.S_IMODE(p.parent.stat().st_mode) == 0o700
+    assert stat.S_IMODE(store.root.stat().st_mode) == 0o700
+    assert list(store.iter_hashes()) == [h]
+    assert store.has(h)
+    assert store.size(h) == len(b"payload")
+    assert store.total_bytes() == len(b"payload")
+    assert store.verify(h)
+    assert temps(store) == []
+
+
+def test_blob_is_not_rewritten(store: BlobStore) -> None:
+    h = store.put_bytes(b"payload")
+    ino = store.path(h).stat().st_ino
+    store.put_bytes(b"payload")
+    assert store.path(h).stat().st_ino == ino
+
+
+def test_bad_hash_names_are_refused(store: BlobStore) -> None:
+    for bad in ("../etc/passwd", "AB" * 32, "ab", "g" * 64):
+        with pytest.raises(ValueError, match="not a blake3"):
+            store.path(bad)
+
+
+def test_open_size_remove(store: BlobStore) -> None:
+    h = store.put_bytes(b"abc")
+    fd = store.open(h)
+    try:
+        assert os.read(fd, 10) == b"abc"
+    finally:
+        os.close(fd)
+    store.remove(h)
+    assert not store.has(h)
+    assert not store.verify(h)
+    store.remove(h)  # idempotent
+    with pytest.raises(FileNotFoundError):
+        store.open(h)
+
+
+def test_put_fd_stores_and_verifies(store: BlobStore, tmp_path: Path) -> None:
+    data = os.urandom(fsutil.SMALL_FILE * 2 + 1)
+    src = tmp_path / "big.bin"
+    src.write_bytes(data)
+    fd = os.open(src, os.O_RDONLY)
+    try:
+        h = store.put_fd(fd, expected=b3(data))
+        assert store.put_fd(fd) == h
+    finally:
+        os.close(fd)
+    assert h == b3(data)
+    assert store.path(h).read_bytes() == data
+    assert store.verify(h)
+    assert temps(store) == []
+
+
+def test_put_fd_hash_mismatch_stores_nothing(store: BlobStore, tmp_path: Path) -> None:
+    src = tmp_path / "f"
+    src.write_bytes(b"actual bytes")
+    fd = os.open(src, os.O_RDONLY)
+    try:
+        with pytest.raises(HashMismatch) as info:
+            store.put_fd(fd, expected=b3(b"what the caller thought"))
+    finally:
+        os.close(fd)
+    assert info.value.actual == b3(b"actual bytes")
+    assert list(store.iter_hashes()) == []
+    assert temps(store) == []
+
+
+def test_verify_detects_corruption(store: BlobStore) -> None:
+    h = store.put_bytes(b"good bytes")
+    p = store.path(h)
+    p.chmod(0o600)
+    p.write_bytes(b"bad bytes!")
+    assert not store.verify(h)
+
+
+def test_link_in_keeps_bytes_after_unlink(store: BlobStore, tmp_path: Path) -> None:
+    f = tmp_path / "doc.txt"
+    f.write_bytes(b"version one")
+    ino = f.stat().st_ino
+    h = store.link_in(f, expected=b3(b"version one"))
+    assert store.path(h).stat().st_ino == ino  # linked, not copied
+    f.unlink()
+    assert store.path(h).read_bytes() == b"version one"
+    assert store.path(h).stat().st_nlink == 1
+    assert store.verify(h)
+    assert temps(store) == []
+
+
+def test_link_in_rename_over(store: BlobStore, tmp_path: Path) -> None:
+    # An editor's save: write a temp, rename it over the original.
+    f = tmp_path / "doc.txt"
+    f.write_bytes(b"old")
+    (tmp_path / ".doc.txt.swp").write_bytes(b"new")
+    h = store.link_in(f)
+    os.rename(tmp_path / ".doc.txt.swp", f)
+    assert f.read_bytes() == b"new"
+    assert store.path(h).read_bytes() == b"old"
+
+
+def test_link_in_with_other_links_copies(store: BlobStore, tmp_path: Path) -> None:
+    f = tmp_path / "doc.txt"
+    f.write_bytes(b"shared inode")
+    os.link(f, tmp_path / "other-name.txt")
+    h = store.link_in(f)
+    assert store.path(h).stat().st_ino != f.stat().st_ino
+    # Writing through the surviving name must not touch the blob.
+    (tmp_path / "other-name.txt").write_bytes(b"changed")
+    assert store.verify(h)
+    assert store.path(h).read_bytes() == b"shared inode"
+
+
+def test_link_in_mismatch_keeps_nothing(store: BlobStore, tmp_path: Path) -> None:
+    f = tmp_path / "doc.txt"
+    f.write_bytes(b"changed behind our back")
+    with pytest.raises(HashMismatch, match="doc.txt"):
+        store.link_in(f, expected=b3(b"recorded"))
+    assert f.stat().st_nlink == 1
+    assert list(store.iter_hashes()) == []
+    assert temps(store) == []
+
+
+def test_link_in_existing_blob_dedups(store: BlobStore, tmp_path: Path) -> None:
+    h = store.put_bytes(b"same")
+    f = tmp_path / "doc.txt"
+    f.write_bytes(b"same")
+    assert store.link_in(f) == h
+    assert f.stat().st_nlink == 1
+    assert temps(store) == []
+
+
+def test_cleanup_temp(store: BlobStore) -> None:
+    # A pid that cannot be alive: above pid_max.
+    (store.tmp / "99999999-deadbeef").write_bytes(b"partial")
+    (store.tmp / "garbage").write_bytes(b"partial")
+    mine = store.tmp / f"{os.getpid()}-cafe"
+    mine.write_bytes(b"in progress")
+    assert store.cleanup_temp() == 2
+    assert temps(store) == [mine.name]
+
+
+# -- disk full
+
+
+@pytest.fixture
+def tiny_tmpfs(tmp_path: Path) -> Iterator[Path]:
+    mnt = tmp_path / "tiny"
+    mnt.mkdir()
+    proc = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip() or proc.returncode}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", str(mnt)], check=True)
+
+
+def test_disk_full(tiny_tmpfs: Path, tmp_path: Path) -> None:
+    store = BlobStore(tiny_tmpfs / "blobs")
+    kept = [store.put_bytes(f"small blob {i}".encode() * 100) for i in range(5)]
+    big = tmp_path / "big.bin"
+    big.write_bytes(os.urandom(4 * 1024 * 1024))
+
+    fd = os.open(big, os.O_RDONLY)
+    try:
+        with pytest.raises(OSError, match="No space left") as info:
+            store.put_fd(fd)
+    finally:
+        os.close(fd)
+    assert info.value.errno == errno.ENOSPC
+    assert str(tiny_tmpfs) in str(info.value)
+
+    with pytest.raises(OSError, match="No space left") as info:
+        store.put_bytes(big.read_bytes())
+    assert info.value.errno == errno.ENOSPC
+
+    assert sorted(store.iter_hashes()) == sorted(kept)
+    assert all(store.verify(h) for h in kept)
+    assert temps(store) == []
+    # The space is given back: small writes work again.
+    assert store.verify(store.put_bytes(b"after the failure"))
+
+
+def test_link_in_across_filesystems_copies(tiny_tmpfs: Path, tmp_path: Path) -> None:
+    store = BlobStore(tiny_tmpfs / "blobs")
+    f = tmp_path / "doc.txt"
+    f.write_bytes(b"on another filesystem")
+    h = store.link_in(f, expected=b3(b"on another filesystem"))
+    f.unlink()
+    assert store.path(h).read_bytes() == b"on another filesystem"
+    assert stat.S_IMODE(store.path(h).stat().st_mode) == BLOB_MODE
+    assert temps(store) == []

@@ -1,0 +1,208 @@
+"""The engine without FUSE: scanning, the parse cache, freshness, versions,
+the review and the journal, on real folders."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import trio
+
+from swfs.api import ChangeStatus, Freshness, RelPath
+from swfs.engine import Engine
+from swfs.fsutil import hash_file
+from swfs.workspace import Config
+
+
+@pytest.fixture
+def src(tmp_path: Path) -> Path:
+    root = tmp_path / "ws"
+    (root / "docs").mkdir(parents=True)
+    (root / "docs" / "a.txt").write_text("alpha\nbeta\ngamma\n")
+    (root / "notes.md").write_text("# Notes\nthe quick brown fox\n")
+    (root / "data.csv").write_text("x,y\n1,2\n")
+    (root / "blob.bin").write_bytes(bytes(range(256)) * 4)
+    return root
+
+
+@pytest.fixture
+def engine(src: Path) -> Iterator[Engine]:
+    with Engine.open(src, config=Config(rescan_interval=0)) as eng:
+        eng.scan()
+        trio.run(eng.drain)
+        yield eng
+
+
+def parse_events(eng: Engine) -> list[dict[str, object]]:
+    return [ev for _, ev in eng.store.iter_journal() if ev["ev"] == "parse"]
+
+
+def test_index_makes_every_supported_file_current(engine: Engine) -> None:
+    counts = engine.counts()
+    assert counts["files"] == 4
+    assert counts["current"] == 3
+    assert counts["unsupported"] == 1
+    view = engine.parsed_view(RelPath("docs/a.txt"))
+    assert view is not None
+    assert view.freshness == Freshness.CURRENT
+    content = view.units[0].content.decode()
+    first, _, body = content.partition("\n")
+    assert first.startswith('<!-- swfs source="docs/a.txt" unit="content.txt"')
+    assert 'freshness="current"' in first
+    assert body == "alpha\nbeta\ngamma\n"
+
+
+def test_rescan_of_unchanged_tree_hashes_and_parses_nothing(engine: Engine) -> None:
+    before = len(parse_events(engine))
+    stats = engine.scan()
+    assert stats.hashed == 0
+    trio.run(engine.drain)
+    assert len(parse_events(engine)) == before
+
+
+def test_edit_reparses_only_the_edited_file(engine: Engine, src: Path) -> None:
+    before = len(parse_events(engine))
+    (src / "notes.md").write_text("# Notes\nthe slow red fox\n")
+    engine.scan()
+    assert engine.file_state(RelPath("notes.md")).freshness == Freshness.STALE  # type: ignore[union-attr]
+    view = engine.parsed_view(RelPath("notes.md"))
+    assert view is not None
+    assert view.freshness == Freshness.STALE
+    assert b"quick brown" in view.units[0].content  # the prior view, marked stale
+    assert b'freshness="stale"' in view.units[0].content
+    trio.run(engine.drain)
+    events = parse_events(engine)[before:]
+    assert [ev["path"] for ev in events] == ["notes.md"]
+    view = engine.parsed_view(RelPath("notes.md"))
+    assert view is not None
+    assert view.freshness == Freshness.CURRENT
+    assert b"slow red fox" in view.units[0].content
+
+
+def test_rename_copy_and_revert_reuse_the_cache(engine: Engine, src: Path) -> None:
+    before = len(parse_events(engine))
+    original = (src / "notes.md").read_text()
+    os.rename(src / "docs" / "a.txt", src / "docs" / "renamed.txt")
+    (src / "copy.md").write_text(original)
+    (src / "notes.md").write_text("changed\n")
+    engine.scan()
+    trio.run(engine.drain)
+    after_edit = len(parse_events(engine))
+    assert after_edit == before + 1  # only the edit
+    (src / "notes.md").write_text(original)  # revert
+    engine.scan()
+    trio.run(engine.drain)
+    assert len(parse_events(engine)) == after_edit
+    for rel in ("docs/renamed.txt", "copy.md", "notes.md"):
+        assert engine.file_state(RelPath(rel)).freshness == Freshness.CURRENT  # type: ignore[union-attr]
+    entries = {e.rel: e for e in engine.review()}
+    assert entries["docs/renamed.txt"].status == ChangeStatus.RENAMED
+    assert entries["docs/renamed.txt"].old_rel == "docs/a.txt"
+    assert entries["copy.md"].status == ChangeStatus.ADDED
+    assert "notes.md" not in entries  # reverted: no diff
+
+
+def test_editor_save_is_one_new_version(engine: Engine, src: Path) -> None:
+    rel = RelPath("notes.md")
+    assert len(engine.versions(rel)) == 1
+    # What an editor does through the mount: write a temp file, rename it over.
+    engine.preserve(rel)
+    tmp = src / ".notes.md.swp"
+    tmp.write_text("# Notes\nrewritten\n")
+    engine.record_write(RelPath(".notes.md.swp"))
+    engine.preserve_inode(rel)
+    os.rename(tmp, src / "notes.md")
+    engine.record_rename(RelPath(".notes.md.swp"), rel)
+    versions = engine.versions(rel)
+    assert [v.number for v in versions] == [1, 2]
+    assert versions[1].hash == hash_file(src / "notes.md")
+    assert engine.versions(RelPath(".notes.md.swp")) == []
+    assert engine.file_state(RelPath(".notes.md.swp")) is None
+    # The old bytes were preserved and are readable as version 1.
+    old = engine.version_file(rel, 1)
+    assert old is not None
+    assert Path(old).read_text() == "# Notes\nthe quick brown fox\n"
+    statuses = {e.rel: e.status for e in engine.review()}
+    assert statuses == {"notes.md": ChangeStatus.MODIFIED}
+
+
+def test_in_place_write_preserves_old_bytes(engine: Engine, src: Path) -> None:
+    rel = RelPath("docs/a.txt")
+    h0 = hash_file(src / rel)
+    engine.preserve(rel)
+    with open(src / rel, "r+") as f:
+        f.write("ALPHA")
+    state = engine.record_write(rel)
+    assert state is not None
+    assert state.hash != h0
+    v1 = engine.version_file(rel, 1)
+    assert v1 is not None
+    assert hash_file(v1) == h0
+    restored = engine.restore(rel, 1)
+    assert restored.number == 3
+    assert hash_file(src / rel) == h0
+    causes = [v.cause.value for v in engine.versions(rel)]
+    assert causes == ["baseline", "write", "restore"]
+
+
+def test_text_review_diff_has_git_headers(engine: Engine, src: Path) -> None:
+    (src / "docs" / "a.txt").write_text("alpha\nBETA\ngamma\n")
+    engine.scan()
+    trio.run(engine.drain)
+    diff = engine.review_diff(RelPath("docs/a.txt"))
+    assert diff is not None
+    text = diff.decode()
+    assert "--- a/docs/a.txt" in text
+    assert "+++ b/docs/a.txt" in text
+    assert "-beta" in text
+    assert "+BETA" in text
+    assert engine.review_diff(RelPath("notes.md")) is None
+    assert b"docs/a.txt" in engine.review_summary()
+
+
+def test_baseline_accepts_present_state(engine: Engine, src: Path) -> None:
+    (src / "notes.md").write_text("new\n")
+    engine.scan()
+    assert engine.review()
+    engine.set_baseline()
+    assert list(engine.review()) == []
+
+
+def test_symlinks_are_never_followed(tmp_path: Path, src: Path) -> None:
+    outside = tmp_path / "secret.txt"
+    outside.write_text("TOP SECRET outside the workspace\n")
+    os.symlink(outside, src / "link.txt")
+    os.symlink(tmp_path, src / "linkdir")
+    with Engine.open(src) as eng:
+        eng.scan()
+        trio.run(eng.drain)
+        assert eng.file_state(RelPath("link.txt")) is None
+        assert eng.check_file(RelPath("link.txt")) is None
+        assert all(not p.startswith("linkdir") for p in eng.parsed_paths())
+        for rel in eng.parsed_paths():
+            view = eng.parsed_view(rel)
+            assert view is not None
+            assert all(b"TOP SECRET" not in u.content for u in view.units)
+
+
+def test_external_change_detected_on_access(engine: Engine, src: Path) -> None:
+    rel = RelPath("data.csv")
+    (src / rel).write_text("x,y\n3,4\n")
+    state = engine.check_file(rel)
+    assert state is not None
+    assert state.freshness == Freshness.STALE
+    versions = engine.versions(rel)
+    assert [v.cause.value for v in versions] == ["baseline", "external"]
+    assert not versions[0].available  # overwritten behind our back: hash only
+
+
+def test_journal_records_transitions(engine: Engine, src: Path) -> None:
+    (src / "notes.md").write_text("x\n")
+    engine.scan()
+    os.unlink(src / "data.csv")
+    engine.scan()
+    events = [ev["ev"] for _, ev in engine.store.iter_journal()]
+    for ev in ("add", "scan", "baseline", "parse", "write", "unlink"):
+        assert ev in events

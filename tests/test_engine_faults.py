@@ -1,0 +1,159 @@
+"""The engine under faults: misbehaving parsers, hostile documents, a full
+disk and a corrupted store.  Nothing here may take the caller down."""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import trio
+
+from parsers import registry
+from swfs.api import Freshness, RelPath
+from swfs.check import run_checks
+from swfs.engine import Engine
+from swfs.fsutil import hash_file
+from swfs.parsework import WorkerLimits
+from swfs.store import dumps
+from swfs.workspace import Config
+from tests import evilparsers
+
+
+@pytest.fixture
+def evil_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setenv(registry.EXTRA_ENV, evilparsers.SPEC)
+    registry._instances.cache_clear()
+    yield
+    monkeypatch.delenv(registry.EXTRA_ENV)
+    registry._instances.cache_clear()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.usefixtures("evil_env")
+def test_crash_hang_and_memory_blowup_fail_only_their_file(tmp_path: Path) -> None:
+    src = tmp_path / "ws"
+    src.mkdir()
+    for name in ("a.crash", "b.hang", "c.hog", "d.bug"):
+        (src / name).write_text("x")
+    (src / "fine.txt").write_text("still parsed\n")
+    limits = WorkerLimits(timeout=5.0, memory_mb=1024, workers=2)
+    with Engine.open(src, config=Config(limits=limits, rescan_interval=0)) as eng:
+        trio.run(eng.drain)
+        states = {
+            rel: eng.parsed_view(RelPath(rel))
+            for rel in ("a.crash", "b.hang", "c.hog", "d.bug", "fine.txt")
+        }
+        errors = {rel: v.error for rel, v in states.items() if v is not None}
+        assert all(v is not None for v in states.values())
+        assert states["fine.txt"].freshness == Freshness.CURRENT  # type: ignore[union-attr]
+        for rel in ("a.crash", "b.hang", "c.hog", "d.bug"):
+            assert states[rel].freshness == Freshness.FAILED, rel  # type: ignore[union-attr]
+        assert "SIGSEGV" in (errors["a.crash"] or "")
+        assert "timed out" in (errors["b.hang"] or "")
+        assert "memory" in (errors["c.hog"] or "")
+        assert "a parser bug" in (errors["d.bug"] or "")
+        # The failure is readable in the view itself.
+        unit = states["b.hang"].units[0]  # type: ignore[union-attr]
+        assert unit.name == "error.md"
+        assert b'freshness="failed"' in unit.content
+
+
+def test_preserve_on_a_full_disk_fails_with_enospc_and_keeps_the_store(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    store.mkdir()
+    proc = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(store)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
+    try:
+        src = tmp_path / "ws"
+        src.mkdir()
+        (src / "small.txt").write_text("small\n")
+        (src / "big.bin").write_bytes(os.urandom(4 * 1024 * 1024))
+        with Engine.open(src, store, config=Config(rescan_interval=0)) as eng:
+            eng.scan()
+            eng.preserve(RelPath("small.txt"))
+            with pytest.raises(OSError, match="No space left") as info:
+                eng.preserve(RelPath("big.bin"))
+            assert info.value.errno == errno.ENOSPC
+            assert eng.version_file(RelPath("small.txt"), 1) is not None
+            assert not run_checks(eng)
+            assert eng.blobs.verify(hash_file(src / "small.txt"))
+    finally:
+        subprocess.run(["umount", "-l", str(store)], check=False)
+
+
+@pytest.fixture
+def indexed(tmp_path: Path) -> Iterator[Engine]:
+    src = tmp_path / "ws"
+    src.mkdir()
+    (src / "a.txt").write_text("one\n")
+    (src / "b.txt").write_text("two\n")
+    with Engine.open(src, config=Config(rescan_interval=0)) as eng:
+        trio.run(eng.drain)
+        eng.preserve(RelPath("a.txt"))
+        (src / "a.txt").write_text("one, edited\n")
+        eng.record_write(RelPath("a.txt"))
+        trio.run(eng.drain)
+        assert run_checks(eng) == []
+        yield eng
+
+
+def test_check_finds_a_corrupt_blob_and_repair_moves_it_aside(indexed: Engine) -> None:
+    h = indexed.versions(RelPath("a.txt"))[0].hash
+    path = indexed.blobs.path(h)
+    os.chmod(path, 0o600)
+    path.write_bytes(b"rot")
+    problems = run_checks(indexed)
+    assert any(p.check == "blobs" and "does not match" in p.message for p in problems)
+    run_checks(indexed, repair=True)
+    assert not indexed.blobs.has(h)
+    assert (indexed.store_dir / f"corrupt-blob-{h}").exists()
+
+
+def test_check_finds_an_orphan_blob(indexed: Engine) -> None:
+    indexed.blobs.put_bytes(b"nobody refers to me")
+    problems = run_checks(indexed)
+    assert [p.check for p in problems] == ["orphans"]
+    run_checks(indexed, repair=True)
+    assert run_checks(indexed) == []
+
+
+def test_check_finds_broken_versions_and_repairs_them(indexed: Engine) -> None:
+    with indexed.store.write() as txn:
+        indexed.store.put_versions(txn, "b.txt", [])
+        indexed.store.put_versions(
+            txn, "a.txt", [[2, "0" * 64, 0.0, "write", 1], [1, "1" * 64, 0.0, "write", 1]]
+        )
+    problems = run_checks(indexed)
+    messages = " ".join(p.message for p in problems)
+    assert "b.txt: tracked file without versions" in messages
+    assert "a.txt: version list out of order" in messages
+    run_checks(indexed, repair=True)
+    assert run_checks(indexed) == []
+
+
+def test_check_drops_malformed_parse_records(indexed: Engine) -> None:
+    with indexed.store.write() as txn:
+        txn.put(b"zz|text@1", dumps({"status": "weird"}), db=indexed.store.dbs["parses"])
+        txn.put(b"not-json", b"\xff{", db=indexed.store.dbs["parses"])
+    problems = run_checks(indexed)
+    assert sum(p.check == "parses" for p in problems) == 2
+    run_checks(indexed, repair=True)
+    assert run_checks(indexed) == []
+
+
+def test_check_finds_malformed_file_records(indexed: Engine) -> None:
+    with indexed.store.write() as txn:
+        txn.put(b"ghost.txt", b"{}", db=indexed.store.dbs["files"])
+    assert any(p.check == "files" for p in run_checks(indexed))
+    run_checks(indexed, repair=True)
+    assert run_checks(indexed) == []

@@ -1,0 +1,194 @@
+"""Hostile and broken inputs: each fails with a clear one-line reason, quickly.
+
+Zip and entity bombs must be refused by the zip guard before any library
+decompresses them; the tests check both the reason and that the guard ran
+without reading the bomb member.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import time
+import zipfile
+from collections.abc import Callable
+
+import pytest
+
+from parsers import registry, zipguard
+from parsers._base import EncryptedDocument, ParseFailed, ParseOptions, Unit, UnsupportedFormat
+from tests import docgen
+
+FAST = 3.0  # seconds: a hostile file must not keep a worker busy
+
+
+def parse(path: pathlib.Path, **limits: int) -> list[Unit]:
+    info = registry.file_info(str(path), path.name)
+    _, units = registry.parse(str(path), info, ParseOptions(**limits))
+    return units
+
+
+def failure(path: pathlib.Path, **limits: int) -> ParseFailed:
+    started = time.monotonic()
+    with pytest.raises(ParseFailed) as caught:
+        parse(path, **limits)
+    assert time.monotonic() - started < FAST
+    message = str(caught.value)
+    assert message
+    assert "\n" not in message
+    assert len(message) <= 200
+    return caught.value
+
+
+def attempt(path: pathlib.Path) -> list[Unit] | ParseFailed:
+    """The units, or the ParseFailed: for inputs where either outcome is fine."""
+    try:
+        return parse(path)
+    except ParseFailed as exc:
+        return exc
+
+
+@pytest.fixture
+def no_decompression(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Records zip members read past their first 64 KiB (the guard reads prologs only)."""
+    opened: list[str] = []
+    original = zipfile.ZipExtFile.read
+
+    def read(self: zipfile.ZipExtFile, n: int = -1) -> bytes:
+        data = original(self, n)
+        if n < 0 or self.tell() > 64 * 1024:
+            opened.append(self.name)
+        return data
+
+    monkeypatch.setattr(zipfile.ZipExtFile, "read", read)
+    return opened
+
+
+# -- PDF -----------------------------------------------------------------------------------
+
+
+def test_encrypted_pdf(tmp_path: pathlib.Path) -> None:
+    exc = failure(docgen.encrypted_pdf(tmp_path))
+    assert isinstance(exc, EncryptedDocument)
+    assert str(exc) == "encrypted PDF: password required"
+
+
+def test_truncated_pdf(tmp_path: pathlib.Path) -> None:
+    exc = failure(docgen.truncated_pdf(tmp_path))
+    assert "PDF" in str(exc)
+
+
+def test_cyclic_page_tree(tmp_path: pathlib.Path) -> None:
+    exc = failure(docgen.cyclic_pdf(tmp_path))
+    assert "cycle" in str(exc)
+
+
+def test_empty_and_garbage_pdf(tmp_path: pathlib.Path) -> None:
+    empty = tmp_path / "empty.pdf"
+    empty.write_bytes(b"")
+    assert "empty" in str(failure(empty))
+    garbage = tmp_path / "garbage.pdf"
+    garbage.write_bytes(b"this is not a pdf at all\n" * 50)
+    assert str(failure(garbage)).startswith("broken PDF")
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_fuzzed_pdf_fails_cleanly_or_parses(tmp_path: pathlib.Path, seed: int) -> None:
+    path = docgen.fuzzed_pdf(tmp_path, seed)
+    started = time.monotonic()
+    outcome = attempt(path)
+    assert time.monotonic() - started < FAST
+    if isinstance(outcome, ParseFailed):
+        assert str(outcome)
+        assert "\n" not in str(outcome)
+    else:
+        assert [u.name for u in outcome] == [f"page-{n:04d}.md" for n in range(1, len(outcome) + 1)]
+
+
+# -- zip containers ------------------------------------------------------------------------
+
+
+def test_non_zip_xlsx(tmp_path: pathlib.Path) -> None:
+    assert str(failure(docgen.non_zip_xlsx(tmp_path))) == "not a zip container"
+
+
+def test_random_bytes_docx(tmp_path: pathlib.Path) -> None:
+    assert str(failure(docgen.random_docx(tmp_path))) == "not a zip container"
+
+
+@pytest.mark.parametrize("name", ["locked.xlsx", "locked.docx", "locked.pptx", "locked.xlsm"])
+def test_ole_named_ooxml_is_encrypted(tmp_path: pathlib.Path, name: str) -> None:
+    exc = failure(docgen.ole_named(tmp_path, name))
+    assert isinstance(exc, EncryptedDocument)
+    assert str(exc) == "encrypted or password-protected Office document"
+
+
+@pytest.mark.parametrize("name", ["old.xls", "old.doc", "old.ppt"])
+def test_plain_legacy_office_is_unsupported(tmp_path: pathlib.Path, name: str) -> None:
+    with pytest.raises(UnsupportedFormat):
+        parse(docgen.ole_named(tmp_path, name))
+
+
+def test_entity_bomb(tmp_path: pathlib.Path, no_decompression: list[str]) -> None:
+    exc = failure(docgen.entity_bomb_xlsx(tmp_path))
+    assert "xl/sharedStrings.xml" in str(exc)
+    assert "DOCTYPE" in str(exc)
+    assert no_decompression == []
+
+
+def test_epub_with_internal_subset(tmp_path: pathlib.Path) -> None:
+    doctype = '<!DOCTYPE html [<!ENTITY boom "boom">]>'
+    exc = failure(docgen.epub_file(tmp_path, chapter_doctype=doctype))
+    assert "OEBPS/ch1.xhtml" in str(exc)
+
+
+@pytest.mark.parametrize("name", ["bomb.xlsx", "bomb.docx", "bomb.pptx", "bomb.epub"])
+def test_ratio_bomb(tmp_path: pathlib.Path, name: str, no_decompression: list[str]) -> None:
+    path = docgen.ratio_bomb(tmp_path, name)
+    exc = failure(path)
+    assert str(exc).startswith("zip bomb: member 'xl/media/padding.xml' expands")
+    assert no_decompression == []
+
+
+def test_declared_size_bomb(tmp_path: pathlib.Path, no_decompression: list[str]) -> None:
+    exc = failure(docgen.declared_size_bomb(tmp_path))
+    assert str(exc).startswith("zip bomb: declared uncompressed size exceeds")
+    assert no_decompression == []
+
+
+def test_guard_limits_are_options(tmp_path: pathlib.Path) -> None:
+    path = docgen.simple_xlsx(tmp_path, [["a"]])
+    info = registry.file_info(str(path), path.name)
+    zipguard.check_container(str(path), info, ParseOptions())
+    with pytest.raises(ParseFailed, match="declared uncompressed size exceeds 100 bytes"):
+        zipguard.check_container(str(path), info, ParseOptions(max_unzipped_bytes=100))
+
+
+def test_truncated_zip(tmp_path: pathlib.Path) -> None:
+    path = docgen.simple_xlsx(tmp_path, [["a", 1]])
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    assert "zip" in str(failure(path))
+
+
+# -- deep nesting --------------------------------------------------------------------------
+
+Maker = Callable[[pathlib.Path], pathlib.Path]
+
+
+@pytest.mark.parametrize(
+    "make", [docgen.deep_docx, docgen.deep_pptx, docgen.deep_xlsx], ids=["docx", "pptx", "xlsx"]
+)
+def test_deep_nesting(tmp_path: pathlib.Path, make: Maker) -> None:
+    path = make(tmp_path)
+    started = time.monotonic()
+    outcome = attempt(path)
+    assert time.monotonic() - started < FAST
+    if isinstance(outcome, ParseFailed):
+        assert "\n" not in str(outcome)
+    else:
+        assert outcome
+
+
+def test_moderate_nesting_still_parses(tmp_path: pathlib.Path) -> None:
+    units = parse(docgen.deep_docx(tmp_path, depth=5))
+    assert "core" in units[0].text
