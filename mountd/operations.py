@@ -605,9 +605,9 @@ class Operations(pyfuse3.Operations):
     # -- extended attributes
 
     def _sw_xattrs(self, rel: str) -> dict[str, str]:
-        out: dict[str, str] = {}
         if not rel:
-            out = {"source": self.src, "store": self.store}
+            return {"source": self.src, "store": self.store}
+        out: dict[str, str] = {}
         state = self.engine.file_state(RelPath(rel))
         if state is not None:
             out["freshness"] = str(state.freshness)
@@ -630,7 +630,7 @@ class Operations(pyfuse3.Operations):
             value = (await self._xattrs(node)).get(n[len(XATTR_PREFIX) :])
             if value is None or not n.startswith(XATTR_PREFIX):
                 raise fail(errno.ENODATA)
-            return value.encode()
+            return value.encode("utf-8", "surrogateescape")
         return self.native.getxattr(self._path(node), n)
 
     @handler
