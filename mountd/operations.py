@@ -677,7 +677,9 @@ class Operations(pyfuse3.Operations):
             trio.lowlevel.current_trio_token()
         except RuntimeError:  # called from a worker thread after all
             if self._token is not None:
-                trio.from_thread.run_sync(self._changed, rel, trio_token=self._token)
+                # Never block the engine's thread on the loop (it may hold a lock
+                # a handler is about to wait for).
+                self._token.run_sync_soon(self._changed, rel)
             return
         self.gen.bump()
         self._pending.rels.add(str(rel))
