@@ -19,7 +19,16 @@ import trio
 from mountd.fsutil import open_beneath
 from mountd.nodes import SYNTHETIC_TREES, InodeTable, Node, Tree
 from mountd.options import MountOptions
-from mountd.passthrough import RESERVED, Creds, NativeHandle, Passthrough, SetAttr, join, split
+from mountd.passthrough import (
+    RESERVED,
+    Creds,
+    Kept,
+    NativeHandle,
+    Passthrough,
+    SetAttr,
+    join,
+    split,
+)
 from mountd.synthetic import Entry, Generation, SyntheticTree, make_trees
 from swfs.api import XATTR_PREFIX, EngineAPI, RelPath
 
@@ -300,7 +309,7 @@ class Operations(pyfuse3.Operations):
             atime_ns=attr.st_atime_ns if fields.update_atime else None,
             mtime_ns=attr.st_mtime_ns if fields.update_mtime else None,
         )
-        st = await self.native.setattr(self._path(node), native_fh, change)
+        st = await self.native.setattr(self._path(node), native_fh, change, _kept(node))
         return self._native_attr(node, st)
 
     @handler
@@ -424,7 +433,9 @@ class Operations(pyfuse3.Operations):
 
     async def _open_native(self, node: Node, flags: int) -> pyfuse3.FileInfo:
         rel = self._path(node)
-        fh = await self.native.open(rel, flags, functools.partial(self.table.path, node))
+        fh = await self.native.open(
+            rel, flags, functools.partial(self.table.path, node), _kept(node)
+        )
         try:
             st = os.fstat(fh.fd)
         except BaseException:
@@ -461,10 +472,12 @@ class Operations(pyfuse3.Operations):
             flags,
             self._creds(ctx),
             lambda: self.table.path(holder[0]) if holder else None,
+            _kept(existing) if (existing := self.table.child(parent, n)) else Kept(),
         )
         attr = self._created(parent, n, st)
         node = self._node(attr.st_ino)
         holder.append(node)
+        node.kept = fh.kept
         node.cache_sig = None
         self.table.opened(node)
         direct = bool(flags & os.O_DIRECT)
@@ -706,6 +719,7 @@ class Operations(pyfuse3.Operations):
             node = self.table.find_native(rel)
             if node is not None and node is not self.table.root:
                 inodes.add(node.ino)
+                _kept(node).preserved = False  # the engine may have recorded new bytes
                 if not self._still_there(node, rel):
                     parent = self.table.find_native(split(rel)[0])
                     if parent is not None:
@@ -727,6 +741,12 @@ class Operations(pyfuse3.Operations):
         except OSError:
             return False
         return (st.st_dev, st.st_ino) == node.key
+
+
+def _kept(node: Node) -> Kept:
+    if not isinstance(node.kept, Kept):
+        node.kept = Kept()
+    return node.kept
 
 
 def _sig(st: os.stat_result) -> tuple[int, int, int]:

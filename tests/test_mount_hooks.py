@@ -139,3 +139,24 @@ def test_truncating_open_alone_is_recorded_on_release(mount_tree: MountFactory) 
     while len(hooks(m)) < 2 and time.monotonic() < deadline:
         time.sleep(0.05)  # release reaches the daemon after close() returned
     assert hooks(m) == [["preserve", "a.txt"], ["record_write", "a.txt"]]
+
+
+def test_two_writers_each_preserve_after_a_record(mount_tree: MountFactory) -> None:
+    m = mount_tree({"a.txt": "0123456789"})
+    fa = os.open(m.mnt / "a.txt", os.O_WRONLY)
+    fb = os.open(m.mnt / "a.txt", os.O_WRONLY)
+    try:
+        m.clear_calls()
+        os.pwrite(fa, b"A", 0)
+        os.fsync(fa)  # records a version: its bytes must be kept before B overwrites them
+        os.pwrite(fb, b"B", 1)
+        os.fsync(fb)
+    finally:
+        os.close(fa)
+        os.close(fb)
+    assert hooks(m) == [
+        ["preserve", "a.txt"],
+        ["record_write", "a.txt"],
+        ["preserve", "a.txt"],
+        ["record_write", "a.txt"],
+    ]
