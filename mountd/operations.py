@@ -694,7 +694,7 @@ class Operations(pyfuse3.Operations):
                 # a handler is about to wait for).
                 self._token.run_sync_soon(self._changed, rel)
             return
-        self.gen.bump()
+        self.gen.bump(str(rel))
         self._pending.rels.add(str(rel))
         self._pending.wake.set()
 

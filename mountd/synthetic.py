@@ -70,13 +70,23 @@ class SyntheticTree(Protocol):
 
 
 class Generation:
-    """Counts engine change events, so cached listings know when to rebuild."""
+    """Counts engine change events, so cached listings know when to rebuild,
+    and remembers when each path last changed (the mtime of what shows it)."""
 
     def __init__(self) -> None:
         self.value = 0
+        self.started_ns = time.time_ns()
+        self.last_ns = self.started_ns
+        self._changed: dict[str, int] = {}
 
-    def bump(self) -> None:
+    def bump(self, rel: str | None = None) -> None:
         self.value += 1
+        self.last_ns = time.time_ns()
+        if rel is not None:
+            self._changed[rel] = self.last_ns
+
+    def changed_ns(self, rel: str) -> int:
+        return self._changed.get(rel, self.started_ns)
 
 
 class _Index:
@@ -121,7 +131,7 @@ class Base:
 
     def __init__(self, engine: EngineAPI, gen: Generation, options: MountOptions) -> None:
         self.engine, self.gen, self.options = engine, gen, options
-        self.started_ns = time.time_ns()
+        self.started_ns = gen.started_ns
 
     def access(self, rel: str) -> Access:
         """The owner and bits of ``rel``; for an unknown path only its owner may
@@ -202,14 +212,14 @@ class ParsedTree(Base):
             return None
         acc = self.access(rel)
         if unit_name is None:
-            return Entry(True, acc, mtime_ns=self.started_ns, xattrs=view_xattrs(view))
+            return Entry(True, acc, mtime_ns=self.gen.changed_ns(rel), xattrs=view_xattrs(view))
         for unit in view.units:
             if unit.name == unit_name:
                 return Entry(
                     False,
                     acc,
                     size=len(unit.content),
-                    mtime_ns=self.started_ns,
+                    mtime_ns=self.gen.changed_ns(rel),
                     xattrs=view_xattrs(view, unit.locator),
                     data=unit.content,
                 )
@@ -239,7 +249,7 @@ class ReviewTree(Base):
         super().__init__(engine, gen, options)
         self._entries = _Cached(gen, self._build)
         self._blobs: dict[str, bytes] = {}
-        self._blobs_gen = -1
+        self._blobs_at = (-1, 0.0)
 
     def _build(self) -> tuple[_Index, dict[str, ReviewEntry]]:
         by_diff: dict[str, ReviewEntry] = {}
@@ -248,9 +258,10 @@ class ReviewTree(Base):
         return _Index(by_diff), by_diff
 
     def _content(self, key: str, make: Callable[[], bytes | None]) -> bytes | None:
-        if self._blobs_gen != self.gen.value:
+        now = time.monotonic()
+        if self._blobs_at[0] != self.gen.value or now - self._blobs_at[1] > INDEX_TTL:
             self._blobs.clear()
-            self._blobs_gen = self.gen.value
+            self._blobs_at = (self.gen.value, now)
         if key not in self._blobs:
             data = make()
             if data is None:
@@ -259,7 +270,8 @@ class ReviewTree(Base):
         return self._blobs[key]
 
     def _file(self, rel: str, data: bytes, xattrs: Mapping[str, str]) -> Entry:
-        return Entry(False, self.access(rel), len(data), self.started_ns, xattrs=xattrs, data=data)
+        mtime = self.gen.last_ns if not rel else self.gen.changed_ns(rel)
+        return Entry(False, self.access(rel), len(data), mtime, xattrs=xattrs, data=data)
 
     async def entry(self, path: str, *, wait: bool = True) -> Entry | None:
         if path == SUMMARY:

@@ -103,11 +103,13 @@ def test_parsed_view_follows_writes(mount_tree: MountFactory) -> None:
     m = mount_tree({"a.txt": "one\n"})
     unit = m.mnt / ".parsed/a.txt/content.txt"
     assert unit.read_text().endswith("one\n")
+    before = unit.stat().st_mtime_ns
     with open(m.mnt / "a.txt", "a") as f:
         f.write("two and more\n")
     text = unit.read_text()
     assert text.endswith("one\ntwo and more\n")
     assert unit.stat().st_size == len(text.encode())
+    assert unit.stat().st_mtime_ns > before
 
 
 def test_review_tree(mount_tree: MountFactory) -> None:
