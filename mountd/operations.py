@@ -634,7 +634,7 @@ class Operations(pyfuse3.Operations):
     async def _xattrs(self, node: Node) -> dict[str, str]:
         if node.native:
             return self._sw_xattrs(self._path(node))
-        return dict((await self._entry(node)).xattrs)
+        return dict(await self._tree(node).xattrs(node.spath))
 
     @handler
     async def getxattr(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> bytes:

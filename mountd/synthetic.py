@@ -14,6 +14,7 @@ import os
 import posixpath
 import stat
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
@@ -36,6 +37,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 INDEX_TTL = 2.0  # seconds a cached listing is trusted without a change event
+VIEW_CACHE = 16  # parsed views kept (a listing stats every unit of one view)
 SNAPSHOTS = "@snapshots"
 
 
@@ -67,6 +69,7 @@ class SyntheticTree(Protocol):
         ...
 
     async def children(self, path: str) -> list[str]: ...
+    async def xattrs(self, path: str) -> Mapping[str, str]: ...
 
 
 class Generation:
@@ -144,6 +147,13 @@ class Base:
             return Access(0, 0, 0o400)
         return Access(root.uid, root.gid, root.mode & 0o400)
 
+    async def entry(self, path: str, *, wait: bool = True) -> Entry | None:
+        raise NotImplementedError
+
+    async def xattrs(self, path: str) -> Mapping[str, str]:
+        e = await self.entry(path, wait=False)
+        return {} if e is None else e.xattrs
+
     def dir_entry(self, rel: str, xattrs: Mapping[str, str] | None = None) -> Entry:
         return Entry(True, self.access(rel), mtime_ns=self.started_ns, xattrs=xattrs or {})
 
@@ -170,25 +180,50 @@ class ParsedTree(Base):
     def __init__(self, engine: EngineAPI, gen: Generation, options: MountOptions) -> None:
         super().__init__(engine, gen, options)
         self._index = _Cached(gen, lambda: _Index(str(p) for p in engine.parsed_paths()))
+        self._views: OrderedDict[str, tuple[int, float, ParsedView | None]] = OrderedDict()
 
     def index(self) -> _Index:
         return self._index.get()
 
-    async def view(self, rel: str, *, wait: bool = True) -> ParsedView | None:
-        """The view of ``rel``, after waiting for a pending (or, with
-        --stale=wait, a stale) one as long as the mount allows."""
+    def cached_view(self, rel: str) -> ParsedView | None:
+        """The engine's view of ``rel``; a listing of a view's units (``ls -l``
+        stats each one) asks the engine once, not once per unit."""
+        now = time.monotonic()
+        hit = self._views.get(rel)
+        if hit is not None and hit[0] == self.gen.value and now - hit[1] < INDEX_TTL:
+            self._views.move_to_end(rel)
+            return hit[2]
         view = self.engine.parsed_view(RelPath(rel))
-        if view is None:
-            return None
-        limit = None
-        if view.freshness is Freshness.PENDING:
-            limit = self.options.pending_wait
-        elif view.freshness is Freshness.STALE and self.options.stale == "wait":
-            limit = self.options.stale_wait
-        if limit and wait:
-            await self.engine.wait_view(RelPath(rel), limit)
-            view = self.engine.parsed_view(RelPath(rel))
+        self._views[rel] = (self.gen.value, now, view)
+        self._views.move_to_end(rel)
+        while len(self._views) > VIEW_CACHE:
+            self._views.popitem(last=False)
         return view
+
+    async def settle(self, rel: str) -> None:
+        """Wait for a pending (or, with --stale=wait, a stale) view of ``rel`` as
+        long as the mount allows."""
+        state = self.engine.file_state(RelPath(rel))
+        if state is not None:
+            fresh = state.freshness
+        else:
+            view = self.cached_view(rel)
+            if view is None:
+                return
+            fresh = view.freshness
+        limit = None
+        if fresh is Freshness.PENDING:
+            limit = self.options.pending_wait
+        elif fresh is Freshness.STALE and self.options.stale == "wait":
+            limit = self.options.stale_wait
+        if limit:
+            await self.engine.wait_view(RelPath(rel), limit)
+            self._views.pop(rel, None)
+
+    async def view(self, rel: str, *, wait: bool = True) -> ParsedView | None:
+        if wait:
+            await self.settle(rel)
+        return self.cached_view(rel)
 
     def _locate(self, path: str) -> tuple[str, str | None] | None:
         """(view rel, unit name or None) for a path inside a view."""
@@ -207,12 +242,15 @@ class ParsedTree(Base):
                 return self.dir_entry(path)
             return None
         rel, unit_name = loc
+        if unit_name is None:
+            # A view's directory exists whatever its state: no need to load it.
+            if wait:
+                await self.settle(rel)
+            return Entry(True, self.access(rel), mtime_ns=self.gen.changed_ns(rel))
         view = await self.view(rel, wait=wait)
         if view is None:
             return None
         acc = self.access(rel)
-        if unit_name is None:
-            return Entry(True, acc, mtime_ns=self.gen.changed_ns(rel), xattrs=view_xattrs(view))
         for unit in view.units:
             if unit.name == unit_name:
                 return Entry(
@@ -224,6 +262,21 @@ class ParsedTree(Base):
                     data=unit.content,
                 )
         return None
+
+    async def xattrs(self, path: str) -> Mapping[str, str]:
+        loc = self._locate(path)
+        if loc is None:
+            return {}
+        rel, unit_name = loc
+        view = self.cached_view(rel)
+        if view is None:
+            return {}
+        if unit_name is None:
+            return view_xattrs(view)
+        for unit in view.units:
+            if unit.name == unit_name:
+                return view_xattrs(view, unit.locator)
+        return {}
 
     async def children(self, path: str) -> list[str]:
         loc = self._locate(path)

@@ -239,3 +239,29 @@ def test_operations_without_a_kernel(engine: FakeEngine) -> None:
             ops.close()
 
     run(main)
+
+
+def test_a_view_is_loaded_once_per_listing(
+    engine: FakeEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tree = ParsedTree(engine, Generation(), MountOptions())
+    loads: list[str] = []
+    real = engine.parsed_view
+
+    def counting(rel: RelPath) -> Any:
+        loads.append(rel)
+        return real(rel)
+
+    monkeypatch.setattr(engine, "parsed_view", counting)
+
+    async def main() -> None:
+        # Listing .parsed itself loads no view at all.
+        for name in await tree.children(""):
+            await tree.entry(name, wait=False)
+        assert loads == []
+        for name in await tree.children("d/a.txt"):
+            await tree.entry(f"d/a.txt/{name}", wait=False)
+            await tree.xattrs(f"d/a.txt/{name}")
+        assert loads == ["d/a.txt"]
+
+    run(main)
