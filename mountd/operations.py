@@ -103,6 +103,7 @@ Handle = DataHandle | FdHandle | NativeOpen | DirHandle
 @dataclass
 class _Pending:
     rels: set[str] = field(default_factory=set)
+    entries: set[tuple[int, str]] = field(default_factory=set)  # names found gone
     wake: trio.Event = field(default_factory=trio.Event)
 
 
@@ -220,7 +221,14 @@ class Operations(pyfuse3.Operations):
         for h in self.handles.values():
             if isinstance(h, NativeOpen) and h.node is node:
                 return os.fstat(h.fh.fd)
+        self._gone_behind_our_back(node)
         raise fail(errno.ENOENT)
+
+    def _gone_behind_our_back(self, node: Node) -> None:
+        """``node``'s names no longer lead to it: have the kernel drop its cached
+        entries (from the invalidation task, never from this handler)."""
+        self._pending.entries.update(node.links)
+        self._pending.wake.set()
 
     async def _entry(self, node: Node, *, wait: bool = False) -> Entry:
         e = await self._tree(node).entry(node.spath, wait=wait)
@@ -433,9 +441,13 @@ class Operations(pyfuse3.Operations):
 
     async def _open_native(self, node: Node, flags: int) -> pyfuse3.FileInfo:
         rel = self._path(node)
-        fh = await self.native.open(
-            rel, flags, functools.partial(self.table.path, node), _kept(node)
-        )
+        try:
+            fh = await self.native.open(
+                rel, flags, functools.partial(self.table.path, node), _kept(node)
+            )
+        except FileNotFoundError:
+            self._gone_behind_our_back(node)
+            raise
         try:
             st = os.fstat(fh.fd)
         except BaseException:
@@ -705,9 +717,10 @@ class Operations(pyfuse3.Operations):
         task_status.started()
         while True:
             await self._pending.wake.wait()
-            rels = self._pending.rels
+            rels, gone = self._pending.rels, self._pending.entries
             self._pending = _Pending()
             inodes, entries = self._invalidations(rels)
+            entries += [(ino, os.fsencode(name)) for ino, name in gone]
             if self.mounted:
                 await trio.to_thread.run_sync(_notify_kernel, inodes, entries)
 
