@@ -492,7 +492,7 @@ class Operations(pyfuse3.Operations):
     async def flush(self, fh: int) -> None:
         h = self._handle(fh)
         if isinstance(h, NativeOpen):
-            self.native.flush(h.fh)
+            await self.native.flush(h.fh)
 
     @handler
     async def fsync(self, fh: int, datasync: bool) -> None:

@@ -58,6 +58,7 @@ class NativeHandle:
     fd: int
     path: Callable[[], str | None]  # the file's present path (it may be renamed while open)
     written: bool = False  # written since the last record_write
+    wrote: bool = False  # data written through write() since the last record
     preserved: bool = False  # the engine kept the bytes this handle may overwrite
 
 
@@ -243,13 +244,19 @@ class Passthrough:
                 await self.engine_preserve(rel)
             fh.preserved = True
         n = os.pwrite(fh.fd, buf, off)
-        fh.written = True
+        fh.written = fh.wrote = True
         return n
 
-    @staticmethod
-    def flush(fh: NativeHandle) -> None:
+    async def flush(self, fh: NativeHandle) -> None:
         # close() semantics of the backing fs (errors of delayed writes, NFS).
         os.close(os.dup(fh.fd))
+        # Record here, not only on release: close() waits for FLUSH but not
+        # for RELEASE, and a caller that closes a file and reads its hash
+        # (or its review) next must see the write.  Only after real writes:
+        # a shell redirect closes a dup of the fresh O_TRUNC handle before
+        # writing, and that empty moment is not a version.
+        if fh.wrote:
+            await self._record(fh)
 
     async def fsync(self, fh: NativeHandle, datasync: bool) -> None:
         await self.slow(os.fdatasync if datasync else os.fsync, fh.fd)
@@ -262,7 +269,7 @@ class Passthrough:
     async def _record(self, fh: NativeHandle) -> None:
         if not fh.written:
             return
-        fh.written = False
+        fh.written = fh.wrote = False
         fh.preserved = (
             False  # the recorded bytes are a version now: keep them before the next write
         )
