@@ -70,7 +70,7 @@ import itertools
 import logging
 import math
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from difflib import SequenceMatcher
 
@@ -83,6 +83,8 @@ LIST_CELLS = 20
 # A spreadsheet diff is rendered twice to pick the shorter form; up to this
 # many lines of the first rendering are kept rather than recomputed.
 KEEP_LINES = 10_000
+# Bound on the alignment work of one diff (items x items); see _opcodes.
+MATCH_WORK = 400_000_000
 FILE_MODE = "100644"
 EMPTY = "(empty)"
 NO_HASH = "00000000"
@@ -168,10 +170,69 @@ def _emit(prefix: str, line: str) -> Iterator[str]:
         yield "\\ No newline at end of file"
 
 
+Opcode = tuple[str, int, int, int, int]
+
+
+def _opcodes(a: Sequence[Hashable], b: Sequence[Hashable]) -> list[Opcode]:
+    """SequenceMatcher's opcodes for ``a`` -> ``b``, with bounded work.
+
+    The common head and tail are matched first.  SequenceMatcher costs up to
+    the product of the lengths when few items repeat often (a big CSV of
+    similar rows), so beyond ``MATCH_WORK`` the differing middle becomes one
+    block: a correct diff, just not a minimal one.  Popular items are junk
+    for anchoring on long inputs, as in difflib's own unified_diff.
+    """
+    limit = min(len(a), len(b))
+    head = 0
+    while head < limit and a[head] == b[head]:
+        head += 1
+    tail = 0
+    while tail < limit - head and a[-1 - tail] == b[-1 - tail]:
+        tail += 1
+    a_end, b_end = len(a) - tail, len(b) - tail
+    ops: list[Opcode] = []
+    if head:
+        ops.append(("equal", 0, head, 0, head))
+    if (a_end - head) * (b_end - head) > MATCH_WORK:
+        log.debug("diff of %d x %d items: not aligning the middle", a_end - head, b_end - head)
+        tag = "replace" if a_end > head and b_end > head else "delete" if a_end > head else "insert"
+        ops.append((tag, head, a_end, head, b_end))
+    elif a_end > head or b_end > head:
+        matcher = SequenceMatcher(None, a[head:a_end], b[head:b_end])
+        for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+            ops.append((tag, i1 + head, i2 + head, j1 + head, j2 + head))
+    if tail:
+        ops.append(("equal", a_end, len(a), b_end, len(b)))
+    return ops
+
+
+def _grouped(ops: list[Opcode], context: int) -> Iterator[list[Opcode]]:
+    """Opcodes in hunks with ``context`` equal items around each change
+    (difflib's get_grouped_opcodes, over precomputed opcodes)."""
+    if not ops or all(op[0] == "equal" for op in ops):
+        return
+    ops = list(ops)
+    tag, i1, i2, j1, j2 = ops[0]
+    if tag == "equal":
+        ops[0] = (tag, max(i1, i2 - context), i2, max(j1, j2 - context), j2)
+    tag, i1, i2, j1, j2 = ops[-1]
+    if tag == "equal":
+        ops[-1] = (tag, i1, min(i2, i1 + context), j1, min(j2, j1 + context))
+    group: list[Opcode] = []
+    for tag, i1, i2, j1, j2 in ops:
+        if tag == "equal" and i2 - i1 > 2 * context:
+            group.append((tag, i1, min(i2, i1 + context), j1, min(j2, j1 + context)))
+            yield group
+            group = []
+            i1, j1 = max(i1, i2 - context), max(j1, j2 - context)
+        group.append((tag, i1, i2, j1, j2))
+    if group and not (len(group) == 1 and group[0][0] == "equal"):
+        yield group
+
+
 def _hunks(old: list[str], new: list[str], context: int) -> Iterator[str]:
     """The hunks (from the first '@@' on) of a unified diff of two line lists."""
-    matcher = SequenceMatcher(None, old, new, autojunk=False)
-    for group in matcher.get_grouped_opcodes(context):
+    for group in _grouped(_opcodes(old, new), context):
         first, last = group[0], group[-1]
         yield f"@@ -{_range(first[1], last[2])} +{_range(first[3], last[4])} @@"
         for tag, i1, i2, j1, j2 in group:
@@ -333,8 +394,7 @@ def _units_body(
     # Align by text, not by name: after an inserted page every later page has
     # a new name, and diffing page-0008 against the old page-0008 would show
     # the whole rest of the document as changed.
-    matcher = SequenceMatcher(None, [t for _, t in old], [t for _, t in new], autojunk=False)
-    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+    for tag, i1, i2, j1, j2 in _opcodes([t for _, t in old], [t for _, t in new]):
         if tag == "equal":
             moved = [
                 (old[i][0], new[j][0]) for i, j in zip(range(i1, i2), range(j1, j2), strict=True)
@@ -527,17 +587,6 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
-def _runs(rows: list[int]) -> list[tuple[int, int]]:
-    """Sorted row numbers as runs of consecutive rows: [(first, last), ...]."""
-    runs: list[tuple[int, int]] = []
-    for r in rows:
-        if runs and r == runs[-1][1] + 1:
-            runs[-1] = (runs[-1][0], r)
-        else:
-            runs.append((r, r))
-    return runs
-
-
 @dataclass
 class _Layout:
     """How old rows map onto new rows: a piecewise constant shift, with rows
@@ -656,12 +705,11 @@ class _SheetDiff:
             self.old_sig[r] = _signature(r, self.old[r])
         for r in n_mid:
             self.new_sig[r] = _signature(r, self.new[r])
-        matcher = SequenceMatcher(
-            None, [self.old_sig[r] for r in o_mid], [self.new_sig[r] for r in n_mid], autojunk=False
-        )
+        ops = _opcodes([self.old_sig[r] for r in o_mid], [self.new_sig[r] for r in n_mid])
         yield from zip(old_rows[:head], new_rows[:head], strict=True)
-        for i, j, size in matcher.get_matching_blocks():
-            yield from zip(o_mid[i : i + size], n_mid[j : j + size], strict=True)
+        for tag, i1, i2, j1, j2 in ops:
+            if tag == "equal":
+                yield from zip(o_mid[i1:i2], n_mid[j1:j2], strict=True)
         yield from zip(
             old_rows[len(old_rows) - tail :], new_rows[len(new_rows) - tail :], strict=True
         )

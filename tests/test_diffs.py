@@ -9,7 +9,10 @@ from pathlib import Path
 
 import openpyxl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from swfs import diffs
 from swfs.diffs import (
     Cell,
     binary_diff,
@@ -429,3 +432,66 @@ def test_units_diff_deleted_file_and_bound() -> None:
     assert lines[1] == "deleted file mode 100644"
     assert lines[-1].startswith("[swfs: diff cut at 30 lines; ")
     assert len(body(out)) == 31
+
+
+# -- text diffs are patches: applying one to the old text gives the new text
+
+
+def apply_patch(old: str, diff: str) -> str:
+    """A minimal unified-diff applier (hunks only), strict about context."""
+    old_lines = old.split("\n")
+    src = [line + "\n" for line in old_lines[:-1]] + ([old_lines[-1]] if old_lines[-1] else [])
+    out: list[str] = []
+    pos = 0
+    last = ""
+    lines = diff.split("\n")[:-1]
+    first_hunk = next((i for i, line in enumerate(lines) if line.startswith("@@")), len(lines))
+    for line in lines[first_hunk:]:
+        m = re.match(r"@@ -(\d+)(?:,(\d+))? \+\d+(?:,\d+)? @@", line)
+        if m:
+            start = int(m[1]) - (0 if m[2] == "0" else 1)
+            assert start >= pos
+            out += src[pos:start]
+            pos = start
+        elif line.startswith((" ", "-")):
+            assert src[pos].removesuffix("\n") == line[1:], (pos, line)
+            if line[0] == " ":
+                out.append(src[pos])
+            pos += 1
+        elif line.startswith("+"):
+            out.append(line[1:] + "\n")
+        elif line == "\\ No newline at end of file" and last.startswith("+"):
+            out[-1] = out[-1].removesuffix("\n")
+        last = line
+    return "".join(out + src[pos:])
+
+
+lines_strategy = st.lists(st.sampled_from(["a", "b", "c", "", "d d", "}"]), max_size=40)
+
+
+@settings(max_examples=300, deadline=None)
+@given(old=lines_strategy, new=lines_strategy, old_nl=st.booleans(), new_nl=st.booleans())
+def test_text_diff_applies(old: list[str], new: list[str], old_nl: bool, new_nl: bool) -> None:
+    old_text = "\n".join(old) + ("\n" if old_nl and old else "")
+    new_text = "\n".join(new) + ("\n" if new_nl and new else "")
+    out = text_diff("f", "f", old_text, new_text, old_hash=H_OLD, new_hash=H_NEW, max_lines=10**9)
+    assert apply_patch(old_text, out) == new_text
+
+
+def test_unaligned_middle_is_still_a_patch(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Beyond the work bound the middle is one block: bigger, still correct.
+    monkeypatch.setattr(diffs, "MATCH_WORK", 10)
+    old_text = "".join(f"{i % 7}\n" for i in range(100))
+    new_text = "head\n" + "".join(f"{i % 5}\n" for i in range(100)) + "tail\n"
+    out = text_diff("f", "f", old_text, new_text, old_hash=H_OLD, new_hash=H_NEW, max_lines=10**9)
+    assert apply_patch(old_text, out) == new_text
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+def test_git_apply_accepts_our_patch(tmp_path: Path) -> None:
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / "x.txt").write_text(SAMPLE_OLD)
+    patch = text_diff("x.txt", "x.txt", SAMPLE_OLD, SAMPLE_NEW, old_hash=H_OLD, new_hash=H_NEW)
+    (tmp_path / "p.diff").write_text(patch)
+    subprocess.run(["git", "-C", str(tmp_path), "apply", "p.diff"], check=True)
+    assert (tmp_path / "x.txt").read_text() == SAMPLE_NEW
