@@ -6,6 +6,7 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
+from unittest import mock
 
 import openpyxl
 import pytest
@@ -495,3 +496,100 @@ def test_git_apply_accepts_our_patch(tmp_path: Path) -> None:
     (tmp_path / "p.diff").write_text(patch)
     subprocess.run(["git", "-C", str(tmp_path), "apply", "p.diff"], check=True)
     assert (tmp_path / "x.txt").read_text() == SAMPLE_NEW
+
+
+# -- spreadsheet diffs are complete: replaying one on the old sheet gives the new
+
+
+def replay_sheet(old: dict[int, dict[str, str]], diff: str) -> dict[int, dict[str, str]]:
+    """Apply a spreadsheet diff's row insertions/deletions and cell changes
+    (plain values only) to ``old`` ({row: {column: value}})."""
+    deleted: set[int] = set()
+    inserted: list[tuple[int, int]] = []
+    changes: list[tuple[str, int, str]] = []
+    for line in body(diff):
+        if m := re.fullmatch(
+            r"S: (\d+) rows? deleted at row \d+ \(old rows? (\d+)(?:-\d+)?\)", line
+        ):
+            first = int(m[2])
+            deleted.update(range(first, first + int(m[1])))
+        elif m := re.fullmatch(r"S: (\d+) rows? inserted at row (\d+) \(.*\)", line):
+            inserted.append((int(m[2]), int(m[1])))
+        elif m := re.fullmatch(
+            r"S!([A-Z]+)(\d+)( \(was [A-Z]+\d+\)| \(old\))?: (.*) -> (.*)", line
+        ):
+            if m[3] != " (old)":  # cells of deleted rows go with their rows
+                changes.append((m[1], int(m[2]), m[5]))
+        elif not line.startswith("(no cell changes"):
+            raise AssertionError(f"unexpected line {line!r}")
+    new: dict[int, dict[str, str]] = {}
+    gone = 0
+    added = 0
+    pending = sorted(inserted)
+    for r in sorted(old.keys() | deleted):
+        if r in deleted:
+            gone += 1
+            continue
+        pos = r - gone + added
+        while pending and pending[0][0] <= pos:
+            added += pending.pop(0)[1]
+            pos = r - gone + added
+        new[pos] = dict(old[r])
+    for col, row, value in changes:
+        if value == "(empty)":
+            del new[row][col]
+        else:
+            new.setdefault(row, {})[col] = value
+    return {r: cells for r, cells in new.items() if cells}
+
+
+def sheet_text(rows: dict[int, dict[str, str]]) -> str:
+    return "".join(
+        f"S!{col}{r} = {v}\n" for r in sorted(rows) for col, v in sorted(rows[r].items())
+    )
+
+
+values = st.sampled_from(["1", "2", "3", "x", "y"])
+row_st = st.dictionaries(st.sampled_from("AB"), values, min_size=1, max_size=2)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    old_rows=st.lists(st.one_of(st.none(), row_st), max_size=25),
+    edits=st.lists(
+        st.tuples(
+            st.sampled_from(["insert", "delete", "set", "clear"]),
+            st.integers(1, 30),
+            st.integers(1, 8),
+            row_st,
+        ),
+        max_size=5,
+    ),
+)
+def test_spreadsheet_diff_replays(
+    old_rows: list[dict[str, str] | None],
+    edits: list[tuple[str, int, int, dict[str, str]]],
+) -> None:
+    old = {r: cells for r, cells in enumerate(old_rows, start=1) if cells}
+    seq: list[dict[str, str] | None] = list(old_rows)
+    for op, at, n, cells in edits:
+        at = min(at, len(seq))
+        if op == "insert":
+            seq[at:at] = [dict(cells) if i % 2 else None for i in range(n)]
+        elif op == "delete":
+            del seq[at : at + n]
+        elif op == "set":
+            seq[at : at + 1] = [dict(cells)]
+        elif at < len(seq):
+            seq[at] = None
+    new = {r: cells for r, cells in enumerate(seq, start=1) if cells}
+    with mock.patch.object(diffs, "LIST_CELLS", 10**6):
+        out = spreadsheet_diff(
+            "s.xlsx",
+            [("S", sheet_text(old))],
+            [("S", sheet_text(new))],
+            old_hash=H_OLD,
+            new_hash=H_NEW,
+            max_lines=10**9,
+        )
+    assert replay_sheet(old, out) == new, out
