@@ -34,9 +34,10 @@ separated by ``  =>  `` (two spaces each side) instead of `` -> ``, so the
 arrow inside a side cannot be mistaken for the change.  Sheet names that need
 it are quoted as in the parsed units (``'It''s'!A1``).
 
-Rows are aligned by their content, ignoring the row number (and formulas
-compared relative to their own row), so inserting or deleting rows is one
-summary line, not a change of every cell below::
+Rows are also aligned by their content, ignoring the row number (formulas
+compared relative to their own row), and where that explains the change in
+fewer lines than comparing cells at the same address, inserting or deleting
+rows is one summary line, not a change of every cell below::
 
     Sheet1: 100 rows inserted at row 5 (rows 5-104), 300 cells not listed
     Sheet1: 2 rows deleted at row 9 (old rows 9-10)
@@ -722,21 +723,22 @@ class _SheetDiff:
             if p is not None:
                 at[p] = o
         inserted = {r for first, last in layout.inserted for r in range(first, last + 1)}
-        events: list[tuple[int, int, str, int]] = []  # (position, order, kind, row)
-        for first, _ in layout.deleted:
-            events.append((first + layout.shift_at(first), 0, "deleted", first))
-        for first, _ in layout.inserted:
-            events.append((first, 1, "inserted", first))
+        # (position, order at that position, kind, row, last row of a block)
+        events: list[tuple[int, int, str, int, int]] = []
+        for first, last in layout.deleted:
+            events.append((first + layout.shift_at(first), 0, "deleted", first, last))
+        for first, last in layout.inserted:
+            events.append((first, 1, "inserted", first, last))
         for p in at.keys() | self.new.keys():
             if p in inserted:
                 continue
             kind = "cleared" if p not in self.new else "filled" if p not in at else "changed"
-            events.append((p, 2, kind, p))
+            events.append((p, 2, kind, p, p))
         events.sort()
 
         run_kind = ""
         run: list[int] = []
-        for _, _, kind, row in events:
+        for _, _, kind, row, last in events:
             if run and (kind != run_kind or row != run[-1] + 1):
                 yield from self._run(run_kind, run, at)
                 run = []
@@ -746,9 +748,9 @@ class _SheetDiff:
             elif kind == "changed":
                 yield from self._row_changes(at[row], row)
             elif kind == "deleted":
-                yield from self._block(layout.deleted, row, deleted=True)
+                yield from self._block(row, last, deleted=True)
             else:
-                yield from self._block(layout.inserted, row, deleted=False)
+                yield from self._block(row, last, deleted=False)
         if run:
             yield from self._run(run_kind, run, at)
 
@@ -791,20 +793,19 @@ class _SheetDiff:
             for r, col, cell in cells:
                 yield _change(self._addr(col, r), None, cell)
             return
-        old_rows = [at[p] for p in positions]
-        cells = self._cells(self.old, old_rows)
+        moved_to = {at[p]: p for p in positions}
+        cells = self._cells(self.old, moved_to)
         if len(cells) > LIST_CELLS:
             yield f"{self.ref}: {span}: {_plural(len(cells), 'cell')} removed, not listed"
             return
         for r, col, cell in cells:
-            p = r + (positions[0] - old_rows[0])
+            p = moved_to[r]
             addr = self._addr(col, p) + (f" (was {_col_letters(col)}{r})" if p != r else "")
             yield _change(addr, cell, None)
 
-    def _block(self, blocks: list[tuple[int, int]], first: int, *, deleted: bool) -> Iterator[str]:
+    def _block(self, first: int, last: int, *, deleted: bool) -> Iterator[str]:
         """A structural insertion or deletion: one summary line, then its cells
         if there are few."""
-        last = next(b for a, b in blocks if a == first)
         n = last - first + 1
         cells = self._cells(self.old if deleted else self.new, range(first, last + 1))
         listed = len(cells) <= LIST_CELLS
