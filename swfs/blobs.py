@@ -208,6 +208,8 @@ class BlobStore:
         the number removed.  Temps of live processes are left alone."""
         removed = 0
         for entry in os.scandir(self.tmp):
+            if entry.is_dir(follow_symlinks=False):
+                continue
             pid_part = entry.name.split("-", 1)[0]
             if pid_part.isdigit() and _alive(int(pid_part)):
                 continue
@@ -246,11 +248,19 @@ class BlobStore:
         if not fan.is_dir():
             fan.mkdir(mode=DIR_MODE, exist_ok=True)
             fsync_dir(self.root)
-        if final.exists():
-            # Stored meanwhile by someone else: same bytes, keep theirs.
+        # link, not rename: rename would replace a blob another thread stored
+        # meanwhile (same bytes, but under a reader's feet); link fails instead.
+        try:
+            os.link(tmp, final)
+        except FileExistsError:
             self._discard(tmp)
             return
-        os.rename(tmp, final)
+        except OSError as exc:
+            if exc.errno not in _NO_LINK:
+                raise
+            os.rename(tmp, final)  # a filesystem without hard links
+        else:
+            self._discard(tmp)
         fsync_dir(fan)
 
     def _adopt_link(self, tmp: Path, source: Path, expected: str | None) -> Hash:

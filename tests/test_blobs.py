@@ -132,6 +132,18 @@ def test_blob_is_not_rewritten(store: BlobStore) -> None:
     assert store.path(h).stat().st_ino == ino
 
 
+def test_concurrent_store_keeps_first_blob(
+    store: BlobStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Another writer stored the same bytes between our check and our commit.
+    h = store.put_bytes(b"payload")
+    ino = store.path(h).stat().st_ino
+    monkeypatch.setattr(store, "has", lambda _h: False)
+    assert store.put_bytes(b"payload") == h
+    assert store.path(h).stat().st_ino == ino
+    assert temps(store) == []
+
+
 def test_bad_hash_names_are_refused(store: BlobStore) -> None:
     for bad in ("../etc/passwd", "AB" * 32, "ab", "g" * 64):
         with pytest.raises(ValueError, match="not a blake3"):
