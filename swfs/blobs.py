@@ -175,7 +175,8 @@ class BlobStore:
         nothing else will write to it: the file must have no other name
         (st_nlink == 1) and be on the store's filesystem.  Otherwise the bytes
         are copied.  HashMismatch (nothing stored) if ``expected`` is given and
-        differs from what was kept.
+        the file does not hold those bytes; call again without ``expected`` to
+        keep whatever it holds.
         """
         st = os.stat(path, follow_symlinks=False)
         if not stat.S_ISREG(st.st_mode):
@@ -192,6 +193,13 @@ class BlobStore:
                 return self._adopt_link(tmp, path, expected)
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
         try:
+            if expected is not None and self.has(expected):
+                # Nothing to copy, but unlike put_fd say whether the file
+                # still holds those bytes: after the unlink nobody can tell.
+                actual = hash_fd(fd)
+                if actual != expected:
+                    raise HashMismatch(expected=expected, actual=actual, source=str(path))
+                return Hash(expected)
             return self.put_fd(fd, expected=expected)
         except HashMismatch as exc:
             raise HashMismatch(expected=exc.expected, actual=exc.actual, source=str(path)) from None

@@ -249,6 +249,18 @@ def test_link_in_mismatch_keeps_nothing(store: BlobStore, tmp_path: Path) -> Non
     assert temps(store) == []
 
 
+def test_link_in_copy_path_checks_existing_blob(store: BlobStore, tmp_path: Path) -> None:
+    recorded = store.put_bytes(b"recorded")
+    f = tmp_path / "doc.txt"
+    f.write_bytes(b"changed behind our back")
+    os.link(f, tmp_path / "second-name.txt")  # forces the copy path
+    with pytest.raises(HashMismatch, match="doc.txt"):
+        store.link_in(f, expected=recorded)
+    f.write_bytes(b"recorded")
+    assert store.link_in(f, expected=recorded) == recorded
+    assert list(store.iter_hashes()) == [recorded]
+
+
 def test_link_in_existing_blob_dedups(store: BlobStore, tmp_path: Path) -> None:
     h = store.put_bytes(b"same")
     f = tmp_path / "doc.txt"
