@@ -6,7 +6,7 @@ import errno
 import os
 import stat
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import blake3
@@ -79,6 +79,46 @@ def test_copy_fd_copies_everything(tmp_path: Path) -> None:
         os.close(src)
         os.close(dst)
     assert (tmp_path / "dst").read_bytes() == data
+
+
+def _refuse(err: int) -> Callable[..., int]:
+    def call(*_args: object) -> int:
+        raise OSError(err, os.strerror(err))
+
+    return call
+
+
+@pytest.mark.parametrize("fallbacks", [["copy_file_range"], ["copy_file_range", "sendfile"]])
+def test_copy_fd_fallbacks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fallbacks: list[str]
+) -> None:
+    for name in fallbacks:
+        monkeypatch.setattr(
+            os, name, _refuse(errno.EXDEV if name == "copy_file_range" else errno.EINVAL)
+        )
+    data = os.urandom(fsutil.CHUNK + 5)
+    (tmp_path / "src").write_bytes(data)
+    src = os.open(tmp_path / "src", os.O_RDONLY)
+    dst = os.open(tmp_path / "dst", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        assert fsutil.copy_fd(src, dst) == len(data)
+    finally:
+        os.close(src)
+        os.close(dst)
+    assert (tmp_path / "dst").read_bytes() == data
+
+
+def test_copy_fd_raises_real_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "copy_file_range", _refuse(errno.EIO))
+    (tmp_path / "src").write_bytes(b"x")
+    src = os.open(tmp_path / "src", os.O_RDONLY)
+    dst = os.open(tmp_path / "dst", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        with pytest.raises(OSError, match="Input/output error"):
+            fsutil.copy_fd(src, dst)
+    finally:
+        os.close(src)
+        os.close(dst)
 
 
 def test_reflink_answers_or_declines(tmp_path: Path) -> None:
