@@ -593,3 +593,16 @@ def test_spreadsheet_diff_replays(
             max_lines=10**9,
         )
     assert replay_sheet(old, out) == new, out
+
+
+def test_long_aligned_rendering_is_recomputed_identically(monkeypatch: pytest.MonkeyPatch) -> None:
+    old_text = "".join(f"S!A{r} = v{r}\n" for r in range(1, 60))
+    new_rows = [f"v{r}" for r in range(1, 10)] + [f"n{i}" for i in range(30)]
+    new_rows += [f"v{r}" if r % 5 else f"w{r}" for r in range(10, 60)]
+    new_text = "".join(f"S!A{i} = {v}\n" for i, v in enumerate(new_rows, start=1))
+    sheets = ([("S", old_text)], [("S", new_text)])
+    expected = spreadsheet_diff("s.xlsx", *sheets, old_hash=H_OLD, new_hash=H_NEW)
+    assert body(expected)[0] == "S: 30 rows inserted at row 10 (rows 10-39), 30 cells not listed"
+    assert body(expected)[1] == "S!A40 (was A10): v10 -> w10"
+    monkeypatch.setattr(diffs, "KEEP_LINES", 1)
+    assert spreadsheet_diff("s.xlsx", *sheets, old_hash=H_OLD, new_hash=H_NEW) == expected
