@@ -283,8 +283,11 @@ class BlobStore:
             if self.has(h):
                 self._discard(tmp)
                 return h
-            # The inode leaves the workspace: from now on it is a blob.
-            os.chmod(tmp, BLOB_MODE)
+            # No chmod here: the inode still has its workspace name until the
+            # caller's unlink or rename succeeds, and a failed rename must not
+            # leave the user's file with changed permissions.  The store's
+            # 0700 directories keep it private; the engine breaks the link
+            # if the name survives and is written to (see Workspace.preserve).
             self._commit(tmp, h)
         except BaseException as exc:
             self._discard(tmp)
