@@ -695,7 +695,11 @@ class Workspace:
 
     # ------------------------------------------------------------- baseline
     def _baseline_manifest(self) -> dict[str, list[Any]]:
-        gen = self.generation()
+        # Keyed by the baseline's own generation: decoding the manifest of a
+        # large tree after every write would cost more than the write.
+        with self.store.read() as txn:
+            raw = txn.get(b"baseline_gen", db=self.store.dbs["meta"])
+        gen = int(bytes(raw or b"0"))
         if self._review_cache is not None and self._review_cache[0] == gen:
             return self._review_cache[1]
         manifest = self.store.get_meta("baseline") or {}
@@ -714,6 +718,8 @@ class Workspace:
 
             txn.put(b"baseline", dumps(manifest), db=meta)
             txn.put(b"baseline_at", dumps(time.time()), db=meta)
+            gen = int(bytes(txn.get(b"baseline_gen", db=meta) or b"0"))
+            txn.put(b"baseline_gen", str(gen + 1).encode(), db=meta)
             self.store.append_journal(txn, "baseline", files=len(manifest))
             self._bump(txn)
         for rel in manifest:

@@ -241,3 +241,26 @@ def test_long_paths_round_trip(tmp_path: Path) -> None:
         assert view.freshness == Freshness.CURRENT
         assert [v.number for v in eng.versions(rel)] == [1]
         assert RelPath(rel) in list(eng.versioned_paths())
+
+
+def test_ignored_and_oversized_files_keep_hashes_but_no_bytes(tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / ".swfsignore").write_text("scratch/\n*.log\n")
+    (root / "scratch").mkdir()
+    (root / "scratch" / "tmp.txt").write_text("scratch\n")
+    (root / "run.log").write_text("log line\n")
+    (root / "big.txt").write_text("x" * 5000)
+    (root / "kept.txt").write_text("kept\n")
+    config = Config(max_preserve_bytes=4096, rescan_interval=0)
+    with Engine.open(root, config=config) as eng:
+        eng.scan()
+        for name in ("scratch/tmp.txt", "run.log", "big.txt", "kept.txt"):
+            eng.preserve(RelPath(name))
+            (root / name).write_text("changed\n")
+            eng.record_write(RelPath(name))
+        for name in ("scratch/tmp.txt", "run.log", "big.txt"):
+            versions = eng.versions(RelPath(name))
+            assert len(versions) == 2, name  # the hash history is kept...
+            assert not versions[0].available, name  # ...but not the bytes
+        assert eng.versions(RelPath("kept.txt"))[0].available
