@@ -54,7 +54,7 @@ def encrypted_pdf(directory: pathlib.Path) -> pathlib.Path:
     path = directory / "secret.pdf"
     doc.save(
         str(path),
-        encryption=pymupdf.PDF_ENCRYPT_AES_256,
+        encryption=pymupdf.PDF_ENCRYPT_AES_256,  # type: ignore[attr-defined]
         user_pw="user-secret",
         owner_pw="owner-secret",
     )
@@ -265,6 +265,26 @@ def epub_file(directory: pathlib.Path, *, chapter_doctype: str = "") -> pathlib.
     return path
 
 
+def formula_kinds_xlsx(directory: pathlib.Path) -> pathlib.Path:
+    """Shared and array formulas, error, boolean and string results, as Excel writes them."""
+    rows = (
+        '<row r="1"><c r="A1"><v>1</v></c><c r="B1"><v>10</v></c>'
+        '<c r="C1"><f t="shared" ref="C1:C3" si="0">A1*2</f><v>2</v></c>'
+        '<c r="D1"><f t="array" ref="D1">SUM(A1:A3*B1:B3)</f><v>140</v></c>'
+        '<c r="E1" t="e"><f>1/0</f><v>#DIV/0!</v></c></row>'
+        '<row r="2"><c r="A2"><v>2</v></c><c r="B2"><v>20</v></c>'
+        '<c r="C2"><f t="shared" si="0"/><v>4</v></c>'
+        '<c r="E2" t="b"><f>A2&gt;1</f><v>1</v></c></row>'
+        '<row r="3"><c r="A3"><v>3</v></c><c r="B3"><v>30</v></c>'
+        '<c r="C3"><f t="shared" si="0"/><v>6</v></c>'
+        '<c r="E3" t="str"><f>"x"&amp;A3</f><v>x3</v></c>'
+        '<c r="F3" t="inlineStr"><is><t>inline text</t></is></c></row>'
+    )
+    path = directory / "formulas.xlsx"
+    _write_xlsx(path, _sheet(rows))
+    return path
+
+
 # -- hostile containers ---------------------------------------------------------------------
 
 
@@ -414,7 +434,8 @@ def million_cell_xlsx(directory: pathlib.Path, rows: int = 100_000, cols: int = 
                 z.writestr(name, content)
         with z.open("xl/worksheets/sheet1.xml", "w") as sheet:
             prolog = f'<?xml version="1.0" encoding="UTF-8"?><worksheet xmlns="{_SML}">'
-            sheet.write(prolog.encode() + b"<sheetData>")
+            dimension = f'<dimension ref="A1:{letters[cols - 1]}{rows}"/>'
+            sheet.write((prolog + dimension).encode() + b"<sheetData>")
             for r in range(1, rows + 1):
                 cells = [f'<c r="A{r}" t="inlineStr"><is><t>row {r}</t></is></c>']
                 cells += [

@@ -245,6 +245,46 @@ def test_sheet_names_quoting_order_and_escapes(tmp_path: pathlib.Path) -> None:
     assert units[2].text == "data_2024.v1!C3 = -7\n"
 
 
+FORMULA_KINDS = [
+    "Sheet1!A1 = 1",
+    "Sheet1!B1 = 10",
+    "Sheet1!C1 = =A1*2 -> 2",
+    "Sheet1!D1 = =SUM(A1:A3*B1:B3) -> 140",
+    "Sheet1!E1 = =1/0 -> #DIV/0!",
+    "Sheet1!A2 = 2",
+    "Sheet1!B2 = 20",
+    "Sheet1!C2 = =A2*2 -> 4",
+    "Sheet1!E2 = =A2>1 -> TRUE",
+    "Sheet1!A3 = 3",
+    "Sheet1!B3 = 30",
+    "Sheet1!C3 = =A3*2 -> 6",
+    'Sheet1!E3 = ="x"&A3 -> x3',
+    "Sheet1!F3 = inline text",
+]
+
+
+def test_formula_kinds(tmp_path: pathlib.Path) -> None:
+    _, units = parse(docgen.formula_kinds_xlsx(tmp_path))
+    assert units[0].text.splitlines() == FORMULA_KINDS
+
+
+@pytest.fixture
+def lockstep(monkeypatch: pytest.MonkeyPatch) -> None:
+    from parsers.xlsx import XlsxParser
+
+    monkeypatch.setattr(XlsxParser, "lockstep", True)
+
+
+@pytest.mark.usefixtures("lockstep")
+def test_lockstep_fallback_matches(workspace: pathlib.Path, tmp_path: pathlib.Path) -> None:
+    """The two-pass public-API path gives the same lines as the one-pass fast path."""
+    _, units = parse(docgen.formula_kinds_xlsx(tmp_path))
+    assert units[0].text.splitlines() == FORMULA_KINDS
+    _, units = parse(workspace / "budget.xlsx")
+    assert "Sheet1!C12 = =B12*2 -> 2400" in units[0].text.splitlines()
+    assert "Summary!B1 = =SUM(Sheet1!B2:B12) -> 13290" in units[1].text.splitlines()
+
+
 @pytest.mark.parametrize(
     ("value", "text"),
     [
