@@ -171,15 +171,67 @@ def _sheet(rows_xml: str, tail: str = "") -> str:
     )
 
 
-def _write_docx(path: pathlib.Path, body_xml: str) -> None:
+_MC = "http://schemas.openxmlformats.org/markup-compatibility/2006"
+
+
+def _write_docx(path: pathlib.Path, body_xml: str, *, styles_xml: str | None = None) -> None:
     document = (
-        f'<?xml version="1.0" encoding="UTF-8"?><w:document xmlns:w="{_WML}">'
+        f'<?xml version="1.0" encoding="UTF-8"?><w:document xmlns:w="{_WML}" xmlns:mc="{_MC}">'
         f"<w:body>{body_xml}</w:body></w:document>"
     )
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
         z.writestr("[Content_Types].xml", _content_types({"word/document.xml": _DOCX_MAIN}))
         z.writestr("_rels/.rels", _rels([(_OFFICE_DOC, "word/document.xml")]))
         z.writestr("word/document.xml", document)
+        if styles_xml is not None:
+            z.writestr(
+                "word/_rels/document.xml.rels", _rels([(_DOC_REL + "/styles", "styles.xml")])
+            )
+            z.writestr(
+                "word/styles.xml",
+                f'<?xml version="1.0" encoding="UTF-8"?><w:styles xmlns:w="{_WML}">'
+                f"{styles_xml}</w:styles>",
+            )
+
+
+def _p(text: str, style: str | None = None, extra_props: str = "") -> str:
+    props = f'<w:pStyle w:val="{style}"/>' if style else ""
+    return f"<w:p><w:pPr>{props}{extra_props}</w:pPr><w:r><w:t>{text}</w:t></w:r></w:p>"
+
+
+def rich_docx(directory: pathlib.Path) -> pathlib.Path:
+    """Localised heading styles, lists, tracked changes, alternate content, nested tables."""
+    styles = (
+        '<w:style w:type="paragraph" w:styleId="berschrift1"><w:name w:val="heading 1"/></w:style>'
+        '<w:style w:type="paragraph" w:styleId="berschrift2"><w:name w:val="heading 2"/></w:style>'
+        '<w:style w:type="paragraph" w:styleId="Body"><w:name w:val="Body Text"/></w:style>'
+    )
+    item = '<w:numPr><w:ilvl w:val="{0}"/><w:numId w:val="1"/></w:numPr>'
+    nested = (
+        "<w:tbl><w:tr><w:tc><w:p><w:r><w:t>inner-a</w:t></w:r></w:p></w:tc>"
+        "<w:tc><w:p><w:r><w:t>inner-b</w:t></w:r></w:p></w:tc></w:tr></w:tbl>"
+    )
+    body = (
+        _p("Bericht", "berschrift1")
+        + _p("Kapitel", "berschrift2")
+        + _p("Plain body text.", "Body")
+        + _p("first item", extra_props=item.format(0))
+        + _p("sub item", extra_props=item.format(1))
+        + "<w:p><w:r><w:t>kept </w:t></w:r><w:del><w:r><w:delText>REMOVED</w:delText></w:r>"
+        "</w:del><w:ins><w:r><w:t>inserted</w:t></w:r></w:ins></w:p>"
+        '<w:p><w:r><w:t xml:space="preserve">col1</w:t><w:tab/><w:t>col2</w:t></w:r></w:p>'
+        '<w:p><w:r><mc:AlternateContent><mc:Choice Requires="wps"><w:t>boxed once</w:t>'
+        "</mc:Choice><mc:Fallback><w:t>boxed once</w:t></mc:Fallback></mc:AlternateContent>"
+        "</w:r></w:p>"
+        "<w:sdt><w:sdtContent>" + _p("inside a content control") + "</w:sdtContent></w:sdt>"
+        "<w:tbl><w:tr><w:tc><w:p><w:r><w:t>Key</w:t></w:r></w:p></w:tc>"
+        "<w:tc><w:p><w:r><w:t>Value</w:t></w:r></w:p></w:tc></w:tr>"
+        "<w:tr><w:tc><w:p><w:r><w:t>pipe | here</w:t></w:r></w:p></w:tc>"
+        f"<w:tc>{nested}</w:tc></w:tr></w:tbl>"
+    )
+    path = directory / "rich.docx"
+    _write_docx(path, body, styles_xml=styles)
+    return path
 
 
 def _replace_member(path: pathlib.Path, member: str, data: bytes | str) -> None:

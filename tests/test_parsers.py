@@ -337,6 +337,22 @@ def test_docx_memo(workspace: pathlib.Path) -> None:
     assert text.index("| Owner |") < text.index("| --- |") < text.index("| Dana |")
 
 
+def test_docx_structure(tmp_path: pathlib.Path) -> None:
+    _, units = parse(docgen.rich_docx(tmp_path))
+    assert units[0].text.split("\n\n") == [
+        "# Bericht",
+        "## Kapitel",
+        "Plain body text.",
+        "- first item",
+        "  - sub item",
+        "kept inserted",
+        "col1\tcol2",
+        "boxed once",
+        "inside a content control",
+        "| Key | Value |\n| --- | --- |\n| pipe \\| here | inner-a inner-b |\n",
+    ]
+
+
 def test_pptx_pitch(workspace: pathlib.Path) -> None:
     kind, units = parse(workspace / "deck" / "pitch.pptx")
     assert kind == "pptx"
