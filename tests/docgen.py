@@ -362,6 +362,71 @@ def ole_named(directory: pathlib.Path, name: str) -> pathlib.Path:
     return path
 
 
+_FREESECT, _ENDOFCHAIN, _FATSECT, _NOSTREAM = 0xFFFFFFFF, 0xFFFFFFFE, 0xFFFFFFFD, 0xFFFFFFFF
+
+
+def ole_file(directory: pathlib.Path, name: str, streams: dict[str, bytes]) -> pathlib.Path:
+    """A minimal OLE compound file (CFB v3) holding ``streams`` at the root.
+
+    Streams are padded to 4096 bytes so that none lives in the mini stream;
+    one FAT sector and one directory sector: up to 3 streams, ~60 KB.
+    """
+    assert len(streams) <= 3
+    sector = 512
+    data_sectors: list[bytes] = []
+    entries = [_ole_entry("Root Entry", 5, _ENDOFCHAIN, 0, child=1 if streams else _NOSTREAM)]
+    fat = [_FATSECT, _ENDOFCHAIN]
+    for index, (stream_name, payload) in enumerate(streams.items(), start=1):
+        padded = payload.ljust(max(4096, len(payload)), b"\0")
+        padded = padded.ljust(-(-len(padded) // sector) * sector, b"\0")
+        first = 2 + len(data_sectors)
+        count = len(padded) // sector
+        data_sectors += [padded[i * sector : (i + 1) * sector] for i in range(count)]
+        fat += [first + i + 1 for i in range(count - 1)] + [_ENDOFCHAIN]
+        right = index + 1 if index < len(streams) else _NOSTREAM
+        entries.append(_ole_entry(stream_name, 2, first, len(padded), right=right))
+    assert len(fat) <= sector // 4
+    header = bytearray(sector)
+    header[0:8] = OLE_MAGIC
+    struct.pack_into("<HHHHH", header, 24, 0x3E, 3, 0xFFFE, 9, 6)
+    struct.pack_into("<IIII", header, 44, 1, 1, 0, 4096)
+    struct.pack_into("<IIII", header, 60, _ENDOFCHAIN, 0, _ENDOFCHAIN, 0)
+    struct.pack_into("<I", header, 76, 0)
+    for slot in range(1, 109):
+        struct.pack_into("<I", header, 76 + 4 * slot, _FREESECT)
+    fat_sector = struct.pack(f"<{sector // 4}I", *(fat + [_FREESECT] * (sector // 4 - len(fat))))
+    table = b"".join(entries) + _ole_entry("", 0, 0, 0) * (4 - len(entries))
+    path = directory / name
+    path.write_bytes(bytes(header) + fat_sector + table + b"".join(data_sectors))
+    return path
+
+
+def _ole_entry(
+    name: str, kind: int, start: int, size: int, *, right: int = _NOSTREAM, child: int = _NOSTREAM
+) -> bytes:
+    entry = bytearray(128)
+    encoded = name.encode("utf-16-le")
+    entry[0 : len(encoded)] = encoded
+    struct.pack_into("<HBB", entry, 64, len(encoded) + 2 if name else 0, kind, 1)
+    struct.pack_into("<III", entry, 68, _NOSTREAM, right if kind else _NOSTREAM, child)
+    struct.pack_into("<IQ", entry, 116, start, size)
+    return bytes(entry)
+
+
+def word_fib(*, encrypted: bool) -> bytes:
+    """The start of a Word binary FIB: wIdent, nFib, ..., flags with fEncrypted (bit 8)."""
+    flags = 0x0100 if encrypted else 0
+    return struct.pack("<HHHHHH", 0xA5EC, 0x00C1, 0, 0x0409, 0, flags)
+
+
+def biff_stream(*, encrypted: bool) -> bytes:
+    """A BIFF8 workbook stream start: BOF, then FILEPASS when encrypted, then EOF."""
+    records = struct.pack("<HH", 0x0809, 16) + bytes(16)
+    if encrypted:
+        records += struct.pack("<HH", 0x002F, 6) + bytes(6)
+    return records + struct.pack("<HH", 0x000A, 0)
+
+
 BILLION_LAUGHS = (
     '<?xml version="1.0"?>\n<!DOCTYPE lolz [\n <!ENTITY lol "lol">\n'
     + "".join(

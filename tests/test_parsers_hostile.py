@@ -128,6 +128,37 @@ def test_plain_legacy_office_is_unsupported(tmp_path: pathlib.Path, name: str) -
         parse(docgen.ole_named(tmp_path, name))
 
 
+@pytest.mark.parametrize(
+    ("name", "streams"),
+    [
+        ("locked.doc", {"WordDocument": docgen.word_fib(encrypted=True)}),
+        ("locked.xls", {"Workbook": docgen.biff_stream(encrypted=True)}),
+        ("locked.ppt", {"PowerPoint Document": b"x", "EncryptedSummary": b"y"}),
+        ("agile.doc", {"EncryptionInfo": b"\x04\x00\x04\x00", "EncryptedPackage": b"z"}),
+    ],
+)
+def test_encrypted_legacy_office(
+    tmp_path: pathlib.Path, name: str, streams: dict[str, bytes]
+) -> None:
+    exc = failure(docgen.ole_file(tmp_path, name, streams))
+    assert isinstance(exc, EncryptedDocument)
+
+
+@pytest.mark.parametrize(
+    ("name", "streams"),
+    [
+        ("plain.doc", {"WordDocument": docgen.word_fib(encrypted=False)}),
+        ("plain.xls", {"Workbook": docgen.biff_stream(encrypted=False)}),
+        ("plain.ppt", {"PowerPoint Document": b"x"}),
+    ],
+)
+def test_plain_legacy_office_file(
+    tmp_path: pathlib.Path, name: str, streams: dict[str, bytes]
+) -> None:
+    with pytest.raises(UnsupportedFormat, match="is not parsed"):
+        parse(docgen.ole_file(tmp_path, name, streams))
+
+
 def test_entity_bomb(tmp_path: pathlib.Path, no_decompression: list[str]) -> None:
     exc = failure(docgen.entity_bomb_xlsx(tmp_path))
     assert "xl/sharedStrings.xml" in str(exc)
