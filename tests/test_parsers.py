@@ -285,6 +285,28 @@ def test_lockstep_fallback_matches(workspace: pathlib.Path, tmp_path: pathlib.Pa
     assert "Summary!B1 = =SUM(Sheet1!B2:B12) -> 13290" in units[1].text.splitlines()
 
 
+def test_chart_sheet_gives_an_empty_unit(tmp_path: pathlib.Path) -> None:
+    import openpyxl
+    from openpyxl.chart import BarChart, Reference
+
+    wb = openpyxl.Workbook()
+    data = wb.active
+    assert data is not None
+    data.title = "Data"
+    for row in ([1], [2], [3]):
+        data.append(row)
+    chart = BarChart()
+    chart.add_data(Reference(data, min_col=1, min_row=1, max_row=3))
+    wb.create_chartsheet("Chart").add_chart(chart)
+    path = tmp_path / "chart.xlsx"
+    wb.save(path)
+    _, units = parse(path)
+    assert [(u.name, u.text) for u in units] == [
+        ("sheet-Data.md", "Data!A1 = 1\nData!A2 = 2\nData!A3 = 3\n"),
+        ("sheet-Chart.md", ""),
+    ]
+
+
 @pytest.mark.parametrize(
     ("value", "text"),
     [

@@ -91,6 +91,15 @@ def test_empty_and_garbage_pdf(tmp_path: pathlib.Path) -> None:
     assert str(failure(garbage)).startswith("broken PDF")
 
 
+def test_mupdf_stays_quiet(tmp_path: pathlib.Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """MuPDF reports to stderr from C by default; a worker's output must stay clean."""
+    for path in (docgen.truncated_pdf(tmp_path), docgen.cyclic_pdf(tmp_path)):
+        attempt(path)
+    for seed in range(5):
+        attempt(docgen.fuzzed_pdf(tmp_path, seed))
+    assert capfd.readouterr() == ("", "")
+
+
 @pytest.mark.parametrize("seed", range(20))
 def test_fuzzed_pdf_fails_cleanly_or_parses(tmp_path: pathlib.Path, seed: int) -> None:
     path = docgen.fuzzed_pdf(tmp_path, seed)
