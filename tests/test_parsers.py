@@ -55,6 +55,8 @@ def test_parsers_sorted_by_priority_with_unique_keys() -> None:
     [
         ("a.pdf", b"%PDF-1.7\n", "pdf"),
         ("no-extension", b"junk\n%PDF-1.4\n", "pdf"),
+        ("drawing.ai", b"%PDF-1.5\n", "pdf"),
+        ("notes.md", b"The header is %PDF-1.4, see\n", "text"),
         ("a.XLSX", b"PK\x03\x04", "xlsx"),
         ("a.xlsm", b"PK\x03\x04", "xlsx"),
         ("a.docx", b"PK\x03\x04", "docx"),
