@@ -83,7 +83,7 @@ def slide_text(slide: Slide) -> str:
 
 class PptxParser(Parser):
     id = "pptx"
-    version = 1
+    version = 2
     priority = 40.0
 
     extensions: ClassVar[frozenset[str]] = frozenset({".pptx", ".pptm"})
