@@ -470,19 +470,38 @@ def declared_size_bomb(
     """
     path = directory / name
     _write_docx(path, "<w:p><w:r><w:t>hello</w:t></w:r></w:p>")
+    _patch_declared_size(path, "word/document.xml", declared)
+    return path
+
+
+def understated_size_xlsx(directory: pathlib.Path, mib: int = 64) -> pathlib.Path:
+    """A sheet part that inflates to ``mib`` MiB but declares only its first KiB.
+
+    The guard sees a harmless size; the defence is that zipfile never returns
+    more than the declared size (and then fails the CRC check).
+    """
+    path = directory / "liar.xlsx"
+    sheet = _sheet('<row r="1"><c r="A1"><v>1</v></c></row>').encode()
+    _write_xlsx(path, sheet)
+    _replace_member(path, "xl/worksheets/sheet1.xml", sheet + b" " * (mib * 1024 * 1024))
+    _patch_declared_size(path, "xl/worksheets/sheet1.xml", 1024)
+    return path
+
+
+def _patch_declared_size(path: pathlib.Path, member: str, size: int) -> None:
+    """Overwrite ``member``'s uncompressed size in its local and central headers."""
     data = bytearray(path.read_bytes())
     with zipfile.ZipFile(io.BytesIO(bytes(data))) as z:
-        target = z.getinfo("word/document.xml")
-    struct.pack_into("<I", data, target.header_offset + 22, declared)
+        target = z.getinfo(member)
+    struct.pack_into("<I", data, target.header_offset + 22, size)
     central = data.find(b"PK\x01\x02")
     while central != -1:
         name_len = struct.unpack_from("<H", data, central + 28)[0]
-        if data[central + 46 : central + 46 + name_len] == b"word/document.xml":
-            struct.pack_into("<I", data, central + 24, declared)
+        if data[central + 46 : central + 46 + name_len] == member.encode():
+            struct.pack_into("<I", data, central + 24, size)
             break
         central = data.find(b"PK\x01\x02", central + 4)
     path.write_bytes(bytes(data))
-    return path
 
 
 def deep_docx(directory: pathlib.Path, depth: int = 2000) -> pathlib.Path:

@@ -195,6 +195,11 @@ def test_declared_size_bomb(tmp_path: pathlib.Path, no_decompression: list[str])
     assert no_decompression == []
 
 
+def test_understated_size_reads_no_more_than_declared(tmp_path: pathlib.Path) -> None:
+    exc = failure(docgen.understated_size_xlsx(tmp_path))
+    assert "Bad CRC-32" in str(exc)
+
+
 def test_guard_limits_are_options(tmp_path: pathlib.Path) -> None:
     path = docgen.simple_xlsx(tmp_path, [["a"]])
     info = registry.file_info(str(path), path.name)
