@@ -427,6 +427,22 @@ def biff_stream(*, encrypted: bool) -> bytes:
     return records + struct.pack("<HH", 0x000A, 0)
 
 
+def outlook_msg(directory: pathlib.Path, subject: str, sender: str, body: str) -> pathlib.Path:
+    """An Outlook .msg with Unicode subject, sender and body property streams."""
+
+    def prop(text: str) -> bytes:
+        data = text.encode("utf-16-le")
+        space = " ".encode("utf-16-le")
+        return data + space * ((4096 - len(data)) // 2)  # padding a reader strips
+
+    streams = {
+        "__substg1.0_0037001F": prop(subject),
+        "__substg1.0_0C1F001F": prop(sender),
+        "__substg1.0_1000001F": prop(body),
+    }
+    return ole_file(directory, "mail.msg", streams)
+
+
 BILLION_LAUGHS = (
     '<?xml version="1.0"?>\n<!DOCTYPE lolz [\n <!ENTITY lol "lol">\n'
     + "".join(

@@ -425,6 +425,18 @@ def test_epub(tmp_path: pathlib.Path) -> None:
     assert "Owls hunt at dusk." in units[0].text
 
 
+def test_outlook_msg(tmp_path: pathlib.Path) -> None:
+    path = docgen.outlook_msg(
+        tmp_path, "Renewal terms", "dana@example.com", "The renewal discount is 12 percent."
+    )
+    kind, units = parse(path)
+    assert kind == "msg"
+    assert [(u.name, u.locator) for u in units] == [("document.md", "document")]
+    assert "**Subject:** Renewal terms" in units[0].text
+    assert "**From:** dana@example.com" in units[0].text
+    assert "The renewal discount is 12 percent." in units[0].text
+
+
 # -- plain text ----------------------------------------------------------------------------
 
 
