@@ -200,6 +200,21 @@ def test_understated_size_reads_no_more_than_declared(tmp_path: pathlib.Path) ->
     assert "Bad CRC-32" in str(exc)
 
 
+@pytest.mark.parametrize(
+    ("name", "reason"),
+    [
+        ("hollow.xlsx", "unreadable spreadsheet: KeyError"),
+        ("hollow.docx", "not a Word document: no word/document.xml"),
+        ("hollow.pptx", "unreadable presentation"),
+    ],
+)
+def test_zip_without_the_parts(tmp_path: pathlib.Path, name: str, reason: str) -> None:
+    path = tmp_path / name
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("readme.txt", "a zip, but not an Office document")
+    assert str(failure(path)).startswith(reason)
+
+
 def test_guard_limits_are_options(tmp_path: pathlib.Path) -> None:
     path = docgen.simple_xlsx(tmp_path, [["a"]])
     info = registry.file_info(str(path), path.name)
