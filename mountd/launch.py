@@ -156,6 +156,9 @@ def _daemon_main(
             out = os.open(log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
     os.dup2(out, 1)
     os.dup2(out, 2)
+    root = logging.getLogger()
+    for h in root.handlers[:]:  # the caller's handlers now write into our log file too
+        root.removeHandler(h)
     if log_file is not None:
         _log_to(log_file, options.debug)
 

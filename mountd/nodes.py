@@ -51,6 +51,7 @@ class Node:
     cache_sig: object = None  # native: what the kernel's page cache holds (see open)
     attr_sig: object = None  # native: the attributes last reported to the kernel
     size: int = -1  # generated: the size last reported to the kernel
+    kept: object = None  # native files: passthrough.Kept, shared by open handles
 
     @property
     def native(self) -> bool:

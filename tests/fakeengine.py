@@ -215,7 +215,18 @@ class FakeEngine:
         for rel in list(self._files):
             if rel == old or rel.startswith(prefix):
                 moved = new + rel[len(old) :]
-                self._files[moved] = self._files.pop(rel)
+                rec = self._files.pop(rel)
+                target = self._files.get(moved)
+                if target is not None and rec.versions:
+                    # A save by rename: one more version of the target.
+                    v = rec.versions[-1]
+                    if v.hash != target.hash:
+                        n = len(target.versions) + 1
+                        target.versions.append(
+                            Version(n, v.hash, v.recorded_at, Cause.WRITE, v.available, v.size)
+                        )
+                    rec = target
+                self._files[moved] = rec
                 self._remember_access(moved)
                 self._notify(rel)
                 self._notify(moved)
