@@ -45,14 +45,15 @@ def _ordered(shapes: Iterable[Any]) -> list[Any]:
 
 
 def _shape_texts(shapes: Iterable[Any], title_id: int | None, depth: int) -> Iterator[str]:
-    from pptx.enum.shapes import MSO_SHAPE_TYPE
+    # isinstance, not shape_type: python-pptx raises on shapes it cannot classify.
+    from pptx.shapes.group import GroupShape
 
     if depth > _MAX_GROUP_DEPTH:
         raise ParseFailed("presentation too deeply nested (group shapes)")
     for shape in _ordered(shapes):
         if title_id is not None and shape.shape_id == title_id:
             continue
-        if shape.shape_type == MSO_SHAPE_TYPE.GROUP:
+        if isinstance(shape, GroupShape):
             yield from _shape_texts(shape.shapes, title_id, depth + 1)
         elif getattr(shape, "has_table", False) and shape.has_table:
             yield _table(shape.table)
@@ -82,7 +83,7 @@ def slide_text(slide: Slide) -> str:
 
 class PptxParser(Parser):
     id = "pptx"
-    version = 1
+    version = 2
     priority = 40.0
 
     extensions: ClassVar[frozenset[str]] = frozenset({".pptx", ".pptm"})

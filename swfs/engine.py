@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
@@ -248,10 +247,19 @@ class Engine(Workspace):
 
     async def wait_all_current(self, limit: float) -> bool:
         """True once nothing is pending or stale (``swfs sync``)."""
-        deadline = time.monotonic() + limit
-        while time.monotonic() < deadline:
-            counts = await trio.to_thread.run_sync(self.counts)
-            if counts["pending"] == 0 and counts["stale"] == 0:
-                return True
-            await trio.sleep(0.05)
+        with trio.move_on_after(limit):
+            while True:
+                queue = self.queue
+                if queue is not None and not queue.idle():
+                    await trio.sleep(0.05)
+                    continue
+                counts = await trio.to_thread.run_sync(self.counts)
+                if counts["pending"] == 0 and counts["stale"] == 0:
+                    return True
+                # Stale or pending but not queued (changed behind our back
+                # since the last scan): queue them and wait again.
+                for rel in await trio.to_thread.run_sync(self.needs_parse):
+                    if queue is not None:
+                        queue.submit(rel)
+                await trio.sleep(0.2)
         return False
