@@ -287,11 +287,18 @@ class Passthrough:
     async def _record(self, fh: NativeHandle) -> None:
         if not fh.written:
             return
-        fh.written = fh.wrote = False
         fh.kept.preserved = False  # the bytes are a recorded version now: keep them first
         rel = fh.path()
         if rel is not None:
-            await self.engine_record_write(rel)
+            try:
+                await self.engine_record_write(rel)
+            except Exception:
+                # The bytes are on disk whatever happens here: failing close()
+                # would only scare the writer.  The next flush, release or
+                # check_file records them.
+                log.exception("record_write(%r) failed", rel)
+                return
+        fh.written = fh.wrote = False
 
     # -- directory entries
 

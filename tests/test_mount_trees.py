@@ -205,6 +205,11 @@ def test_engine_faults_answer_eio_and_the_daemon_survives(mount_tree: MountFacto
     assert (m.mnt / "ok.txt").read_text() == "fine\n"
     assert m.proc.poll() is None
     assert "fake engine fault on boom.txt" in m.log()
+    # A failed record does not fail the writer's close(): the bytes are on disk.
+    with open(m.mnt / "boom.txt", "a") as f:
+        f.write("more\n")
+    assert (m.src / "boom.txt").read_bytes() == b"x\nmore\n"
+    assert "record_write('boom.txt') failed" in m.log()
 
 
 def test_preserve_failure_fails_the_write(mount_tree: MountFactory) -> None:
