@@ -407,11 +407,22 @@ class Operations(pyfuse3.Operations):
         new_parent, new = self._node(parent_inode_new), os.fsdecode(name_new)
         old_dir = self._writable_parent(old_parent, old)
         new_dir = self._writable_parent(new_parent, new)
+        # The engine must see what was written under the old name before the
+        # rename (a release may still be on its way from the kernel).
+        for parent, name in ((old_parent, old), (new_parent, new)):
+            node = self.table.child(parent, name)
+            if node is not None:
+                await self._record_pending(node)
         await self.native.rename(old_dir, old, new_dir, new, flags)
         if flags & pyfuse3.RENAME_EXCHANGE:
             self.table.exchange_links((old_parent.ino, old), (new_parent.ino, new))
         else:
             self.table.move_link((old_parent.ino, old), (new_parent.ino, new))
+
+    async def _record_pending(self, node: Node) -> None:
+        for h in list(self.handles.values()):
+            if isinstance(h, NativeOpen) and h.node is node and h.fh.written:
+                await self.native.record(h.fh)
 
     # -- files
 

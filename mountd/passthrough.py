@@ -274,17 +274,18 @@ class Passthrough:
         if fh.wrote:
             # Not after a mere O_TRUNC: a shell's `> f` closes its first fd before
             # writing, and the empty file in between is no version.
-            await self._record(fh)
+            await self.record(fh)
 
     async def fsync(self, fh: NativeHandle, datasync: bool) -> None:
         await self.slow(os.fdatasync if datasync else os.fsync, fh.fd)
-        await self._record(fh)
+        await self.record(fh)
 
     async def release(self, fh: NativeHandle) -> None:
         os.close(fh.fd)
-        await self._record(fh)
+        await self.record(fh)
 
-    async def _record(self, fh: NativeHandle) -> None:
+    async def record(self, fh: NativeHandle) -> None:
+        """Tell the engine about what ``fh`` changed since the last record."""
         if not fh.written:
             return
         fh.kept.preserved = False  # the bytes are a recorded version now: keep them first

@@ -160,3 +160,18 @@ def test_two_writers_each_preserve_after_a_record(mount_tree: MountFactory) -> N
         ["preserve", "a.txt"],
         ["record_write", "a.txt"],
     ]
+
+
+def test_truncated_temp_is_recorded_before_its_rename(mount_tree: MountFactory) -> None:
+    m = mount_tree({"doc.txt": "v1\n"})
+    fd = os.open(m.mnt / "tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        m.clear_calls()
+        os.rename(m.mnt / "tmp", m.mnt / "doc.txt")  # while the creator still holds it
+    finally:
+        os.close(fd)
+    assert hooks(m)[:3] == [
+        ["record_write", "tmp"],
+        ["preserve_inode", "doc.txt"],
+        ["record_rename", "tmp", "doc.txt"],
+    ]
