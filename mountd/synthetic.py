@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 INDEX_TTL = 2.0  # seconds a cached listing is trusted without a change event
+REBUILD_EVERY = 0.5  # seconds between rebuilds for lookups that hit the cached listing
 VIEW_CACHE = 16  # parsed views kept (a listing stats every unit of one view)
 SNAPSHOTS = "@snapshots"
 
@@ -114,16 +115,23 @@ class _Index:
 
 
 class _Cached(Generic[T]):
-    """A value rebuilt on the next use after a change event or INDEX_TTL."""
+    """A value rebuilt on the next use after a change event or INDEX_TTL.
+
+    ``get(fresh=False)`` (a lookup that will retry with a fresh value on a
+    miss) rebuilds at most every REBUILD_EVERY seconds: while the engine
+    reports a change per parsed file, a `grep -r` must not rebuild a listing of
+    the whole workspace for every file it opens."""
 
     def __init__(self, gen: Generation, build: Callable[[], T]) -> None:
         self._gen, self._build = gen, build
         self._value: T | None = None
         self._at = (-1, 0.0)
 
-    def get(self) -> T:
+    def get(self, *, fresh: bool = True) -> T:
         now = time.monotonic()
-        if self._value is None or self._at[0] != self._gen.value or now - self._at[1] > INDEX_TTL:
+        age = now - self._at[1]
+        outdated = self._at[0] != self._gen.value or age > INDEX_TTL
+        if self._value is None or (outdated and (fresh or age > REBUILD_EVERY)):
             self._value = self._build()
             self._at = (self._gen.value, now)
         return self._value
@@ -227,18 +235,21 @@ class ParsedTree(Base):
 
     def _locate(self, path: str) -> tuple[str, str | None] | None:
         """(view rel, unit name or None) for a path inside a view."""
-        idx = self.index()
-        if path in idx.leaves:
-            return path, None
-        parent, _, name = path.rpartition("/")
-        if parent in idx.leaves:
-            return parent, name
+        for fresh in (False, True):
+            idx = self._index.get(fresh=fresh)
+            if path in idx.leaves:
+                return path, None
+            parent, _, name = path.rpartition("/")
+            if parent in idx.leaves:
+                return parent, name
+            if path in idx.dirs:
+                return None
         return None
 
     async def entry(self, path: str, *, wait: bool = True) -> Entry | None:
         loc = self._locate(path)
         if loc is None:
-            if path in self.index().dirs:
+            if path in self._index.get(fresh=False).dirs:
                 return self.dir_entry(path)
             return None
         rel, unit_name = loc
@@ -333,7 +344,9 @@ class ReviewTree(Base):
         if path == ALL_DIFF:
             data = self._content(ALL_DIFF, self.engine.review_all_diff)
             return None if data is None else self._file("", data, {})
-        idx, by_diff = self._entries.get()
+        idx, by_diff = self._entries.get(fresh=False)
+        if path not in by_diff and path not in idx.dirs:
+            idx, by_diff = self._entries.get()
         if path in by_diff:
             e = by_diff[path]
             rel = path[: -len(".diff")]
@@ -424,7 +437,10 @@ class VersionsTree(Base):
     async def entry(self, path: str, *, wait: bool = True) -> Entry | None:
         if path == SNAPSHOTS or path.startswith(SNAPSHOTS + "/"):
             return self._snapshot_entry(path[len(SNAPSHOTS) + 1 :])
-        idx = self.index()
+        idx = self._index.get(fresh=False)
+        parent = path.rpartition("/")[0]
+        if not {path, parent} & idx.leaves and path not in idx.dirs:
+            idx = self._index.get()
         if path in idx.leaves:
             return self.dir_entry(path)
         parent, _, name = path.rpartition("/")

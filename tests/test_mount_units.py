@@ -265,3 +265,31 @@ def test_a_view_is_loaded_once_per_listing(
         assert loads == ["d/a.txt"]
 
     run(main)
+
+
+def test_lookups_do_not_rebuild_listings_on_every_change(
+    engine: FakeEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gen = Generation()
+    tree = ParsedTree(engine, gen, MountOptions())
+    builds: list[int] = []
+    real = engine.parsed_paths
+
+    def counting() -> Any:
+        builds.append(1)
+        return real()
+
+    monkeypatch.setattr(engine, "parsed_paths", counting)
+
+    async def main() -> None:
+        for _ in range(50):
+            gen.bump("elsewhere")  # a parse finished somewhere
+            assert await tree.entry("d/a.txt/content.txt", wait=False) is not None
+        assert len(builds) < 5
+        # ... but a name the cached listing lacks is looked up in a fresh one.
+        (engine.src / "new.txt").write_text("n\n")
+        engine.record_write(RelPath("new.txt"))
+        gen.bump("new.txt")
+        assert await tree.entry("new.txt", wait=False) is not None
+
+    run(main)
