@@ -293,3 +293,18 @@ def test_lookups_do_not_rebuild_listings_on_every_change(
         assert await tree.entry("new.txt", wait=False) is not None
 
     run(main)
+
+
+def test_synthetic_below_walks_only_the_subtree() -> None:
+    t = InodeTable(("dev", 1))
+    a = t.synthetic(Tree.VERSIONS, "d/a.txt")
+    v = t.synthetic(Tree.VERSIONS, "d/a.txt/0001-x.txt")
+    for parent in ("d", "d/e", "d/e/f.txt"):  # the kernel looks up parents first
+        t.synthetic(Tree.VERSIONS, parent)
+    deep = t.synthetic(Tree.VERSIONS, "d/e/f.txt/0001-y.txt")
+    t.synthetic(Tree.VERSIONS, "other/0001-z.txt")
+    assert set(t.synthetic_below(Tree.VERSIONS, "d/a.txt")) == {a, v}
+    assert deep in t.synthetic_below(Tree.VERSIONS, "d")
+    t.remember(v)
+    t.forget(v.ino, 1)
+    assert t.synthetic_below(Tree.VERSIONS, "d/a.txt") == [a]
