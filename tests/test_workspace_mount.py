@@ -346,3 +346,13 @@ def test_killed_daemon_leaves_a_store_that_remounts_and_checks_clean(ws: Mounted
         assert (ws.mnt / "notes" / "n19.txt").read_text() == "note 19\n"
     finally:
         m.stop()
+
+
+def test_second_mount_of_the_same_workspace_is_refused(ws: Mounted) -> None:
+    other = ws.root / "mnt2"
+    other.mkdir()
+    out = swfs("mount", ws.src, other, check=False)
+    assert out.returncode == 1
+    assert "already served by another swfs daemon" in out.stderr
+    assert not mounted_swfs(other)
+    assert (ws.mnt / "README.md").read_bytes() == (ws.src / "README.md").read_bytes()
