@@ -13,7 +13,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +26,7 @@ from tests import evilparsers
 from tests.mountutil import (
     as_user,
     ensure_test_user,
+    errno_of,
     lazy_unmount,
     mounted_swfs,
     wait_for_mount,
@@ -224,14 +225,6 @@ def test_editor_save_through_the_mount_is_one_version(ws: Mounted) -> None:
     assert (
         "Rewritten by an editor" in (ws.mnt / ".parsed" / "README.md" / "content.txt").read_text()
     )
-
-
-def errno_of(fn: Callable[[], object]) -> int:
-    try:
-        fn()
-    except OSError as exc:
-        return exc.errno or -1
-    return 0
 
 
 def test_synthetic_trees_are_read_only(ws: Mounted) -> None:
