@@ -393,6 +393,18 @@ def test_pptx_pitch(workspace: pathlib.Path) -> None:
     assert "## Notes" not in units[1].text
 
 
+def test_pptx_reading_order(tmp_path: pathlib.Path) -> None:
+    _, units = parse(docgen.layout_pptx(tmp_path))
+    assert units[0].text.split("\n\n") == [
+        "# Layout test",
+        "top box",
+        "top right box",
+        "grouped\nsecond line",
+        "bottom box\n",
+    ]
+    assert units[1] == Unit("slide-002.md", "", "slide=2")
+
+
 def test_pptx_max_slides(workspace: pathlib.Path) -> None:
     with pytest.raises(ParseFailed, match="too many slides"):
         parse(workspace / "deck" / "pitch.pptx", max_pages=2)
