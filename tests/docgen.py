@@ -363,6 +363,28 @@ def layout_pptx(directory: pathlib.Path) -> pathlib.Path:
     return path
 
 
+def media_heavy_pptx(directory: pathlib.Path, mib: int = 32) -> pathlib.Path:
+    """The sample-like deck with an incompressible ``mib`` MiB video linked from slide 1."""
+    from pptx import Presentation
+
+    deck = Presentation()
+    slide = deck.slides.add_slide(deck.slide_layouts[1])
+    slide.shapes.title.text = "Product demo"
+    slide.placeholders[1].text = "Watch the recording"
+    path = directory / "demo.pptx"
+    deck.save(str(path))
+    rels_member = "ppt/slides/_rels/slide1.xml.rels"
+    with zipfile.ZipFile(path) as z:
+        rels = z.read(rels_member).decode()
+    video_rel = f'<Relationship Id="rId99" Type="{_DOC_REL}/video" Target="../media/video1.bin"/>'
+    _replace_member(
+        path, rels_member, rels.replace("</Relationships>", video_rel + "</Relationships>")
+    )
+    with zipfile.ZipFile(path, "a") as z:
+        z.writestr("ppt/media/video1.bin", random.Random(1).randbytes(mib * 1024 * 1024))
+    return path
+
+
 # -- hostile containers ---------------------------------------------------------------------
 
 

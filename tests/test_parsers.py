@@ -405,6 +405,20 @@ def test_pptx_reading_order(tmp_path: pathlib.Path) -> None:
     assert units[1] == Unit("slide-002.md", "", "slide=2")
 
 
+def test_pptx_media_is_not_loaded(tmp_path: pathlib.Path) -> None:
+    import tracemalloc
+
+    path = docgen.media_heavy_pptx(tmp_path, mib=32)
+    tracemalloc.start()
+    try:
+        _, units = parse(path)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert "Watch the recording" in units[0].text
+    assert peak < 8 * 1024 * 1024
+
+
 def test_pptx_max_slides(workspace: pathlib.Path) -> None:
     with pytest.raises(ParseFailed, match="too many slides"):
         parse(workspace / "deck" / "pitch.pptx", max_pages=2)
