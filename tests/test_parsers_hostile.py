@@ -215,6 +215,20 @@ def test_zip_without_the_parts(tmp_path: pathlib.Path, name: str, reason: str) -
     assert str(failure(path)).startswith(reason)
 
 
+def test_zip_level_encryption(tmp_path: pathlib.Path) -> None:
+    path = docgen.simple_xlsx(tmp_path, [["secret"]])
+    data = bytearray(path.read_bytes())
+    with zipfile.ZipFile(path) as z:
+        first = z.infolist()[0]
+    data[first.header_offset + 6] |= 0x1  # local header flag bits
+    central = data.find(b"PK\x01\x02")
+    data[central + 8] |= 0x1  # central directory flag bits
+    path.write_bytes(bytes(data))
+    exc = failure(path)
+    assert isinstance(exc, EncryptedDocument)
+    assert str(exc).startswith("encrypted zip container")
+
+
 def test_guard_limits_are_options(tmp_path: pathlib.Path) -> None:
     path = docgen.simple_xlsx(tmp_path, [["a"]])
     info = registry.file_info(str(path), path.name)
