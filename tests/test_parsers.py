@@ -496,6 +496,13 @@ def test_text_decoding(tmp_path: pathlib.Path) -> None:
     assert parse(sniffed) == ("text-sniff", [Unit("content.txt", "MIT License\n", "content")])
 
 
+def test_fifo_is_not_waited_on(tmp_path: pathlib.Path) -> None:
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    with pytest.raises(ParseFailed, match="not a regular file"):
+        parse(fifo)
+
+
 def test_text_limit(tmp_path: pathlib.Path) -> None:
     path = tmp_path / "big.log"
     path.write_text("x" * 1000, encoding="utf-8")
