@@ -26,18 +26,17 @@ import re
 import zipfile
 from collections.abc import Iterator
 from typing import ClassVar
-from xml.etree import ElementTree
 from xml.etree.ElementTree import Element
 
 from parsers import zipguard
 from parsers._base import FileInfo, ParseFailed, ParseOptions, Parser, Unit
 from parsers._common import TextBudget, describe
+from parsers._ooxml import read_xml, target_of_type
 
 log = logging.getLogger(__name__)
 
 W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
 MC = "{http://schemas.openxmlformats.org/markup-compatibility/2006}"
-PKG_REL = "{http://schemas.openxmlformats.org/package/2006/relationships}"
 _OFFICE_DOCUMENT = "/officeDocument"
 _STYLES = "/styles"
 
@@ -180,33 +179,12 @@ def _cell(text: str) -> str:
     return " ".join(text.split()).replace("|", "\\|")
 
 
-def _xml(archive: zipfile.ZipFile, member: str) -> Element | None:
-    try:
-        data = archive.read(member)
-    except KeyError:
-        return None
-    return ElementTree.fromstring(data)
-
-
-def _target(archive: zipfile.ZipFile, rels_member: str, kind: str, base: str) -> str | None:
-    rels = _xml(archive, rels_member)
-    if rels is None:
-        return None
-    for rel in rels.iter(PKG_REL + "Relationship"):
-        if rel.get("Type", "").endswith(kind) and rel.get("TargetMode") != "External":
-            target = rel.get("Target", "")
-            if target.startswith("/"):
-                return target.lstrip("/")
-            return posixpath.normpath(posixpath.join(base, target))
-    return None
-
-
 def read_document(archive: zipfile.ZipFile, options: ParseOptions) -> str:
-    main = _target(archive, "_rels/.rels", _OFFICE_DOCUMENT, "") or "word/document.xml"
-    folder, name = posixpath.split(main)
-    rels = posixpath.join(folder, "_rels", name + ".rels")
-    styles_part = _target(archive, rels, _STYLES, folder) or posixpath.join(folder, "styles.xml")
-    document = _xml(archive, main)
+    main = target_of_type(archive, "", _OFFICE_DOCUMENT) or "word/document.xml"
+    styles_part = target_of_type(archive, main, _STYLES) or posixpath.join(
+        posixpath.dirname(main), "styles.xml"
+    )
+    document = read_xml(archive, main)
     if document is None:
         raise ParseFailed(f"not a Word document: no {main}")
     body = document.find(W + "body")
@@ -216,7 +194,7 @@ def read_document(archive: zipfile.ZipFile, options: ParseOptions) -> str:
     # only needed to name styles whose id is not already "Heading2" or "Title".
     used = {el.get(W + "val", "") for el in body.iter(W + "pStyle")}
     needs_styles = any(not _heading_prefix(style_id) for style_id in used)
-    styles = _Styles(_xml(archive, styles_part) if needs_styles else None)
+    styles = _Styles(read_xml(archive, styles_part) if needs_styles else None)
     reader = _Reader(styles, TextBudget(options.max_text_bytes))
     blocks = list(reader.blocks(body))
     return "\n\n".join(blocks) + "\n" if blocks else ""

@@ -11,8 +11,10 @@ store the outcome from a thread: no LMDB transaction is ever held across an
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import math
+import os
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
@@ -24,7 +26,7 @@ import trio
 from . import review as review_mod
 from .api import Freshness, RelPath, ReviewEntry
 from .parsework import ParsePool
-from .workspace import Config, Workspace
+from .workspace import Config, Workspace, WorkspaceError
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +142,28 @@ class Engine(Workspace):
 
     # -- background work
     async def run_background(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-        await self._run(task_status=task_status, drain=False)
+        with self._daemon_lock():
+            await self._run(task_status=task_status, drain=False)
+
+    @contextmanager
+    def _daemon_lock(self) -> Iterator[None]:
+        """One daemon per store: a second mount of the same workspace would
+        record every change twice and fight over the control socket."""
+        path = self.store_dir / "daemon.lock"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                other = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+                raise WorkspaceError(
+                    f"{self.src}: already served by another swfs daemon (pid {other})"
+                ) from None
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            yield
+        finally:
+            os.close(fd)
 
     async def drain(self, progress: Callable[[int, int], None] | None = None) -> None:
         """Scan, then parse everything that needs it, then return (``swfs index``)."""

@@ -337,6 +337,54 @@ def formula_kinds_xlsx(directory: pathlib.Path) -> pathlib.Path:
     return path
 
 
+def layout_pptx(directory: pathlib.Path) -> pathlib.Path:
+    """Shapes added out of reading order, a group, a line break, and a chart-free slide."""
+    from pptx import Presentation
+    from pptx.util import Inches
+
+    deck = Presentation()
+    slide = deck.slides.add_slide(deck.slide_layouts[5])  # title only
+    slide.shapes.title.text = "Layout test"
+    low = slide.shapes.add_textbox(Inches(1), Inches(6), Inches(4), Inches(1))
+    low.text_frame.text = "bottom box"
+    high = slide.shapes.add_textbox(Inches(1), Inches(2), Inches(4), Inches(1))
+    high.text_frame.text = "top box"
+    right = slide.shapes.add_textbox(Inches(6), Inches(2), Inches(3), Inches(1))
+    right.text_frame.text = "top right box"
+    group = slide.shapes.add_group_shape()
+    inner = group.shapes.add_textbox(Inches(1), Inches(4), Inches(4), Inches(1))
+    paragraph = inner.text_frame.paragraphs[0]
+    paragraph.add_run().text = "grouped"
+    paragraph.add_line_break()
+    paragraph.add_run().text = "second line"
+    deck.slides.add_slide(deck.slide_layouts[6])  # blank
+    path = directory / "layout.pptx"
+    deck.save(str(path))
+    return path
+
+
+def media_heavy_pptx(directory: pathlib.Path, mib: int = 32) -> pathlib.Path:
+    """The sample-like deck with an incompressible ``mib`` MiB video linked from slide 1."""
+    from pptx import Presentation
+
+    deck = Presentation()
+    slide = deck.slides.add_slide(deck.slide_layouts[1])
+    slide.shapes.title.text = "Product demo"
+    slide.placeholders[1].text = "Watch the recording"
+    path = directory / "demo.pptx"
+    deck.save(str(path))
+    rels_member = "ppt/slides/_rels/slide1.xml.rels"
+    with zipfile.ZipFile(path) as z:
+        rels = z.read(rels_member).decode()
+    video_rel = f'<Relationship Id="rId99" Type="{_DOC_REL}/video" Target="../media/video1.bin"/>'
+    _replace_member(
+        path, rels_member, rels.replace("</Relationships>", video_rel + "</Relationships>")
+    )
+    with zipfile.ZipFile(path, "a") as z:
+        z.writestr("ppt/media/video1.bin", random.Random(1).randbytes(mib * 1024 * 1024))
+    return path
+
+
 # -- hostile containers ---------------------------------------------------------------------
 
 

@@ -393,6 +393,32 @@ def test_pptx_pitch(workspace: pathlib.Path) -> None:
     assert "## Notes" not in units[1].text
 
 
+def test_pptx_reading_order(tmp_path: pathlib.Path) -> None:
+    _, units = parse(docgen.layout_pptx(tmp_path))
+    assert units[0].text.split("\n\n") == [
+        "# Layout test",
+        "top box",
+        "top right box",
+        "grouped\nsecond line",
+        "bottom box\n",
+    ]
+    assert units[1] == Unit("slide-002.md", "", "slide=2")
+
+
+def test_pptx_media_is_not_loaded(tmp_path: pathlib.Path) -> None:
+    import tracemalloc
+
+    path = docgen.media_heavy_pptx(tmp_path, mib=32)
+    tracemalloc.start()
+    try:
+        _, units = parse(path)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert "Watch the recording" in units[0].text
+    assert peak < 8 * 1024 * 1024
+
+
 def test_pptx_max_slides(workspace: pathlib.Path) -> None:
     with pytest.raises(ParseFailed, match="too many slides"):
         parse(workspace / "deck" / "pitch.pptx", max_pages=2)
@@ -468,6 +494,13 @@ def test_text_decoding(tmp_path: pathlib.Path) -> None:
     sniffed = tmp_path / "LICENSE"
     sniffed.write_text("MIT License\n", encoding="utf-8")
     assert parse(sniffed) == ("text-sniff", [Unit("content.txt", "MIT License\n", "content")])
+
+
+def test_fifo_is_not_waited_on(tmp_path: pathlib.Path) -> None:
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    with pytest.raises(ParseFailed, match="not a regular file"):
+        parse(fifo)
 
 
 def test_text_limit(tmp_path: pathlib.Path) -> None:

@@ -205,7 +205,7 @@ def test_understated_size_reads_no_more_than_declared(tmp_path: pathlib.Path) ->
     [
         ("hollow.xlsx", "unreadable spreadsheet: KeyError"),
         ("hollow.docx", "not a Word document: no word/document.xml"),
-        ("hollow.pptx", "unreadable presentation"),
+        ("hollow.pptx", "not a presentation: no presentation part"),
     ],
 )
 def test_zip_without_the_parts(tmp_path: pathlib.Path, name: str, reason: str) -> None:
@@ -213,6 +213,20 @@ def test_zip_without_the_parts(tmp_path: pathlib.Path, name: str, reason: str) -
     with zipfile.ZipFile(path, "w") as z:
         z.writestr("readme.txt", "a zip, but not an Office document")
     assert str(failure(path)).startswith(reason)
+
+
+def test_zip_level_encryption(tmp_path: pathlib.Path) -> None:
+    path = docgen.simple_xlsx(tmp_path, [["secret"]])
+    data = bytearray(path.read_bytes())
+    with zipfile.ZipFile(path) as z:
+        first = z.infolist()[0]
+    data[first.header_offset + 6] |= 0x1  # local header flag bits
+    central = data.find(b"PK\x01\x02")
+    data[central + 8] |= 0x1  # central directory flag bits
+    path.write_bytes(bytes(data))
+    exc = failure(path)
+    assert isinstance(exc, EncryptedDocument)
+    assert str(exc).startswith("encrypted zip container")
 
 
 def test_guard_limits_are_options(tmp_path: pathlib.Path) -> None:

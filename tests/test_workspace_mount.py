@@ -13,7 +13,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +26,7 @@ from tests import evilparsers
 from tests.mountutil import (
     as_user,
     ensure_test_user,
+    errno_of,
     lazy_unmount,
     mounted_swfs,
     wait_for_mount,
@@ -226,14 +227,6 @@ def test_editor_save_through_the_mount_is_one_version(ws: Mounted) -> None:
     )
 
 
-def errno_of(fn: Callable[[], object]) -> int:
-    try:
-        fn()
-    except OSError as exc:
-        return exc.errno or -1
-    return 0
-
-
 def test_synthetic_trees_are_read_only(ws: Mounted) -> None:
     for path in (
         ws.mnt / ".parsed" / "README.md" / "content.txt",
@@ -346,3 +339,13 @@ def test_killed_daemon_leaves_a_store_that_remounts_and_checks_clean(ws: Mounted
         assert (ws.mnt / "notes" / "n19.txt").read_text() == "note 19\n"
     finally:
         m.stop()
+
+
+def test_second_mount_of_the_same_workspace_is_refused(ws: Mounted) -> None:
+    other = ws.root / "mnt2"
+    other.mkdir()
+    out = swfs("mount", ws.src, other, check=False)
+    assert out.returncode == 1
+    assert "already served by another swfs daemon" in out.stderr
+    assert not mounted_swfs(other)
+    assert (ws.mnt / "README.md").read_bytes() == (ws.src / "README.md").read_bytes()
