@@ -335,7 +335,10 @@ class ReviewTree(Base):
 
     def _file(self, rel: str, data: bytes, xattrs: Mapping[str, str]) -> Entry:
         mtime = self.gen.last_ns if not rel else self.gen.changed_ns(rel)
-        return Entry(False, self.access(rel), len(data), mtime, xattrs=xattrs, data=data)
+        # SUMMARY.md and ALL.diff speak of every changed file: only those who
+        # may read all of them may read these.
+        access = self.access(rel) if rel else self.engine.review_access()
+        return Entry(False, access, len(data), mtime, xattrs=xattrs, data=data)
 
     async def entry(self, path: str, *, wait: bool = True) -> Entry | None:
         if path == SUMMARY:

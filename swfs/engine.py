@@ -24,7 +24,7 @@ from typing import Any
 import trio
 
 from . import review as review_mod
-from .api import Freshness, RelPath, ReviewEntry
+from .api import Access, Freshness, RelPath, ReviewEntry
 from .parsework import ParsePool
 from .workspace import Config, Workspace, WorkspaceError
 
@@ -139,6 +139,25 @@ class Engine(Workspace):
             if e.rel == rel:
                 return review_mod.file_diff(self, e).encode("utf-8", "surrogateescape")
         return None
+
+    def review_access(self) -> Access:
+        root = self.access(RelPath("")) or Access(0, 0, 0o700)
+        owner_ok = group_ok = other_ok = True
+        for e in review_mod.changes(self):
+            for rel in (e.rel, e.old_rel):
+                if rel is None:
+                    continue
+                acc = self.access(rel)
+                if acc is None:
+                    owner_ok = group_ok = other_ok = False
+                    continue
+                if acc.mode & 0o004:
+                    continue
+                other_ok = False
+                group_ok = group_ok and acc.gid == root.gid and bool(acc.mode & 0o040)
+                owner_ok = owner_ok and acc.uid == root.uid and bool(acc.mode & 0o400)
+        bits = (0o400 if owner_ok else 0) | (0o040 if group_ok else 0) | (0o004 if other_ok else 0)
+        return Access(root.uid, root.gid, root.mode & bits)
 
     # -- background work
     async def run_background(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:

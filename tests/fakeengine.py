@@ -314,6 +314,11 @@ class FakeEngine:
     def review_all_diff(self) -> bytes:
         return b"".join(self.review_diff(e.rel) or b"" for e in self.review())
 
+    def review_access(self) -> Access:
+        root = self.access(RelPath(""))
+        assert root is not None
+        return root
+
     def review_diff(self, rel: RelPath) -> bytes | None:
         b = self._baseline.get(rel)
         old = self._blob(b) if b is not None else b""

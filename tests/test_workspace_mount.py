@@ -316,6 +316,14 @@ def test_unprivileged_user_sees_only_what_they_may_read(ws: Mounted) -> None:
         assert as_user(user, "cat", str(versions / name)).returncode != 0
     grep = as_user(user, "grep", "-r", "payroll", str(ws.mnt / ".parsed"))
     assert b"payroll" not in grep.stdout
+    # The review as a whole speaks of the secret file: closed to the user,
+    # while the public file's own diff stays readable.
+    assert "payroll" in (ws.mnt / ".review" / "ALL.diff").read_text()
+    for name in ("ALL.diff", "SUMMARY.md", "secret.txt.diff"):
+        out = as_user(user, "cat", str(ws.mnt / ".review" / name))
+        assert out.returncode != 0, name
+        assert b"payroll" not in out.stdout
+    assert as_user(user, "cat", str(ws.mnt / ".review" / "public.txt.diff")).returncode == 0
 
 
 def test_killed_daemon_leaves_a_store_that_remounts_and_checks_clean(ws: Mounted) -> None:
