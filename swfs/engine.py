@@ -142,21 +142,33 @@ class Engine(Workspace):
 
     def review_access(self) -> Access:
         root = self.access(RelPath("")) or Access(0, 0, 0o700)
-        owner_ok = group_ok = other_ok = True
+        ok = {"owner": True, "group": True, "other": True}
+        seen: dict[str, Access | None] = {}
+
+        def narrow(rel: str, need: int) -> None:
+            """``need``: 0o4 to read a file, 0o1 to pass through a directory."""
+            if rel not in seen:
+                seen[rel] = self.access(RelPath(rel))
+            acc = seen[rel]
+            if acc is None:  # gone with no record (a deleted directory): owner only
+                ok.update(group=False, other=False)
+                return
+            if acc.mode & need:
+                return  # anyone may
+            ok["other"] = False
+            ok["group"] = ok["group"] and acc.gid == root.gid and bool(acc.mode & (need << 3))
+            ok["owner"] = ok["owner"] and acc.uid == root.uid and bool(acc.mode & (need << 6))
+
         for e in review_mod.changes(self):
             for rel in (e.rel, e.old_rel):
                 if rel is None:
                     continue
-                acc = self.access(rel)
-                if acc is None:
-                    owner_ok = group_ok = other_ok = False
-                    continue
-                if acc.mode & 0o004:
-                    continue
-                other_ok = False
-                group_ok = group_ok and acc.gid == root.gid and bool(acc.mode & 0o040)
-                owner_ok = owner_ok and acc.uid == root.uid and bool(acc.mode & 0o400)
-        bits = (0o400 if owner_ok else 0) | (0o040 if group_ok else 0) | (0o004 if other_ok else 0)
+                narrow(rel, 0o4)
+                parts = rel.split("/")[:-1]
+                for depth in range(1, len(parts) + 1):
+                    narrow("/".join(parts[:depth]), 0o1)
+        bits = (0o400 if ok["owner"] else 0) | (0o040 if ok["group"] else 0)
+        bits |= 0o004 if ok["other"] else 0
         return Access(root.uid, root.gid, root.mode & bits)
 
     # -- background work

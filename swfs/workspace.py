@@ -180,7 +180,7 @@ class Workspace:
             name=rel, extension=os.path.splitext(rel)[1].lower(), size=st.st_size, head=head
         )
         parser = registry.select(info)
-        return st, h, parser.key() if parser else None
+        return st, h, parser.cache_key(info) if parser else None
 
     # ----------------------------------------------------------------- scanning
     def walk(self) -> Iterator[tuple[str, os.stat_result]]:
