@@ -11,7 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -185,3 +185,52 @@ def report_count(config: pytest.Config, what: str, n: int) -> None:
             reporter.write_line(line)
     with contextlib.suppress(OSError), COUNTS_FILE.open("a", encoding="utf-8") as f:
         f.write(json.dumps({"what": what, "n": n}) + "\n")
+
+
+def unprivileged_ids() -> tuple[int, int] | None:
+    """(uid, gid) of the unprivileged test user, created if need be."""
+    import pwd
+
+    from tests.mountutil import ensure_test_user
+
+    user = ensure_test_user()
+    if user is None:
+        return None
+    pw = pwd.getpwnam(user)
+    return pw.pw_uid, pw.pw_gid
+
+
+def run_as(ids: tuple[int, int], fn: Callable[[], object], timeout: float = 30) -> int:
+    """Run ``fn()`` in a forked child with the given uid/gid: its errno, or 0."""
+    import select
+
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        code = 0
+        try:
+            os.close(r)
+            os.setgroups([])
+            os.setresgid(ids[1], ids[1], ids[1])
+            os.setresuid(ids[0], ids[0], ids[0])
+            try:
+                fn()
+            except OSError as exc:
+                code = exc.errno or 255
+            os.write(w, str(code).encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    try:
+        ready, _, _ = select.select([r], [], [], timeout)
+        if not ready:
+            os.kill(pid, 9)
+            raise AssertionError(f"{fn} as {ids} hung for {timeout} s")
+        out = os.read(r, 32)
+    finally:
+        os.close(r)
+        os.waitpid(pid, 0)
+    if not out:
+        raise AssertionError(f"{fn} as {ids} died without answering")
+    code = int(out)
+    return code
