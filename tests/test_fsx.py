@@ -265,17 +265,7 @@ SEEDS = [11, 2026, 31337]
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize(
     "change",
-    [
-        "pwrite",
-        pytest.param(
-            "ftruncate",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="mountd/passthrough.py: ftruncate(fd) sets fh.written, not fh.wrote, so "
-                "flush() does not record; user.sw.hash is the old hash until RELEASE",
-            ),
-        ),
-    ],
+    ["pwrite", "ftruncate"],
 )
 def test_change_is_recorded_when_a_dup_closes(change: str) -> None:
     """close() sends FLUSH at once and RELEASE only when the last dup goes: the

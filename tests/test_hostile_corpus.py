@@ -394,11 +394,6 @@ def test_hostile_documents_fail_cleanly(request: pytest.FixtureRequest) -> None:
 
 
 @pytest.mark.timeout(90)
-@pytest.mark.xfail(
-    strict=True,
-    reason="swfs parse cache is keyed by (content hash, parser version) but ole-office's "
-    "verdict depends on the extension: old.doc with locked.docx's bytes reports 'encrypted'",
-)
 def test_same_bytes_under_another_extension_get_their_own_verdict() -> None:
     with workspace(populate=lambda src: docgen.ole_named(src, "locked.docx")) as m:
         assert os.getxattr(m.mnt / "locked.docx", "user.sw.freshness") == b"failed"

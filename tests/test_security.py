@@ -205,11 +205,6 @@ def test_review_diffs_do_not_leak_unreadable_files(
     assert _user_grep(ids, m.mnt, SECRET) == b""
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="mountd/swfs review: .review/SUMMARY.md (0444) lists the paths and hashes of files "
-    "in a 0700 directory the reader cannot list",
-)
 def test_review_summary_does_not_name_hidden_files(
     shared: tuple[RealMount, tuple[int, int]],
 ) -> None:
@@ -224,11 +219,6 @@ def test_review_summary_does_not_name_hidden_files(
     assert run_as(ids, read_as_user) in (0, errno.EACCES)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="swfs/review: .review/ALL.diff is one world-readable file holding the diffs of "
-    "files the reader cannot read (0600, or in a 0700 directory)",
-)
 def test_review_all_diff_does_not_leak(shared: tuple[RealMount, tuple[int, int]]) -> None:
     m, ids = shared
     all_diff = m.mnt / ".review" / "ALL.diff"
