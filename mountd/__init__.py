@@ -1,1 +1,40 @@
-"""The FUSE daemon: a thin protocol adapter over the swfs engine."""
+"""The FUSE daemon: a thin protocol adapter over the swfs engine.
+
+Modules, outermost first:
+
+``launch``      ``mount()`` / ``unmount()``: forks before the engine or trio
+                exist, reports readiness through a pipe, owns the lifecycle
+                (one AsyncExitStack: engine, nursery, background work, FUSE
+                session; unmounts on SIGTERM/SIGINT/SIGHUP, never after a crash).
+``operations``  the ``pyfuse3.Operations`` adapter: decodes a request, routes it
+                by the top-level name to the native passthrough or a generated
+                tree, answers attributes or FUSEError (``handler`` turns
+                anything else into an errno: a bad request never ends the mount).
+                Also the kernel-cache invalidation task.
+``passthrough`` the native tree: ``*at`` calls through directory fds opened
+                beneath SRC without following symlinks, plus the engine hooks
+                (``preserve`` before the first overwrite through a handle,
+                ``record_write`` on close/fsync/release, ``preserve_inode`` /
+                ``record_unlink`` / ``record_rename`` around unlink and rename).
+``synthetic``   the read-only ``.parsed``, ``.review`` and ``.versions`` trees.
+``nodes``       the inode table (native nodes keyed by backing identity, so
+                hard links share an inode; generated nodes by path).
+``options``     ``MountOptions``.
+``fsutil``      openat2, renameat2 and utimensat through ctypes.
+
+Semantics worth knowing:
+
+- Kernel caches are on (60 s for native entries and attributes, 1 s for the
+  generated trees); engine change events invalidate them from a worker thread.
+- An open of a native file asks the engine to ``check_file`` it first, so
+  changes made behind the mount are recorded before anyone reads or writes.
+- A write is recorded when the writer closes the file (FUSE flush, which the
+  kernel waits for), so an editor's temp file is recorded before it is renamed
+  over the original; a bare O_TRUNC open is recorded on release.
+- Opening a generated file snapshots its bytes: a re-parse mid-read never
+  mixes two versions.  Only a lookup, readdir or open of a view waits for a
+  pending (or, with ``stale='wait'``, stale) view; listings and stat never do.
+- Names at the mount root that SRC also has (``.parsed``, ``.review``,
+  ``.versions``) are shadowed by the generated trees; ``.swfs`` (and a store
+  placed inside SRC) is hidden and cannot be created.
+"""

@@ -105,7 +105,10 @@ def mount(
     if foreground:
         if log_file is not None:
             _log_to(log_file, options.debug)
-        trio.run(_serve, engine_factory, src, mountpoint, options, lambda: None)
+        try:
+            trio.run(_serve, engine_factory, src, mountpoint, options, lambda: None)
+        except Exception as exc:  # the caller gets one line; the log has the traceback
+            raise MountError(f"{mountpoint}: {_one_line(exc)}") from exc
         return
     _daemonize(engine_factory, src, mountpoint, options, log_file)
 
@@ -135,7 +138,8 @@ def _daemonize(
     os.close(w)
     os.waitpid(pid, 0)
     with os.fdopen(r, "rb") as pipe:
-        reply = pipe.read().decode("utf-8", "replace").strip()
+        # One line, not EOF: a worker process forked before "ok" may hold the pipe.
+        reply = pipe.readline().decode("utf-8", "replace").strip()
     if reply != "ok":
         raise MountError(reply.removeprefix("error: ") or "the daemon exited before mounting")
 
@@ -156,6 +160,9 @@ def _daemon_main(
             out = os.open(log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
     os.dup2(out, 1)
     os.dup2(out, 2)
+    root = logging.getLogger()
+    for h in root.handlers[:]:  # the caller's handlers now write into our log file too
+        root.removeHandler(h)
     if log_file is not None:
         _log_to(log_file, options.debug)
 

@@ -51,10 +51,15 @@ class Node:
     cache_sig: object = None  # native: what the kernel's page cache holds (see open)
     attr_sig: object = None  # native: the attributes last reported to the kernel
     size: int = -1  # generated: the size last reported to the kernel
+    kept: object = None  # native files: passthrough.Kept, shared by open handles
 
     @property
     def native(self) -> bool:
         return self.tree is Tree.NATIVE
+
+
+def _parent(spath: str) -> str:
+    return spath.rpartition("/")[0]
 
 
 class InodeTable:
@@ -63,6 +68,7 @@ class InodeTable:
         self._nodes: dict[Inode, Node] = {}
         self._by_key: dict[tuple[Tree, Hashable], Node] = {}
         self._by_link: dict[Link, Node] = {}
+        self._kids: dict[tuple[Tree, str], set[Node]] = {}  # generated nodes by parent path
         self.root = Node(ROOT_INODE, Tree.NATIVE, root_key)
         self.root.lookups = 1  # the kernel never forgets the root
         self._add(self.root)
@@ -181,18 +187,25 @@ class InodeTable:
         if node is None:
             node = Node(self._new_ino(), tree, spath, spath=spath)
             self._add(node)
+            if spath:
+                self._kids.setdefault((tree, _parent(spath)), set()).add(node)
         return node
 
     def find_synthetic(self, tree: Tree, spath: str) -> Node | None:
         return self._by_key.get((tree, spath))
 
     def synthetic_below(self, tree: Tree, spath: str) -> list[Node]:
-        prefix = spath + "/"
-        return [
-            n
-            for (t, _), n in self._by_key.items()
-            if t is tree and (n.spath == spath or n.spath.startswith(prefix))
-        ]
+        """The known generated nodes at ``spath`` and below it."""
+        out = []
+        node = self._by_key.get((tree, spath))
+        if node is not None:
+            out.append(node)
+        todo = [spath]
+        while todo:
+            for kid in self._kids.get((tree, todo.pop()), ()):
+                out.append(kid)
+                todo.append(kid.spath)
+        return out
 
     # -- reference counting
 
@@ -227,6 +240,13 @@ class InodeTable:
             return
         del self._nodes[node.ino]
         self._by_key.pop((node.tree, node.key), None)
+        if not node.native and node.spath:
+            key = (node.tree, _parent(node.spath))
+            kids = self._kids.get(key)
+            if kids is not None:
+                kids.discard(node)
+                if not kids:
+                    del self._kids[key]
         for link in list(node.links):
             if self._by_link.get(link) is node:
                 self.remove_link(link)

@@ -19,7 +19,16 @@ import trio
 from mountd.fsutil import open_beneath
 from mountd.nodes import SYNTHETIC_TREES, InodeTable, Node, Tree
 from mountd.options import MountOptions
-from mountd.passthrough import RESERVED, Creds, NativeHandle, Passthrough, SetAttr, join, split
+from mountd.passthrough import (
+    RESERVED,
+    Creds,
+    Kept,
+    NativeHandle,
+    Passthrough,
+    SetAttr,
+    join,
+    split,
+)
 from mountd.synthetic import Entry, Generation, SyntheticTree, make_trees
 from swfs.api import XATTR_PREFIX, EngineAPI, RelPath
 
@@ -94,6 +103,7 @@ Handle = DataHandle | FdHandle | NativeOpen | DirHandle
 @dataclass
 class _Pending:
     rels: set[str] = field(default_factory=set)
+    entries: set[tuple[int, str]] = field(default_factory=set)  # names found gone
     wake: trio.Event = field(default_factory=trio.Event)
 
 
@@ -211,10 +221,17 @@ class Operations(pyfuse3.Operations):
         for h in self.handles.values():
             if isinstance(h, NativeOpen) and h.node is node:
                 return os.fstat(h.fh.fd)
+        self._gone_behind_our_back(node)
         raise fail(errno.ENOENT)
 
-    async def _entry(self, node: Node) -> Entry:
-        e = await self._tree(node).entry(node.spath)
+    def _gone_behind_our_back(self, node: Node) -> None:
+        """``node``'s names no longer lead to it: have the kernel drop its cached
+        entries (from the invalidation task, never from this handler)."""
+        self._pending.entries.update(node.links)
+        self._pending.wake.set()
+
+    async def _entry(self, node: Node, *, wait: bool = False) -> Entry:
+        e = await self._tree(node).entry(node.spath, wait=wait)
         if e is None:
             raise fail(errno.ENOENT)
         return e
@@ -224,7 +241,9 @@ class Operations(pyfuse3.Operations):
             return self._native_attr(node, self._native_stat(node))
         return self._synthetic_attr(node, await self._entry(node))
 
-    async def _lookup(self, parent: Node, name: str) -> tuple[Node, pyfuse3.EntryAttributes]:
+    async def _lookup(
+        self, parent: Node, name: str, *, wait: bool = True
+    ) -> tuple[Node, pyfuse3.EntryAttributes]:
         """Find ``name`` in ``parent`` without taking a kernel reference."""
         if parent is self.table.root and name in RESERVED:
             node = self.table.synthetic(Tree(name), "")
@@ -234,7 +253,7 @@ class Operations(pyfuse3.Operations):
             node = self.table.native(parent, name, (st.st_dev, st.st_ino))
             return node, self._native_attr(node, st)
         spath = join(parent.spath, name)
-        e = await self._tree(parent).entry(spath)
+        e = await self._tree(parent).entry(spath, wait=wait)
         if e is None:
             raise fail(errno.ENOENT)
         node = self.table.synthetic(parent.tree, spath)
@@ -298,7 +317,7 @@ class Operations(pyfuse3.Operations):
             atime_ns=attr.st_atime_ns if fields.update_atime else None,
             mtime_ns=attr.st_mtime_ns if fields.update_mtime else None,
         )
-        st = await self.native.setattr(self._path(node), native_fh, change)
+        st = await self.native.setattr(self._path(node), native_fh, change, _kept(node))
         return self._native_attr(node, st)
 
     @handler
@@ -388,11 +407,22 @@ class Operations(pyfuse3.Operations):
         new_parent, new = self._node(parent_inode_new), os.fsdecode(name_new)
         old_dir = self._writable_parent(old_parent, old)
         new_dir = self._writable_parent(new_parent, new)
+        # The engine must see what was written under the old name before the
+        # rename (a release may still be on its way from the kernel).
+        for parent, name in ((old_parent, old), (new_parent, new)):
+            node = self.table.child(parent, name)
+            if node is not None:
+                await self._record_pending(node)
         await self.native.rename(old_dir, old, new_dir, new, flags)
         if flags & pyfuse3.RENAME_EXCHANGE:
             self.table.exchange_links((old_parent.ino, old), (new_parent.ino, new))
         else:
             self.table.move_link((old_parent.ino, old), (new_parent.ino, new))
+
+    async def _record_pending(self, node: Node) -> None:
+        for h in list(self.handles.values()):
+            if isinstance(h, NativeOpen) and h.node is node and h.fh.written:
+                await self.native.record(h.fh)
 
     # -- files
 
@@ -403,7 +433,7 @@ class Operations(pyfuse3.Operations):
             return await self._open_native(node, flags)
         if flags & os.O_ACCMODE != os.O_RDONLY or flags & os.O_TRUNC:
             raise fail(errno.EROFS)
-        e = await self._entry(node)
+        e = await self._entry(node, wait=True)
         if e.is_dir:
             raise fail(errno.EISDIR)
         if e.data is not None:
@@ -422,7 +452,13 @@ class Operations(pyfuse3.Operations):
 
     async def _open_native(self, node: Node, flags: int) -> pyfuse3.FileInfo:
         rel = self._path(node)
-        fh = await self.native.open(rel, flags, functools.partial(self.table.path, node))
+        try:
+            fh = await self.native.open(
+                rel, flags, functools.partial(self.table.path, node), _kept(node)
+            )
+        except FileNotFoundError:
+            self._gone_behind_our_back(node)
+            raise
         try:
             st = os.fstat(fh.fd)
         except BaseException:
@@ -459,10 +495,12 @@ class Operations(pyfuse3.Operations):
             flags,
             self._creds(ctx),
             lambda: self.table.path(holder[0]) if holder else None,
+            _kept(existing) if (existing := self.table.child(parent, n)) else Kept(),
         )
         attr = self._created(parent, n, st)
         node = self._node(attr.st_ino)
         holder.append(node)
+        node.kept = fh.kept
         node.cache_sig = None
         self.table.opened(node)
         direct = bool(flags & os.O_DIRECT)
@@ -492,7 +530,7 @@ class Operations(pyfuse3.Operations):
     async def flush(self, fh: int) -> None:
         h = self._handle(fh)
         if isinstance(h, NativeOpen):
-            self.native.flush(h.fh)
+            await self.native.flush(h.fh)
 
     @handler
     async def fsync(self, fh: int, datasync: bool) -> None:
@@ -572,7 +610,7 @@ class Operations(pyfuse3.Operations):
                     return
                 continue
             try:
-                node, attr = await self._lookup(dnode, name)
+                node, attr = await self._lookup(dnode, name, wait=False)
             except pyfuse3.FUSEError:
                 continue  # gone since the listing was taken
             except OSError as exc:
@@ -603,9 +641,9 @@ class Operations(pyfuse3.Operations):
     # -- extended attributes
 
     def _sw_xattrs(self, rel: str) -> dict[str, str]:
-        out: dict[str, str] = {}
         if not rel:
-            out = {"source": self.src, "store": self.store}
+            return {"source": self.src, "store": self.store}
+        out: dict[str, str] = {}
         state = self.engine.file_state(RelPath(rel))
         if state is not None:
             out["freshness"] = str(state.freshness)
@@ -619,7 +657,7 @@ class Operations(pyfuse3.Operations):
     async def _xattrs(self, node: Node) -> dict[str, str]:
         if node.native:
             return self._sw_xattrs(self._path(node))
-        return dict((await self._entry(node)).xattrs)
+        return dict(await self._tree(node).xattrs(node.spath))
 
     @handler
     async def getxattr(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> bytes:
@@ -628,7 +666,7 @@ class Operations(pyfuse3.Operations):
             value = (await self._xattrs(node)).get(n[len(XATTR_PREFIX) :])
             if value is None or not n.startswith(XATTR_PREFIX):
                 raise fail(errno.ENODATA)
-            return value.encode()
+            return value.encode("utf-8", "surrogateescape")
         return self.native.getxattr(self._path(node), n)
 
     @handler
@@ -675,9 +713,11 @@ class Operations(pyfuse3.Operations):
             trio.lowlevel.current_trio_token()
         except RuntimeError:  # called from a worker thread after all
             if self._token is not None:
-                trio.from_thread.run_sync(self._changed, rel, trio_token=self._token)
+                # Never block the engine's thread on the loop (it may hold a lock
+                # a handler is about to wait for).
+                self._token.run_sync_soon(self._changed, rel)
             return
-        self.gen.bump()
+        self.gen.bump(str(rel))
         self._pending.rels.add(str(rel))
         self._pending.wake.set()
 
@@ -688,9 +728,10 @@ class Operations(pyfuse3.Operations):
         task_status.started()
         while True:
             await self._pending.wake.wait()
-            rels = self._pending.rels
+            rels, gone = self._pending.rels, self._pending.entries
             self._pending = _Pending()
             inodes, entries = self._invalidations(rels)
+            entries += [(ino, os.fsencode(name)) for ino, name in gone]
             if self.mounted:
                 await trio.to_thread.run_sync(_notify_kernel, inodes, entries)
 
@@ -702,6 +743,7 @@ class Operations(pyfuse3.Operations):
             node = self.table.find_native(rel)
             if node is not None and node is not self.table.root:
                 inodes.add(node.ino)
+                _kept(node).preserved = False  # the engine may have recorded new bytes
                 if not self._still_there(node, rel):
                     parent = self.table.find_native(split(rel)[0])
                     if parent is not None:
@@ -723,6 +765,12 @@ class Operations(pyfuse3.Operations):
         except OSError:
             return False
         return (st.st_dev, st.st_ino) == node.key
+
+
+def _kept(node: Node) -> Kept:
+    if not isinstance(node.kept, Kept):
+        node.kept = Kept()
+    return node.kept
 
 
 def _sig(st: os.stat_result) -> tuple[int, int, int]:

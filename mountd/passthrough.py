@@ -13,7 +13,7 @@ import logging
 import os
 import stat
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import trio
@@ -54,11 +54,20 @@ class Creds:
 
 
 @dataclass
+class Kept:
+    """Shared by every open handle of one file: whether the engine has kept the
+    bytes an overwrite would destroy.  Any record of a new version resets it."""
+
+    preserved: bool = False
+
+
+@dataclass
 class NativeHandle:
     fd: int
     path: Callable[[], str | None]  # the file's present path (it may be renamed while open)
-    written: bool = False  # written since the last record_write
-    preserved: bool = False  # the engine kept the bytes this handle may overwrite
+    kept: Kept = field(default_factory=Kept)
+    written: bool = False  # changed (written or truncated) since the last record_write
+    wrote: bool = False  # write() calls since the last record_write
 
 
 @dataclass(frozen=True)
@@ -123,15 +132,17 @@ class Passthrough:
 
     # -- attributes
 
-    async def setattr(self, rel: str, fh: NativeHandle | None, change: SetAttr) -> os.stat_result:
+    async def setattr(
+        self, rel: str, fh: NativeHandle | None, change: SetAttr, kept: Kept
+    ) -> os.stat_result:
         parent, name = split(rel)
         if change.size is not None:
             if fh is not None:
-                if not fh.preserved:
+                if not fh.kept.preserved:
                     await self.engine_preserve(rel)
-                    fh.preserved = True
+                    fh.kept.preserved = True
                 os.ftruncate(fh.fd, change.size)
-                fh.written = True  # recorded on release or fsync
+                fh.written = fh.wrote = True  # recorded on close (flush), release or fsync
             else:
                 await self.engine_preserve(rel)
                 with dir_fd(self.root_fd, parent) as pfd:
@@ -140,6 +151,7 @@ class Passthrough:
                     os.ftruncate(fd, change.size)
                 finally:
                     os.close(fd)
+                kept.preserved = False
                 await self.engine_record_write(rel)
         with dir_fd(self.root_fd, parent) as pfd:
             target = name if rel else "."
@@ -176,7 +188,9 @@ class Passthrough:
 
     # -- files
 
-    async def open(self, rel: str, flags: int, path: Callable[[], str | None]) -> NativeHandle:
+    async def open(
+        self, rel: str, flags: int, path: Callable[[], str | None], kept: Kept
+    ) -> NativeHandle:
         await self.engine_check(rel)
         writes = flags & os.O_ACCMODE != os.O_RDONLY
         if flags & os.O_TRUNC and writes:
@@ -185,7 +199,10 @@ class Passthrough:
         with dir_fd(self.root_fd, parent) as pfd:
             fd = os.open(name, (flags & ~_STRIP) | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=pfd)
         truncated = bool(flags & os.O_TRUNC and writes)
-        return NativeHandle(fd, path, written=truncated, preserved=truncated)
+        if writes:
+            # check_file above may just have recorded a change made behind the mount.
+            kept.preserved = truncated
+        return NativeHandle(fd, path, kept, written=truncated)
 
     async def create(
         self,
@@ -195,7 +212,9 @@ class Passthrough:
         flags: int,
         creds: Creds,
         path: Callable[[], str | None],
+        kept: Kept,
     ) -> tuple[NativeHandle, os.stat_result]:
+        """``kept`` is the file's shared state, should it exist after all."""
         self.check_new_name(parent, name)
         rel = join(parent, name)
         perm = stat.S_IMODE(mode) & ~creds.umask
@@ -211,14 +230,15 @@ class Passthrough:
                 if flags & os.O_EXCL:
                     raise
                 # Someone created it behind the mount since the kernel looked.
-                handle = await self.open(rel, flags & ~os.O_CREAT, path)
+                handle = await self.open(rel, flags & ~os.O_CREAT, path, kept)
                 return handle, os.fstat(handle.fd)
             try:
                 self._give(fd, pfd, creds, perm)
             except BaseException:
                 os.close(fd)
                 raise
-        handle = NativeHandle(fd, path, written=True, preserved=True)
+        # Nothing recorded to keep in a new file.
+        handle = NativeHandle(fd, path, Kept(preserved=True), written=True)
         return handle, os.fstat(fd)
 
     @staticmethod
@@ -237,38 +257,49 @@ class Passthrough:
         return os.pread(fh.fd, size, off)
 
     async def write(self, fh: NativeHandle, off: int, buf: bytes) -> int:
-        if not fh.preserved:
+        if not fh.kept.preserved:
             rel = fh.path()
             if rel is not None:
                 await self.engine_preserve(rel)
-            fh.preserved = True
+            fh.kept.preserved = True
         n = os.pwrite(fh.fd, buf, off)
-        fh.written = True
+        fh.written = fh.wrote = True
         return n
 
-    @staticmethod
-    def flush(fh: NativeHandle) -> None:
-        # close() semantics of the backing fs (errors of delayed writes, NFS).
-        os.close(os.dup(fh.fd))
+    async def flush(self, fh: NativeHandle) -> None:
+        """close(2) of one of the caller's fds.  Unlike release, the kernel waits
+        for it, so recording here orders the write before whatever the caller
+        does next (an editor's rename of its temp file over the original)."""
+        os.close(os.dup(fh.fd))  # close() semantics of the backing fs (NFS write errors)
+        if fh.wrote:
+            # Not after a mere O_TRUNC: a shell's `> f` closes its first fd before
+            # writing, and the empty file in between is no version.
+            await self.record(fh)
 
     async def fsync(self, fh: NativeHandle, datasync: bool) -> None:
         await self.slow(os.fdatasync if datasync else os.fsync, fh.fd)
-        await self._record(fh)
+        await self.record(fh)
 
     async def release(self, fh: NativeHandle) -> None:
         os.close(fh.fd)
-        await self._record(fh)
+        await self.record(fh)
 
-    async def _record(self, fh: NativeHandle) -> None:
+    async def record(self, fh: NativeHandle) -> None:
+        """Tell the engine about what ``fh`` changed since the last record."""
         if not fh.written:
             return
-        fh.written = False
-        fh.preserved = (
-            False  # the recorded bytes are a version now: keep them before the next write
-        )
+        fh.kept.preserved = False  # the bytes are a recorded version now: keep them first
         rel = fh.path()
         if rel is not None:
-            await self.engine_record_write(rel)
+            try:
+                await self.engine_record_write(rel)
+            except Exception:
+                # The bytes are on disk whatever happens here: failing close()
+                # would only scare the writer.  The next flush, release or
+                # check_file records them.
+                log.exception("record_write(%r) failed", rel)
+                return
+        fh.written = fh.wrote = False
 
     # -- directory entries
 

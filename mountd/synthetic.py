@@ -14,6 +14,7 @@ import os
 import posixpath
 import stat
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
@@ -36,6 +37,8 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 INDEX_TTL = 2.0  # seconds a cached listing is trusted without a change event
+REBUILD_EVERY = 0.5  # seconds between rebuilds for lookups that hit the cached listing
+VIEW_CACHE = 16  # parsed views kept (a listing stats every unit of one view)
 SNAPSHOTS = "@snapshots"
 
 
@@ -61,18 +64,33 @@ class Entry:
 class SyntheticTree(Protocol):
     tree: Tree
 
-    async def entry(self, path: str) -> Entry | None: ...
+    async def entry(self, path: str, *, wait: bool = True) -> Entry | None:
+        """``wait``: a lookup by name may wait for a pending view; listing the
+        parent directory never does."""
+        ...
+
     async def children(self, path: str) -> list[str]: ...
+    async def xattrs(self, path: str) -> Mapping[str, str]: ...
 
 
 class Generation:
-    """Counts engine change events, so cached listings know when to rebuild."""
+    """Counts engine change events, so cached listings know when to rebuild,
+    and remembers when each path last changed (the mtime of what shows it)."""
 
     def __init__(self) -> None:
         self.value = 0
+        self.started_ns = time.time_ns()
+        self.last_ns = self.started_ns
+        self._changed: dict[str, int] = {}
 
-    def bump(self) -> None:
+    def bump(self, rel: str | None = None) -> None:
         self.value += 1
+        self.last_ns = time.time_ns()
+        if rel is not None:
+            self._changed[rel] = self.last_ns
+
+    def changed_ns(self, rel: str) -> int:
+        return self._changed.get(rel, self.started_ns)
 
 
 class _Index:
@@ -97,16 +115,23 @@ class _Index:
 
 
 class _Cached(Generic[T]):
-    """A value rebuilt on the next use after a change event or INDEX_TTL."""
+    """A value rebuilt on the next use after a change event or INDEX_TTL.
+
+    ``get(fresh=False)`` (a lookup that will retry with a fresh value on a
+    miss) rebuilds at most every REBUILD_EVERY seconds: while the engine
+    reports a change per parsed file, a `grep -r` must not rebuild a listing of
+    the whole workspace for every file it opens."""
 
     def __init__(self, gen: Generation, build: Callable[[], T]) -> None:
         self._gen, self._build = gen, build
         self._value: T | None = None
         self._at = (-1, 0.0)
 
-    def get(self) -> T:
+    def get(self, *, fresh: bool = True) -> T:
         now = time.monotonic()
-        if self._value is None or self._at[0] != self._gen.value or now - self._at[1] > INDEX_TTL:
+        age = now - self._at[1]
+        outdated = self._at[0] != self._gen.value or age > INDEX_TTL
+        if self._value is None or (outdated and (fresh or age > REBUILD_EVERY)):
             self._value = self._build()
             self._at = (self._gen.value, now)
         return self._value
@@ -117,7 +142,7 @@ class Base:
 
     def __init__(self, engine: EngineAPI, gen: Generation, options: MountOptions) -> None:
         self.engine, self.gen, self.options = engine, gen, options
-        self.started_ns = time.time_ns()
+        self.started_ns = gen.started_ns
 
     def access(self, rel: str) -> Access:
         """The owner and bits of ``rel``; for an unknown path only its owner may
@@ -129,6 +154,13 @@ class Base:
         if root is None:
             return Access(0, 0, 0o400)
         return Access(root.uid, root.gid, root.mode & 0o400)
+
+    async def entry(self, path: str, *, wait: bool = True) -> Entry | None:
+        raise NotImplementedError
+
+    async def xattrs(self, path: str) -> Mapping[str, str]:
+        e = await self.entry(path, wait=False)
+        return {} if e is None else e.xattrs
 
     def dir_entry(self, rel: str, xattrs: Mapping[str, str] | None = None) -> Entry:
         return Entry(True, self.access(rel), mtime_ns=self.started_ns, xattrs=xattrs or {})
@@ -156,60 +188,106 @@ class ParsedTree(Base):
     def __init__(self, engine: EngineAPI, gen: Generation, options: MountOptions) -> None:
         super().__init__(engine, gen, options)
         self._index = _Cached(gen, lambda: _Index(str(p) for p in engine.parsed_paths()))
+        self._views: OrderedDict[str, tuple[int, float, ParsedView | None]] = OrderedDict()
 
     def index(self) -> _Index:
         return self._index.get()
 
-    async def view(self, rel: str) -> ParsedView | None:
-        """The view of ``rel``, after waiting for a pending (or, with
-        --stale=wait, a stale) one as long as the mount allows."""
+    def cached_view(self, rel: str) -> ParsedView | None:
+        """The engine's view of ``rel``; a listing of a view's units (``ls -l``
+        stats each one) asks the engine once, not once per unit."""
+        now = time.monotonic()
+        hit = self._views.get(rel)
+        if hit is not None and hit[0] == self.gen.value and now - hit[1] < INDEX_TTL:
+            self._views.move_to_end(rel)
+            return hit[2]
         view = self.engine.parsed_view(RelPath(rel))
-        if view is None:
-            return None
+        self._views[rel] = (self.gen.value, now, view)
+        self._views.move_to_end(rel)
+        while len(self._views) > VIEW_CACHE:
+            self._views.popitem(last=False)
+        return view
+
+    async def settle(self, rel: str) -> None:
+        """Wait for a pending (or, with --stale=wait, a stale) view of ``rel`` as
+        long as the mount allows."""
+        state = self.engine.file_state(RelPath(rel))
+        if state is not None:
+            fresh = state.freshness
+        else:
+            view = self.cached_view(rel)
+            if view is None:
+                return
+            fresh = view.freshness
         limit = None
-        if view.freshness is Freshness.PENDING:
+        if fresh is Freshness.PENDING:
             limit = self.options.pending_wait
-        elif view.freshness is Freshness.STALE and self.options.stale == "wait":
+        elif fresh is Freshness.STALE and self.options.stale == "wait":
             limit = self.options.stale_wait
         if limit:
             await self.engine.wait_view(RelPath(rel), limit)
-            view = self.engine.parsed_view(RelPath(rel))
-        return view
+            self._views.pop(rel, None)
+
+    async def view(self, rel: str, *, wait: bool = True) -> ParsedView | None:
+        if wait:
+            await self.settle(rel)
+        return self.cached_view(rel)
 
     def _locate(self, path: str) -> tuple[str, str | None] | None:
         """(view rel, unit name or None) for a path inside a view."""
-        idx = self.index()
-        if path in idx.leaves:
-            return path, None
-        parent, _, name = path.rpartition("/")
-        if parent in idx.leaves:
-            return parent, name
+        for fresh in (False, True):
+            idx = self._index.get(fresh=fresh)
+            if path in idx.leaves:
+                return path, None
+            parent, _, name = path.rpartition("/")
+            if parent in idx.leaves:
+                return parent, name
+            if path in idx.dirs:
+                return None
         return None
 
-    async def entry(self, path: str) -> Entry | None:
+    async def entry(self, path: str, *, wait: bool = True) -> Entry | None:
         loc = self._locate(path)
         if loc is None:
-            if path in self.index().dirs:
+            if path in self._index.get(fresh=False).dirs:
                 return self.dir_entry(path)
             return None
         rel, unit_name = loc
-        view = await self.view(rel)
+        if unit_name is None:
+            # A view's directory exists whatever its state: no need to load it.
+            if wait:
+                await self.settle(rel)
+            return Entry(True, self.access(rel), mtime_ns=self.gen.changed_ns(rel))
+        view = await self.view(rel, wait=wait)
         if view is None:
             return None
         acc = self.access(rel)
-        if unit_name is None:
-            return Entry(True, acc, mtime_ns=self.started_ns, xattrs=view_xattrs(view))
         for unit in view.units:
             if unit.name == unit_name:
                 return Entry(
                     False,
                     acc,
                     size=len(unit.content),
-                    mtime_ns=self.started_ns,
+                    mtime_ns=self.gen.changed_ns(rel),
                     xattrs=view_xattrs(view, unit.locator),
                     data=unit.content,
                 )
         return None
+
+    async def xattrs(self, path: str) -> Mapping[str, str]:
+        loc = self._locate(path)
+        if loc is None:
+            return {}
+        rel, unit_name = loc
+        view = self.cached_view(rel)
+        if view is None:
+            return {}
+        if unit_name is None:
+            return view_xattrs(view)
+        for unit in view.units:
+            if unit.name == unit_name:
+                return view_xattrs(view, unit.locator)
+        return {}
 
     async def children(self, path: str) -> list[str]:
         loc = self._locate(path)
@@ -235,7 +313,7 @@ class ReviewTree(Base):
         super().__init__(engine, gen, options)
         self._entries = _Cached(gen, self._build)
         self._blobs: dict[str, bytes] = {}
-        self._blobs_gen = -1
+        self._blobs_at = (-1, 0.0)
 
     def _build(self) -> tuple[_Index, dict[str, ReviewEntry]]:
         by_diff: dict[str, ReviewEntry] = {}
@@ -244,9 +322,10 @@ class ReviewTree(Base):
         return _Index(by_diff), by_diff
 
     def _content(self, key: str, make: Callable[[], bytes | None]) -> bytes | None:
-        if self._blobs_gen != self.gen.value:
+        now = time.monotonic()
+        if self._blobs_at[0] != self.gen.value or now - self._blobs_at[1] > INDEX_TTL:
             self._blobs.clear()
-            self._blobs_gen = self.gen.value
+            self._blobs_at = (self.gen.value, now)
         if key not in self._blobs:
             data = make()
             if data is None:
@@ -255,16 +334,22 @@ class ReviewTree(Base):
         return self._blobs[key]
 
     def _file(self, rel: str, data: bytes, xattrs: Mapping[str, str]) -> Entry:
-        return Entry(False, self.access(rel), len(data), self.started_ns, xattrs=xattrs, data=data)
+        mtime = self.gen.last_ns if not rel else self.gen.changed_ns(rel)
+        # SUMMARY.md and ALL.diff speak of every changed file: only those who
+        # may read all of them may read these.
+        access = self.access(rel) if rel else self.engine.review_access()
+        return Entry(False, access, len(data), mtime, xattrs=xattrs, data=data)
 
-    async def entry(self, path: str) -> Entry | None:
+    async def entry(self, path: str, *, wait: bool = True) -> Entry | None:
         if path == SUMMARY:
             data = self._content(SUMMARY, self.engine.review_summary)
             return None if data is None else self._file("", data, {})
         if path == ALL_DIFF:
             data = self._content(ALL_DIFF, self.engine.review_all_diff)
             return None if data is None else self._file("", data, {})
-        idx, by_diff = self._entries.get()
+        idx, by_diff = self._entries.get(fresh=False)
+        if path not in by_diff and path not in idx.dirs:
+            idx, by_diff = self._entries.get()
         if path in by_diff:
             e = by_diff[path]
             rel = path[: -len(".diff")]
@@ -352,10 +437,13 @@ class VersionsTree(Base):
             native=native,
         )
 
-    async def entry(self, path: str) -> Entry | None:
+    async def entry(self, path: str, *, wait: bool = True) -> Entry | None:
         if path == SNAPSHOTS or path.startswith(SNAPSHOTS + "/"):
             return self._snapshot_entry(path[len(SNAPSHOTS) + 1 :])
-        idx = self.index()
+        idx = self._index.get(fresh=False)
+        parent = path.rpartition("/")[0]
+        if not {path, parent} & idx.leaves and path not in idx.dirs:
+            idx = self._index.get()
         if path in idx.leaves:
             return self.dir_entry(path)
         parent, _, name = path.rpartition("/")

@@ -1,1 +1,24 @@
-"""Format parsers: pure functions from a file to its text units."""
+"""Format parsers: pure functions from a file to its text units.
+
+``parsers.registry`` is the entry point: ``file_info`` (cheap facts),
+``select`` (which parser), ``parse`` (units or ParseFailed/UnsupportedFormat).
+One module per format:
+
+=================  ===========================================  ===================
+module             formats                                      units
+=================  ===========================================  ===================
+``pdf``            PDF (PyMuPDF)                                ``page-0001.md``
+``xlsx``           XLSX/XLSM (openpyxl, read-only, streaming)   ``sheet-<Name>.md``
+``pptx``           PPTX/PPTM (python-pptx)                      ``slide-001.md``
+``docx``           DOCX/DOCM (own WordprocessingML reader)      ``document.md``
+``html``           HTML (markitdown)                            ``document.md``
+``epub``           EPUB (markitdown)                            ``document.md``
+``ipynb``          Jupyter notebooks (markitdown)               ``document.md``
+``outlook``        Outlook .msg (markitdown, olefile)           ``document.md``
+``legacy_office``  OLE .xls/.doc/.ppt: encrypted or declined    none
+``text``           text by extension, and sniffed UTF-8         ``content.txt``
+=================  ===========================================  ===================
+
+``zipguard`` checks every zip container before a library opens it (not a
+zip, encrypted Office, zip bombs, XML entity declarations).
+"""

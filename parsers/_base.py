@@ -73,10 +73,21 @@ class Parser(ABC):
     version: ClassVar[int]  # bump when the output for the same bytes changes
     priority: ClassVar[float] = 0.0  # higher is tried first: specific before generic
 
+    # True when the output for the same bytes depends on the file's extension
+    # (the parse cache is keyed by content, so the extension must join the key).
+    keyed_by_extension: ClassVar[bool] = False
+
     @classmethod
     def key(cls) -> str:
-        """The parse-cache key part: ``id@version``."""
+        """``id@version``."""
         return f"{cls.id}@{cls.version}"
+
+    def cache_key(self, info: FileInfo) -> str:
+        """The parse-cache key part for this file: ``id@version``, plus the
+        extension for parsers whose verdict depends on it."""
+        if self.keyed_by_extension:
+            return f"{self.key()}{info.extension or '.'}"
+        return self.key()
 
     @abstractmethod
     def accepts(self, info: FileInfo) -> bool:

@@ -21,13 +21,19 @@ def one_line(text: str, limit: int = _REASON_LIMIT) -> str:
     return flat
 
 
+# Exceptions whose text means little without their type ("'xl/workbook.xml'").
+_BARE = (LookupError, TypeError, AttributeError, AssertionError)
+
+
 def describe(exc: BaseException) -> str:
     """A one-line description of a library exception, with its type when the text is bare."""
     text = one_line(str(exc))
     name = type(exc).__name__
     if not text:
         return name
-    return text if len(text) > 12 else f"{name}: {text}"
+    if isinstance(exc, _BARE) or len(text) <= 12:
+        return f"{name}: {text}"
+    return text
 
 
 @contextlib.contextmanager

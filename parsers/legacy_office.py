@@ -82,6 +82,7 @@ class LegacyOfficeParser(Parser):
     version = 1
     priority = 45.0
 
+    keyed_by_extension = True  # the same OLE bytes are 'encrypted' only under some names
     extensions: ClassVar[frozenset[str]] = frozenset(
         {".xls", ".xlt", ".doc", ".dot", ".ppt", ".pps", ".pot"}
     )

@@ -70,7 +70,11 @@ class PdfParser(Parser):
     extensions: ClassVar[frozenset[str]] = frozenset({".pdf"})
 
     def accepts(self, info: FileInfo) -> bool:
-        return info.extension in self.extensions or PDF_MAGIC in info.head[:_MAGIC_WINDOW]
+        if info.extension in self.extensions or info.head.startswith(PDF_MAGIC):
+            return True
+        # A header after some junk only counts without an extension: a text file
+        # that merely mentions "%PDF-" must stay text.
+        return not info.extension and PDF_MAGIC in info.head[:_MAGIC_WINDOW]
 
     def parse(self, path: str, info: FileInfo, options: ParseOptions) -> list[Unit]:
         if info.size == 0:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import codecs
 import logging
+import os
+import stat
 from typing import ClassVar
 
 from parsers._base import FileInfo, ParseFailed, ParseOptions, Parser, Unit
@@ -60,7 +62,12 @@ def looks_like_text(head: bytes, *, complete: bool) -> bool:
 
 
 def read_text(path: str, options: ParseOptions) -> str:
-    with open(path, "rb") as f:
+    # O_NONBLOCK: opening a FIFO (which an empty head would let through) must
+    # not wait for a writer.  It does not affect reads of regular files.
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    with open(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ParseFailed("not a regular file")
         data = f.read(options.max_text_bytes + 1)
     if len(data) > options.max_text_bytes:
         raise ParseFailed(f"too much text (>{options.max_text_bytes} bytes)")

@@ -59,6 +59,7 @@ _MAX_MEMBERS = 100_000
 _XML_SUFFIXES = (".xml", ".rels", ".opf", ".ncx", ".svg", ".vml")
 _HTML_SUFFIXES = (".xhtml", ".htm", ".html")
 _CHUNK = 16 * 1024
+_ZIP_ENCRYPTED = 0x1  # general purpose flag bit 0: the member is encrypted
 # A prolog (declaration, comments, PIs) longer than this is hostile by itself.
 _MAX_PROLOG = 1024 * 1024
 
@@ -103,6 +104,8 @@ def _check_sizes(members: list[zipfile.ZipInfo], options: ParseOptions) -> None:
         raise ParseFailed(f"zip container has too many members (>{_MAX_MEMBERS})")
     total = 0
     for member in members:
+        if member.flag_bits & _ZIP_ENCRYPTED:
+            raise EncryptedDocument(f"encrypted zip container (member {member.filename!r})")
         total += member.file_size
         if total > options.max_unzipped_bytes:
             raise ParseFailed(

@@ -175,7 +175,8 @@ class BlobStore:
         nothing else will write to it: the file must have no other name
         (st_nlink == 1) and be on the store's filesystem.  Otherwise the bytes
         are copied.  HashMismatch (nothing stored) if ``expected`` is given and
-        differs from what was kept.
+        the file does not hold those bytes; call again without ``expected`` to
+        keep whatever it holds.
         """
         st = os.stat(path, follow_symlinks=False)
         if not stat.S_ISREG(st.st_mode):
@@ -192,6 +193,13 @@ class BlobStore:
                 return self._adopt_link(tmp, path, expected)
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
         try:
+            if expected is not None and self.has(expected):
+                # Nothing to copy, but unlike put_fd say whether the file
+                # still holds those bytes: after the unlink nobody can tell.
+                actual = hash_fd(fd)
+                if actual != expected:
+                    raise HashMismatch(expected=expected, actual=actual, source=str(path))
+                return Hash(expected)
             return self.put_fd(fd, expected=expected)
         except HashMismatch as exc:
             raise HashMismatch(expected=exc.expected, actual=exc.actual, source=str(path)) from None
@@ -208,6 +216,8 @@ class BlobStore:
         the number removed.  Temps of live processes are left alone."""
         removed = 0
         for entry in os.scandir(self.tmp):
+            if entry.is_dir(follow_symlinks=False):
+                continue
             pid_part = entry.name.split("-", 1)[0]
             if pid_part.isdigit() and _alive(int(pid_part)):
                 continue
@@ -246,11 +256,19 @@ class BlobStore:
         if not fan.is_dir():
             fan.mkdir(mode=DIR_MODE, exist_ok=True)
             fsync_dir(self.root)
-        if final.exists():
-            # Stored meanwhile by someone else: same bytes, keep theirs.
+        # link, not rename: rename would replace a blob another thread stored
+        # meanwhile (same bytes, but under a reader's feet); link fails instead.
+        try:
+            os.link(tmp, final)
+        except FileExistsError:
             self._discard(tmp)
             return
-        os.rename(tmp, final)
+        except OSError as exc:
+            if exc.errno not in _NO_LINK:
+                raise
+            os.rename(tmp, final)  # a filesystem without hard links
+        else:
+            self._discard(tmp)
         fsync_dir(fan)
 
     def _adopt_link(self, tmp: Path, source: Path, expected: str | None) -> Hash:
@@ -265,8 +283,11 @@ class BlobStore:
             if self.has(h):
                 self._discard(tmp)
                 return h
-            # The inode leaves the workspace: from now on it is a blob.
-            os.chmod(tmp, BLOB_MODE)
+            # No chmod here: the inode still has its workspace name until the
+            # caller's unlink or rename succeeds, and a failed rename must not
+            # leave the user's file with changed permissions.  The store's
+            # 0700 directories keep it private; the engine breaks the link
+            # if the name survives and is written to (see Workspace.preserve).
             self._commit(tmp, h)
         except BaseException as exc:
             self._discard(tmp)

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .store import FileRecord, loads, pdecode
+from .store import FileRecord, loads, pdecode, pkey
 from .workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -123,7 +123,7 @@ def check_versions(ws: Workspace, repair: bool) -> list[Problem]:
             if fixed is not versions:
                 fixes[rel] = fixed
         for rel, rec in files.items():
-            if txn.get(os.fsencode(rel), db=ws.store.dbs["versions"]) is None:
+            if txn.get(pkey(rel), db=ws.store.dbs["versions"]) is None:
                 problems.append(
                     Problem("versions", f"{rel}: tracked file without versions", repair)
                 )

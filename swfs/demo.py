@@ -30,7 +30,8 @@ def say(text: str) -> None:
 def run(*cmd: str | Path, check: bool = True, cwd: Path | None = None) -> str:
     argv = [str(c) for c in cmd]
     shown = " ".join(shlex.quote(a) for a in argv)
-    sys.stdout.write(f"$ {shown}\n")
+    where = f"(in {cwd}) " if cwd else ""
+    sys.stdout.write(f"{where}$ {shown}\n")
     sys.stdout.flush()
     proc = subprocess.run(argv, capture_output=True, text=True, cwd=cwd, timeout=300)
     sys.stdout.write(proc.stdout)
@@ -71,9 +72,9 @@ def demo_mounted(src: Path, mnt: Path) -> None:
         run("ls", "-A", mnt)
         swfs("sync", mnt)
         say("grep finds evidence inside the PDF, with its page as the file name")
-        run("grep", "-rn", "EMEA", mnt / ".parsed")
+        run("grep", "-rn", "Churn in the EMEA", ".parsed", cwd=mnt)
         say("...and inside the workbook, with sheet and cell address")
-        run("grep", "-rn", "Sheet1!B12", mnt / ".parsed")
+        run("grep", "-rn", "Sheet1!B12", ".parsed", cwd=mnt)
         say("Every unit starts with a header line: provenance and freshness")
         unit = mnt / ".parsed" / "budget.xlsx" / "sheet-Sheet1.md"
         sys.stdout.write(header_of(unit) + "\n")
@@ -88,12 +89,12 @@ def demo_mounted(src: Path, mnt: Path) -> None:
         swfs("sync", mnt)
         sys.stdout.write(f"(current after {time.monotonic() - t0:.2f} s)\n")
         sys.stdout.write(header_of(unit) + "\n")
-        run("grep", "-n", "B12", unit)
+        run("grep", "-n", "B12", ".parsed/budget.xlsx/sheet-Sheet1.md", cwd=mnt)
         say("The review: what changed since the baseline, cell by cell")
-        run("cat", mnt / ".review" / "SUMMARY.md")
-        run("cat", mnt / ".review" / "budget.xlsx.diff")
+        run("cat", ".review/SUMMARY.md", cwd=mnt)
+        run("cat", ".review/budget.xlsx.diff", cwd=mnt)
         say("Every recorded version, as read-only bytes")
-        run("ls", "-l", mnt / ".versions" / "budget.xlsx")
+        run("ls", "-l", ".versions/budget.xlsx", cwd=mnt)
         swfs("versions", mnt, "budget.xlsx")
         swfs("status", mnt)
     finally:

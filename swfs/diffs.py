@@ -34,9 +34,10 @@ separated by ``  =>  `` (two spaces each side) instead of `` -> ``, so the
 arrow inside a side cannot be mistaken for the change.  Sheet names that need
 it are quoted as in the parsed units (``'It''s'!A1``).
 
-Rows are aligned by their content, ignoring the row number (and formulas
-compared relative to their own row), so inserting or deleting rows is one
-summary line, not a change of every cell below::
+Rows are also aligned by their content, ignoring the row number (formulas
+compared relative to their own row), and where that explains the change in
+fewer lines than comparing cells at the same address, inserting or deleting
+rows is one summary line, not a change of every cell below::
 
     Sheet1: 100 rows inserted at row 5 (rows 5-104), 300 cells not listed
     Sheet1: 2 rows deleted at row 9 (old rows 9-10)
@@ -64,11 +65,14 @@ bytes, b3:1a2b3c4d -> b3:9f8e7d6c)``.
 
 from __future__ import annotations
 
+import bisect
 import functools
+import itertools
 import logging
+import math
 import re
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Hashable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from difflib import SequenceMatcher
 
 log = logging.getLogger(__name__)
@@ -77,6 +81,11 @@ DEFAULT_MAX_LINES = 2000
 # Up to this many cells of an inserted/deleted block or sheet are listed one
 # by one; more are only counted.
 LIST_CELLS = 20
+# A spreadsheet diff is rendered twice to pick the shorter form; up to this
+# many lines of the first rendering are kept rather than recomputed.
+KEEP_LINES = 10_000
+# Bound on the alignment work of one diff (items x items); see _opcodes.
+MATCH_WORK = 400_000_000
 FILE_MODE = "100644"
 EMPTY = "(empty)"
 NO_HASH = "00000000"
@@ -162,10 +171,69 @@ def _emit(prefix: str, line: str) -> Iterator[str]:
         yield "\\ No newline at end of file"
 
 
+Opcode = tuple[str, int, int, int, int]
+
+
+def _opcodes(a: Sequence[Hashable], b: Sequence[Hashable]) -> list[Opcode]:
+    """SequenceMatcher's opcodes for ``a`` -> ``b``, with bounded work.
+
+    The common head and tail are matched first.  SequenceMatcher costs up to
+    the product of the lengths when few items repeat often (a big CSV of
+    similar rows), so beyond ``MATCH_WORK`` the differing middle becomes one
+    block: a correct diff, just not a minimal one.  Popular items are junk
+    for anchoring on long inputs, as in difflib's own unified_diff.
+    """
+    limit = min(len(a), len(b))
+    head = 0
+    while head < limit and a[head] == b[head]:
+        head += 1
+    tail = 0
+    while tail < limit - head and a[-1 - tail] == b[-1 - tail]:
+        tail += 1
+    a_end, b_end = len(a) - tail, len(b) - tail
+    ops: list[Opcode] = []
+    if head:
+        ops.append(("equal", 0, head, 0, head))
+    if (a_end - head) * (b_end - head) > MATCH_WORK:
+        log.debug("diff of %d x %d items: not aligning the middle", a_end - head, b_end - head)
+        tag = "replace" if a_end > head and b_end > head else "delete" if a_end > head else "insert"
+        ops.append((tag, head, a_end, head, b_end))
+    elif a_end > head or b_end > head:
+        matcher = SequenceMatcher(None, a[head:a_end], b[head:b_end])
+        for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+            ops.append((tag, i1 + head, i2 + head, j1 + head, j2 + head))
+    if tail:
+        ops.append(("equal", a_end, len(a), b_end, len(b)))
+    return ops
+
+
+def _grouped(ops: list[Opcode], context: int) -> Iterator[list[Opcode]]:
+    """Opcodes in hunks with ``context`` equal items around each change
+    (difflib's get_grouped_opcodes, over precomputed opcodes)."""
+    if not ops or all(op[0] == "equal" for op in ops):
+        return
+    ops = list(ops)
+    tag, i1, i2, j1, j2 = ops[0]
+    if tag == "equal":
+        ops[0] = (tag, max(i1, i2 - context), i2, max(j1, j2 - context), j2)
+    tag, i1, i2, j1, j2 = ops[-1]
+    if tag == "equal":
+        ops[-1] = (tag, i1, min(i2, i1 + context), j1, min(j2, j1 + context))
+    group: list[Opcode] = []
+    for tag, i1, i2, j1, j2 in ops:
+        if tag == "equal" and i2 - i1 > 2 * context:
+            group.append((tag, i1, min(i2, i1 + context), j1, min(j2, j1 + context)))
+            yield group
+            group = []
+            i1, j1 = max(i1, i2 - context), max(j1, j2 - context)
+        group.append((tag, i1, i2, j1, j2))
+    if group and not (len(group) == 1 and group[0][0] == "equal"):
+        yield group
+
+
 def _hunks(old: list[str], new: list[str], context: int) -> Iterator[str]:
     """The hunks (from the first '@@' on) of a unified diff of two line lists."""
-    matcher = SequenceMatcher(None, old, new, autojunk=False)
-    for group in matcher.get_grouped_opcodes(context):
+    for group in _grouped(_opcodes(old, new), context):
         first, last = group[0], group[-1]
         yield f"@@ -{_range(first[1], last[2])} +{_range(first[3], last[4])} @@"
         for tag, i1, i2, j1, j2 in group:
@@ -327,8 +395,7 @@ def _units_body(
     # Align by text, not by name: after an inserted page every later page has
     # a new name, and diffing page-0008 against the old page-0008 would show
     # the whole rest of the document as changed.
-    matcher = SequenceMatcher(None, [t for _, t in old], [t for _, t in new], autojunk=False)
-    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+    for tag, i1, i2, j1, j2 in _opcodes([t for _, t in old], [t for _, t in new]):
         if tag == "equal":
             moved = [
                 (old[i][0], new[j][0]) for i, j in zip(range(i1, i2), range(j1, j2), strict=True)
@@ -494,7 +561,10 @@ def _same(a: Cell | None, a_row: int, b: Cell | None, b_row: int) -> bool:
     return a.value == b.value and _relative(a.formula, a_row) == _relative(b.formula, b_row)
 
 
-def _signature(row: int, cells: Row) -> tuple[tuple[int, str | None, str | None], ...]:
+Signature = tuple[tuple[int, str | None, str | None], ...]
+
+
+def _signature(row: int, cells: Row) -> Signature:
     sig = []
     for col, raw in sorted(cells.items()):
         if raw.startswith("="):
@@ -518,49 +588,100 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
-def _runs(rows: list[int]) -> list[tuple[int, int]]:
-    """Sorted row numbers as runs of consecutive rows: [(first, last), ...]."""
-    runs: list[tuple[int, int]] = []
-    for r in rows:
-        if runs and r == runs[-1][1] + 1:
-            runs[-1] = (runs[-1][0], r)
-        else:
-            runs.append((r, r))
-    return runs
+@dataclass
+class _Layout:
+    """How old rows map onto new rows: a piecewise constant shift, with rows
+    deleted from the old sheet and rows inserted into the new one."""
+
+    breaks: list[tuple[int, int]] = field(default_factory=lambda: [(0, 0)])  # (old row, shift)
+    deleted: list[tuple[int, int]] = field(default_factory=list)  # old rows, first..last
+    inserted: list[tuple[int, int]] = field(default_factory=list)  # new rows, first..last
+
+    def position(self, old_row: int) -> int | None:
+        """The new row an old row moved to; None if it was deleted."""
+        i = bisect.bisect_right(self.deleted, (old_row, math.inf)) - 1
+        if i >= 0 and self.deleted[i][1] >= old_row:
+            return None
+        return old_row + self.shift_at(old_row)
+
+    def shift_at(self, old_row: int) -> int:
+        """new row - old row for rows from ``old_row`` on (up to the next break)."""
+        i = bisect.bisect_right(self.breaks, (old_row, math.inf)) - 1
+        return self.breaks[i][1]
+
+
+def _layout(
+    old_rows: list[int], new_rows: list[int], anchors: Iterable[tuple[int, int]]
+) -> _Layout:
+    """Row insertions and deletions that explain the shifts between aligned
+    rows: where the shift grows, rows were inserted; where it shrinks, deleted.
+    Within a gap the inserted (deleted) range starts at its first non-empty
+    row, so it covers the new (old) content there."""
+    layout = _Layout()
+    shift = 0
+    po, pn = 0, 0
+    for o, n in anchors:
+        if n - o > shift:
+            d = n - o - shift
+            i = bisect.bisect_right(new_rows, pn)
+            start = new_rows[i] if i < len(new_rows) and new_rows[i] < n else pn + 1
+            start = min(start, n - d)
+            layout.inserted.append((start, start + d - 1))
+            layout.breaks.append((start - shift, n - o))
+        elif n - o < shift:
+            d = shift - (n - o)
+            i = bisect.bisect_right(old_rows, po)
+            start = old_rows[i] if i < len(old_rows) and old_rows[i] < o else po + 1
+            start = min(start, o - d)
+            layout.deleted.append((start, start + d - 1))
+            layout.breaks.append((start + d, n - o))
+        shift = n - o
+        po, pn = o, n
+    return layout
 
 
 class _SheetDiff:
-    """Cell changes of one sheet present on both sides."""
+    """Cell changes of one sheet present on both sides.
+
+    Two explanations are rendered: cells compared at the same address, and
+    cells compared after aligning rows by content (which turns an inserted
+    block into one line).  Both are complete; the shorter one is shown, so a
+    coincidental match between unrelated rows never makes the output worse.
+    """
 
     def __init__(self, ref: str, old: dict[int, Row], new: dict[int, Row]) -> None:
         self.ref = ref
         self.old = old
         self.new = new
+        # Row signatures computed while aligning, reused to skip comparing
+        # cells of shifted rows that are the same.
+        self.old_sig: dict[int, Signature] = {}
+        self.new_sig: dict[int, Signature] = {}
 
     def lines(self) -> Iterator[str]:
         old_rows = sorted(self.old)
         new_rows = sorted(self.new)
-        ops = self._align(old_rows, new_rows)
-        # The row shift (new row - old row) of the aligned rows before and
-        # after each block tells inserted rows (it grows) from edited ones.
-        shift = 0
-        for n, (tag, i1, i2, j1, j2) in enumerate(ops):
-            if tag == "equal":
-                shift = new_rows[j2 - 1] - old_rows[i2 - 1]
-                continue
-            after = shift
-            for later in ops[n + 1 :]:
-                if later[0] == "equal":
-                    after = new_rows[later[3]] - old_rows[later[1]]
-                    break
-            yield from self._block(old_rows[i1:i2], new_rows[j1:j2], shift, after)
+        aligned = _layout(old_rows, new_rows, self._anchors(old_rows, new_rows))
+        if not aligned.inserted and not aligned.deleted:
+            yield from self._render(_Layout())
+            return
+        # Keep the first lines of the aligned rendering: usually that is all
+        # of it, and it need not be computed twice.
+        rendering = self._render(aligned)
+        kept = list(itertools.islice(rendering, KEEP_LINES))
+        budget = len(kept) + sum(1 for _ in rendering)
+        plain = sum(1 for _ in itertools.islice(self._render(_Layout()), budget))
+        if plain < budget:
+            yield from self._render(_Layout())
+        elif budget == len(kept):
+            yield from kept
+        else:
+            yield from self._render(aligned)
 
-    def _align(
-        self, old_rows: list[int], new_rows: list[int]
-    ) -> list[tuple[str, int, int, int, int]]:
-        """Opcodes (as SequenceMatcher's) aligning the non-empty rows.
+    def _anchors(self, old_rows: list[int], new_rows: list[int]) -> Iterator[tuple[int, int]]:
+        """Pairs (old row, new row) of rows with the same content.
 
-        Rows that are identical at the start and the end are matched first:
+        Rows that are identical at the start and the end are paired first:
         typical edits touch few rows of a big sheet, and computing signatures
         (formula normalisation) for every row is what costs.
         """
@@ -581,48 +702,57 @@ class _SheetDiff:
             tail += 1
         o_mid = old_rows[head : len(old_rows) - tail]
         n_mid = new_rows[head : len(new_rows) - tail]
-        matcher = SequenceMatcher(
-            None,
-            [_signature(r, self.old[r]) for r in o_mid],
-            [_signature(r, self.new[r]) for r in n_mid],
-            autojunk=False,
+        for r in o_mid:
+            self.old_sig[r] = _signature(r, self.old[r])
+        for r in n_mid:
+            self.new_sig[r] = _signature(r, self.new[r])
+        ops = _opcodes([self.old_sig[r] for r in o_mid], [self.new_sig[r] for r in n_mid])
+        yield from zip(old_rows[:head], new_rows[:head], strict=True)
+        for tag, i1, i2, j1, j2 in ops:
+            if tag == "equal":
+                yield from zip(o_mid[i1:i2], n_mid[j1:j2], strict=True)
+        yield from zip(
+            old_rows[len(old_rows) - tail :], new_rows[len(new_rows) - tail :], strict=True
         )
-        ops: list[tuple[str, int, int, int, int]] = []
-        if head:
-            ops.append(("equal", 0, head, 0, head))
-        for tag, i1, i2, j1, j2 in matcher.get_opcodes():
-            ops.append((tag, i1 + head, i2 + head, j1 + head, j2 + head))
-        if tail:
-            ops.append(
-                ("equal", len(old_rows) - tail, len(old_rows), len(new_rows) - tail, len(new_rows))
-            )
-        return ops
 
-    def _block(
-        self, old_rows: list[int], new_rows: list[int], before: int, after: int
-    ) -> Iterator[str]:
-        free = set(new_rows)
-        pairs: list[tuple[int, int]] = []
-        lone_old: list[int] = []
-        for r in old_rows:
-            for s in dict.fromkeys((before, after)):
-                if r + s in free:
-                    free.discard(r + s)
-                    pairs.append((r, r + s))
-                    break
+    def _render(self, layout: _Layout) -> Iterator[str]:
+        # One entry per new row position (and per deleted block), in row order.
+        at: dict[int, int] = {}  # new row -> old row shown there
+        for o in self.old:
+            p = layout.position(o)
+            if p is not None:
+                at[p] = o
+        inserted = {r for first, last in layout.inserted for r in range(first, last + 1)}
+        # (position, order at that position, kind, row, last row of a block)
+        events: list[tuple[int, int, str, int, int]] = []
+        for first, last in layout.deleted:
+            events.append((first + layout.shift_at(first), 0, "deleted", first, last))
+        for first, last in layout.inserted:
+            events.append((first, 1, "inserted", first, last))
+        for p in at.keys() | self.new.keys():
+            if p in inserted:
+                continue
+            kind = "cleared" if p not in self.new else "filled" if p not in at else "changed"
+            events.append((p, 2, kind, p, p))
+        events.sort()
+
+        run_kind = ""
+        run: list[int] = []
+        for _, _, kind, row, last in events:
+            if run and (kind != run_kind or row != run[-1] + 1):
+                yield from self._run(run_kind, run, at)
+                run = []
+            if kind in ("cleared", "filled"):
+                run_kind = kind
+                run.append(row)
+            elif kind == "changed":
+                yield from self._row_changes(at[row], row)
+            elif kind == "deleted":
+                yield from self._block(row, last, deleted=True)
             else:
-                lone_old.append(r)
-        lone_new = [r for r in new_rows if r in free]
-
-        for first, last in _runs(lone_old):
-            yield from self._removed_run(first, last, shifting=after < before, shifted=before != 0)
-        items: list[tuple[int, int, list[str]]] = []
-        for ro, rn in pairs:
-            items.append((rn, 0, list(self._row_changes(ro, rn))))
-        for first, last in _runs(lone_new):
-            items.append((first, 1, list(self._added_run(first, last, shifting=after > before))))
-        for _, _, lines in sorted(items, key=lambda item: (item[0], item[1])):
-            yield from lines
+                yield from self._block(row, last, deleted=False)
+        if run:
+            yield from self._run(run_kind, run, at)
 
     def _addr(self, col: int, row: int) -> str:
         return f"{self.ref}!{_col_letters(col)}{row}"
@@ -630,6 +760,11 @@ class _SheetDiff:
     def _row_changes(self, ro: int, rn: int) -> Iterator[str]:
         old = self.old[ro]
         new = self.new[rn]
+        if ro == rn and old == new:
+            return
+        sig = self.old_sig.get(ro)
+        if sig is not None and sig == self.new_sig.get(rn):
+            return
         for col in sorted(old.keys() | new.keys()):
             raw_a, raw_b = old.get(col), new.get(col)
             if raw_a == raw_b and ro == rn:
@@ -643,45 +778,50 @@ class _SheetDiff:
                 addr += f" (was {_col_letters(col)}{ro})"
             yield _change(addr, a, b)
 
-    def _run_cells(
-        self, rows: dict[int, Row], first: int, last: int
-    ) -> list[tuple[int, int, Cell]]:
-        return [
-            (r, col, _cell(raw))
-            for r in range(first, last + 1)
-            for col, raw in sorted(rows.get(r, {}).items())
-        ]
+    def _cells(self, rows: dict[int, Row], which: Iterable[int]) -> list[tuple[int, int, Cell]]:
+        return [(r, col, _cell(raw)) for r in which for col, raw in sorted(rows.get(r, {}).items())]
 
-    def _added_run(self, first: int, last: int, *, shifting: bool) -> Iterator[str]:
-        cells = self._run_cells(self.new, first, last)
-        n = last - first + 1
-        listed = len(cells) <= LIST_CELLS
-        span = f"rows {first}-{last}" if n > 1 else f"row {first}"
-        if shifting:
-            more = "" if listed else f", {_plural(len(cells), 'cell')} not listed"
-            yield f"{self.ref}: {_plural(n, 'row')} inserted at row {first} ({span}){more}"
-        elif not listed:
-            yield f"{self.ref}: {span}: {_plural(len(cells), 'cell')} added, not listed"
-        if listed:
+    def _run(self, kind: str, positions: list[int], at: dict[int, int]) -> Iterator[str]:
+        """Rows that only one side has content in, at unchanged positions."""
+        first, last = positions[0], positions[-1]
+        span = f"rows {first}-{last}" if last > first else f"row {first}"
+        if kind == "filled":
+            cells = self._cells(self.new, positions)
+            if len(cells) > LIST_CELLS:
+                yield f"{self.ref}: {span}: {_plural(len(cells), 'cell')} added, not listed"
+                return
             for r, col, cell in cells:
                 yield _change(self._addr(col, r), None, cell)
-
-    def _removed_run(
-        self, first: int, last: int, *, shifting: bool, shifted: bool
-    ) -> Iterator[str]:
-        cells = self._run_cells(self.old, first, last)
-        n = last - first + 1
-        listed = len(cells) <= LIST_CELLS
-        span = f"old rows {first}-{last}" if n > 1 else f"old row {first}"
-        if shifting:
-            more = "" if listed else f", {_plural(len(cells), 'cell')} not listed"
-            yield f"{self.ref}: {_plural(n, 'row')} deleted at row {first} ({span}){more}"
-        elif not listed:
+            return
+        moved_to = {at[p]: p for p in positions}
+        cells = self._cells(self.old, moved_to)
+        if len(cells) > LIST_CELLS:
             yield f"{self.ref}: {span}: {_plural(len(cells), 'cell')} removed, not listed"
+            return
+        for r, col, cell in cells:
+            p = moved_to[r]
+            addr = self._addr(col, p) + (f" (was {_col_letters(col)}{r})" if p != r else "")
+            yield _change(addr, cell, None)
+
+    def _block(self, first: int, last: int, *, deleted: bool) -> Iterator[str]:
+        """A structural insertion or deletion: one summary line, then its cells
+        if there are few."""
+        n = last - first + 1
+        cells = self._cells(self.old if deleted else self.new, range(first, last + 1))
+        listed = len(cells) <= LIST_CELLS
+        more = "" if listed or not cells else f", {_plural(len(cells), 'cell')} not listed"
+        if deleted:
+            span = f"old rows {first}-{last}" if n > 1 else f"old row {first}"
+            yield f"{self.ref}: {_plural(n, 'row')} deleted at row {first} ({span}){more}"
+        else:
+            span = f"rows {first}-{last}" if n > 1 else f"row {first}"
+            yield f"{self.ref}: {_plural(n, 'row')} inserted at row {first} ({span}){more}"
         if listed:
-            mark = " (old)" if shifting or shifted else ""
             for r, col, cell in cells:
-                yield _change(self._addr(col, r) + mark, cell, None)
+                if deleted:
+                    yield _change(self._addr(col, r) + " (old)", cell, None)
+                else:
+                    yield _change(self._addr(col, r), None, cell)
 
 
 def _whole_sheet(sign: str, name: str, text: str) -> Iterator[str]:

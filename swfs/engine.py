@@ -11,9 +11,10 @@ store the outcome from a thread: no LMDB transaction is ever held across an
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import math
-import time
+import os
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
@@ -23,9 +24,9 @@ from typing import Any
 import trio
 
 from . import review as review_mod
-from .api import Freshness, RelPath, ReviewEntry
+from .api import Access, Freshness, RelPath, ReviewEntry
 from .parsework import ParsePool
-from .workspace import Config, Workspace
+from .workspace import Config, Workspace, WorkspaceError
 
 log = logging.getLogger(__name__)
 
@@ -139,9 +140,61 @@ class Engine(Workspace):
                 return review_mod.file_diff(self, e).encode("utf-8", "surrogateescape")
         return None
 
+    def review_access(self) -> Access:
+        root = self.access(RelPath("")) or Access(0, 0, 0o700)
+        ok = {"owner": True, "group": True, "other": True}
+        seen: dict[str, Access | None] = {}
+
+        def narrow(rel: str, need: int) -> None:
+            """``need``: 0o4 to read a file, 0o1 to pass through a directory."""
+            if rel not in seen:
+                seen[rel] = self.access(RelPath(rel))
+            acc = seen[rel]
+            if acc is None:  # gone with no record (a deleted directory): owner only
+                ok.update(group=False, other=False)
+                return
+            if acc.mode & need:
+                return  # anyone may
+            ok["other"] = False
+            ok["group"] = ok["group"] and acc.gid == root.gid and bool(acc.mode & (need << 3))
+            ok["owner"] = ok["owner"] and acc.uid == root.uid and bool(acc.mode & (need << 6))
+
+        for e in review_mod.changes(self):
+            for rel in (e.rel, e.old_rel):
+                if rel is None:
+                    continue
+                narrow(rel, 0o4)
+                parts = rel.split("/")[:-1]
+                for depth in range(1, len(parts) + 1):
+                    narrow("/".join(parts[:depth]), 0o1)
+        bits = (0o400 if ok["owner"] else 0) | (0o040 if ok["group"] else 0)
+        bits |= 0o004 if ok["other"] else 0
+        return Access(root.uid, root.gid, root.mode & bits)
+
     # -- background work
     async def run_background(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-        await self._run(task_status=task_status, drain=False)
+        with self._daemon_lock():
+            await self._run(task_status=task_status, drain=False)
+
+    @contextmanager
+    def _daemon_lock(self) -> Iterator[None]:
+        """One daemon per store: a second mount of the same workspace would
+        record every change twice and fight over the control socket."""
+        path = self.store_dir / "daemon.lock"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                other = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+                raise WorkspaceError(
+                    f"{self.src}: already served by another swfs daemon (pid {other})"
+                ) from None
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            yield
+        finally:
+            os.close(fd)
 
     async def drain(self, progress: Callable[[int, int], None] | None = None) -> None:
         """Scan, then parse everything that needs it, then return (``swfs index``)."""
@@ -248,10 +301,19 @@ class Engine(Workspace):
 
     async def wait_all_current(self, limit: float) -> bool:
         """True once nothing is pending or stale (``swfs sync``)."""
-        deadline = time.monotonic() + limit
-        while time.monotonic() < deadline:
-            counts = await trio.to_thread.run_sync(self.counts)
-            if counts["pending"] == 0 and counts["stale"] == 0:
-                return True
-            await trio.sleep(0.05)
+        with trio.move_on_after(limit):
+            while True:
+                queue = self.queue
+                if queue is not None and not queue.idle():
+                    await trio.sleep(0.05)
+                    continue
+                counts = await trio.to_thread.run_sync(self.counts)
+                if counts["pending"] == 0 and counts["stale"] == 0:
+                    return True
+                # Stale or pending but not queued (changed behind our back
+                # since the last scan): queue them and wait again.
+                for rel in await trio.to_thread.run_sync(self.needs_parse):
+                    if queue is not None:
+                        queue.submit(rel)
+                await trio.sleep(0.2)
         return False

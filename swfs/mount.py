@@ -5,13 +5,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+from contextlib import AbstractContextManager
 from pathlib import Path
+
+from mountd.launch import MountError
 
 from .workspace import STORE_NAME, Config
 
-
-class MountError(Exception):
-    """Mounting failed; the message names the mount point and the cause."""
+__all__ = ["MountError", "mount_workspace", "unmount_workspace"]
 
 
 def mount_workspace(args: argparse.Namespace, config: Config) -> int:
@@ -38,8 +39,8 @@ def mount_workspace(args: argparse.Namespace, config: Config) -> int:
         debug=args.debug,
     )
 
-    def factory() -> Engine:
-        return Engine.open(src, store, config=config)  # type: ignore[return-value]
+    def factory() -> AbstractContextManager[Engine]:
+        return Engine.open(src, store, config=config)
 
     store.mkdir(mode=0o700, parents=True, exist_ok=True)
     log_file = None if args.foreground else store / "daemon.log"

@@ -86,7 +86,7 @@ def parse_job(abs_path: str, rel: str, options: ParseOptions) -> ParseOutcome:
         parser = registry.select(info)
         if parser is None:
             return ParseOutcome(UNSUPPORTED, hash=h)
-        key = parser.key()
+        key = parser.cache_key(info)
         error: str | None = None
         try:
             _, units = registry.parse(f"/proc/self/fd/{fd}", info, options)

@@ -8,8 +8,11 @@ Layout of a store directory (``SRC/.swfs/`` by default)::
     control.sock   the running daemon's control socket
 
 Sub-databases, keys and values (all values are compact UTF-8 JSON unless
-noted; paths are workspace-relative, '/'-separated, encoded with
-``os.fsencode`` so that non-UTF-8 names round-trip):
+noted).  Paths are workspace-relative, '/'-separated, encoded with
+``os.fsencode`` so that non-UTF-8 names round-trip.  A path key longer than
+400 bytes (LMDB allows 511) is stored as a NUL byte plus the path's blake3
+digest, and its value then carries the path (``"path"`` in a file record;
+``{"path": ..., "versions": [...]}`` instead of a bare version list).
 
 ``meta``
     ``format_version`` -> int.  ``baseline`` -> manifest (see below).
@@ -65,11 +68,21 @@ class StoreError(Exception):
     """The store is unusable (wrong format, corrupt, locked)."""
 
 
-def pkey(rel: str) -> bytes:
-    return os.fsencode(rel)
-
-
 Raw = bytes | memoryview  # what lmdb hands back
+_MAX_PLAIN_KEY = 400  # LMDB keys are at most 511 bytes; paths may be 4095
+
+
+def pkey(rel: str) -> bytes:
+    """The key of a path: the path itself, or for a long (or empty) one a NUL
+    byte plus its blake3 digest; the value then also carries the path."""
+    raw = os.fsencode(rel)
+    if 0 < len(raw) <= _MAX_PLAIN_KEY:
+        return raw
+    return b"\0" + blake3.blake3(raw).digest()
+
+
+def is_hashed_key(key: Raw) -> bool:
+    return bytes(key[:1]) == b"\0"
 
 
 def pdecode(key: Raw) -> str:
@@ -255,14 +268,21 @@ class Store:
     def iter_files(self, txn: lmdb.Transaction) -> Iterator[tuple[str, FileRecord]]:
         cur = txn.cursor(db=self.dbs["files"])
         for key, raw in cur:
-            yield pdecode(key), FileRecord.decode(raw)
+            if is_hashed_key(key):
+                yield loads(raw)["path"], FileRecord.decode(raw)
+            else:
+                yield pdecode(key), FileRecord.decode(raw)
 
     def all_files(self) -> dict[str, FileRecord]:
         with self.read() as txn:
             return dict(self.iter_files(txn))
 
     def put_file(self, txn: lmdb.Transaction, rel: str, rec: FileRecord) -> None:
-        txn.put(pkey(rel), rec.encode(), db=self.dbs["files"])
+        key = pkey(rel)
+        value = rec.encode()
+        if is_hashed_key(key):
+            value = dumps({**loads(value), "path": rel})
+        txn.put(key, value, db=self.dbs["files"])
 
     def delete_file(self, txn: lmdb.Transaction, rel: str) -> None:
         txn.delete(pkey(rel), db=self.dbs["files"])
@@ -295,17 +315,26 @@ class Store:
                 raw = t.get(pkey(rel), db=self.dbs["versions"])
         else:
             raw = txn.get(pkey(rel), db=self.dbs["versions"])
-        return [] if raw is None else list(loads(raw))
+        if raw is None:
+            return []
+        value = loads(raw)
+        return list(value["versions"] if isinstance(value, dict) else value)
 
     def put_versions(self, txn: lmdb.Transaction, rel: str, versions: list[list[Any]]) -> None:
+        key = pkey(rel)
         if versions:
-            txn.put(pkey(rel), dumps(versions), db=self.dbs["versions"])
+            value: Any = {"path": rel, "versions": versions} if is_hashed_key(key) else versions
+            txn.put(key, dumps(value), db=self.dbs["versions"])
         else:
-            txn.delete(pkey(rel), db=self.dbs["versions"])
+            txn.delete(key, db=self.dbs["versions"])
 
     def iter_versions(self, txn: lmdb.Transaction) -> Iterator[tuple[str, list[list[Any]]]]:
         for key, raw in txn.cursor(db=self.dbs["versions"]):
-            yield pdecode(key), loads(raw)
+            value = loads(raw)
+            if isinstance(value, dict):
+                yield value["path"], value["versions"]
+            else:
+                yield pdecode(key), value
 
     # -- journal
     def append_journal(self, txn: lmdb.Transaction, event: str, **fields: Any) -> None:

@@ -180,7 +180,7 @@ class Workspace:
             name=rel, extension=os.path.splitext(rel)[1].lower(), size=st.st_size, head=head
         )
         parser = registry.select(info)
-        return st, h, parser.key() if parser else None
+        return st, h, parser.cache_key(info) if parser else None
 
     # ----------------------------------------------------------------- scanning
     def walk(self) -> Iterator[tuple[str, os.stat_result]]:
@@ -433,9 +433,16 @@ class Workspace:
         if state is None or state.hash is None:
             return
         rec = self.store.get_file(rel)
-        if rec is None or not self._keeps_bytes(rel, rec.size) or self.blobs.has(rec.hash):
+        if rec is None or not self._keeps_bytes(rel, rec.size):
             return
         path = Path(self.abspath(rel))
+        if self.blobs.has(rec.hash):
+            if link or not self._shares_inode(rec.hash, path):
+                return
+            # An unlink or rename that was to follow preserve_inode() failed,
+            # and the file is about to be written in place: its inode must not
+            # stay the blob's, or the write would change history.
+            self.blobs.remove(rec.hash)
         for _attempt in range(3):
             try:
                 if link:
@@ -457,6 +464,13 @@ class Workspace:
             except FileNotFoundError:
                 return
         log.warning("%s: could not preserve a stable version (file keeps changing)", rel)
+
+    def _shares_inode(self, h: str, path: Path) -> bool:
+        try:
+            a, b = os.stat(self.blobs.path(h)), os.lstat(path)
+        except OSError:
+            return False
+        return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
     # ------------------------------------------------------- writes via mount
     def record_write(self, rel: RelPath) -> FileState | None:
@@ -681,7 +695,11 @@ class Workspace:
 
     # ------------------------------------------------------------- baseline
     def _baseline_manifest(self) -> dict[str, list[Any]]:
-        gen = self.generation()
+        # Keyed by the baseline's own generation: decoding the manifest of a
+        # large tree after every write would cost more than the write.
+        with self.store.read() as txn:
+            raw = txn.get(b"baseline_gen", db=self.store.dbs["meta"])
+        gen = int(bytes(raw or b"0"))
         if self._review_cache is not None and self._review_cache[0] == gen:
             return self._review_cache[1]
         manifest = self.store.get_meta("baseline") or {}
@@ -700,6 +718,8 @@ class Workspace:
 
             txn.put(b"baseline", dumps(manifest), db=meta)
             txn.put(b"baseline_at", dumps(time.time()), db=meta)
+            gen = int(bytes(txn.get(b"baseline_gen", db=meta) or b"0"))
+            txn.put(b"baseline_gen", str(gen + 1).encode(), db=meta)
             self.store.append_journal(txn, "baseline", files=len(manifest))
             self._bump(txn)
         for rel in manifest:

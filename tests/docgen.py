@@ -54,7 +54,7 @@ def encrypted_pdf(directory: pathlib.Path) -> pathlib.Path:
     path = directory / "secret.pdf"
     doc.save(
         str(path),
-        encryption=pymupdf.PDF_ENCRYPT_AES_256,
+        encryption=pymupdf.PDF_ENCRYPT_AES_256,  # type: ignore[attr-defined]
         user_pw="user-secret",
         owner_pw="owner-secret",
     )
@@ -171,15 +171,67 @@ def _sheet(rows_xml: str, tail: str = "") -> str:
     )
 
 
-def _write_docx(path: pathlib.Path, body_xml: str) -> None:
+_MC = "http://schemas.openxmlformats.org/markup-compatibility/2006"
+
+
+def _write_docx(path: pathlib.Path, body_xml: str, *, styles_xml: str | None = None) -> None:
     document = (
-        f'<?xml version="1.0" encoding="UTF-8"?><w:document xmlns:w="{_WML}">'
+        f'<?xml version="1.0" encoding="UTF-8"?><w:document xmlns:w="{_WML}" xmlns:mc="{_MC}">'
         f"<w:body>{body_xml}</w:body></w:document>"
     )
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
         z.writestr("[Content_Types].xml", _content_types({"word/document.xml": _DOCX_MAIN}))
         z.writestr("_rels/.rels", _rels([(_OFFICE_DOC, "word/document.xml")]))
         z.writestr("word/document.xml", document)
+        if styles_xml is not None:
+            z.writestr(
+                "word/_rels/document.xml.rels", _rels([(_DOC_REL + "/styles", "styles.xml")])
+            )
+            z.writestr(
+                "word/styles.xml",
+                f'<?xml version="1.0" encoding="UTF-8"?><w:styles xmlns:w="{_WML}">'
+                f"{styles_xml}</w:styles>",
+            )
+
+
+def _p(text: str, style: str | None = None, extra_props: str = "") -> str:
+    props = f'<w:pStyle w:val="{style}"/>' if style else ""
+    return f"<w:p><w:pPr>{props}{extra_props}</w:pPr><w:r><w:t>{text}</w:t></w:r></w:p>"
+
+
+def rich_docx(directory: pathlib.Path) -> pathlib.Path:
+    """Localised heading styles, lists, tracked changes, alternate content, nested tables."""
+    styles = (
+        '<w:style w:type="paragraph" w:styleId="berschrift1"><w:name w:val="heading 1"/></w:style>'
+        '<w:style w:type="paragraph" w:styleId="berschrift2"><w:name w:val="heading 2"/></w:style>'
+        '<w:style w:type="paragraph" w:styleId="Body"><w:name w:val="Body Text"/></w:style>'
+    )
+    item = '<w:numPr><w:ilvl w:val="{0}"/><w:numId w:val="1"/></w:numPr>'
+    nested = (
+        "<w:tbl><w:tr><w:tc><w:p><w:r><w:t>inner-a</w:t></w:r></w:p></w:tc>"
+        "<w:tc><w:p><w:r><w:t>inner-b</w:t></w:r></w:p></w:tc></w:tr></w:tbl>"
+    )
+    body = (
+        _p("Bericht", "berschrift1")
+        + _p("Kapitel", "berschrift2")
+        + _p("Plain body text.", "Body")
+        + _p("first item", extra_props=item.format(0))
+        + _p("sub item", extra_props=item.format(1))
+        + "<w:p><w:r><w:t>kept </w:t></w:r><w:del><w:r><w:delText>REMOVED</w:delText></w:r>"
+        "</w:del><w:ins><w:r><w:t>inserted</w:t></w:r></w:ins></w:p>"
+        '<w:p><w:r><w:t xml:space="preserve">col1</w:t><w:tab/><w:t>col2</w:t></w:r></w:p>'
+        '<w:p><w:r><mc:AlternateContent><mc:Choice Requires="wps"><w:t>boxed once</w:t>'
+        "</mc:Choice><mc:Fallback><w:t>boxed once</w:t></mc:Fallback></mc:AlternateContent>"
+        "</w:r></w:p>"
+        "<w:sdt><w:sdtContent>" + _p("inside a content control") + "</w:sdtContent></w:sdt>"
+        "<w:tbl><w:tr><w:tc><w:p><w:r><w:t>Key</w:t></w:r></w:p></w:tc>"
+        "<w:tc><w:p><w:r><w:t>Value</w:t></w:r></w:p></w:tc></w:tr>"
+        "<w:tr><w:tc><w:p><w:r><w:t>pipe | here</w:t></w:r></w:p></w:tc>"
+        f"<w:tc>{nested}</w:tc></w:tr></w:tbl>"
+    )
+    path = directory / "rich.docx"
+    _write_docx(path, body, styles_xml=styles)
+    return path
 
 
 def _replace_member(path: pathlib.Path, member: str, data: bytes | str) -> None:
@@ -265,6 +317,74 @@ def epub_file(directory: pathlib.Path, *, chapter_doctype: str = "") -> pathlib.
     return path
 
 
+def formula_kinds_xlsx(directory: pathlib.Path) -> pathlib.Path:
+    """Shared and array formulas, error, boolean and string results, as Excel writes them."""
+    rows = (
+        '<row r="1"><c r="A1"><v>1</v></c><c r="B1"><v>10</v></c>'
+        '<c r="C1"><f t="shared" ref="C1:C3" si="0">A1*2</f><v>2</v></c>'
+        '<c r="D1"><f t="array" ref="D1">SUM(A1:A3*B1:B3)</f><v>140</v></c>'
+        '<c r="E1" t="e"><f>1/0</f><v>#DIV/0!</v></c></row>'
+        '<row r="2"><c r="A2"><v>2</v></c><c r="B2"><v>20</v></c>'
+        '<c r="C2"><f t="shared" si="0"/><v>4</v></c>'
+        '<c r="E2" t="b"><f>A2&gt;1</f><v>1</v></c></row>'
+        '<row r="3"><c r="A3"><v>3</v></c><c r="B3"><v>30</v></c>'
+        '<c r="C3"><f t="shared" si="0"/><v>6</v></c>'
+        '<c r="E3" t="str"><f>"x"&amp;A3</f><v>x3</v></c>'
+        '<c r="F3" t="inlineStr"><is><t>inline text</t></is></c></row>'
+    )
+    path = directory / "formulas.xlsx"
+    _write_xlsx(path, _sheet(rows))
+    return path
+
+
+def layout_pptx(directory: pathlib.Path) -> pathlib.Path:
+    """Shapes added out of reading order, a group, a line break, and a chart-free slide."""
+    from pptx import Presentation
+    from pptx.util import Inches
+
+    deck = Presentation()
+    slide = deck.slides.add_slide(deck.slide_layouts[5])  # title only
+    slide.shapes.title.text = "Layout test"
+    low = slide.shapes.add_textbox(Inches(1), Inches(6), Inches(4), Inches(1))
+    low.text_frame.text = "bottom box"
+    high = slide.shapes.add_textbox(Inches(1), Inches(2), Inches(4), Inches(1))
+    high.text_frame.text = "top box"
+    right = slide.shapes.add_textbox(Inches(6), Inches(2), Inches(3), Inches(1))
+    right.text_frame.text = "top right box"
+    group = slide.shapes.add_group_shape()
+    inner = group.shapes.add_textbox(Inches(1), Inches(4), Inches(4), Inches(1))
+    paragraph = inner.text_frame.paragraphs[0]
+    paragraph.add_run().text = "grouped"
+    paragraph.add_line_break()
+    paragraph.add_run().text = "second line"
+    deck.slides.add_slide(deck.slide_layouts[6])  # blank
+    path = directory / "layout.pptx"
+    deck.save(str(path))
+    return path
+
+
+def media_heavy_pptx(directory: pathlib.Path, mib: int = 32) -> pathlib.Path:
+    """The sample-like deck with an incompressible ``mib`` MiB video linked from slide 1."""
+    from pptx import Presentation
+
+    deck = Presentation()
+    slide = deck.slides.add_slide(deck.slide_layouts[1])
+    slide.shapes.title.text = "Product demo"
+    slide.placeholders[1].text = "Watch the recording"
+    path = directory / "demo.pptx"
+    deck.save(str(path))
+    rels_member = "ppt/slides/_rels/slide1.xml.rels"
+    with zipfile.ZipFile(path) as z:
+        rels = z.read(rels_member).decode()
+    video_rel = f'<Relationship Id="rId99" Type="{_DOC_REL}/video" Target="../media/video1.bin"/>'
+    _replace_member(
+        path, rels_member, rels.replace("</Relationships>", video_rel + "</Relationships>")
+    )
+    with zipfile.ZipFile(path, "a") as z:
+        z.writestr("ppt/media/video1.bin", random.Random(1).randbytes(mib * 1024 * 1024))
+    return path
+
+
 # -- hostile containers ---------------------------------------------------------------------
 
 
@@ -288,6 +408,87 @@ def ole_named(directory: pathlib.Path, name: str) -> pathlib.Path:
     path = directory / name
     path.write_bytes(OLE_MAGIC + bytes(4096 - len(OLE_MAGIC)))
     return path
+
+
+_FREESECT, _ENDOFCHAIN, _FATSECT, _NOSTREAM = 0xFFFFFFFF, 0xFFFFFFFE, 0xFFFFFFFD, 0xFFFFFFFF
+
+
+def ole_file(directory: pathlib.Path, name: str, streams: dict[str, bytes]) -> pathlib.Path:
+    """A minimal OLE compound file (CFB v3) holding ``streams`` at the root.
+
+    Streams are padded to 4096 bytes so that none lives in the mini stream;
+    one FAT sector and one directory sector: up to 3 streams, ~60 KB.
+    """
+    assert len(streams) <= 3
+    sector = 512
+    data_sectors: list[bytes] = []
+    entries = [_ole_entry("Root Entry", 5, _ENDOFCHAIN, 0, child=1 if streams else _NOSTREAM)]
+    fat = [_FATSECT, _ENDOFCHAIN]
+    for index, (stream_name, payload) in enumerate(streams.items(), start=1):
+        padded = payload.ljust(max(4096, len(payload)), b"\0")
+        padded = padded.ljust(-(-len(padded) // sector) * sector, b"\0")
+        first = 2 + len(data_sectors)
+        count = len(padded) // sector
+        data_sectors += [padded[i * sector : (i + 1) * sector] for i in range(count)]
+        fat += [first + i + 1 for i in range(count - 1)] + [_ENDOFCHAIN]
+        right = index + 1 if index < len(streams) else _NOSTREAM
+        entries.append(_ole_entry(stream_name, 2, first, len(padded), right=right))
+    assert len(fat) <= sector // 4
+    header = bytearray(sector)
+    header[0:8] = OLE_MAGIC
+    struct.pack_into("<HHHHH", header, 24, 0x3E, 3, 0xFFFE, 9, 6)
+    struct.pack_into("<IIII", header, 44, 1, 1, 0, 4096)
+    struct.pack_into("<IIII", header, 60, _ENDOFCHAIN, 0, _ENDOFCHAIN, 0)
+    struct.pack_into("<I", header, 76, 0)
+    for slot in range(1, 109):
+        struct.pack_into("<I", header, 76 + 4 * slot, _FREESECT)
+    fat_sector = struct.pack(f"<{sector // 4}I", *(fat + [_FREESECT] * (sector // 4 - len(fat))))
+    table = b"".join(entries) + _ole_entry("", 0, 0, 0) * (4 - len(entries))
+    path = directory / name
+    path.write_bytes(bytes(header) + fat_sector + table + b"".join(data_sectors))
+    return path
+
+
+def _ole_entry(
+    name: str, kind: int, start: int, size: int, *, right: int = _NOSTREAM, child: int = _NOSTREAM
+) -> bytes:
+    entry = bytearray(128)
+    encoded = name.encode("utf-16-le")
+    entry[0 : len(encoded)] = encoded
+    struct.pack_into("<HBB", entry, 64, len(encoded) + 2 if name else 0, kind, 1)
+    struct.pack_into("<III", entry, 68, _NOSTREAM, right if kind else _NOSTREAM, child)
+    struct.pack_into("<IQ", entry, 116, start, size)
+    return bytes(entry)
+
+
+def word_fib(*, encrypted: bool) -> bytes:
+    """The start of a Word binary FIB: wIdent, nFib, ..., flags with fEncrypted (bit 8)."""
+    flags = 0x0100 if encrypted else 0
+    return struct.pack("<HHHHHH", 0xA5EC, 0x00C1, 0, 0x0409, 0, flags)
+
+
+def biff_stream(*, encrypted: bool) -> bytes:
+    """A BIFF8 workbook stream start: BOF, then FILEPASS when encrypted, then EOF."""
+    records = struct.pack("<HH", 0x0809, 16) + bytes(16)
+    if encrypted:
+        records += struct.pack("<HH", 0x002F, 6) + bytes(6)
+    return records + struct.pack("<HH", 0x000A, 0)
+
+
+def outlook_msg(directory: pathlib.Path, subject: str, sender: str, body: str) -> pathlib.Path:
+    """An Outlook .msg with Unicode subject, sender and body property streams."""
+
+    def prop(text: str) -> bytes:
+        data = text.encode("utf-16-le")
+        space = " ".encode("utf-16-le")
+        return data + space * ((4096 - len(data)) // 2)  # padding a reader strips
+
+    streams = {
+        "__substg1.0_0037001F": prop(subject),
+        "__substg1.0_0C1F001F": prop(sender),
+        "__substg1.0_1000001F": prop(body),
+    }
+    return ole_file(directory, "mail.msg", streams)
 
 
 BILLION_LAUGHS = (
@@ -333,19 +534,38 @@ def declared_size_bomb(
     """
     path = directory / name
     _write_docx(path, "<w:p><w:r><w:t>hello</w:t></w:r></w:p>")
+    _patch_declared_size(path, "word/document.xml", declared)
+    return path
+
+
+def understated_size_xlsx(directory: pathlib.Path, mib: int = 64) -> pathlib.Path:
+    """A sheet part that inflates to ``mib`` MiB but declares only its first KiB.
+
+    The guard sees a harmless size; the defence is that zipfile never returns
+    more than the declared size (and then fails the CRC check).
+    """
+    path = directory / "liar.xlsx"
+    sheet = _sheet('<row r="1"><c r="A1"><v>1</v></c></row>').encode()
+    _write_xlsx(path, sheet)
+    _replace_member(path, "xl/worksheets/sheet1.xml", sheet + b" " * (mib * 1024 * 1024))
+    _patch_declared_size(path, "xl/worksheets/sheet1.xml", 1024)
+    return path
+
+
+def _patch_declared_size(path: pathlib.Path, member: str, size: int) -> None:
+    """Overwrite ``member``'s uncompressed size in its local and central headers."""
     data = bytearray(path.read_bytes())
     with zipfile.ZipFile(io.BytesIO(bytes(data))) as z:
-        target = z.getinfo("word/document.xml")
-    struct.pack_into("<I", data, target.header_offset + 22, declared)
+        target = z.getinfo(member)
+    struct.pack_into("<I", data, target.header_offset + 22, size)
     central = data.find(b"PK\x01\x02")
     while central != -1:
         name_len = struct.unpack_from("<H", data, central + 28)[0]
-        if data[central + 46 : central + 46 + name_len] == b"word/document.xml":
-            struct.pack_into("<I", data, central + 24, declared)
+        if data[central + 46 : central + 46 + name_len] == member.encode():
+            struct.pack_into("<I", data, central + 24, size)
             break
         central = data.find(b"PK\x01\x02", central + 4)
     path.write_bytes(bytes(data))
-    return path
 
 
 def deep_docx(directory: pathlib.Path, depth: int = 2000) -> pathlib.Path:
@@ -414,7 +634,8 @@ def million_cell_xlsx(directory: pathlib.Path, rows: int = 100_000, cols: int = 
                 z.writestr(name, content)
         with z.open("xl/worksheets/sheet1.xml", "w") as sheet:
             prolog = f'<?xml version="1.0" encoding="UTF-8"?><worksheet xmlns="{_SML}">'
-            sheet.write(prolog.encode() + b"<sheetData>")
+            dimension = f'<dimension ref="A1:{letters[cols - 1]}{rows}"/>'
+            sheet.write((prolog + dimension).encode() + b"<sheetData>")
             for r in range(1, rows + 1):
                 cells = [f'<c r="A{r}" t="inlineStr"><is><t>row {r}</t></is></c>']
                 cells += [

@@ -62,6 +62,19 @@ class BuggyParser(_Evil):
         raise KeyError("a parser bug")
 
 
+class SlowParser(_Evil):
+    """A correct text parser that takes two seconds: makes staleness observable."""
+
+    id = "slow-text"
+    ext = ".slow"
+
+    def parse(self, path: str, info: FileInfo, options: ParseOptions) -> list[Unit]:
+        time.sleep(2)
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return [Unit("content.txt", f.read(), "content")]
+
+
 SPEC = ",".join(
-    f"tests.evilparsers:{c.__name__}" for c in (CrashParser, HangParser, HogParser, BuggyParser)
+    f"tests.evilparsers:{c.__name__}"
+    for c in (CrashParser, HangParser, HogParser, BuggyParser, SlowParser)
 )

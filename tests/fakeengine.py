@@ -215,7 +215,18 @@ class FakeEngine:
         for rel in list(self._files):
             if rel == old or rel.startswith(prefix):
                 moved = new + rel[len(old) :]
-                self._files[moved] = self._files.pop(rel)
+                rec = self._files.pop(rel)
+                target = self._files.get(moved)
+                if target is not None and rec.versions:
+                    # A save by rename: one more version of the target.
+                    v = rec.versions[-1]
+                    if v.hash != target.hash:
+                        n = len(target.versions) + 1
+                        target.versions.append(
+                            Version(n, v.hash, v.recorded_at, Cause.WRITE, v.available, v.size)
+                        )
+                    rec = target
+                self._files[moved] = rec
                 self._remember_access(moved)
                 self._notify(rel)
                 self._notify(moved)
@@ -302,6 +313,11 @@ class FakeEngine:
 
     def review_all_diff(self) -> bytes:
         return b"".join(self.review_diff(e.rel) or b"" for e in self.review())
+
+    def review_access(self) -> Access:
+        root = self.access(RelPath(""))
+        assert root is not None
+        return root
 
     def review_diff(self, rel: RelPath) -> bytes | None:
         b = self._baseline.get(rel)

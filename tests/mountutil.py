@@ -170,9 +170,9 @@ def _engine_factory(
     src: Path, calls: Path | None, real: bool, crash_after: float | None
 ) -> AbstractContextManager[EngineAPI]:
     if real:
-        from swfs.engine import Engine  # type: ignore[import-not-found,unused-ignore]
+        from swfs.engine import Engine
 
-        return Engine.open(src)  # type: ignore[no-any-return,unused-ignore]
+        return Engine.open(src)
     from tests.fakeengine import FakeEngine
 
     return FakeEngine.open(src, calls=calls, crash_after=crash_after)

@@ -6,7 +6,7 @@ import errno
 import os
 import stat
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import blake3
@@ -81,6 +81,46 @@ def test_copy_fd_copies_everything(tmp_path: Path) -> None:
     assert (tmp_path / "dst").read_bytes() == data
 
 
+def _refuse(err: int) -> Callable[..., int]:
+    def call(*_args: object) -> int:
+        raise OSError(err, os.strerror(err))
+
+    return call
+
+
+@pytest.mark.parametrize("fallbacks", [["copy_file_range"], ["copy_file_range", "sendfile"]])
+def test_copy_fd_fallbacks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fallbacks: list[str]
+) -> None:
+    for name in fallbacks:
+        monkeypatch.setattr(
+            os, name, _refuse(errno.EXDEV if name == "copy_file_range" else errno.EINVAL)
+        )
+    data = os.urandom(fsutil.CHUNK + 5)
+    (tmp_path / "src").write_bytes(data)
+    src = os.open(tmp_path / "src", os.O_RDONLY)
+    dst = os.open(tmp_path / "dst", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        assert fsutil.copy_fd(src, dst) == len(data)
+    finally:
+        os.close(src)
+        os.close(dst)
+    assert (tmp_path / "dst").read_bytes() == data
+
+
+def test_copy_fd_raises_real_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "copy_file_range", _refuse(errno.EIO))
+    (tmp_path / "src").write_bytes(b"x")
+    src = os.open(tmp_path / "src", os.O_RDONLY)
+    dst = os.open(tmp_path / "dst", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        with pytest.raises(OSError, match="Input/output error"):
+            fsutil.copy_fd(src, dst)
+    finally:
+        os.close(src)
+        os.close(dst)
+
+
 def test_reflink_answers_or_declines(tmp_path: Path) -> None:
     (tmp_path / "src").write_bytes(b"x" * 8192)
     src = os.open(tmp_path / "src", os.O_RDONLY)
@@ -130,6 +170,18 @@ def test_blob_is_not_rewritten(store: BlobStore) -> None:
     ino = store.path(h).stat().st_ino
     store.put_bytes(b"payload")
     assert store.path(h).stat().st_ino == ino
+
+
+def test_concurrent_store_keeps_first_blob(
+    store: BlobStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Another writer stored the same bytes between our check and our commit.
+    h = store.put_bytes(b"payload")
+    ino = store.path(h).stat().st_ino
+    monkeypatch.setattr(store, "has", lambda _h: False)
+    assert store.put_bytes(b"payload") == h
+    assert store.path(h).stat().st_ino == ino
+    assert temps(store) == []
 
 
 def test_bad_hash_names_are_refused(store: BlobStore) -> None:
@@ -235,6 +287,18 @@ def test_link_in_mismatch_keeps_nothing(store: BlobStore, tmp_path: Path) -> Non
     assert f.stat().st_nlink == 1
     assert list(store.iter_hashes()) == []
     assert temps(store) == []
+
+
+def test_link_in_copy_path_checks_existing_blob(store: BlobStore, tmp_path: Path) -> None:
+    recorded = store.put_bytes(b"recorded")
+    f = tmp_path / "doc.txt"
+    f.write_bytes(b"changed behind our back")
+    os.link(f, tmp_path / "second-name.txt")  # forces the copy path
+    with pytest.raises(HashMismatch, match="doc.txt"):
+        store.link_in(f, expected=recorded)
+    f.write_bytes(b"recorded")
+    assert store.link_in(f, expected=recorded) == recorded
+    assert list(store.iter_hashes()) == [recorded]
 
 
 def test_link_in_existing_blob_dedups(store: BlobStore, tmp_path: Path) -> None:

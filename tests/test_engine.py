@@ -206,3 +206,61 @@ def test_journal_records_transitions(engine: Engine, src: Path) -> None:
     events = [ev["ev"] for _, ev in engine.store.iter_journal()]
     for ev in ("add", "scan", "baseline", "parse", "write", "unlink"):
         assert ev in events
+
+
+def test_failed_rename_after_preserve_inode_never_lets_a_write_change_history(
+    engine: Engine, src: Path
+) -> None:
+    rel = RelPath("notes.md")
+    mode = os.stat(src / rel).st_mode
+    engine.preserve_inode(rel)  # ... and then the rename over it fails
+    assert os.stat(src / rel).st_mode == mode  # the user's file is untouched
+    engine.preserve(rel)  # before an in-place write
+    with open(src / rel, "a") as f:
+        f.write("appended\n")
+    engine.record_write(rel)
+    old = engine.version_file(rel, 1)
+    assert old is not None
+    assert Path(old).read_text() == "# Notes\nthe quick brown fox\n"
+
+
+def test_long_paths_round_trip(tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    deep = root
+    for i in range(6):
+        deep = deep / (f"{i}" + "d" * 100)
+    deep.mkdir(parents=True)
+    (deep / "file.txt").write_text("deep text\n")
+    with Engine.open(root) as eng:
+        trio.run(eng.drain)
+        rel = RelPath((deep / "file.txt").relative_to(root).as_posix())
+        assert len(rel.encode()) > 511
+        assert rel in list(eng.parsed_paths())
+        view = eng.parsed_view(rel)
+        assert view is not None
+        assert view.freshness == Freshness.CURRENT
+        assert [v.number for v in eng.versions(rel)] == [1]
+        assert RelPath(rel) in list(eng.versioned_paths())
+
+
+def test_ignored_and_oversized_files_keep_hashes_but_no_bytes(tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / ".swfsignore").write_text("scratch/\n*.log\n")
+    (root / "scratch").mkdir()
+    (root / "scratch" / "tmp.txt").write_text("scratch\n")
+    (root / "run.log").write_text("log line\n")
+    (root / "big.txt").write_text("x" * 5000)
+    (root / "kept.txt").write_text("kept\n")
+    config = Config(max_preserve_bytes=4096, rescan_interval=0)
+    with Engine.open(root, config=config) as eng:
+        eng.scan()
+        for name in ("scratch/tmp.txt", "run.log", "big.txt", "kept.txt"):
+            eng.preserve(RelPath(name))
+            (root / name).write_text("changed\n")
+            eng.record_write(RelPath(name))
+        for name in ("scratch/tmp.txt", "run.log", "big.txt"):
+            versions = eng.versions(RelPath(name))
+            assert len(versions) == 2, name  # the hash history is kept...
+            assert not versions[0].available, name  # ...but not the bytes
+        assert eng.versions(RelPath("kept.txt"))[0].available

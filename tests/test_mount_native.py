@@ -9,6 +9,7 @@ import os
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -337,6 +338,18 @@ def test_changes_behind_the_mount_are_seen(mount_tree: MountFactory) -> None:
     (m.src / "a.txt").write_text("a much longer text than before\n")
     assert (m.mnt / "a.txt").read_text() == "a much longer text than before\n"
     assert ["check_file", "a.txt"] in m.calls("check_file")
+
+
+def test_deleted_behind_the_mount_disappears(mount_tree: MountFactory) -> None:
+    m = mount_tree({"a.txt": "a"})
+    assert (m.mnt / "a.txt").exists()
+    (m.src / "a.txt").unlink()
+    assert "a.txt" not in os.listdir(m.mnt)
+    assert errno_of((m.mnt / "a.txt").read_bytes) == errno.ENOENT
+    deadline = time.monotonic() + 5
+    while (m.mnt / "a.txt").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not (m.mnt / "a.txt").exists()
 
 
 def test_python_tools_on_the_mount(mount_tree: MountFactory) -> None:

@@ -83,6 +83,15 @@ def test_pending_view_waits_and_stale_view_is_marked(mount_tree: MountFactory) -
     assert ["wait_view", "stale.txt"] not in m.calls("wait_view")
 
 
+def test_listing_parsed_does_not_wait_for_each_view(mount_tree: MountFactory) -> None:
+    m = mount_tree({"pending.txt": "fresh\n", "b.txt": "b\n"})
+    assert sorted(os.listdir(m.mnt / ".parsed")) == ["b.txt", "pending.txt"]
+    subprocess.run(["ls", "-l", str(m.mnt / ".parsed")], check=True, capture_output=True)
+    assert m.calls("wait_view") == []
+    assert os.listdir(m.mnt / ".parsed/pending.txt") == ["content.txt"]
+    assert m.calls("wait_view") == [["wait_view", "pending.txt"]]
+
+
 def test_stale_wait_policy(mount_tree: MountFactory) -> None:
     m = mount_tree({"stale.txt": "new\n"}, args=["--stale", "wait"])
     text = (m.mnt / ".parsed/stale.txt/content.txt").read_text()
@@ -94,11 +103,13 @@ def test_parsed_view_follows_writes(mount_tree: MountFactory) -> None:
     m = mount_tree({"a.txt": "one\n"})
     unit = m.mnt / ".parsed/a.txt/content.txt"
     assert unit.read_text().endswith("one\n")
+    before = unit.stat().st_mtime_ns
     with open(m.mnt / "a.txt", "a") as f:
         f.write("two and more\n")
     text = unit.read_text()
     assert text.endswith("one\ntwo and more\n")
     assert unit.stat().st_size == len(text.encode())
+    assert unit.stat().st_mtime_ns > before
 
 
 def test_review_tree(mount_tree: MountFactory) -> None:
@@ -194,6 +205,11 @@ def test_engine_faults_answer_eio_and_the_daemon_survives(mount_tree: MountFacto
     assert (m.mnt / "ok.txt").read_text() == "fine\n"
     assert m.proc.poll() is None
     assert "fake engine fault on boom.txt" in m.log()
+    # A failed record does not fail the writer's close(): the bytes are on disk.
+    with open(m.mnt / "boom.txt", "a") as f:
+        f.write("more\n")
+    assert (m.src / "boom.txt").read_bytes() == b"x\nmore\n"
+    assert "record_write('boom.txt') failed" in m.log()
 
 
 def test_preserve_failure_fails_the_write(mount_tree: MountFactory) -> None:

@@ -55,6 +55,8 @@ def test_parsers_sorted_by_priority_with_unique_keys() -> None:
     [
         ("a.pdf", b"%PDF-1.7\n", "pdf"),
         ("no-extension", b"junk\n%PDF-1.4\n", "pdf"),
+        ("drawing.ai", b"%PDF-1.5\n", "pdf"),
+        ("notes.md", b"The header is %PDF-1.4, see\n", "text"),
         ("a.XLSX", b"PK\x03\x04", "xlsx"),
         ("a.xlsm", b"PK\x03\x04", "xlsx"),
         ("a.docx", b"PK\x03\x04", "docx"),
@@ -245,6 +247,68 @@ def test_sheet_names_quoting_order_and_escapes(tmp_path: pathlib.Path) -> None:
     assert units[2].text == "data_2024.v1!C3 = -7\n"
 
 
+FORMULA_KINDS = [
+    "Sheet1!A1 = 1",
+    "Sheet1!B1 = 10",
+    "Sheet1!C1 = =A1*2 -> 2",
+    "Sheet1!D1 = =SUM(A1:A3*B1:B3) -> 140",
+    "Sheet1!E1 = =1/0 -> #DIV/0!",
+    "Sheet1!A2 = 2",
+    "Sheet1!B2 = 20",
+    "Sheet1!C2 = =A2*2 -> 4",
+    "Sheet1!E2 = =A2>1 -> TRUE",
+    "Sheet1!A3 = 3",
+    "Sheet1!B3 = 30",
+    "Sheet1!C3 = =A3*2 -> 6",
+    'Sheet1!E3 = ="x"&A3 -> x3',
+    "Sheet1!F3 = inline text",
+]
+
+
+def test_formula_kinds(tmp_path: pathlib.Path) -> None:
+    _, units = parse(docgen.formula_kinds_xlsx(tmp_path))
+    assert units[0].text.splitlines() == FORMULA_KINDS
+
+
+@pytest.fixture
+def lockstep(monkeypatch: pytest.MonkeyPatch) -> None:
+    from parsers.xlsx import XlsxParser
+
+    monkeypatch.setattr(XlsxParser, "lockstep", True)
+
+
+@pytest.mark.usefixtures("lockstep")
+def test_lockstep_fallback_matches(workspace: pathlib.Path, tmp_path: pathlib.Path) -> None:
+    """The two-pass public-API path gives the same lines as the one-pass fast path."""
+    _, units = parse(docgen.formula_kinds_xlsx(tmp_path))
+    assert units[0].text.splitlines() == FORMULA_KINDS
+    _, units = parse(workspace / "budget.xlsx")
+    assert "Sheet1!C12 = =B12*2 -> 2400" in units[0].text.splitlines()
+    assert "Summary!B1 = =SUM(Sheet1!B2:B12) -> 13290" in units[1].text.splitlines()
+
+
+def test_chart_sheet_gives_an_empty_unit(tmp_path: pathlib.Path) -> None:
+    import openpyxl
+    from openpyxl.chart import BarChart, Reference
+
+    wb = openpyxl.Workbook()
+    data = wb.active
+    assert data is not None
+    data.title = "Data"
+    for row in ([1], [2], [3]):
+        data.append(row)
+    chart = BarChart()
+    chart.add_data(Reference(data, min_col=1, min_row=1, max_row=3))
+    wb.create_chartsheet("Chart").add_chart(chart)
+    path = tmp_path / "chart.xlsx"
+    wb.save(path)
+    _, units = parse(path)
+    assert [(u.name, u.text) for u in units] == [
+        ("sheet-Data.md", "Data!A1 = 1\nData!A2 = 2\nData!A3 = 3\n"),
+        ("sheet-Chart.md", ""),
+    ]
+
+
 @pytest.mark.parametrize(
     ("value", "text"),
     [
@@ -297,6 +361,22 @@ def test_docx_memo(workspace: pathlib.Path) -> None:
     assert text.index("| Owner |") < text.index("| --- |") < text.index("| Dana |")
 
 
+def test_docx_structure(tmp_path: pathlib.Path) -> None:
+    _, units = parse(docgen.rich_docx(tmp_path))
+    assert units[0].text.split("\n\n") == [
+        "# Bericht",
+        "## Kapitel",
+        "Plain body text.",
+        "- first item",
+        "  - sub item",
+        "kept inserted",
+        "col1\tcol2",
+        "boxed once",
+        "inside a content control",
+        "| Key | Value |\n| --- | --- |\n| pipe \\| here | inner-a inner-b |\n",
+    ]
+
+
 def test_pptx_pitch(workspace: pathlib.Path) -> None:
     kind, units = parse(workspace / "deck" / "pitch.pptx")
     assert kind == "pptx"
@@ -311,6 +391,32 @@ def test_pptx_pitch(workspace: pathlib.Path) -> None:
     assert "## Notes" in units[2].text
     assert "| 2024 | 1.2M |" in units[2].text
     assert "## Notes" not in units[1].text
+
+
+def test_pptx_reading_order(tmp_path: pathlib.Path) -> None:
+    _, units = parse(docgen.layout_pptx(tmp_path))
+    assert units[0].text.split("\n\n") == [
+        "# Layout test",
+        "top box",
+        "top right box",
+        "grouped\nsecond line",
+        "bottom box\n",
+    ]
+    assert units[1] == Unit("slide-002.md", "", "slide=2")
+
+
+def test_pptx_media_is_not_loaded(tmp_path: pathlib.Path) -> None:
+    import tracemalloc
+
+    path = docgen.media_heavy_pptx(tmp_path, mib=32)
+    tracemalloc.start()
+    try:
+        _, units = parse(path)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert "Watch the recording" in units[0].text
+    assert peak < 8 * 1024 * 1024
 
 
 def test_pptx_max_slides(workspace: pathlib.Path) -> None:
@@ -345,6 +451,18 @@ def test_epub(tmp_path: pathlib.Path) -> None:
     assert "Owls hunt at dusk." in units[0].text
 
 
+def test_outlook_msg(tmp_path: pathlib.Path) -> None:
+    path = docgen.outlook_msg(
+        tmp_path, "Renewal terms", "dana@example.com", "The renewal discount is 12 percent."
+    )
+    kind, units = parse(path)
+    assert kind == "msg"
+    assert [(u.name, u.locator) for u in units] == [("document.md", "document")]
+    assert "**Subject:** Renewal terms" in units[0].text
+    assert "**From:** dana@example.com" in units[0].text
+    assert "The renewal discount is 12 percent." in units[0].text
+
+
 # -- plain text ----------------------------------------------------------------------------
 
 
@@ -376,6 +494,13 @@ def test_text_decoding(tmp_path: pathlib.Path) -> None:
     sniffed = tmp_path / "LICENSE"
     sniffed.write_text("MIT License\n", encoding="utf-8")
     assert parse(sniffed) == ("text-sniff", [Unit("content.txt", "MIT License\n", "content")])
+
+
+def test_fifo_is_not_waited_on(tmp_path: pathlib.Path) -> None:
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    with pytest.raises(ParseFailed, match="not a regular file"):
+        parse(fifo)
 
 
 def test_text_limit(tmp_path: pathlib.Path) -> None:

@@ -91,6 +91,15 @@ def test_empty_and_garbage_pdf(tmp_path: pathlib.Path) -> None:
     assert str(failure(garbage)).startswith("broken PDF")
 
 
+def test_mupdf_stays_quiet(tmp_path: pathlib.Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """MuPDF reports to stderr from C by default; a worker's output must stay clean."""
+    for path in (docgen.truncated_pdf(tmp_path), docgen.cyclic_pdf(tmp_path)):
+        attempt(path)
+    for seed in range(5):
+        attempt(docgen.fuzzed_pdf(tmp_path, seed))
+    assert capfd.readouterr() == ("", "")
+
+
 @pytest.mark.parametrize("seed", range(20))
 def test_fuzzed_pdf_fails_cleanly_or_parses(tmp_path: pathlib.Path, seed: int) -> None:
     path = docgen.fuzzed_pdf(tmp_path, seed)
@@ -128,6 +137,37 @@ def test_plain_legacy_office_is_unsupported(tmp_path: pathlib.Path, name: str) -
         parse(docgen.ole_named(tmp_path, name))
 
 
+@pytest.mark.parametrize(
+    ("name", "streams"),
+    [
+        ("locked.doc", {"WordDocument": docgen.word_fib(encrypted=True)}),
+        ("locked.xls", {"Workbook": docgen.biff_stream(encrypted=True)}),
+        ("locked.ppt", {"PowerPoint Document": b"x", "EncryptedSummary": b"y"}),
+        ("agile.doc", {"EncryptionInfo": b"\x04\x00\x04\x00", "EncryptedPackage": b"z"}),
+    ],
+)
+def test_encrypted_legacy_office(
+    tmp_path: pathlib.Path, name: str, streams: dict[str, bytes]
+) -> None:
+    exc = failure(docgen.ole_file(tmp_path, name, streams))
+    assert isinstance(exc, EncryptedDocument)
+
+
+@pytest.mark.parametrize(
+    ("name", "streams"),
+    [
+        ("plain.doc", {"WordDocument": docgen.word_fib(encrypted=False)}),
+        ("plain.xls", {"Workbook": docgen.biff_stream(encrypted=False)}),
+        ("plain.ppt", {"PowerPoint Document": b"x"}),
+    ],
+)
+def test_plain_legacy_office_file(
+    tmp_path: pathlib.Path, name: str, streams: dict[str, bytes]
+) -> None:
+    with pytest.raises(UnsupportedFormat, match="is not parsed"):
+        parse(docgen.ole_file(tmp_path, name, streams))
+
+
 def test_entity_bomb(tmp_path: pathlib.Path, no_decompression: list[str]) -> None:
     exc = failure(docgen.entity_bomb_xlsx(tmp_path))
     assert "xl/sharedStrings.xml" in str(exc)
@@ -153,6 +193,40 @@ def test_declared_size_bomb(tmp_path: pathlib.Path, no_decompression: list[str])
     exc = failure(docgen.declared_size_bomb(tmp_path))
     assert str(exc).startswith("zip bomb: declared uncompressed size exceeds")
     assert no_decompression == []
+
+
+def test_understated_size_reads_no_more_than_declared(tmp_path: pathlib.Path) -> None:
+    exc = failure(docgen.understated_size_xlsx(tmp_path))
+    assert "Bad CRC-32" in str(exc)
+
+
+@pytest.mark.parametrize(
+    ("name", "reason"),
+    [
+        ("hollow.xlsx", "unreadable spreadsheet: KeyError"),
+        ("hollow.docx", "not a Word document: no word/document.xml"),
+        ("hollow.pptx", "not a presentation: no presentation part"),
+    ],
+)
+def test_zip_without_the_parts(tmp_path: pathlib.Path, name: str, reason: str) -> None:
+    path = tmp_path / name
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("readme.txt", "a zip, but not an Office document")
+    assert str(failure(path)).startswith(reason)
+
+
+def test_zip_level_encryption(tmp_path: pathlib.Path) -> None:
+    path = docgen.simple_xlsx(tmp_path, [["secret"]])
+    data = bytearray(path.read_bytes())
+    with zipfile.ZipFile(path) as z:
+        first = z.infolist()[0]
+    data[first.header_offset + 6] |= 0x1  # local header flag bits
+    central = data.find(b"PK\x01\x02")
+    data[central + 8] |= 0x1  # central directory flag bits
+    path.write_bytes(bytes(data))
+    exc = failure(path)
+    assert isinstance(exc, EncryptedDocument)
+    assert str(exc).startswith("encrypted zip container")
 
 
 def test_guard_limits_are_options(tmp_path: pathlib.Path) -> None:

@@ -1,0 +1,60 @@
+"""Reading parts of an OOXML package (OPC): XML parts and their relationships.
+
+Used after ``zipguard.check_container``, which has refused any XML part with a
+DOCTYPE, so the standard library's (C) ElementTree parser is safe here.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import zipfile
+from xml.etree import ElementTree
+from xml.etree.ElementTree import Element
+
+PKG_REL = "{http://schemas.openxmlformats.org/package/2006/relationships}"
+REL_NS = "{http://schemas.openxmlformats.org/officeDocument/2006/relationships}"
+
+
+def read_xml(archive: zipfile.ZipFile, member: str) -> Element | None:
+    """The parsed part, or None when the package has no such part."""
+    try:
+        data = archive.read(member)
+    except KeyError:
+        return None
+    return ElementTree.fromstring(data)
+
+
+def rels_member(part: str) -> str:
+    """``ppt/slides/slide1.xml`` -> ``ppt/slides/_rels/slide1.xml.rels``."""
+    folder, name = posixpath.split(part)
+    return posixpath.join(folder, "_rels", name + ".rels")
+
+
+def relationships(archive: zipfile.ZipFile, part: str) -> dict[str, tuple[str, str]]:
+    """rId -> (type, package member) for the internal relationships of ``part``.
+
+    ``part`` is '' for the package's own relationships (``_rels/.rels``).
+    """
+    root = read_xml(archive, rels_member(part) if part else "_rels/.rels")
+    if root is None:
+        return {}
+    base = posixpath.dirname(part)
+    found = {}
+    for rel in root.iter(PKG_REL + "Relationship"):
+        if rel.get("TargetMode") == "External":
+            continue
+        target = rel.get("Target", "")
+        if target.startswith("/"):
+            member = target.lstrip("/")
+        else:
+            member = posixpath.normpath(posixpath.join(base, target))
+        found[rel.get("Id", "")] = (rel.get("Type", ""), member)
+    return found
+
+
+def target_of_type(archive: zipfile.ZipFile, part: str, suffix: str) -> str | None:
+    """The first relationship target of ``part`` whose type ends with ``suffix``."""
+    for kind, member in relationships(archive, part).values():
+        if kind.endswith(suffix):
+            return member
+    return None

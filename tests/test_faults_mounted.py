@@ -1,0 +1,386 @@
+"""Faults on a real mount: the daemon killed mid-burst, the store's filesystem
+full, many agents at once, and parse workers that crash, hang or exhaust memory.
+
+Worker processes are this module run as a script (``python -m
+tests.test_faults_mounted writer|agent ...``): each appends what it has
+closed to a journal outside the mount, which the test checks afterwards.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import errno
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from tests.mountutil import lazy_unmount, mounted_swfs, workdir
+from tests.realmount import (
+    REPO,
+    RealMount,
+    descendants,
+    needs_fuse,
+    report_count,
+    start_mount,
+    swfs,
+    vm_rss_kib,
+    workspace,
+)
+
+pytestmark = [pytest.mark.mount, needs_fuse]
+
+RSS_CAP_KIB = 500 * 1024
+
+
+def blake3_hex(data: bytes) -> str:
+    from blake3 import blake3
+
+    return blake3(data).hexdigest()
+
+
+# -- worker processes ----------------------------------------------------------------------
+
+
+def _journal(journal_path: str, /, **entry: object) -> None:
+    with open(journal_path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(entry) + "\n")
+        f.flush()
+
+
+def writer(mnt: str, journal: str, wid: int, seconds: float) -> None:
+    """New files, rewrites of one file, and slow re-parses, until the mount goes."""
+    rng = random.Random(wid)
+    deadline = time.monotonic() + seconds
+    k = 0
+    try:
+        while time.monotonic() < deadline:
+            k += 1
+            data = f"writer {wid} file {k}\n".encode() + rng.randbytes(rng.randrange(1, 20000))
+            name = f"w{wid}-{k:04d}.txt"
+            with open(os.path.join(mnt, name), "wb") as f:
+                f.write(data)
+            _journal(journal, op="new", path=name, hash=blake3_hex(data))
+            shared = f"shared-{wid}.slow" if k % 3 else f"shared-{wid}.csv"
+            data = f"rev,{k}\n".encode() * rng.randrange(1, 200)
+            _journal(journal, op="begin", path=shared, hash=blake3_hex(data))
+            with open(os.path.join(mnt, shared), "wb") as f:
+                f.write(data)
+            _journal(journal, op="done", path=shared, hash=blake3_hex(data))
+    except OSError as exc:  # the daemon was killed: ENOTCONN and friends
+        _journal(journal, op="stopped", errno=exc.errno)
+
+
+def agent(mnt: str, journal: str, wid: int, seconds: float) -> None:
+    """An agent at work: writes, editor-style saves, reads of every synthetic tree."""
+    rng = random.Random(1000 + wid)
+    deadline = time.monotonic() + seconds
+    k = 0
+    while time.monotonic() < deadline:
+        k += 1
+        name = f"agent{wid}/doc-{k % 4}.txt"
+        data = f"agent {wid} edit {k}\n".encode() * rng.randrange(1, 50)
+        target = os.path.join(mnt, name)
+        if k % 3 == 0:  # save by writing a temp file and renaming it over
+            tmp = os.path.join(mnt, f"agent{wid}/.doc-{k % 4}.txt.tmp")
+            with open(tmp, "wb") as f:
+                f.write(data)
+            os.replace(tmp, target)
+        else:
+            with open(target, "wb") as f:
+                f.write(data)
+        _journal(journal, op="closed", path=name, hash=blake3_hex(data))
+        if k % 5 == 0:
+            os.rename(target, os.path.join(mnt, f"agent{wid}/moved-{k}.txt"))
+            _journal(journal, op="moved", path=name, to=f"agent{wid}/moved-{k}.txt")
+        unit = os.path.join(mnt, ".parsed", name, "content.txt")
+        with contextlib.suppress(FileNotFoundError), open(unit, "rb") as f:
+            f.read()
+        with open(os.path.join(mnt, ".review", "SUMMARY.md"), "rb") as f:
+            f.read()
+        vdir = os.path.join(mnt, ".versions", name)
+        with contextlib.suppress(FileNotFoundError):
+            for v in os.listdir(vdir)[-3:]:
+                with open(os.path.join(vdir, v), "rb") as f:
+                    f.read()
+    _journal(journal, op="finished", ops=k)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("role", choices=("writer", "agent"))
+    p.add_argument("mnt")
+    p.add_argument("journal")
+    p.add_argument("wid", type=int)
+    p.add_argument("seconds", type=float)
+    a = p.parse_args()
+    (writer if a.role == "writer" else agent)(a.mnt, a.journal, a.wid, a.seconds)
+
+
+def spawn(
+    role: str, m: RealMount, journal: Path, wid: int, seconds: float
+) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.test_faults_mounted", role, str(m.mnt), str(journal)]
+        + [str(wid), str(seconds)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def read_journal(path: Path) -> list[dict[str, object]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+# -- kill -9 during a burst ----------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_kill_9_during_a_burst_of_writes_and_reparses(request: pytest.FixtureRequest) -> None:
+    with workspace() as m:
+        journals = [m.root / f"journal-{i}.jsonl" for i in range(4)]
+        procs = [spawn("writer", m, j, i, 30) for i, j in enumerate(journals)]
+        try:
+            time.sleep(4)  # writes and re-parses in full swing
+            # Every version the daemon shows now must survive the kill.
+            recorded: dict[tuple[str, str], str] = {}
+            for i in range(4):
+                for name in (f"shared-{i}.slow", f"shared-{i}.csv", f"w{i}-0001.txt"):
+                    vdir = m.mnt / ".versions" / name
+                    with contextlib.suppress(FileNotFoundError):
+                        for v in os.listdir(vdir):
+                            recorded[(name, v)] = os.getxattr(vdir / v, "user.sw.hash").decode()
+            os.kill(m.proc.pid, signal.SIGKILL)
+            m.proc.wait(10)
+            lazy_unmount(m.mnt)
+        finally:
+            for proc in procs:
+                try:
+                    proc.wait(30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(10)
+        assert recorded, "no versions recorded before the kill"
+        entries = [e for j in journals for e in read_journal(j)]
+        closed = [e for e in entries if e["op"] in ("new", "done")]
+        assert len(closed) > 20
+        # Native files: whatever was written and closed is there, byte for byte.
+        last: dict[str, dict[str, object]] = {}
+        for e in entries:
+            if e["op"] in ("new", "begin", "done"):
+                last[str(e["path"])] = e
+        for e in closed:
+            path = str(e["path"])
+            if e["op"] == "new" or last[path]["op"] == "done":
+                got = blake3_hex((m.src / path).read_bytes())
+                if e["op"] == "new" or e is last[path]:
+                    assert got == e["hash"], f"{path}: closed content lost"
+        # Remount the same store: check is clean, old versions readable and right.
+        m2 = start_mount(m.src, m.mnt)
+        try:
+            swfs("sync", m.mnt, timeout=120)
+            swfs("check", m.mnt)
+            for (name, v), want in recorded.items():
+                entry = m.mnt / ".versions" / name / v
+                assert os.getxattr(entry, "user.sw.hash").decode() == want, entry
+                assert blake3_hex(entry.read_bytes()) == want, entry
+            report_count(request.config, "kill -9: versions verified after remount", len(recorded))
+            report_count(request.config, "kill -9: closed writes verified", len(closed))
+        finally:
+            m2.stop()
+
+
+# -- the store on a full filesystem ------------------------------------------------------
+
+
+@pytest.mark.timeout(120)
+def test_store_on_a_full_filesystem_fails_writes_loudly(request: pytest.FixtureRequest) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    root = workdir()
+    src, mnt, store = root / "src", root / "mnt", root / "store"
+    for d in (src, mnt, store):
+        d.mkdir()
+    original = random.Random(5).randbytes(6 * 1024 * 1024)
+    (src / "big.bin").write_bytes(original)
+    (src / "small.txt").write_text("small\n")
+    proc = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=4m,mode=0700", "tmpfs", str(store)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        shutil.rmtree(root, ignore_errors=True)
+        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
+    m: RealMount | None = None
+    try:
+        m = start_mount(src, mnt, "--store", str(store))
+        swfs("sync", mnt)
+        failed_with = 0
+        try:
+            with open(mnt / "big.bin", "r+b") as f:
+                f.seek(1024)
+                f.write(b"overwritten in place" * 1000)
+        except OSError as exc:
+            failed_with = exc.errno or -1
+        assert m.alive(), m.log()[-2000:]
+        outcome = errno.errorcode.get(failed_with, "write succeeded") if failed_with else "ok"
+        report_count(request.config, f"full store: in-place overwrite -> {outcome}", 1)
+        if failed_with:
+            assert failed_with == errno.ENOSPC, errno.errorcode.get(failed_with)
+            # Nothing was overwritten that history could not keep.
+            assert (src / "big.bin").read_bytes() == original
+        else:
+            # The write went through: then the old bytes must be kept somewhere.
+            hashes = [
+                os.getxattr(v, "user.sw.hash").decode()
+                for v in (mnt / ".versions" / "big.bin").iterdir()
+            ]
+            want = blake3_hex(original)
+            assert want in hashes
+            kept = next(v for v in (mnt / ".versions" / "big.bin").iterdir() if want in str(v))
+            assert blake3_hex(kept.read_bytes()) == want
+        # The mount still answers, small writes still work, the store checks clean.
+        assert (mnt / "small.txt").read_text() == "small\n"
+        (mnt / "other.txt").write_text("still writable\n")
+        assert os.listdir(mnt / ".versions")
+        swfs("check", mnt)
+    finally:
+        if m is not None:
+            m.stop()
+        lazy_unmount(mnt)
+        subprocess.run(["umount", "-l", str(store)], capture_output=True, check=False)
+        if not mounted_swfs(mnt):
+            shutil.rmtree(root, ignore_errors=True)
+
+
+# -- many agents at once -------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_many_agents_at_once(request: pytest.FixtureRequest) -> None:
+    seconds = float(os.environ.get("SWFS_AGENT_SECONDS", "30"))
+    n = 5
+    with workspace() as m:
+        for i in range(n):
+            (m.mnt / f"agent{i}").mkdir()
+        rss_before = vm_rss_kib(m.proc.pid)
+        journals = [m.root / f"agent-{i}.jsonl" for i in range(n)]
+        procs = [spawn("agent", m, j, i, seconds) for i, j in enumerate(journals)]
+        failures = []
+        for i, proc in enumerate(procs):
+            try:
+                _, err = proc.communicate(timeout=seconds + 60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                _, err = proc.communicate()
+                failures.append(f"agent {i} hung (deadlock?): {err[-1000:]}")
+                continue
+            if proc.returncode != 0:
+                failures.append(f"agent {i} exit {proc.returncode}: {err[-1500:]}")
+        assert failures == [], "\n".join(failures)
+        assert m.alive()
+        swfs("sync", m.mnt, timeout=120)
+        rss_after = vm_rss_kib(m.proc.pid)
+        # Every hash an agent closed is a version of the file it was closed under.
+        entries = [e for j in journals for e in read_journal(j)]
+        closed = [e for e in entries if e["op"] == "closed"]
+        by_path: dict[str, set[str]] = {}
+        aliases: dict[str, set[str]] = {}  # a path and every name it was renamed to
+        for e in closed:
+            by_path.setdefault(str(e["path"]), set()).add(str(e["hash"]))
+        for e in entries:
+            if e["op"] == "moved":
+                aliases.setdefault(str(e["path"]), set()).add(str(e["to"]))
+
+        def versions_of(path: str) -> set[str]:
+            proc = swfs("versions", m.mnt, path, "--json", check=False)
+            if proc.returncode != 0:
+                assert "no recorded versions" in proc.stderr, proc.stderr
+                return set()
+            return {json.loads(line)["hash"] for line in proc.stdout.splitlines() if line}
+
+        def kept_under(alias: str) -> set[str]:  # cheaper than the CLI for the many aliases
+            vdir = m.mnt / ".versions" / alias
+            return {os.getxattr(vdir / v, "user.sw.hash").decode() for v in os.listdir(vdir)}
+
+        with ThreadPoolExecutor(4) as pool:
+            cli = dict(zip(by_path, pool.map(versions_of, by_path), strict=True))
+        lost = []
+        for path, hashes in by_path.items():
+            known = set(cli[path])
+            for alias in aliases.get(path, ()):
+                known |= kept_under(alias)
+            lost += [f"{path}: {h[:16]}" for h in hashes - known]
+        assert lost == [], f"{len(lost)} closed versions missing: {lost[:10]}"
+        swfs("check", m.mnt)
+        ops = sum(int(e["ops"]) for e in entries if e["op"] == "finished")
+        report_count(request.config, "many agents: agent iterations", ops)
+        report_count(request.config, "many agents: closed writes verified", len(closed))
+        report_count(request.config, "many agents: daemon VmRSS after (KiB)", rss_after)
+        assert rss_before < RSS_CAP_KIB
+        assert rss_after < RSS_CAP_KIB, f"daemon VmRSS {rss_after} KiB"
+
+
+# -- parse workers that crash, hang or exhaust memory ---------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_bad_parse_workers_fail_only_their_file() -> None:
+    evil = {
+        "boom.crash": "segfaults",
+        "stuck.hang": "never returns",
+        "greedy.hog": "allocates without bound",
+        "buggy.bug": "raises KeyError",
+    }
+
+    def populate(src: Path) -> None:
+        for name in evil:
+            (src / name).write_text(f"{name}\n")
+        for i in range(6):
+            (src / f"good-{i}.txt").write_text(f"good file {i}\n")
+
+    extra = ("--parse-timeout", "5", "--parse-memory", "1024", "--workers", "2")
+    with workspace(extra, populate=populate, sync=False) as m:
+        swfs("sync", m.mnt, timeout=150)
+        assert m.alive(), m.log()[-3000:]
+        for name in evil:
+            assert os.getxattr(m.mnt / name, "user.sw.freshness") == b"failed", name
+            error = m.mnt / ".parsed" / name / "error.md"
+            text = error.read_text()
+            assert text.strip(), name
+            assert os.getxattr(error, "user.sw.freshness") == b"failed"
+        for i in range(6):
+            good = m.mnt / f"good-{i}.txt"
+            assert os.getxattr(good, "user.sw.freshness") == b"current"
+            unit = (m.mnt / ".parsed" / f"good-{i}.txt" / "content.txt").read_text()
+            assert f"good file {i}" in unit
+        # The daemon goes on: new work parses, workers' memory is bounded.
+        (m.mnt / "after.txt").write_text("parsed after the storm\n")
+        swfs("sync", m.mnt, timeout=60)
+        assert "after the storm" in (m.mnt / ".parsed" / "after.txt" / "content.txt").read_text()
+        for pid in [m.proc.pid, *descendants(m.proc.pid)]:
+            assert vm_rss_kib(pid) < RSS_CAP_KIB * 3, pid
+        status = json.loads(swfs("status", m.mnt, "--json").stdout)
+        assert status["failed"] == len(evil)
+
+
+if __name__ == "__main__":
+    main()

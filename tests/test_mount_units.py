@@ -1,0 +1,310 @@
+"""The daemon's parts without a kernel: inode table, providers, the adapter
+called directly with a fake request context."""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pyfuse3
+import pytest
+import trio
+
+from mountd.nodes import InodeTable, Tree
+from mountd.operations import Operations, handler
+from mountd.options import MountOptions
+from mountd.synthetic import Generation, ParsedTree, VersionsTree, version_name
+from swfs.api import Cause, Hash, RelPath, Version
+from tests.fakeengine import FakeEngine
+
+T = TypeVar("T")
+
+
+@dataclass
+class Ctx:
+    uid: int = 0
+    gid: int = 0
+    pid: int = 1
+    umask: int = 0o022
+
+
+def run(fn: Callable[[], Awaitable[T]]) -> T:
+    return trio.run(fn)
+
+
+# -- inode table
+
+
+def test_hard_links_share_a_node_and_keep_a_path() -> None:
+    t = InodeTable(("dev", 1))
+    d = t.native(t.root, "d", ("dev", 2))
+    a = t.native(d, "a", ("dev", 3))
+    b = t.native(t.root, "b", ("dev", 3))
+    assert a is b
+    assert list(t.paths(a)) == ["b", "d/a"]
+    t.remember(a)
+    t.remove_link((t.root.ino, "b"))
+    assert t.path(a) == "d/a"
+
+
+def test_directory_rename_moves_everything_below() -> None:
+    t = InodeTable(("dev", 1))
+    d = t.native(t.root, "d", ("dev", 2))
+    f = t.native(t.native(d, "e", ("dev", 3)), "f", ("dev", 4))
+    t.remember(f)
+    t.move_link((t.root.ino, "d"), (t.root.ino, "z"))
+    assert t.path(f) == "z/e/f"
+    assert t.find_native("z/e/f") is f
+    assert t.find_native("d/e/f") is None
+
+
+def test_exchange_and_forget() -> None:
+    t = InodeTable(("dev", 1))
+    a = t.native(t.root, "a", ("dev", 2))
+    b = t.native(t.root, "b", ("dev", 3))
+    t.remember(a)
+    t.remember(b)
+    t.exchange_links((t.root.ino, "a"), (t.root.ino, "b"))
+    assert (t.path(a), t.path(b)) == ("b", "a")
+    t.forget(a.ino, 1)
+    assert t.get(a.ino) is None
+    assert t.child(t.root, "b") is None
+    assert t.get(b.ino) is b
+
+
+def test_a_parent_lives_while_a_child_does() -> None:
+    t = InodeTable(("dev", 1))
+    d = t.native(t.root, "d", ("dev", 2))
+    f = t.native(d, "f", ("dev", 3))
+    t.remember(d)
+    t.remember(f)
+    t.forget(d.ino, 1)
+    assert t.get(d.ino) is d
+    assert t.path(f) == "d/f"
+    t.forget(f.ino, 1)
+    assert t.get(d.ino) is None
+    assert len(t) == 1
+
+
+def test_synthetic_nodes_are_stable_per_path() -> None:
+    t = InodeTable(("dev", 1))
+    n = t.synthetic(Tree.PARSED, "a.txt/content.txt")
+    assert t.synthetic(Tree.PARSED, "a.txt/content.txt") is n
+    assert t.synthetic(Tree.REVIEW, "a.txt/content.txt") is not n
+    assert t.synthetic_below(Tree.PARSED, "a.txt") == [n]
+
+
+# -- providers
+
+
+@pytest.fixture
+def engine(tmp_path: Path) -> Iterator[FakeEngine]:
+    src = tmp_path / "src"
+    (src / "d").mkdir(parents=True)
+    (src / "d/a.txt").write_text("alpha\n")
+    (src / "secret.md").write_text("s\n")
+    (src / "secret.md").chmod(0o640)
+    (src / "bin.dat").write_bytes(b"\0\1")
+    with FakeEngine.open(src) as e:
+        yield e
+
+
+def test_parsed_tree(engine: FakeEngine) -> None:
+    tree = ParsedTree(engine, Generation(), MountOptions())
+
+    async def main() -> None:
+        assert await tree.children("") == ["d", "secret.md"]
+        assert await tree.children("d") == ["a.txt"]
+        assert await tree.children("d/a.txt") == ["content.txt"]
+        unit = await tree.entry("d/a.txt/content.txt")
+        assert unit is not None
+        assert unit.data is not None
+        assert unit.data.endswith(b"alpha\n")
+        assert unit.size == len(unit.data)
+        assert unit.xattrs["locator"] == "d/a.txt#content"
+        secret = await tree.entry("secret.md/content.txt")
+        assert secret is not None
+        assert stat.S_IMODE(secret.mode) == 0o440
+        sdir = await tree.entry("secret.md")
+        assert sdir is not None
+        assert stat.S_IMODE(sdir.mode) == 0o550
+        assert await tree.entry("bin.dat") is None
+        assert await tree.entry("nope") is None
+
+    run(main)
+
+
+def test_versions_tree_names(engine: FakeEngine) -> None:
+    v = Version(7, Hash("ab" * 32), 0.0, Cause.WRITE, True)
+    assert version_name("x/report.pdf", v) == "0007-abababab.pdf"
+    assert version_name("Makefile", v) == "0007-abababab"
+    tree = VersionsTree(engine, Generation(), MountOptions())
+
+    async def main() -> str | None:
+        assert await tree.children("") == ["@snapshots", "bin.dat", "d", "secret.md"]
+        assert await tree.children("@snapshots/start/d") == ["a.txt"]
+        (name,) = await tree.children("d/a.txt")
+        e = await tree.entry(f"d/a.txt/{name}")
+        assert e is not None
+        return e.blob
+
+    blob = run(main)
+    assert blob is not None
+    assert Path(blob).read_bytes() == b"alpha\n"
+
+
+def test_unknown_paths_are_owner_only(engine: FakeEngine) -> None:
+    tree = ParsedTree(engine, Generation(), MountOptions())
+    acc = tree.access("never/seen")
+    assert acc.mode == 0o400 & engine.access(RelPath("")).mode  # type: ignore[union-attr]
+
+
+# -- the adapter
+
+
+def test_handler_turns_everything_into_an_errno() -> None:
+    class Boom:
+        @handler
+        async def oserror(self) -> None:
+            raise FileNotFoundError(errno.ENOENT, "gone")
+
+        @handler
+        async def bug(self) -> None:
+            raise KeyError("bug")
+
+        @handler
+        async def nosys(self) -> None:
+            raise OSError(errno.ENOSYS, "no")
+
+    async def code(fn: Callable[[], Awaitable[Any]]) -> int:
+        try:
+            await fn()
+        except pyfuse3.FUSEError as exc:
+            return exc.errno
+        return 0
+
+    b = Boom()
+    assert run(lambda: code(b.oserror)) == errno.ENOENT
+    assert run(lambda: code(b.bug)) == errno.EIO
+    assert run(lambda: code(b.nosys)) == errno.EOPNOTSUPP
+
+
+def test_operations_without_a_kernel(engine: FakeEngine) -> None:
+    ctx: Any = Ctx()
+
+    async def main() -> None:
+        ops = Operations(engine, str(engine.src), str(engine.store_dir), MountOptions())
+        try:
+            root = pyfuse3.ROOT_INODE
+            with pytest.raises(pyfuse3.FUSEError) as exc:
+                await ops.lookup(root, b".swfs", ctx)
+            assert exc.value.errno == errno.ENOENT
+            d = await ops.lookup(root, b"d", ctx)
+            a = await ops.lookup(d.st_ino, b"a.txt", ctx)
+            assert a.st_size == 6
+            fi = await ops.open(a.st_ino, os.O_RDWR, ctx)
+            assert await ops.read(fi.fh, 0, 100) == b"alpha\n"
+            assert await ops.write(fi.fh, 0, b"ALPHA") == 5
+            await ops.flush(fi.fh)
+            await ops.release(fi.fh)
+            assert (engine.src / "d/a.txt").read_bytes() == b"ALPHA\n"
+            assert engine.calls[-2:] == [["preserve", "d/a.txt"], ["record_write", "d/a.txt"]]
+            fi, attr = await ops.create(d.st_ino, b"n.txt", 0o100666, os.O_WRONLY, ctx)
+            assert stat.S_IMODE(attr.st_mode) == 0o644
+            await ops.release(fi.fh)
+            parsed = await ops.lookup(root, b".parsed", ctx)
+            with pytest.raises(pyfuse3.FUSEError) as exc:
+                await ops.mkdir(parsed.st_ino, b"x", 0o755, ctx)
+            assert exc.value.errno == errno.EROFS
+            with pytest.raises(pyfuse3.FUSEError) as exc:
+                await ops.create(root, b".review", 0o100644, os.O_WRONLY, ctx)
+            assert exc.value.errno == errno.EEXIST
+            value = await ops.getxattr(a.st_ino, b"user.sw.versions", ctx)
+            assert value == b"2"
+            with pytest.raises(pyfuse3.FUSEError) as exc:
+                await ops.getxattr(a.st_ino, b"user.sw.nothing", ctx)
+            assert exc.value.errno == errno.ENODATA
+            await ops.unlink(d.st_ino, b"a.txt", ctx)
+            assert not (engine.src / "d/a.txt").exists()
+            assert engine.calls[-2:] == [
+                ["preserve_inode", "d/a.txt"],
+                ["record_unlink", "d/a.txt"],
+            ]
+        finally:
+            ops.close()
+
+    run(main)
+
+
+def test_a_view_is_loaded_once_per_listing(
+    engine: FakeEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tree = ParsedTree(engine, Generation(), MountOptions())
+    loads: list[str] = []
+    real = engine.parsed_view
+
+    def counting(rel: RelPath) -> Any:
+        loads.append(rel)
+        return real(rel)
+
+    monkeypatch.setattr(engine, "parsed_view", counting)
+
+    async def main() -> None:
+        # Listing .parsed itself loads no view at all.
+        for name in await tree.children(""):
+            await tree.entry(name, wait=False)
+        assert loads == []
+        for name in await tree.children("d/a.txt"):
+            await tree.entry(f"d/a.txt/{name}", wait=False)
+            await tree.xattrs(f"d/a.txt/{name}")
+        assert loads == ["d/a.txt"]
+
+    run(main)
+
+
+def test_lookups_do_not_rebuild_listings_on_every_change(
+    engine: FakeEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gen = Generation()
+    tree = ParsedTree(engine, gen, MountOptions())
+    builds: list[int] = []
+    real = engine.parsed_paths
+
+    def counting() -> Any:
+        builds.append(1)
+        return real()
+
+    monkeypatch.setattr(engine, "parsed_paths", counting)
+
+    async def main() -> None:
+        for _ in range(50):
+            gen.bump("elsewhere")  # a parse finished somewhere
+            assert await tree.entry("d/a.txt/content.txt", wait=False) is not None
+        assert len(builds) < 5
+        # ... but a name the cached listing lacks is looked up in a fresh one.
+        (engine.src / "new.txt").write_text("n\n")
+        engine.record_write(RelPath("new.txt"))
+        gen.bump("new.txt")
+        assert await tree.entry("new.txt", wait=False) is not None
+
+    run(main)
+
+
+def test_synthetic_below_walks_only_the_subtree() -> None:
+    t = InodeTable(("dev", 1))
+    a = t.synthetic(Tree.VERSIONS, "d/a.txt")
+    v = t.synthetic(Tree.VERSIONS, "d/a.txt/0001-x.txt")
+    for parent in ("d", "d/e", "d/e/f.txt"):  # the kernel looks up parents first
+        t.synthetic(Tree.VERSIONS, parent)
+    deep = t.synthetic(Tree.VERSIONS, "d/e/f.txt/0001-y.txt")
+    t.synthetic(Tree.VERSIONS, "other/0001-z.txt")
+    assert set(t.synthetic_below(Tree.VERSIONS, "d/a.txt")) == {a, v}
+    assert deep in t.synthetic_below(Tree.VERSIONS, "d")
+    t.remember(v)
+    t.forget(v.ino, 1)
+    assert t.synthetic_below(Tree.VERSIONS, "d/a.txt") == [a]
