@@ -24,7 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.mountutil import lazy_unmount, mounted_swfs, workdir
+from mountd.launch import mounted_swfs
+from tests.mountutil import lazy_unmount, workdir
 from tests.realmount import (
     REPO,
     RealMount,
@@ -170,10 +171,10 @@ def test_kill_9_during_a_burst_of_writes_and_reparses(request: pytest.FixtureReq
         finally:
             for proc in procs:
                 try:
-                    proc.wait(30)
+                    proc.communicate(timeout=30)
                 except subprocess.TimeoutExpired:
                     proc.kill()
-                    proc.wait(10)
+                    proc.communicate()
         assert recorded, "no versions recorded before the kill"
         entries = [e for j in journals for e in read_journal(j)]
         closed = [e for e in entries if e["op"] in ("new", "done")]
@@ -189,7 +190,9 @@ def test_kill_9_during_a_burst_of_writes_and_reparses(request: pytest.FixtureReq
                 got = blake3_hex((m.src / path).read_bytes())
                 if e["op"] == "new" or e is last[path]:
                     assert got == e["hash"], f"{path}: closed content lost"
-        # Remount the same store: check is clean, old versions readable and right.
+        # The store as the kill left it, unmounted, checks clean; then remount it:
+        # check is clean again, old versions readable and right.
+        swfs("check", m.src)
         m2 = start_mount(m.src, m.mnt)
         try:
             swfs("sync", m.mnt, timeout=120)
@@ -330,7 +333,7 @@ def test_many_agents_at_once(request: pytest.FixtureRequest) -> None:
             lost += [f"{path}: {h[:16]}" for h in hashes - known]
         assert lost == [], f"{len(lost)} closed versions missing: {lost[:10]}"
         swfs("check", m.mnt)
-        ops = sum(int(e["ops"]) for e in entries if e["op"] == "finished")
+        ops = sum(int(str(e["ops"])) for e in entries if e["op"] == "finished")
         report_count(request.config, "many agents: agent iterations", ops)
         report_count(request.config, "many agents: closed writes verified", len(closed))
         report_count(request.config, "many agents: daemon VmRSS after (KiB)", rss_after)

@@ -22,8 +22,9 @@ from pathlib import Path
 
 import pytest
 
+from mountd.launch import mounted_swfs
 from tests import docgen
-from tests.mountutil import lazy_unmount, mounted_swfs, workdir
+from tests.mountutil import lazy_unmount, workdir
 from tests.realmount import (
     SWFS,
     RealMount,
