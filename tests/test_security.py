@@ -452,3 +452,15 @@ def test_deleted_private_file_keeps_its_history_private(
     if diff.exists():
         assert run_as(ids, lambda: diff.read_bytes()) == errno.EACCES
     assert _user_grep(ids, mnt, SECRET) == b""
+
+
+def test_snapshots_keep_each_file_private(shared: tuple[RealMount, tuple[int, int]]) -> None:
+    m, ids = shared
+    swfs("snapshot", m.mnt, "s1")
+    snap = m.mnt / ".versions" / "@snapshots" / "s1"
+    assert SECRET in (snap / "secret.txt").read_bytes()
+    assert run_as(ids, lambda: (snap / "secret.txt").read_bytes()) == errno.EACCES
+    assert run_as(ids, lambda: (snap / "private" / "inner.txt").read_bytes()) == errno.EACCES
+    assert run_as(ids, lambda: (snap / "public.txt").read_bytes()) == 0
+    assert _user_grep(ids, m.mnt, SECRET) == b""
+    assert _user_grep(ids, m.mnt, HIDDEN) == b""
