@@ -77,6 +77,13 @@ def writer(mnt: str, journal: str, wid: int, seconds: float) -> None:
             with open(os.path.join(mnt, shared), "wb") as f:
                 f.write(data)
             _journal(journal, op="done", path=shared, hash=blake3_hex(data))
+            if k % 4 == 0:  # in place: the engine copies the old bytes out first
+                big = os.path.join(mnt, f"big-{wid}.bin")
+                with open(big, "r+b" if os.path.exists(big) else "w+b") as f:
+                    f.seek(rng.randrange(2 * 1024 * 1024))
+                    f.write(rng.randbytes(4096))
+                    f.seek(0)
+                    _journal(journal, op="inplace", path=f"big-{wid}.bin")
     except OSError as exc:  # the daemon was killed: ENOTCONN and friends
         _journal(journal, op="stopped", errno=exc.errno)
 
@@ -160,7 +167,12 @@ def test_kill_9_during_a_burst_of_writes_and_reparses(request: pytest.FixtureReq
             # Every version the daemon shows now must survive the kill.
             recorded: dict[tuple[str, str], str] = {}
             for i in range(4):
-                for name in (f"shared-{i}.slow", f"shared-{i}.csv", f"w{i}-0001.txt"):
+                for name in (
+                    f"shared-{i}.slow",
+                    f"shared-{i}.csv",
+                    f"w{i}-0001.txt",
+                    f"big-{i}.bin",
+                ):
                     vdir = m.mnt / ".versions" / name
                     with contextlib.suppress(FileNotFoundError):
                         for v in os.listdir(vdir):
