@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from mountd.launch import mounted_swfs
 from tests import evilparsers
-from tests.mountutil import lazy_unmount, mounted_swfs, wait_for_mount, workdir
+from tests.mountutil import lazy_unmount, wait_for_mount, workdir
 
 REPO = Path(__file__).resolve().parent.parent
 SWFS = str(Path(sys.executable).with_name("swfs"))

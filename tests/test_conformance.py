@@ -22,7 +22,13 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    rule,
+    run_state_machine_as_test,
+)
 
 from tests.mountutil import ensure_test_user
 from tests.realmount import needs_fuse, report_count, workspace
@@ -211,6 +217,7 @@ class Runner:
 class Context:
     runner: Runner
     ops = 0
+    succeeded = 0
     mismatch_log: list[str] = []
 
 
@@ -234,7 +241,16 @@ class Conformance(RuleBasedStateMachine):
     def run(self, **op: Any) -> None:
         CTX.ops += 1
         mnt_res, nat_res = CTX.runner(op)
+        CTX.succeeded += nat_res[0] == "ok"
         assert mnt_res == nat_res, f"{op}: mount {mnt_res} != native {nat_res}"
+
+    @initialize()
+    def seed_tree(self) -> None:
+        """Start from a small tree, so that most operations meet something."""
+        for d in ("d", "e", "d/e"):
+            self.run(op="mkdir", path=d, mode=0o755)
+        for f in ("a", "d/a", "e/b"):
+            self.run(op="create", path=f, data=f"seed {f}\n".encode().hex())
 
     @rule(path=paths, data=small)
     def create(self, path: str, data: bytes) -> None:
@@ -337,12 +353,12 @@ def _run(request: pytest.FixtureRequest, uid: int | None, gid: int | None, label
             os.chown(native, uid, gid)
             os.chown(inside, uid, gid)
         CTX.runner = Runner((str(inside), str(native)), uid, gid)
-        CTX.ops = 0
+        CTX.ops = CTX.succeeded = 0
         try:
             run_state_machine_as_test(
                 Conformance,
                 settings=settings(
-                    max_examples=int(os.environ.get("SWFS_CONFORMANCE_EXAMPLES", "80")),
+                    max_examples=int(os.environ.get("SWFS_CONFORMANCE_EXAMPLES", "100")),
                     stateful_step_count=30,
                     deadline=None,
                     database=None,
@@ -352,6 +368,9 @@ def _run(request: pytest.FixtureRequest, uid: int | None, gid: int | None, label
         finally:
             CTX.runner.close()
             report_count(request.config, f"conformance operations ({label})", CTX.ops)
+            report_count(
+                request.config, f"conformance operations ({label}) that succeeded", CTX.succeeded
+            )
         assert m.alive(), m.log()[-2000:]
 
 

@@ -24,7 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.mountutil import lazy_unmount, mounted_swfs, workdir
+from mountd.launch import mounted_swfs
+from tests.mountutil import lazy_unmount, workdir
 from tests.realmount import (
     REPO,
     RealMount,
@@ -76,6 +77,13 @@ def writer(mnt: str, journal: str, wid: int, seconds: float) -> None:
             with open(os.path.join(mnt, shared), "wb") as f:
                 f.write(data)
             _journal(journal, op="done", path=shared, hash=blake3_hex(data))
+            if k % 4 == 0:  # in place: the engine copies the old bytes out first
+                big = os.path.join(mnt, f"big-{wid}.bin")
+                with open(big, "r+b" if os.path.exists(big) else "w+b") as f:
+                    f.seek(rng.randrange(2 * 1024 * 1024))
+                    f.write(rng.randbytes(4096))
+                    f.seek(0)
+                    _journal(journal, op="inplace", path=f"big-{wid}.bin")
     except OSError as exc:  # the daemon was killed: ENOTCONN and friends
         _journal(journal, op="stopped", errno=exc.errno)
 
@@ -159,7 +167,12 @@ def test_kill_9_during_a_burst_of_writes_and_reparses(request: pytest.FixtureReq
             # Every version the daemon shows now must survive the kill.
             recorded: dict[tuple[str, str], str] = {}
             for i in range(4):
-                for name in (f"shared-{i}.slow", f"shared-{i}.csv", f"w{i}-0001.txt"):
+                for name in (
+                    f"shared-{i}.slow",
+                    f"shared-{i}.csv",
+                    f"w{i}-0001.txt",
+                    f"big-{i}.bin",
+                ):
                     vdir = m.mnt / ".versions" / name
                     with contextlib.suppress(FileNotFoundError):
                         for v in os.listdir(vdir):
@@ -170,10 +183,10 @@ def test_kill_9_during_a_burst_of_writes_and_reparses(request: pytest.FixtureReq
         finally:
             for proc in procs:
                 try:
-                    proc.wait(30)
+                    proc.communicate(timeout=30)
                 except subprocess.TimeoutExpired:
                     proc.kill()
-                    proc.wait(10)
+                    proc.communicate()
         assert recorded, "no versions recorded before the kill"
         entries = [e for j in journals for e in read_journal(j)]
         closed = [e for e in entries if e["op"] in ("new", "done")]
@@ -189,7 +202,9 @@ def test_kill_9_during_a_burst_of_writes_and_reparses(request: pytest.FixtureReq
                 got = blake3_hex((m.src / path).read_bytes())
                 if e["op"] == "new" or e is last[path]:
                     assert got == e["hash"], f"{path}: closed content lost"
-        # Remount the same store: check is clean, old versions readable and right.
+        # The store as the kill left it, unmounted, checks clean; then remount it:
+        # check is clean again, old versions readable and right.
+        swfs("check", m.src)
         m2 = start_mount(m.src, m.mnt)
         try:
             swfs("sync", m.mnt, timeout=120)
@@ -330,7 +345,7 @@ def test_many_agents_at_once(request: pytest.FixtureRequest) -> None:
             lost += [f"{path}: {h[:16]}" for h in hashes - known]
         assert lost == [], f"{len(lost)} closed versions missing: {lost[:10]}"
         swfs("check", m.mnt)
-        ops = sum(int(e["ops"]) for e in entries if e["op"] == "finished")
+        ops = sum(int(str(e["ops"])) for e in entries if e["op"] == "finished")
         report_count(request.config, "many agents: agent iterations", ops)
         report_count(request.config, "many agents: closed writes verified", len(closed))
         report_count(request.config, "many agents: daemon VmRSS after (KiB)", rss_after)

@@ -371,8 +371,7 @@ def test_hostile_documents_fail_cleanly(request: pytest.FixtureRequest) -> None:
         # Nothing from outside leaked into text, nothing was written outside.
         passwd = Path("/etc/passwd").read_bytes()[:32]
         for name in ("xxe.xlsx", "symlink.xlsx"):
-            units = m.mnt / ".parsed" / name
-            for unit in units.iterdir():
+            for unit in (m.mnt / ".parsed" / name).iterdir():
                 assert passwd not in unit.read_bytes(), unit
         for t in traversal_targets:
             assert not t.exists(), t

@@ -262,3 +262,29 @@ def test_mkfifo_works_and_is_never_hashed(pair: tuple[Path, Path], mounted: Real
     swfs("status", mounted.mnt, timeout=30)
     assert not (mounted.mnt / ".versions" / m.name / "pipe").exists()
     assert (mounted.mnt / "keep-alive").write_text("ok\n") == 3
+
+
+def test_hard_links_stay_one_file_through_history_keeping(pair: tuple[Path, Path]) -> None:
+    """Versions are kept by hard link and copy-before-write: the user's own
+    hard links must still be one file, with native link counts."""
+
+    def scenario(d: Path) -> list[object]:
+        (d / "b").write_bytes(b"bee one\n")
+        os.link(d / "b", d / "c")
+        os.link(d / "b", d / "e")
+        (d / "a").write_bytes(b"replacement\n")
+        os.rename(d / "a", d / "b")  # b's old inode lives on as c and e
+        with open(d / "c", "r+b") as f:  # in place
+            f.write(b"SEE")
+        append(d / "e", b"more\n")
+        os.unlink(d / "c")
+        with open(d / "e", "r+b") as f:
+            f.write(b"E")
+        return [
+            (d / "e").read_bytes(),
+            (d / "b").read_bytes(),
+            os.stat(d / "e").st_nlink,
+            os.stat(d / "b").st_nlink,
+        ]
+
+    assert scenario(pair[0]) == scenario(pair[1])
