@@ -26,6 +26,7 @@ import trio
 from . import review as review_mod
 from .api import Access, Freshness, RelPath, ReviewEntry
 from .parsework import ParsePool
+from .store import FLUSH_INTERVAL
 from .workspace import Config, Workspace, WorkspaceError
 
 log = logging.getLogger(__name__)
@@ -220,6 +221,7 @@ class Engine(Workspace):
                     nursery.start_soon(self._worker, pool, queue)
                 if not drain:
                     nursery.start_soon(self._rescan_loop)
+                    nursery.start_soon(self._flush_loop)
                     from .control import serve_control
 
                     await nursery.start(serve_control, self)
@@ -266,6 +268,14 @@ class Engine(Workspace):
     def _adopt_cached(self, rel: str) -> None:
         self.check_file(RelPath(rel), force=True)
         self._changed(rel)
+
+    async def _flush_loop(self) -> None:
+        while True:
+            await trio.sleep(FLUSH_INTERVAL)
+            try:
+                await trio.to_thread.run_sync(self.store.flush)
+            except Exception:
+                log.exception("%s: flushing the store failed", self.store_dir)
 
     async def _rescan_loop(self) -> None:
         interval = self.config.rescan_interval

@@ -36,6 +36,13 @@ digest, and its value then carries the path (``"path"`` in a file record;
 
 A manifest is ``{path: [hash, size, mode, uid, gid, parser key]}``.
 
+Durability: commits are not flushed to disk one by one (LMDB ``NOSYNC``);
+the daemon flushes every ``FLUSH_INTERVAL`` seconds, after every baseline,
+snapshot and restore, and at close.  A killed daemon loses nothing (the
+kernel holds the pages); an operating-system crash or power loss may undo
+the transactions of the last interval.  Preserved bytes (blobs) are always
+fsynced before the operation that needed them goes on.
+
 Format changelog:
     1  first format.
 """
@@ -61,6 +68,7 @@ log = logging.getLogger(__name__)
 FORMAT_VERSION = 1
 _DBS = ("meta", "files", "parses", "versions", "snapshots", "journal", "diffs")
 _INITIAL_MAP_SIZE = 1 << 30
+FLUSH_INTERVAL = 1.0  # seconds between fsyncs of the store in a running daemon
 _MAX_MAP_SIZE = 1 << 40
 
 
@@ -188,6 +196,10 @@ class Store:
                 lock=True,
                 mode=0o600,
                 max_readers=256,
+                # Commits do not fsync (see "Durability" above): a write through
+                # the mount would otherwise wait for two disk flushes.
+                sync=False,
+                metasync=False,
             )
         except lmdb.Error as exc:
             raise StoreError(f"{dbdir}: cannot open the store: {exc}") from exc
@@ -214,7 +226,15 @@ class Store:
                     f"{self.root}: store format {version}, this swfs reads format {FORMAT_VERSION}"
                 )
 
+    def flush(self) -> None:
+        """Make every committed transaction durable (fsync)."""
+        self.env.sync(True)
+
     def close(self) -> None:
+        try:
+            self.env.sync(True)
+        except lmdb.Error as exc:
+            log.warning("%s: final sync of the store failed: %s", self.root, exc)
         self.env.close()
 
     # -- transactions

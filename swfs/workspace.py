@@ -41,7 +41,7 @@ from .blobs import BlobStore, HashMismatch
 from .fsutil import hash_fd
 from .ignore import IgnoreRules
 from .parsework import FAILED, OK, UNSUPPORTED, ParseOutcome, WorkerLimits
-from .store import FileRecord, Store, stat_signature
+from .store import FileRecord, Store, dumps, parse_key, stat_signature
 from .views import header_line, render_unit
 
 log = logging.getLogger(__name__)
@@ -573,8 +573,10 @@ class Workspace:
             "secs": round(outcome.secs, 4),
             "at": time.time(),
         }
-        self.store.put_parse(h, parser, record)
+        data = dumps(record)
+        self.store.ensure_room(len(data))
         with self.store.write() as txn:
+            txn.put(parse_key(h, parser), data, db=self.store.dbs["parses"])
             self.store.append_journal(
                 txn,
                 "parse",
@@ -714,14 +716,13 @@ class Workspace:
         self.store.ensure_room(200 * len(manifest))
         with self.store.write() as txn:
             meta = self.store.dbs["meta"]
-            from .store import dumps
-
             txn.put(b"baseline", dumps(manifest), db=meta)
             txn.put(b"baseline_at", dumps(time.time()), db=meta)
             gen = int(bytes(txn.get(b"baseline_gen", db=meta) or b"0"))
             txn.put(b"baseline_gen", str(gen + 1).encode(), db=meta)
             self.store.append_journal(txn, "baseline", files=len(manifest))
             self._bump(txn)
+        self.store.flush()
         for rel in manifest:
             self._changed(rel)
         return len(manifest)
@@ -791,6 +792,7 @@ class Workspace:
         with self.store.write() as txn:
             self.store.append_journal(txn, "snapshot", name=name, files=len(manifest))
             self._bump(txn)
+        self.store.flush()
         return len(manifest)
 
     # --------------------------------------------------------------- restore
@@ -834,4 +836,5 @@ class Workspace:
             self.store.append_journal(
                 txn, "restore", path=rel, version=number, hash=versions[number].hash
             )
+        self.store.flush()
         return self.versions(rel)[-1]
