@@ -317,8 +317,26 @@ class Operations(pyfuse3.Operations):
             atime_ns=attr.st_atime_ns if fields.update_atime else None,
             mtime_ns=attr.st_mtime_ns if fields.update_mtime else None,
         )
-        st = await self.native.setattr(self._path(node), native_fh, change, _kept(node))
+        rel = self._path(node)
+        st = await self.native.setattr(rel, native_fh, change, _kept(node))
+        if change.mode is not None or change.uid is not None or change.gid is not None:
+            self._access_changed(rel)
         return self._native_attr(node, st)
+
+    def _access_changed(self, rel: str) -> None:
+        """Who may read ``rel`` changed: its generated nodes must not keep
+        serving the old owner and bits from the kernel's attribute cache.
+        Synchronous (attributes only, so safe here): when chmod returns, the
+        views are closed too."""
+        self.gen.bump(rel)
+        nodes = [
+            n
+            for tree in (Tree.PARSED, Tree.VERSIONS)
+            for n in self.table.synthetic_below(tree, rel)
+        ]
+        nodes += self.table.synthetic_below(Tree.REVIEW, "")
+        for n in nodes:
+            self._invalidate_attrs(n.ino)
 
     @handler
     async def readlink(self, inode: int, ctx: pyfuse3.RequestContext) -> bytes:

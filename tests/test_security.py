@@ -389,7 +389,7 @@ def test_permission_changes_reach_history_and_views(
     shared: tuple[RealMount, tuple[int, int]],
 ) -> None:
     """A file made private later: its older views and versions close with it
-    (within the synthetic trees' 1 s attribute cache; see the xfail below)."""
+    (at once when the chmod goes through the mount; see the next test)."""
     m, ids = shared
     mnt = m.mnt
     public = mnt / "public.txt"
@@ -408,11 +408,6 @@ def test_permission_changes_reach_history_and_views(
     assert _user_grep(ids, mnt, SECRET) == b""
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="mountd: chmod of a native file does not invalidate the kernel's cached attrs of "
-    "its .parsed/.versions nodes (synthetic_timeout 1 s): old mode 0444 still lets others read",
-)
 def test_chmod_closes_parsed_view_at_once(shared: tuple[RealMount, tuple[int, int]]) -> None:
     m, ids = shared
     public = m.mnt / "public.txt"
