@@ -64,7 +64,7 @@ class Sizes:
         return cls(
             big_file=64 * MiB,
             rand_reads=2_000,
-            small_files=500,
+            small_files=300,
             tree_files=1_000,
             tree_dirs=100,
             ws_files=40,

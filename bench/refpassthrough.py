@@ -191,7 +191,9 @@ class Passthrough(pyfuse3.Operations):
                 )
         except OSError as exc:
             raise _fuse_error(exc) from None
-        # The native inode numbers are the stable readdir offsets.
+        # The native inode numbers are the stable readdir offsets (two hard links
+        # to one inode in one directory may lose one name across a buffer refill:
+        # acceptable for benchmark trees, which have none).
         for ino, name, st in entries:
             if ino <= start_id:
                 continue
