@@ -18,7 +18,14 @@ from typing import Any, TypeVar
 
 import trio
 
-from mountd.fsutil import RENAME_EXCHANGE, RENAME_NOREPLACE, dir_fd, renameat2, utimensat
+from mountd.fsutil import (
+    RENAME_EXCHANGE,
+    RENAME_NOREPLACE,
+    dir_fd,
+    open_beneath,
+    renameat2,
+    utimensat,
+)
 from swfs.api import EngineAPI, RelPath
 
 log = logging.getLogger(__name__)
@@ -191,13 +198,20 @@ class Passthrough:
     async def open(
         self, rel: str, flags: int, path: Callable[[], str | None], kept: Kept
     ) -> NativeHandle:
-        await self.engine_check(rel)
         writes = flags & os.O_ACCMODE != os.O_RDONLY
+        if writes:
+            await self.engine_check(rel)
         if flags & os.O_TRUNC and writes:
             await self.engine_preserve(rel)
-        parent, name = split(rel)
-        with dir_fd(self.root_fd, parent) as pfd:
-            fd = os.open(name, (flags & ~_STRIP) | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=pfd)
+        fd = open_beneath(self.root_fd, rel, flags & ~_STRIP)
+        if not writes:
+            try:
+                unchanged = self.engine.is_unchanged(RelPath(rel), os.fstat(fd))
+            except BaseException:
+                os.close(fd)
+                raise
+            if not unchanged:  # changed behind the mount (or never seen): look now
+                await self.engine_check(rel)
         truncated = bool(flags & os.O_TRUNC and writes)
         if writes:
             # check_file above may just have recorded a change made behind the mount.

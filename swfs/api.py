@@ -7,6 +7,7 @@ of ``swfs.workspace.Workspace`` listed in ``WorkspaceAPI``.
 from __future__ import annotations
 
 import enum
+import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -122,6 +123,11 @@ class WorkspaceAPI(Protocol):
 
     # -- native files
     def file_state(self, rel: RelPath) -> FileState | None: ...
+    def is_unchanged(self, rel: RelPath, st: os.stat_result) -> bool:
+        """Fast (no hashing): does ``st`` match the stat signature the engine
+        recorded for ``rel``?  If not, the caller runs ``check_file``."""
+        ...
+
     def check_file(self, rel: RelPath) -> FileState | None:
         """*slow*: stat-check ``rel`` against the file table; rehash and record an
         external change if the stat signature moved.  None if not a regular file."""

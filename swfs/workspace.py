@@ -377,6 +377,10 @@ class Workspace:
                 self._request_parse(rel)
         return self._state(rel, rec)
 
+    def is_unchanged(self, rel: RelPath, st: os.stat_result) -> bool:
+        rec = self.store.get_file(rel)
+        return rec is not None and rec.signature() == stat_signature(st)
+
     def _state(self, rel: str, rec: FileRecord) -> FileState:
         baseline = self._baseline_manifest().get(rel)
         return FileState(
