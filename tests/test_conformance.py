@@ -372,6 +372,14 @@ def _run(request: pytest.FixtureRequest, uid: int | None, gid: int | None, label
                 request.config, f"conformance operations ({label}) that succeeded", CTX.succeeded
             )
         assert m.alive(), m.log()[-2000:]
+        if uid is not None:  # the operations really ran as the user, on both sides
+            for base in (inside, native):
+                owners = {
+                    os.lstat(os.path.join(top, n)).st_uid
+                    for top, dirs, files in os.walk(base)
+                    for n in dirs + files
+                }
+                assert owners <= {uid}, (base, owners)
 
 
 @pytest.mark.slow
