@@ -18,6 +18,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -124,7 +125,7 @@ def cmd_index(args: argparse.Namespace) -> int:
     with _engine(t, args) as engine:
         scan_progress = Progress("hashing")
         stats = engine.scan(progress=scan_progress)
-        trio.run(engine.drain, Progress("parsing"))
+        trio.run(partial(engine.drain, Progress("parsing"), scan=False))
         counts = engine.counts()
     secs = time.monotonic() - t0
     rate = counts["files"] / secs if secs > 0 else 0.0

@@ -197,9 +197,12 @@ class Engine(Workspace):
         finally:
             os.close(fd)
 
-    async def drain(self, progress: Callable[[int, int], None] | None = None) -> None:
-        """Scan, then parse everything that needs it, then return (``swfs index``)."""
-        await self._run(drain=True, progress=progress)
+    async def drain(
+        self, progress: Callable[[int, int], None] | None = None, *, scan: bool = True
+    ) -> None:
+        """Scan (unless the caller just did), then parse everything that needs
+        it, then return (``swfs index``)."""
+        await self._run(drain=True, progress=progress, scan=scan)
 
     async def _run(
         self,
@@ -207,13 +210,17 @@ class Engine(Workspace):
         drain: bool,
         task_status: Any = trio.TASK_STATUS_IGNORED,
         progress: Callable[[int, int], None] | None = None,
+        scan: bool = True,
     ) -> None:
         self._token = trio.lowlevel.current_trio_token()
         self.queue = queue = ParseQueue()
         limits = self.config.limits
         try:
+            if drain and not scan and not self.needs_parse():
+                return  # nothing to parse: no worker processes to start
             async with ParsePool.open(limits) as pool, trio.open_nursery() as nursery:
-                await trio.to_thread.run_sync(self.scan)
+                if scan:
+                    await trio.to_thread.run_sync(self.scan)
                 for rel in self.needs_parse():
                     queue.submit(rel)
                 total = len(queue)

@@ -8,14 +8,16 @@ import os
 from contextlib import AbstractContextManager
 from pathlib import Path
 
-from mountd.launch import MountError
-
 from .workspace import STORE_NAME, Config
 
-__all__ = ["MountError", "mount_workspace", "unmount_workspace"]
+
+class MountError(Exception):
+    """Mounting or unmounting failed; names the path and the cause."""
 
 
 def mount_workspace(args: argparse.Namespace, config: Config) -> int:
+    # Imported here: pyfuse3 is not needed by the other commands.
+    from mountd import launch
     from mountd.launch import mount
     from mountd.options import MountOptions
 
@@ -44,15 +46,21 @@ def mount_workspace(args: argparse.Namespace, config: Config) -> int:
 
     store.mkdir(mode=0o700, parents=True, exist_ok=True)
     log_file = None if args.foreground else store / "daemon.log"
-    mount(factory, src, mnt, options, foreground=args.foreground, log_file=log_file)
+    try:
+        mount(factory, src, mnt, options, foreground=args.foreground, log_file=log_file)
+    except launch.MountError as exc:
+        raise MountError(str(exc)) from None
     return 0
 
 
 def unmount_workspace(args: argparse.Namespace) -> int:
-    from mountd.launch import unmount
+    from mountd import launch
 
     mnt = Path(args.mountpoint)
     if not os.path.ismount(mnt):
         raise MountError(f"{args.mountpoint}: not mounted")
-    unmount(mnt, lazy=args.lazy)
+    try:
+        launch.unmount(mnt, lazy=args.lazy)
+    except launch.MountError as exc:
+        raise MountError(str(exc)) from None
     return 0

@@ -17,7 +17,8 @@ digest, and its value then carries the path (``"path"`` in a file record;
 ``meta``
     ``format_version`` -> int.  ``baseline`` -> manifest (see below).
     ``baseline_at`` -> float.  ``created_at`` -> float.
-``files``  path -> file record
+``files``  path -> file record: the stat signature as ASCII
+    ``size,mtime_ns,ctime_ns,ino``, a newline, then
     ``{"h": hash, "s": size, "m": mtime_ns, "c": ctime_ns, "i": ino,
     "mode": st_mode, "u": uid, "g": gid, "p": parser key or null,
     "v": hash of the last successfully parsed content or null,
@@ -45,6 +46,9 @@ fsynced before the operation that needed them goes on.
 
 Format changelog:
     1  first format.
+    2  file records start with the stat signature (``size,mtime,ctime,ino``
+       and a newline) so that a rescan need not decode them.  Format 1 stores
+       are upgraded in place when opened.
 """
 
 from __future__ import annotations
@@ -65,7 +69,7 @@ import lmdb
 
 log = logging.getLogger(__name__)
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 _DBS = ("meta", "files", "parses", "versions", "snapshots", "journal", "diffs")
 _INITIAL_MAP_SIZE = 1 << 30
 FLUSH_INTERVAL = 1.0  # seconds between fsyncs of the store in a running daemon
@@ -128,26 +132,27 @@ class FileRecord:
     def signature(self) -> tuple[int, int, int, int]:
         return (self.size, self.mtime_ns, self.ctime_ns, self.ino)
 
-    def encode(self) -> bytes:
-        return dumps(
-            {
-                "h": self.hash,
-                "s": self.size,
-                "m": self.mtime_ns,
-                "c": self.ctime_ns,
-                "i": self.ino,
-                "mode": self.mode,
-                "u": self.uid,
-                "g": self.gid,
-                "p": self.parser,
-                "v": self.view_hash,
-                "vp": self.view_parser,
-            }
-        )
+    def encode(self, path: str | None = None) -> bytes:
+        body: dict[str, Any] = {
+            "h": self.hash,
+            "s": self.size,
+            "m": self.mtime_ns,
+            "c": self.ctime_ns,
+            "i": self.ino,
+            "mode": self.mode,
+            "u": self.uid,
+            "g": self.gid,
+            "p": self.parser,
+            "v": self.view_hash,
+            "vp": self.view_parser,
+        }
+        if path is not None:
+            body["path"] = path
+        return signature_bytes(*self.signature()) + b"\n" + dumps(body)
 
     @classmethod
     def decode(cls, data: Raw) -> FileRecord:
-        d = loads(data)
+        d = loads(bytes(data).partition(b"\n")[2])
         return cls(
             hash=d["h"],
             size=d["s"],
@@ -168,6 +173,11 @@ class FileRecord:
 
 def stat_signature(st: os.stat_result) -> tuple[int, int, int, int]:
     return (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+
+
+def signature_bytes(size: int, mtime_ns: int, ctime_ns: int, ino: int) -> bytes:
+    """The stat signature as it prefixes a file record."""
+    return b"%d,%d,%d,%d" % (size, mtime_ns, ctime_ns, ino)
 
 
 class Store:
@@ -221,10 +231,24 @@ class Store:
                 txn.put(b"created_at", dumps(time.time()), db=self.dbs["meta"])
                 return
             version = loads(raw)
+            if version == 1:
+                self._upgrade_1_to_2(txn)
+                version = 2
+                txn.put(b"format_version", dumps(version), db=self.dbs["meta"])
             if version != FORMAT_VERSION:
                 raise StoreError(
                     f"{self.root}: store format {version}, this swfs reads format {FORMAT_VERSION}"
                 )
+
+    def _upgrade_1_to_2(self, txn: lmdb.Transaction) -> None:
+        """Format 2 prefixes file records with their stat signature."""
+        log.info("%s: upgrading the store from format 1 to 2", self.root)
+        db = self.dbs["files"]
+        rows = [(bytes(k), bytes(v)) for k, v in txn.cursor(db=db)]
+        for key, value in rows:
+            d = loads(value)
+            sig = signature_bytes(d["s"], d["m"], d["c"], d["i"])
+            txn.put(key, sig + b"\n" + value, db=db)
 
     def flush(self) -> None:
         """Make every committed transaction durable (fsync)."""
@@ -288,10 +312,23 @@ class Store:
     def iter_files(self, txn: lmdb.Transaction) -> Iterator[tuple[str, FileRecord]]:
         cur = txn.cursor(db=self.dbs["files"])
         for key, raw in cur:
-            if is_hashed_key(key):
-                yield loads(raw)["path"], FileRecord.decode(raw)
-            else:
-                yield pdecode(key), FileRecord.decode(raw)
+            yield self._file_path(key, raw), FileRecord.decode(raw)
+
+    @staticmethod
+    def _file_path(key: Raw, raw: Raw) -> str:
+        if is_hashed_key(key):
+            return str(loads(bytes(raw).partition(b"\n")[2])["path"])
+        return pdecode(key)
+
+    def file_signatures(self) -> dict[str, bytes]:
+        """path -> stat signature bytes, without decoding the records: what a
+        rescan compares, so that an unchanged tree costs one cursor pass."""
+        out: dict[str, bytes] = {}
+        with self.read() as txn:
+            for key, raw in txn.cursor(db=self.dbs["files"]):
+                data = bytes(raw)
+                out[self._file_path(key, data)] = data[: data.find(b"\n")]
+        return out
 
     def all_files(self) -> dict[str, FileRecord]:
         with self.read() as txn:
@@ -299,10 +336,7 @@ class Store:
 
     def put_file(self, txn: lmdb.Transaction, rel: str, rec: FileRecord) -> None:
         key = pkey(rel)
-        value = rec.encode()
-        if is_hashed_key(key):
-            value = dumps({**loads(value), "path": rel})
-        txn.put(key, value, db=self.dbs["files"])
+        txn.put(key, rec.encode(rel if is_hashed_key(key) else None), db=self.dbs["files"])
 
     def delete_file(self, txn: lmdb.Transaction, rel: str) -> None:
         txn.delete(pkey(rel), db=self.dbs["files"])

@@ -41,7 +41,7 @@ from .blobs import BlobStore, HashMismatch
 from .fsutil import hash_fd
 from .ignore import IgnoreRules
 from .parsework import FAILED, OK, UNSUPPORTED, ParseOutcome, WorkerLimits
-from .store import FileRecord, Store, dumps, parse_key, stat_signature
+from .store import FileRecord, Store, dumps, parse_key, signature_bytes, stat_signature
 from .views import header_line, render_unit
 
 log = logging.getLogger(__name__)
@@ -50,6 +50,7 @@ STORE_NAME = ".swfs"
 RESERVED_ROOTS = frozenset({".parsed", ".review", ".versions"})
 _HASH_THREADS = 4
 _VIEW_CACHE = 128
+_BUSY_FOR = 60.0  # seconds a preserved-but-unrecorded write shields a path from rescans
 
 
 _FRESHNESS_OF = {
@@ -109,6 +110,9 @@ class Workspace:
         self._view_cache: OrderedDict[tuple[Any, ...], ParsedView] = OrderedDict()
         self._view_lock = threading.Lock()
         self._review_cache: tuple[int, Any] | None = None
+        # Paths being written through the mount (preserved, not yet recorded):
+        # a rescan must not record their half-written bytes as an external change.
+        self._busy: dict[str, float] = {}
 
     def close(self) -> None:
         self.store.close()
@@ -174,6 +178,10 @@ class Workspace:
                 return None
             h = hash_fd(fd)
             head = os.pread(fd, 4096, 0)
+            if stat_signature(os.fstat(fd)) != stat_signature(st):
+                # Written while we read it: these bytes were never a version.
+                # The writer's close (or the next scan) records the result.
+                return None
         finally:
             os.close(fd)
         info = FileInfo(
@@ -217,13 +225,14 @@ class Workspace:
         """
         t0 = time.monotonic()
         stats = ScanStats()
-        known = self.store.all_files()
+        known = self.store.file_signatures()
         seen: set[str] = set()
         todo: list[str] = []
+        busy = self._busy_paths()
         for rel, st in self.walk():
             seen.add(rel)
-            rec = known.get(rel)
-            if rec is None or rec.signature() != stat_signature(st):
+            sig = signature_bytes(st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+            if known.get(rel) != sig and rel not in busy:
                 todo.append(rel)
         stats.files = len(seen)
         first = self.store.get_meta("baseline") is None
@@ -238,13 +247,13 @@ class Workspace:
                     if progress:
                         progress(i + 1, len(todo))
         stats.hashed = len(results)
-        gone = [rel for rel in known if rel not in seen]
+        gone = [rel for rel in known if rel not in seen and rel not in busy]
         cause = Cause.BASELINE if first else Cause.EXTERNAL
         if results or gone:
             self.store.ensure_room(1024 * (len(results) + len(gone)))
             with self.store.write() as txn:
                 for rel, (st, h, parser) in results:
-                    old = known.get(rel)
+                    old = self.store.get_file(rel, txn)
                     if old is None:
                         stats.added += 1
                     elif old.hash != h:
@@ -432,7 +441,22 @@ class Workspace:
         """*slow*: keep the bytes of ``rel`` before it is unlinked or renamed over."""
         self._preserve(rel, link=True)
 
+    def _busy_paths(self) -> set[str]:
+        cutoff = time.monotonic() - _BUSY_FOR
+        with self._view_lock:
+            for rel in [r for r, t in self._busy.items() if t < cutoff]:
+                del self._busy[rel]
+            return set(self._busy)
+
+    def _set_busy(self, rel: str, busy: bool) -> None:
+        with self._view_lock:
+            if busy:
+                self._busy[rel] = time.monotonic()
+            else:
+                self._busy.pop(rel, None)
+
     def _preserve(self, rel: RelPath, *, link: bool) -> None:
+        self._set_busy(rel, True)
         state = self.check_file(rel)
         if state is None or state.hash is None:
             return
@@ -479,11 +503,14 @@ class Workspace:
     # ------------------------------------------------------- writes via mount
     def record_write(self, rel: RelPath) -> FileState | None:
         """*slow*: after a written file is released or fsynced."""
+        self._set_busy(rel, False)
         return self.check_file(rel, cause=Cause.WRITE, force=True)
 
     def record_rename(self, old: RelPath, new: RelPath) -> None:
         """After ``old`` was renamed to ``new`` (a file or a directory)."""
         moved: list[tuple[str, str]] = []
+        self._set_busy(old, False)
+        self._set_busy(new, False)
         with self.store.write() as txn:
             rec = self.store.get_file(old, txn)
             if rec is not None:
@@ -537,6 +564,7 @@ class Workspace:
         self.store.put_file(txn, dst, rec)
 
     def record_unlink(self, rel: RelPath) -> None:
+        self._set_busy(rel, False)
         with self.store.write() as txn:
             if self.store.get_file(rel, txn) is None:
                 return

@@ -264,3 +264,35 @@ def test_ignored_and_oversized_files_keep_hashes_but_no_bytes(tmp_path: Path) ->
             assert len(versions) == 2, name  # the hash history is kept...
             assert not versions[0].available, name  # ...but not the bytes
         assert eng.versions(RelPath("kept.txt"))[0].available
+
+
+def test_format_1_store_is_upgraded_when_opened(tmp_path: Path) -> None:
+    from swfs.store import FORMAT_VERSION, Store, dumps
+
+    store = Store(tmp_path / "store")
+    with store.write() as txn:
+        txn.put(b"format_version", dumps(1), db=store.dbs["meta"])
+        old = {
+            "h": "ab" * 32,
+            "s": 5,
+            "m": 7,
+            "c": 8,
+            "i": 9,
+            "mode": 0o100644,
+            "u": 0,
+            "g": 0,
+            "p": "text@1",
+            "v": None,
+            "vp": None,
+        }
+        txn.put(b"a.txt", dumps(old), db=store.dbs["files"])
+    store.close()
+    store = Store(tmp_path / "store")
+    try:
+        assert store.get_meta("format_version") == FORMAT_VERSION
+        rec = store.get_file("a.txt")
+        assert rec is not None
+        assert (rec.hash, rec.signature()) == ("ab" * 32, (5, 7, 8, 9))
+        assert store.file_signatures() == {"a.txt": b"5,7,8,9"}
+    finally:
+        store.close()
