@@ -125,8 +125,10 @@ def cmd_index(args: argparse.Namespace) -> int:
     with _engine(t, args) as engine:
         scan_progress = Progress("hashing")
         stats = engine.scan(progress=scan_progress)
-        trio.run(partial(engine.drain, Progress("parsing"), scan=False))
         counts = engine.counts()
+        if counts["pending"] or counts["stale"]:
+            trio.run(partial(engine.drain, Progress("parsing"), scan=False))
+            counts = engine.counts()
     secs = time.monotonic() - t0
     rate = counts["files"] / secs if secs > 0 else 0.0
     print(

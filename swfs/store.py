@@ -111,6 +111,9 @@ def loads(data: Raw) -> Any:
     return json.loads(bytes(data).decode("utf-8", "surrogateescape"))
 
 
+_STATUS_PREFIX = b'{"status":"'
+
+
 def parse_key(h: str, parser: str) -> bytes:
     return f"{h}|{parser}".encode()
 
@@ -352,6 +355,27 @@ class Store:
         else:
             raw = txn.get(key, db=self.dbs["parses"])
         return None if raw is None else loads(raw)
+
+    def parse_status(self, h: str, parser: str, txn: lmdb.Transaction | None = None) -> str | None:
+        """The status of a parse record without decoding its units."""
+        key = parse_key(h, parser)
+        if txn is None:
+            with self.read() as t:
+                return self._status_of(t.get(key, db=self.dbs["parses"]))
+        return self._status_of(txn.get(key, db=self.dbs["parses"]))
+
+    @staticmethod
+    def _status_of(raw: Raw | None) -> str | None:
+        if raw is None:
+            return None
+        # Records are written with "status" first: read it from the first
+        # bytes; decode the whole record only if that ever changes.
+        head = bytes(raw[:40])
+        if head.startswith(_STATUS_PREFIX):
+            value, sep, _ = head[len(_STATUS_PREFIX) :].partition(b'"')
+            if sep:
+                return value.decode()
+        return str(loads(raw)["status"])
 
     def has_parse(self, txn: lmdb.Transaction, h: str, parser: str) -> bool:
         return txn.get(parse_key(h, parser), db=self.dbs["parses"]) is not None

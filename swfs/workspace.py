@@ -279,8 +279,11 @@ class Workspace:
             self._changed(rel)
         for rel in gone:
             self._changed(rel)
-        for rel in self.needs_parse():
-            self._request_parse(rel)
+        # Only what this scan changed: whoever starts the parse queue asks
+        # needs_parse() once for the rest, and an unchanged rescan stays cheap.
+        for rel, (_, h, parser) in results:
+            if parser and self.store.parse_status(h, parser) is None:
+                self._request_parse(rel)
         stats.secs = time.monotonic() - t0
         return stats
 
@@ -407,9 +410,9 @@ class Workspace:
     def _freshness(self, rec: FileRecord, txn: lmdb.Transaction | None = None) -> Freshness:
         if rec.parser is None:
             return Freshness.UNSUPPORTED
-        cur = self.store.get_parse(rec.hash, rec.parser, txn)
-        if cur is not None:
-            return _FRESHNESS_OF[cur["status"]]
+        status = self.store.parse_status(rec.hash, rec.parser, txn)
+        if status is not None:
+            return _FRESHNESS_OF[status]
         if rec.view_hash and rec.view_parser:
             return Freshness.STALE
         return Freshness.PENDING
