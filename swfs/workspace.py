@@ -113,6 +113,7 @@ class Workspace:
         # Paths being written through the mount (preserved, not yet recorded):
         # a rescan must not record their half-written bytes as an external change.
         self._busy: dict[str, float] = {}
+        self._parsed_paths_cache: tuple[int, list[RelPath]] | None = None
 
     def close(self) -> None:
         self.store.close()
@@ -637,12 +638,20 @@ class Workspace:
 
     # ---------------------------------------------------------------- .parsed
     def parsed_paths(self) -> Iterable[RelPath]:
+        # Listing .parsed asks for this often; it only changes with the store's
+        # generation, and walking every record of a large tree is not free.
+        gen = self.generation()
+        cached = self._parsed_paths_cache
+        if cached is not None and cached[0] == gen:
+            return cached[1]
         with self.store.read() as txn:
-            return [
+            paths = [
                 RelPath(rel)
                 for rel, rec in self.store.iter_files(txn)
                 if rec.parser and self._freshness(rec, txn) != Freshness.UNSUPPORTED
             ]
+        self._parsed_paths_cache = (gen, paths)
+        return paths
 
     def parsed_view(self, rel: RelPath) -> ParsedView | None:
         rec = self.store.get_file(rel)
