@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -189,17 +190,19 @@ def force_unmount(mountpoint: Path) -> None:
         log.error("%s: still mounted after fusermount3 -u -z", mountpoint)
 
 
-class Mounter:
+class Mounter(ABC):
     name = "?"
     is_swfs = False
 
+    @abstractmethod
     def mount(self, source: Path, mountpoint: Path) -> Mount:
-        raise NotImplementedError
+        """Mount ``source`` at ``mountpoint``; return once it answers."""
 
+    @abstractmethod
     def _unmount(self, m: Mount) -> None:
-        raise NotImplementedError
+        """Ask the mounter's own tool to unmount."""
 
-    def settle(self, m: Mount) -> None:
+    def settle(self, m: Mount) -> None:  # noqa: B027 (optional hook: nothing to wait for by default)
         """Wait until the daemon's background work for the mount is done."""
 
     def unmount(self, m: Mount) -> None:

@@ -14,6 +14,7 @@ import os
 import posixpath
 import stat
 import time
+from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -137,7 +138,7 @@ class _Cached(Generic[T]):
         return self._value
 
 
-class Base:
+class Base(ABC):
     tree: Tree
 
     def __init__(self, engine: EngineAPI, gen: Generation, options: MountOptions) -> None:
@@ -155,8 +156,9 @@ class Base:
             return Access(0, 0, 0o400)
         return Access(root.uid, root.gid, root.mode & 0o400)
 
+    @abstractmethod
     async def entry(self, path: str, *, wait: bool = True) -> Entry | None:
-        raise NotImplementedError
+        """The node at ``path`` in this tree, or None."""
 
     async def xattrs(self, path: str) -> Mapping[str, str]:
         e = await self.entry(path, wait=False)

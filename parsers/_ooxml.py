@@ -8,11 +8,40 @@ from __future__ import annotations
 
 import posixpath
 import zipfile
+from collections.abc import Callable
+from typing import TypeVar
 from xml.etree import ElementTree
 from xml.etree.ElementTree import Element
 
+from parsers import zipguard
+from parsers._base import FileInfo, ParseFailed, ParseOptions
+from parsers._common import describe
+
+T = TypeVar("T")
+
 PKG_REL = "{http://schemas.openxmlformats.org/package/2006/relationships}"
 REL_NS = "{http://schemas.openxmlformats.org/officeDocument/2006/relationships}"
+
+
+def read_package(
+    path: str,
+    info: FileInfo,
+    options: ParseOptions,
+    kind: str,
+    read: Callable[[zipfile.ZipFile], T],
+) -> T:
+    """Guard the container, open it and ``read`` it; any failure becomes one
+    ParseFailed naming ``kind`` ("Word document", "presentation")."""
+    zipguard.check_container(path, info, options)
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return read(archive)
+    except ParseFailed:
+        raise
+    except RecursionError as exc:
+        raise ParseFailed(f"{kind} too deeply nested") from exc
+    except Exception as exc:  # zipfile, expat and malformed-structure errors
+        raise ParseFailed(f"unreadable {kind}: {describe(exc)}") from exc
 
 
 def read_xml(archive: zipfile.ZipFile, member: str) -> Element | None:

@@ -28,10 +28,9 @@ from collections.abc import Iterator
 from typing import ClassVar
 from xml.etree.ElementTree import Element
 
-from parsers import zipguard
 from parsers._base import FileInfo, ParseFailed, ParseOptions, Parser, Unit
-from parsers._common import TextBudget, describe
-from parsers._ooxml import read_xml, target_of_type
+from parsers._common import TextBudget
+from parsers._ooxml import read_package, read_xml, target_of_type
 
 log = logging.getLogger(__name__)
 
@@ -211,14 +210,7 @@ class DocxParser(Parser):
         return info.extension in self.extensions
 
     def parse(self, path: str, info: FileInfo, options: ParseOptions) -> list[Unit]:
-        zipguard.check_container(path, info, options)
-        try:
-            with zipfile.ZipFile(path) as archive:
-                text = read_document(archive, options)
-        except ParseFailed:
-            raise
-        except RecursionError as exc:
-            raise ParseFailed("Word document too deeply nested") from exc
-        except Exception as exc:  # zipfile, expat and malformed-structure errors
-            raise ParseFailed(f"unreadable Word document: {describe(exc)}") from exc
+        text = read_package(
+            path, info, options, "Word document", lambda a: read_document(a, options)
+        )
         return [Unit("document.md", text, "document")]

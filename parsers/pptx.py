@@ -20,10 +20,9 @@ from collections.abc import Iterator
 from typing import ClassVar
 from xml.etree.ElementTree import Element
 
-from parsers import zipguard
 from parsers._base import FileInfo, ParseFailed, ParseOptions, Parser, Unit
-from parsers._common import TextBudget, describe
-from parsers._ooxml import REL_NS, read_xml, relationships, target_of_type
+from parsers._common import TextBudget
+from parsers._ooxml import REL_NS, read_package, read_xml, relationships, target_of_type
 
 log = logging.getLogger(__name__)
 
@@ -226,16 +225,7 @@ class PptxParser(Parser):
         return info.extension in self.extensions
 
     def parse(self, path: str, info: FileInfo, options: ParseOptions) -> list[Unit]:
-        zipguard.check_container(path, info, options)
-        try:
-            with zipfile.ZipFile(path) as archive:
-                return self._parse(archive, options)
-        except ParseFailed:
-            raise
-        except RecursionError as exc:
-            raise ParseFailed("presentation too deeply nested") from exc
-        except Exception as exc:  # zipfile, expat and malformed-structure errors
-            raise ParseFailed(f"unreadable presentation: {describe(exc)}") from exc
+        return read_package(path, info, options, "presentation", lambda a: self._parse(a, options))
 
     def _parse(self, archive: zipfile.ZipFile, options: ParseOptions) -> list[Unit]:
         members = slide_members(archive)

@@ -11,6 +11,7 @@ store the outcome from a thread: no LMDB transaction is ever held across an
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import logging
 import math
@@ -91,6 +92,7 @@ class Engine(Workspace):
     def __init__(self, src: Path, store_dir: Path | None = None, *, config: Config | None = None):
         super().__init__(src, store_dir, config=config)
         self.queue: ParseQueue | None = None
+        self._changes: tuple[int, list[ReviewEntry]] | None = None
         self._token: trio.lowlevel.TrioToken | None = None
         self.add_parse_request_handler(self._on_parse_request)
 
@@ -126,17 +128,22 @@ class Engine(Workspace):
 
     # -- review (EngineAPI)
     def review(self) -> Sequence[ReviewEntry]:
-        return review_mod.changes(self)
+        # SUMMARY.md, ALL.diff, every <rel>.diff and their access bits all ask
+        # for the change set: compute it once per store generation.
+        gen = self.generation()
+        if self._changes is None or self._changes[0] != gen:
+            self._changes = (gen, review_mod.changes(self))
+        return self._changes[1]
 
     def review_summary(self) -> bytes:
-        return review_mod.summary(self, review_mod.changes(self)).encode("utf-8", "surrogateescape")
+        return review_mod.summary(self, list(self.review())).encode("utf-8", "surrogateescape")
 
     def review_all_diff(self) -> bytes:
-        entries = review_mod.changes(self)
+        entries = list(self.review())
         return review_mod.all_diff(self, entries).encode("utf-8", "surrogateescape")
 
     def review_diff(self, rel: RelPath) -> bytes | None:
-        for e in review_mod.changes(self):
+        for e in self.review():
             if e.rel == rel:
                 return review_mod.file_diff(self, e).encode("utf-8", "surrogateescape")
         return None
@@ -160,7 +167,7 @@ class Engine(Workspace):
             ok["group"] = ok["group"] and acc.gid == root.gid and bool(acc.mode & (need << 3))
             ok["owner"] = ok["owner"] and acc.uid == root.uid and bool(acc.mode & (need << 6))
 
-        for e in review_mod.changes(self):
+        for e in self.review():
             for rel in (e.rel, e.old_rel):
                 if rel is None:
                     continue
@@ -273,7 +280,17 @@ class Engine(Workspace):
         )
 
     def _adopt_cached(self, rel: str) -> None:
-        self.check_file(RelPath(rel), force=True)
+        """The parse for ``rel``'s content exists (another path had the same
+        bytes): make it ``rel``'s view.  No rehash: the record's hash is what
+        the cached parse is keyed by."""
+        with self.store.write() as txn:
+            rec = self.store.get_file(rel, txn)
+            if rec is None or rec.parser is None:
+                return
+            if self.store.parse_status(rec.hash, rec.parser, txn) == "ok":
+                view = dataclasses.replace(rec, view_hash=rec.hash, view_parser=rec.parser)
+                self.store.put_file(txn, rel, view)
+            self._bump(txn)
         self._changed(rel)
 
     async def _flush_loop(self) -> None:

@@ -8,6 +8,7 @@ journal entry, so a killed process leaves the table and journal consistent.
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import logging
 import os
@@ -557,9 +558,7 @@ class Workspace:
             if target is not None and rec.view_hash is None:
                 prev = self.store.get_parse(target.hash, target.parser or "", txn)
                 if prev is not None and prev["status"] == OK:
-                    rec = FileRecord(
-                        **{**rec.__dict__, "view_hash": target.hash, "view_parser": target.parser}
-                    )
+                    rec = dataclasses.replace(rec, view_hash=target.hash, view_parser=target.parser)
             if len(src_versions) <= 1:
                 self.store.put_versions(txn, src, [])
         else:
@@ -626,7 +625,7 @@ class Workspace:
             rec = self.store.get_file(rel, txn)
             if rec is not None and rec.hash == h and outcome.status == OK:
                 self.store.put_file(
-                    txn, rel, FileRecord(**{**rec.__dict__, "view_hash": h, "view_parser": parser})
+                    txn, rel, dataclasses.replace(rec, view_hash=h, view_parser=parser)
                 )
             self._bump(txn)
         self._changed(rel)

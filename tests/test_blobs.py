@@ -5,7 +5,6 @@ from __future__ import annotations
 import errno
 import os
 import stat
-import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -14,6 +13,7 @@ import pytest
 
 from swfs import fsutil
 from swfs.blobs import BLOB_MODE, BlobStore, HashMismatch
+from tests.tmpfs import small_tmpfs
 
 
 def b3(data: bytes) -> str:
@@ -327,18 +327,8 @@ def test_cleanup_temp(store: BlobStore) -> None:
 def tiny_tmpfs(tmp_path: Path) -> Iterator[Path]:
     mnt = tmp_path / "tiny"
     mnt.mkdir()
-    proc = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if proc.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip() or proc.returncode}")
-    try:
+    with small_tmpfs(mnt, "1m"):
         yield mnt
-    finally:
-        subprocess.run(["umount", str(mnt)], check=True)
 
 
 def test_disk_full(tiny_tmpfs: Path, tmp_path: Path) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import errno
 import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from swfs.parsework import WorkerLimits
 from swfs.store import dumps
 from swfs.workspace import Config
 from tests import evilparsers
+from tests.tmpfs import small_tmpfs
 
 
 @pytest.fixture
@@ -65,15 +65,7 @@ def test_crash_hang_and_memory_blowup_fail_only_their_file(tmp_path: Path) -> No
 def test_preserve_on_a_full_disk_fails_with_enospc_and_keeps_the_store(tmp_path: Path) -> None:
     store = tmp_path / "store"
     store.mkdir()
-    proc = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(store)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if proc.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
-    try:
+    with small_tmpfs(store, "3m"):
         src = tmp_path / "ws"
         src.mkdir()
         (src / "small.txt").write_text("small\n")
@@ -87,8 +79,6 @@ def test_preserve_on_a_full_disk_fails_with_enospc_and_keeps_the_store(tmp_path:
             assert eng.version_file(RelPath("small.txt"), 1) is not None
             assert not run_checks(eng)
             assert eng.blobs.verify(hash_file(src / "small.txt"))
-    finally:
-        subprocess.run(["umount", "-l", str(store)], check=False)
 
 
 @pytest.fixture

@@ -37,6 +37,7 @@ from tests.realmount import (
     vm_rss_kib,
     workspace,
 )
+from tests.tmpfs import small_tmpfs
 
 pytestmark = [pytest.mark.mount, needs_fuse]
 
@@ -233,53 +234,50 @@ def test_store_on_a_full_filesystem_fails_writes_loudly(request: pytest.FixtureR
     original = random.Random(5).randbytes(6 * 1024 * 1024)
     (src / "big.bin").write_bytes(original)
     (src / "small.txt").write_text("small\n")
-    proc = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=4m,mode=0700", "tmpfs", str(store)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if proc.returncode != 0:
-        shutil.rmtree(root, ignore_errors=True)
-        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
     m: RealMount | None = None
     try:
-        m = start_mount(src, mnt, "--store", str(store))
-        swfs("sync", mnt)
-        failed_with = 0
-        try:
-            with open(mnt / "big.bin", "r+b") as f:
-                f.seek(1024)
-                f.write(b"overwritten in place" * 1000)
-        except OSError as exc:
-            failed_with = exc.errno or -1
-        assert m.alive(), m.log()[-2000:]
-        outcome = errno.errorcode.get(failed_with, "write succeeded") if failed_with else "ok"
-        report_count(request.config, f"full store: in-place overwrite -> {outcome}", 1)
-        if failed_with:
-            assert failed_with == errno.ENOSPC, errno.errorcode.get(failed_with)
-            # Nothing was overwritten that history could not keep.
-            assert (src / "big.bin").read_bytes() == original
-        else:
-            # The write went through: then the old bytes must be kept somewhere.
-            hashes = [
-                os.getxattr(v, "user.sw.hash").decode()
-                for v in (mnt / ".versions" / "big.bin").iterdir()
-            ]
-            want = blake3_hex(original)
-            assert want in hashes
-            kept = next(v for v in (mnt / ".versions" / "big.bin").iterdir() if want in str(v))
-            assert blake3_hex(kept.read_bytes()) == want
-        # The mount still answers, small writes still work, the store checks clean.
-        assert (mnt / "small.txt").read_text() == "small\n"
-        (mnt / "other.txt").write_text("still writable\n")
-        assert os.listdir(mnt / ".versions")
-        swfs("check", mnt)
+        with small_tmpfs(store, "4m", mode="0700"):
+            try:
+                m = start_mount(src, mnt, "--store", str(store))
+                swfs("sync", mnt)
+                failed_with = 0
+                try:
+                    with open(mnt / "big.bin", "r+b") as f:
+                        f.seek(1024)
+                        f.write(b"overwritten in place" * 1000)
+                except OSError as exc:
+                    failed_with = exc.errno or -1
+                assert m.alive(), m.log()[-2000:]
+                outcome = (
+                    errno.errorcode.get(failed_with, "write succeeded") if failed_with else "ok"
+                )
+                report_count(request.config, f"full store: in-place overwrite -> {outcome}", 1)
+                if failed_with:
+                    assert failed_with == errno.ENOSPC, errno.errorcode.get(failed_with)
+                    # Nothing was overwritten that history could not keep.
+                    assert (src / "big.bin").read_bytes() == original
+                else:
+                    # The write went through: then the old bytes must be kept somewhere.
+                    hashes = [
+                        os.getxattr(v, "user.sw.hash").decode()
+                        for v in (mnt / ".versions" / "big.bin").iterdir()
+                    ]
+                    want = blake3_hex(original)
+                    assert want in hashes
+                    kept = next(
+                        v for v in (mnt / ".versions" / "big.bin").iterdir() if want in str(v)
+                    )
+                    assert blake3_hex(kept.read_bytes()) == want
+                # The mount still answers, small writes still work, the store checks clean.
+                assert (mnt / "small.txt").read_text() == "small\n"
+                (mnt / "other.txt").write_text("still writable\n")
+                assert os.listdir(mnt / ".versions")
+                swfs("check", mnt)
+            finally:
+                if m is not None:
+                    m.stop()
+                lazy_unmount(mnt)
     finally:
-        if m is not None:
-            m.stop()
-        lazy_unmount(mnt)
-        subprocess.run(["umount", "-l", str(store)], capture_output=True, check=False)
         if not mounted_swfs(mnt):
             shutil.rmtree(root, ignore_errors=True)
 

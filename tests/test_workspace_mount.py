@@ -10,11 +10,9 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import openpyxl
@@ -22,16 +20,15 @@ import pytest
 
 from swfs.fsutil import hash_file
 from swfs.samples import build_sample_workspace
-from tests import evilparsers
 from tests.mountutil import (
     as_user,
     ensure_test_user,
     errno_of,
     lazy_unmount,
     mounted_swfs,
-    wait_for_mount,
     workdir,
 )
+from tests.realmount import RealMount, start_mount, swfs
 
 pytestmark = [
     pytest.mark.mount,
@@ -42,69 +39,15 @@ pytestmark = [
     ),
 ]
 
-SWFS = str(Path(sys.executable).with_name("swfs"))
-
-
-def swfs(*args: str | Path, check: bool = True) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(
-        [SWFS, *map(str, args)], capture_output=True, text=True, timeout=90, check=False
-    )
-    if check and proc.returncode != 0:
-        raise AssertionError(f"swfs {args}: exit {proc.returncode}: {proc.stderr}")
-    return proc
-
-
-@dataclass
-class Mounted:
-    root: Path
-    src: Path
-    mnt: Path
-    proc: subprocess.Popen[bytes]
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        if mounted_swfs(self.mnt):
-            lazy_unmount(self.mnt)
-
-
-def start(src: Path, mnt: Path, *extra: str) -> Mounted:
-    env = {
-        **os.environ,
-        "SWFS_EXTRA_PARSERS": evilparsers.SPEC,
-        "PYTHONPATH": str(Path(__file__).resolve().parent.parent),
-    }
-    log = (src.parent / "daemon.log").open("ab")
-    proc = subprocess.Popen(
-        [SWFS, "mount", "-f", "--rescan-interval", "1", *extra, str(src), str(mnt)],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        env=env,
-    )
-    log.close()
-    m = Mounted(src.parent, src, mnt, proc)
-    try:
-        wait_for_mount(mnt, proc, 60)
-    except BaseException:
-        m.stop()
-        raise
-    return m
-
 
 @pytest.fixture
-def ws() -> Iterator[Mounted]:
+def ws() -> Iterator[RealMount]:
     root = workdir()
     src, mnt = root / "src", root / "mnt"
     src.mkdir()
     mnt.mkdir()
     build_sample_workspace(src)
-    m = start(src, mnt)
+    m = start_mount(src, mnt)
     try:
         swfs("sync", mnt)
         yield m
@@ -119,7 +62,7 @@ def header(path: Path) -> str:
         return f.readline()
 
 
-def test_grep_finds_evidence_with_its_locator(ws: Mounted) -> None:
+def test_grep_finds_evidence_with_its_locator(ws: RealMount) -> None:
     out = subprocess.run(
         ["grep", "-rn", "Churn in the EMEA", ".parsed"],
         cwd=ws.mnt,
@@ -157,7 +100,7 @@ def test_grep_finds_evidence_with_its_locator(ws: Mounted) -> None:
     assert (ws.root / "copied.txt").read_bytes() == data
 
 
-def test_openpyxl_edit_in_place_goes_current_with_review_and_versions(ws: Mounted) -> None:
+def test_openpyxl_edit_in_place_goes_current_with_review_and_versions(ws: RealMount) -> None:
     book = ws.mnt / "budget.xlsx"
     original = hash_file(ws.src / "budget.xlsx")
     wb = openpyxl.load_workbook(book)
@@ -191,7 +134,7 @@ def test_openpyxl_edit_in_place_goes_current_with_review_and_versions(ws: Mounte
     assert os.getxattr(old, "user.sw.cause") == b"baseline"
 
 
-def test_stale_view_is_served_marked_then_turns_current(ws: Mounted) -> None:
+def test_stale_view_is_served_marked_then_turns_current(ws: RealMount) -> None:
     slow = ws.mnt / "notes.slow"
     slow.write_text("first version\n")
     swfs("sync", ws.mnt)
@@ -209,7 +152,7 @@ def test_stale_view_is_served_marked_then_turns_current(ws: Mounted) -> None:
     assert "second version" in text
 
 
-def test_editor_save_through_the_mount_is_one_version(ws: Mounted) -> None:
+def test_editor_save_through_the_mount_is_one_version(ws: RealMount) -> None:
     target = ws.mnt / "README.md"
     before = len(os.listdir(ws.mnt / ".versions" / "README.md"))
     tmp = ws.mnt / ".README.md.tmp"
@@ -227,7 +170,7 @@ def test_editor_save_through_the_mount_is_one_version(ws: Mounted) -> None:
     )
 
 
-def test_synthetic_trees_are_read_only(ws: Mounted) -> None:
+def test_synthetic_trees_are_read_only(ws: RealMount) -> None:
     for path in (
         ws.mnt / ".parsed" / "README.md" / "content.txt",
         ws.mnt / ".review" / "SUMMARY.md",
@@ -239,7 +182,7 @@ def test_synthetic_trees_are_read_only(ws: Mounted) -> None:
     assert errno_of(lambda: os.unlink(ws.mnt / ".review" / "SUMMARY.md")) == errno.EROFS
 
 
-def test_parallel_readers_while_reparsing(ws: Mounted) -> None:
+def test_parallel_readers_while_reparsing(ws: RealMount) -> None:
     errors: list[str] = []
     stop = threading.Event()
 
@@ -271,7 +214,7 @@ def test_parallel_readers_while_reparsing(ws: Mounted) -> None:
     assert "edit 14" in (ws.mnt / ".parsed" / "notes" / "café.txt" / "content.txt").read_text()
 
 
-def test_cli_against_the_mount_point(ws: Mounted) -> None:
+def test_cli_against_the_mount_point(ws: RealMount) -> None:
     status = json.loads(swfs("status", ws.mnt, "--json").stdout)
     for key in ("files", "current", "stale", "pending", "failed", "unsupported"):
         assert key in status
@@ -293,7 +236,7 @@ def test_cli_against_the_mount_point(ws: Mounted) -> None:
     swfs("check", ws.mnt)
 
 
-def test_unprivileged_user_sees_only_what_they_may_read(ws: Mounted) -> None:
+def test_unprivileged_user_sees_only_what_they_may_read(ws: RealMount) -> None:
     user = ensure_test_user()
     if user is None:
         pytest.skip("cannot create an unprivileged user here")
@@ -326,7 +269,7 @@ def test_unprivileged_user_sees_only_what_they_may_read(ws: Mounted) -> None:
     assert as_user(user, "cat", str(ws.mnt / ".review" / "public.txt.diff")).returncode == 0
 
 
-def test_killed_daemon_leaves_a_store_that_remounts_and_checks_clean(ws: Mounted) -> None:
+def test_killed_daemon_leaves_a_store_that_remounts_and_checks_clean(ws: RealMount) -> None:
     for i in range(20):
         (ws.mnt / "notes" / f"n{i}.txt").write_text(f"note {i}\n")
         (ws.mnt / "README.md").write_text(f"readme {i}\n")
@@ -336,7 +279,7 @@ def test_killed_daemon_leaves_a_store_that_remounts_and_checks_clean(ws: Mounted
     ws.proc.wait(10)
     lazy_unmount(ws.mnt)
     assert (ws.src / "README.md").read_bytes() == closed
-    m = start(ws.src, ws.mnt)
+    m = start_mount(ws.src, ws.mnt)
     try:
         swfs("sync", ws.mnt)
         swfs("check", ws.mnt)
@@ -349,7 +292,7 @@ def test_killed_daemon_leaves_a_store_that_remounts_and_checks_clean(ws: Mounted
         m.stop()
 
 
-def test_second_mount_of_the_same_workspace_is_refused(ws: Mounted) -> None:
+def test_second_mount_of_the_same_workspace_is_refused(ws: RealMount) -> None:
     other = ws.root / "mnt2"
     other.mkdir()
     out = swfs("mount", ws.src, other, check=False)
