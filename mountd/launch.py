@@ -23,6 +23,7 @@ from typing import Any
 import pyfuse3
 import trio
 
+from mountd.dirfds import raise_fd_limit
 from mountd.operations import Operations
 from mountd.options import MountOptions
 from swfs.api import EngineAPI
@@ -239,6 +240,7 @@ async def _serve(
     ready: Callable[[], None],
 ) -> None:
     os.umask(0)  # modes come from the request (and its umask), not from the daemon
+    raise_fd_limit()  # open files of callers, plus cached directory descriptors
     async with AsyncExitStack() as stack:
         engine = stack.enter_context(engine_factory())
         ops = Operations(engine, str(src), str(engine.store_dir), options)

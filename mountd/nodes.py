@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import enum
 import logging
-from collections.abc import Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass, field
 from typing import NewType
 
@@ -48,9 +48,10 @@ class Node:
     lookups: int = 0
     opens: int = 0
     children: int = 0
-    cache_sig: object = None  # native: what the kernel's page cache holds (see open)
+    cache_sig: object = None  # what the kernel's page cache holds (see open)
     attr_sig: object = None  # native: the attributes last reported to the kernel
     size: int = -1  # generated: the size last reported to the kernel
+    is_dir: bool = False  # generated: a directory, as last reported to the kernel
     kept: object = None  # native files: passthrough.Kept, shared by open handles
 
     @property
@@ -72,6 +73,7 @@ class InodeTable:
         self.root = Node(ROOT_INODE, Tree.NATIVE, root_key)
         self.root.lookups = 1  # the kernel never forgets the root
         self._add(self.root)
+        self.on_drop: Callable[[Node], None] | None = None  # told when a node is dropped
 
     def __len__(self) -> int:
         return len(self._nodes)
@@ -251,3 +253,5 @@ class InodeTable:
             if self._by_link.get(link) is node:
                 self.remove_link(link)
         node.links.clear()
+        if self.on_drop is not None:
+            self.on_drop(node)

@@ -8,6 +8,7 @@ import errno
 import functools
 import logging
 import os
+import resource
 import stat
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ from typing import Any, TypeVar, cast
 import pyfuse3
 import trio
 
+from mountd.dirfds import DEFAULT_LIMIT, DirFds
 from mountd.fsutil import open_beneath
 from mountd.nodes import SYNTHETIC_TREES, InodeTable, Node, Tree
 from mountd.options import MountOptions
@@ -120,6 +122,10 @@ class Operations(pyfuse3.Operations):
         self.native = Passthrough(engine, src, hidden=_hidden(src, store))
         root = os.fstat(self.native.root_fd)
         self.table = InodeTable((root.st_dev, root.st_ino))
+        self.table.on_drop = self._dropped
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        self.dirfds = DirFds(min(DEFAULT_LIMIT, soft // 8))
+        self._hidden_names = frozenset(split(h)[1] for h in self.native.hidden)
         self.gen = Generation()
         self.trees: dict[Tree, SyntheticTree] = dict(make_trees(engine, self.gen, options))
         self.handles: dict[int, Handle] = {}
@@ -136,7 +142,12 @@ class Operations(pyfuse3.Operations):
             elif isinstance(h, FdHandle):
                 os.close(h.fd)
         self.handles.clear()
+        self.dirfds.close()
         self.native.close()
+
+    def _dropped(self, node: Node) -> None:
+        if node.native:
+            self.dirfds.drop(node.ino)
 
     # -- helpers
 
@@ -199,6 +210,7 @@ class Operations(pyfuse3.Operations):
         a.st_blocks = (e.size + 511) // 512
         a.st_atime_ns = a.st_mtime_ns = a.st_ctime_ns = e.mtime_ns
         node.size = e.size
+        node.is_dir = e.is_dir
         return a
 
     def _tree(self, node: Node) -> SyntheticTree:
@@ -207,13 +219,18 @@ class Operations(pyfuse3.Operations):
     def _native_stat(self, node: Node) -> os.stat_result:
         """Stat through a name (preferring one that still leads to this inode),
         else through an open handle (an unlinked but open file)."""
+        if node is self.table.root:
+            return os.stat(self.native.root_fd)
         first: os.stat_result | None = None
-        for rel in self.table.paths(node):
-            try:
-                st = self.native.lstat(rel)
-            except FileNotFoundError:
+        for parent_ino, name in reversed(list(node.links)):
+            parent = self.table.get(parent_ino)
+            if parent is None:
                 continue
-            if node is self.table.root or (st.st_dev, st.st_ino) == node.key:
+            try:
+                st = os.stat(name, dir_fd=self._dir_fd(parent), follow_symlinks=False)
+            except (FileNotFoundError, NotADirectoryError, pyfuse3.FUSEError):
+                continue
+            if (st.st_dev, st.st_ino) == node.key:
                 return st
             first = first or st
         if first is not None:
@@ -222,6 +239,44 @@ class Operations(pyfuse3.Operations):
             if isinstance(h, NativeOpen) and h.node is node:
                 return os.fstat(h.fh.fd)
         self._gone_behind_our_back(node)
+        raise fail(errno.ENOENT)
+
+    def _dir_fd(self, node: Node) -> int:
+        """An O_PATH descriptor of native directory ``node``, borrowed from the
+        cache (never close it, never hold it across an await)."""
+        if node is self.table.root:
+            return self.native.root_fd
+        fd = self.dirfds.get(node.ino)
+        if fd is not None:
+            return fd
+        for rel in self.table.paths(node):
+            if self.native.is_hidden(rel):
+                continue
+            try:
+                fd = open_beneath(self.native.root_fd, rel, os.O_PATH | os.O_DIRECTORY)
+            except OSError as exc:
+                if exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.EXDEV):
+                    continue  # changed behind the mount: try another name
+                raise
+            try:
+                st = os.fstat(fd)
+            except BaseException:
+                os.close(fd)
+                raise
+            if (st.st_dev, st.st_ino) == node.key:
+                self.dirfds.put(node.ino, fd)
+                return fd
+            os.close(fd)
+        self._gone_behind_our_back(node)
+        raise fail(errno.ENOENT)
+
+    def _native_entry(self, node: Node) -> tuple[int, str]:
+        """(directory fd, name) of a native node other than the root, through
+        its most recently used name."""
+        for parent_ino, name in reversed(list(node.links)):
+            parent = self.table.get(parent_ino)
+            if parent is not None:
+                return self._dir_fd(parent), name
         raise fail(errno.ENOENT)
 
     def _gone_behind_our_back(self, node: Node) -> None:
@@ -249,7 +304,9 @@ class Operations(pyfuse3.Operations):
             node = self.table.synthetic(Tree(name), "")
             return node, self._synthetic_attr(node, await self._entry(node))
         if parent.native:
-            st = self.native.lstat(join(self._path(parent), name))
+            if name in self._hidden_names and self.native.is_hidden(join(self._path(parent), name)):
+                raise fail(errno.ENOENT)
+            st = os.stat(name, dir_fd=self._dir_fd(parent), follow_symlinks=False)
             node = self.table.native(parent, name, (st.st_dev, st.st_ino))
             return node, self._native_attr(node, st)
         spath = join(parent.spath, name)
@@ -457,8 +514,11 @@ class Operations(pyfuse3.Operations):
         if e.data is not None:
             if len(e.data) != node.size:
                 self._invalidate_attrs(node.ino)  # the kernel must not cut the snapshot short
+            # The kernel may keep its pages if they hold exactly these bytes.
+            sig = (len(e.data), hash(e.data))
+            keep, node.cache_sig = node.cache_sig == sig, sig
             self.table.opened(node)
-            return pyfuse3.FileInfo(fh=self._add_handle(DataHandle(node, e.data)), keep_cache=False)
+            return pyfuse3.FileInfo(fh=self._add_handle(DataHandle(node, e.data)), keep_cache=keep)
         if e.blob is not None:
             fd = os.open(e.blob, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         elif e.native is not None:
@@ -548,6 +608,10 @@ class Operations(pyfuse3.Operations):
     async def flush(self, fh: int) -> None:
         h = self._handle(fh)
         if isinstance(h, NativeOpen):
+            if h.fh.wrote and not h.direct:
+                # The kernel's pages hold what was written: the invalidation the
+                # record below triggers need not drop them.
+                h.node.cache_sig = _sig(os.fstat(h.fh.fd))
             await self.native.flush(h.fh)
 
     @handler
@@ -586,7 +650,14 @@ class Operations(pyfuse3.Operations):
     async def _listdir(self, node: Node) -> list[str]:
         if not node.native:
             return await self._tree(node).children(node.spath)
-        names = self.native.listdir(self._path(node))
+        fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=self._dir_fd(node))
+        try:
+            names = os.listdir(fd)
+        finally:
+            os.close(fd)
+        if self._hidden_names.intersection(names):
+            rel = self._path(node)
+            names = [n for n in names if not self.native.is_hidden(join(rel, n))]
         if node is self.table.root:
             names = sorted(RESERVED) + [n for n in names if n not in RESERVED]
         return names
@@ -677,6 +748,9 @@ class Operations(pyfuse3.Operations):
             return self._sw_xattrs(self._path(node))
         return dict(await self._tree(node).xattrs(node.spath))
 
+    def _xattr_at(self, node: Node) -> tuple[int, str] | None:
+        return None if node is self.table.root else self._native_entry(node)
+
     @handler
     async def getxattr(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> bytes:
         node, n = self._node(inode), os.fsdecode(name)
@@ -685,14 +759,14 @@ class Operations(pyfuse3.Operations):
             if value is None or not n.startswith(XATTR_PREFIX):
                 raise fail(errno.ENODATA)
             return value.encode("utf-8", "surrogateescape")
-        return self.native.getxattr(self._path(node), n)
+        return self.native.getxattr(self._xattr_at(node), n)
 
     @handler
     async def listxattr(self, inode: int, ctx: pyfuse3.RequestContext) -> list[bytes]:
         node = self._node(inode)
         names = [os.fsencode(XATTR_PREFIX + k) for k in await self._xattrs(node)]
         if node.native:
-            own = self.native.listxattr(self._path(node))
+            own = self.native.listxattr(self._xattr_at(node))
             names = [os.fsencode(n) for n in own if not n.startswith(XATTR_PREFIX)] + names
         return names
 
@@ -705,7 +779,7 @@ class Operations(pyfuse3.Operations):
             raise fail(errno.EROFS)
         if n.startswith(XATTR_PREFIX):
             raise fail(errno.EPERM)
-        self.native.setxattr(self._path(node), n, value)
+        self.native.setxattr(self._xattr_at(node), n, value)
 
     @handler
     async def removexattr(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
@@ -714,7 +788,7 @@ class Operations(pyfuse3.Operations):
             raise fail(errno.EROFS)
         if n.startswith(XATTR_PREFIX):
             raise fail(errno.EPERM)
-        self.native.removexattr(self._path(node), n)
+        self.native.removexattr(self._xattr_at(node), n)
 
     # -- kernel cache invalidation
 
@@ -748,41 +822,68 @@ class Operations(pyfuse3.Operations):
             await self._pending.wake.wait()
             rels, gone = self._pending.rels, self._pending.entries
             self._pending = _Pending()
-            inodes, entries = self._invalidations(rels)
-            entries += [(ino, os.fsencode(name)) for ino, name in gone]
+            todo = self._invalidations(rels)
+            todo.entries += [(ino, os.fsencode(name)) for ino, name in gone]
+            for node in todo.dirs:
+                # A generated directory keeps its dentry (a shell may sit in it)
+                # unless it is gone.
+                if await self._tree(node).entry(node.spath, wait=False) is None:
+                    todo.entries += self._synthetic_link(node)
             if self.mounted:
-                await trio.to_thread.run_sync(_notify_kernel, inodes, entries)
+                await trio.to_thread.run_sync(_notify_kernel, todo)
 
-    def _invalidations(self, rels: set[str]) -> tuple[list[int], list[tuple[int, bytes]]]:
+    def _invalidations(self, rels: set[str]) -> _Invalidation:
+        """What to drop from the kernel's caches after ``rels`` changed."""
         inodes: set[int] = set()
+        attrs: set[int] = set()
         entries: list[tuple[int, bytes]] = []
-        review_done = False
+        dirs: list[Node] = []
+        synthetic: list[Node] = []
         for rel in rels:
             node = self.table.find_native(rel)
             if node is not None and node is not self.table.root:
-                inodes.add(node.ino)
                 _kept(node).preserved = False  # the engine may have recorded new bytes
-                if not self._still_there(node, rel):
+                st = self._lstat(rel)
+                if st is None or (st.st_dev, st.st_ino) != node.key:
+                    inodes.add(node.ino)
                     parent = self.table.find_native(split(rel)[0])
                     if parent is not None:
                         entries.append((parent.ino, os.fsencode(split(rel)[1])))
+                elif _sig(st) != node.cache_sig:
+                    inodes.add(node.ino)  # changed behind the kernel's back
+                else:
+                    # Written through the mount: the kernel's pages are right,
+                    # its attributes need not be (an O_TRUNC that cleared set-id bits).
+                    attrs.add(node.ino)
             for tree in (Tree.PARSED, Tree.VERSIONS):
-                inodes.update(n.ino for n in self.table.synthetic_below(tree, rel))
-            if not review_done:
-                inodes.update(n.ino for n in self.table.synthetic_below(Tree.REVIEW, ""))
-                review_done = True
+                synthetic += self.table.synthetic_below(tree, rel)
+        if rels:
+            synthetic += self.table.synthetic_below(Tree.REVIEW, "")
+        for n in synthetic:
+            inodes.add(n.ino)
+            if n.spath:
+                if n.is_dir:
+                    dirs.append(n)
+                else:
+                    entries += self._synthetic_link(n)
         for tree in SYNTHETIC_TREES:
             root = self.table.find_synthetic(tree, "")
             if root is not None:
                 inodes.add(root.ino)
-        return sorted(inodes), entries
+        return _Invalidation(sorted(inodes), sorted(attrs - inodes), entries, dirs)
 
-    def _still_there(self, node: Node, rel: str) -> bool:
+    def _synthetic_link(self, node: Node) -> list[tuple[int, bytes]]:
+        """[(parent inode, name)] of a generated node below its tree's root
+        (none if the kernel no longer holds the parent)."""
+        head, name = split(node.spath)
+        parent = self.table.find_synthetic(node.tree, head)
+        return [] if parent is None else [(parent.ino, os.fsencode(name))]
+
+    def _lstat(self, rel: str) -> os.stat_result | None:
         try:
-            st = self.native.lstat(rel)
+            return self.native.lstat(rel)
         except OSError:
-            return False
-        return (st.st_dev, st.st_ino) == node.key
+            return None
 
 
 def _kept(node: Node) -> Kept:
@@ -803,14 +904,24 @@ def _invalidate_attrs(ino: int) -> None:
             log.debug("invalidate_inode(%d, attr_only): %s", ino, exc)
 
 
-def _notify_kernel(inodes: list[int], entries: list[tuple[int, bytes]]) -> None:
-    for ino in inodes:
+@dataclass
+class _Invalidation:
+    inodes: list[int]  # attributes and pages
+    attrs: list[int]  # attributes only
+    entries: list[tuple[int, bytes]]  # dentries: (parent inode, name)
+    dirs: list[Node]  # generated directories: their dentry goes if they are gone
+
+
+def _notify_kernel(todo: _Invalidation) -> None:
+    for ino in todo.attrs:
+        _invalidate_attrs(ino)
+    for ino in todo.inodes:
         try:
             pyfuse3.invalidate_inode(ino, attr_only=False)
         except OSError as exc:
             if exc.errno != errno.ENOENT:
                 log.debug("invalidate_inode(%d): %s", ino, exc)
-    for parent, name in entries:
+    for parent, name in todo.entries:
         try:
             pyfuse3.invalidate_entry_async(parent, name, ignore_enoent=True)
         except Exception:

@@ -31,7 +31,9 @@ class MountOptions:
     allow_other: bool | None = None  # None: whenever the mounting user may
     entry_timeout: float = 60.0  # kernel dentry cache, native tree
     attr_timeout: float = 60.0  # kernel attribute cache, native tree
-    synthetic_timeout: float = 1.0  # dentry and attribute cache of the generated trees
+    # Dentry and attribute cache of the generated trees: like the native tree's,
+    # since every change the engine sees is invalidated explicitly.
+    synthetic_timeout: float = 60.0
     debug: bool = False
     max_tasks: int = 64  # concurrent FUSE requests
 

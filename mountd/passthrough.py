@@ -124,11 +124,6 @@ class Passthrough:
         with dir_fd(self.root_fd, parent) as pfd:
             return os.stat(name, dir_fd=pfd, follow_symlinks=False)
 
-    def listdir(self, rel: str) -> list[str]:
-        with dir_fd(self.root_fd, rel, os.O_RDONLY) as fd:
-            names = os.listdir(fd)
-        return [n for n in names if not self.is_hidden(join(rel, n))]
-
     def readlink(self, rel: str) -> bytes:
         parent, name = split(rel)
         with dir_fd(self.root_fd, parent) as pfd:
@@ -401,26 +396,26 @@ class Passthrough:
 
     # -- extended attributes of native files
 
-    def _xattr(self, fn: Callable[..., T], rel: str, *args: Any) -> T:
-        if not rel:
+    def _xattr(self, fn: Callable[..., T], at: tuple[int, str] | None, *args: Any) -> T:
+        """``fn`` on the entry ``at`` = (directory fd, name), or on SRC for None."""
+        if at is None:
             return fn(self.root_fd, *args)
-        parent, name = split(rel)
-        with dir_fd(self.root_fd, parent) as pfd:
-            # lgetxattr and friends through the directory fd: no symlink is followed.
-            path = b"/proc/self/fd/%d/" % pfd + os.fsencode(name)
-            return fn(path, *args, follow_symlinks=False)
+        pfd, name = at
+        # lgetxattr and friends through the directory fd: no symlink is followed.
+        path = b"/proc/self/fd/%d/" % pfd + os.fsencode(name)
+        return fn(path, *args, follow_symlinks=False)
 
-    def getxattr(self, rel: str, name: str) -> bytes:
-        return self._xattr(os.getxattr, rel, name)
+    def getxattr(self, at: tuple[int, str] | None, name: str) -> bytes:
+        return self._xattr(os.getxattr, at, name)
 
-    def listxattr(self, rel: str) -> list[str]:
-        return self._xattr(os.listxattr, rel)
+    def listxattr(self, at: tuple[int, str] | None) -> list[str]:
+        return self._xattr(os.listxattr, at)
 
-    def setxattr(self, rel: str, name: str, value: bytes) -> None:
-        self._xattr(os.setxattr, rel, name, value)
+    def setxattr(self, at: tuple[int, str] | None, name: str, value: bytes) -> None:
+        self._xattr(os.setxattr, at, name, value)
 
-    def removexattr(self, rel: str, name: str) -> None:
-        self._xattr(os.removexattr, rel, name)
+    def removexattr(self, at: tuple[int, str] | None, name: str) -> None:
+        self._xattr(os.removexattr, at, name)
 
     # -- engine hooks
 
