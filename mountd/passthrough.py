@@ -259,7 +259,7 @@ class Passthrough:
         if setgid_dir and stat.S_ISDIR(os.fstat(fd).st_mode):
             perm |= stat.S_ISGID
         # chown may clear set-id bits and the daemon's umask must not matter.
-        os.chmod(f"/proc/self/fd/{fd}", perm)
+        os.fchmod(fd, perm)
 
     @staticmethod
     def read(fh: NativeHandle, off: int, size: int) -> bytes:
@@ -358,10 +358,14 @@ class Passthrough:
         rel = join(parent, name)
         if self.is_hidden(rel):
             raise _err(errno.ENOENT)
-        await self.slow(self.engine.preserve_inode, RelPath(rel))
-        with dir_fd(self.root_fd, parent) as pfd:
-            os.unlink(name, dir_fd=pfd)
-        await self.slow(self.engine.record_unlink, RelPath(rel))
+
+        def unlink() -> None:  # one trip to a worker thread, not two
+            self.engine.preserve_inode(RelPath(rel))
+            with dir_fd(self.root_fd, parent) as pfd:
+                os.unlink(name, dir_fd=pfd)
+            self.engine.record_unlink(RelPath(rel))
+
+        await self.slow(unlink)
 
     async def rmdir(self, parent: str, name: str) -> None:
         if self.is_hidden(join(parent, name)):
