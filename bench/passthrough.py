@@ -120,6 +120,32 @@ def randread(ctx: Ctx, result: WorkloadResult) -> None:
         paired_rounds(ctx, result, m, one)
 
 
+def roundtrip(ctx: Ctx, result: WorkloadResult) -> None:
+    """The cost of one request the kernel cannot answer from its caches:
+    ``getxattr`` of a name the file does not have, N times (the mount's side is
+    one FUSE round trip each).  No target: it is the floor under every
+    workload above that the kernel does not cache (an open, a flush, a stat
+    after a write, an ``ls -l`` xattr probe, a directory read)."""
+    calls = ctx.sizes.rand_reads // 4
+    src = gen.big_file(ctx.data, ctx.sizes.big_file)
+    result.info.update(calls=calls, request="getxattr user.bench.absent")
+    result.metric("xattr_miss", "s")
+
+    def probe(path: Path) -> None:
+        for _ in range(calls):
+            try:
+                os.getxattr(path, "user.bench.absent")
+            except OSError:
+                pass
+
+    def one(root: Path, side: str, r: int) -> dict[str, float]:
+        return {"xattr_miss": timed(lambda: probe(root / "big" / "data.bin"))}
+
+    with throwaway_store(src), ctx.mounter.mounted(src, ctx.mountpoint("big")) as m:
+        ctx.mounter.settle(m)
+        paired_rounds(ctx, result, m, one)
+
+
 def smallfiles(ctx: Ctx, result: WorkloadResult) -> None:
     """Create (write 100 bytes), stat and remove N small files, 100 per directory.
     The bytes are binary (a NUL among them), so a swfs mount records and hashes
@@ -209,6 +235,7 @@ WORKLOADS = {
     "seqread": seqread,
     "seqwrite": seqwrite,
     "randread": randread,
+    "roundtrip": roundtrip,
     "smallfiles": smallfiles,
     "tree": tree,
 }
