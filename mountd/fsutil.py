@@ -6,6 +6,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import resource
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -106,3 +107,17 @@ def utimensat(dirfd: int, name: str | None, atime_ns: int | None, mtime_ns: int 
     flags = 0 if name is None else AT_SYMLINK_NOFOLLOW
     if _libc.utimensat(dirfd, path, times, flags) != 0:
         _raise_errno("utimensat", name)
+
+
+def raise_fd_limit() -> int:
+    """Raise the soft RLIMIT_NOFILE to the hard limit (every file open through
+    the mount holds a descriptor in the daemon); return the soft limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = 1 << 20 if hard == resource.RLIM_INFINITY else hard
+    if target > soft:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError):
+            pass
+    return soft

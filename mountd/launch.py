@@ -23,7 +23,7 @@ from typing import Any
 import pyfuse3
 import trio
 
-from mountd.dirfds import raise_fd_limit
+from mountd.fsutil import raise_fd_limit
 from mountd.operations import Operations
 from mountd.options import MountOptions
 from swfs.api import EngineAPI

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import enum
 import logging
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Hashable, Iterator
 from dataclasses import dataclass, field
 from typing import NewType
 
@@ -73,7 +73,6 @@ class InodeTable:
         self.root = Node(ROOT_INODE, Tree.NATIVE, root_key)
         self.root.lookups = 1  # the kernel never forgets the root
         self._add(self.root)
-        self.on_drop: Callable[[Node], None] | None = None  # told when a node is dropped
 
     def __len__(self) -> int:
         return len(self._nodes)
@@ -253,5 +252,3 @@ class InodeTable:
             if self._by_link.get(link) is node:
                 self.remove_link(link)
         node.links.clear()
-        if self.on_drop is not None:
-            self.on_drop(node)

@@ -8,7 +8,6 @@ import errno
 import functools
 import logging
 import os
-import resource
 import stat
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -17,7 +16,6 @@ from typing import Any, TypeVar, cast
 import pyfuse3
 import trio
 
-from mountd.dirfds import DEFAULT_LIMIT, DirFds
 from mountd.fsutil import open_beneath
 from mountd.nodes import SYNTHETIC_TREES, InodeTable, Node, Tree
 from mountd.options import MountOptions
@@ -122,10 +120,6 @@ class Operations(pyfuse3.Operations):
         self.native = Passthrough(engine, src, hidden=_hidden(src, store))
         root = os.fstat(self.native.root_fd)
         self.table = InodeTable((root.st_dev, root.st_ino))
-        self.table.on_drop = self._dropped
-        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-        self.dirfds = DirFds(min(DEFAULT_LIMIT, soft // 8))
-        self._hidden_names = frozenset(split(h)[1] for h in self.native.hidden)
         self.gen = Generation()
         self.trees: dict[Tree, SyntheticTree] = dict(make_trees(engine, self.gen, options))
         self.handles: dict[int, Handle] = {}
@@ -142,12 +136,7 @@ class Operations(pyfuse3.Operations):
             elif isinstance(h, FdHandle):
                 os.close(h.fd)
         self.handles.clear()
-        self.dirfds.close()
         self.native.close()
-
-    def _dropped(self, node: Node) -> None:
-        if node.native:
-            self.dirfds.drop(node.ino)
 
     # -- helpers
 
@@ -219,18 +208,13 @@ class Operations(pyfuse3.Operations):
     def _native_stat(self, node: Node) -> os.stat_result:
         """Stat through a name (preferring one that still leads to this inode),
         else through an open handle (an unlinked but open file)."""
-        if node is self.table.root:
-            return os.stat(self.native.root_fd)
         first: os.stat_result | None = None
-        for parent_ino, name in reversed(list(node.links)):
-            parent = self.table.get(parent_ino)
-            if parent is None:
-                continue
+        for rel in self.table.paths(node):
             try:
-                st = os.stat(name, dir_fd=self._dir_fd(parent), follow_symlinks=False)
-            except (FileNotFoundError, NotADirectoryError, pyfuse3.FUSEError):
+                st = self.native.lstat(rel)
+            except FileNotFoundError:
                 continue
-            if (st.st_dev, st.st_ino) == node.key:
+            if node is self.table.root or (st.st_dev, st.st_ino) == node.key:
                 return st
             first = first or st
         if first is not None:
@@ -239,44 +223,6 @@ class Operations(pyfuse3.Operations):
             if isinstance(h, NativeOpen) and h.node is node:
                 return os.fstat(h.fh.fd)
         self._gone_behind_our_back(node)
-        raise fail(errno.ENOENT)
-
-    def _dir_fd(self, node: Node) -> int:
-        """An O_PATH descriptor of native directory ``node``, borrowed from the
-        cache (never close it, never hold it across an await)."""
-        if node is self.table.root:
-            return self.native.root_fd
-        fd = self.dirfds.get(node.ino)
-        if fd is not None:
-            return fd
-        for rel in self.table.paths(node):
-            if self.native.is_hidden(rel):
-                continue
-            try:
-                fd = open_beneath(self.native.root_fd, rel, os.O_PATH | os.O_DIRECTORY)
-            except OSError as exc:
-                if exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.EXDEV):
-                    continue  # changed behind the mount: try another name
-                raise
-            try:
-                st = os.fstat(fd)
-            except BaseException:
-                os.close(fd)
-                raise
-            if (st.st_dev, st.st_ino) == node.key:
-                self.dirfds.put(node.ino, fd)
-                return fd
-            os.close(fd)
-        self._gone_behind_our_back(node)
-        raise fail(errno.ENOENT)
-
-    def _native_entry(self, node: Node) -> tuple[int, str]:
-        """(directory fd, name) of a native node other than the root, through
-        its most recently used name."""
-        for parent_ino, name in reversed(list(node.links)):
-            parent = self.table.get(parent_ino)
-            if parent is not None:
-                return self._dir_fd(parent), name
         raise fail(errno.ENOENT)
 
     def _gone_behind_our_back(self, node: Node) -> None:
@@ -304,9 +250,7 @@ class Operations(pyfuse3.Operations):
             node = self.table.synthetic(Tree(name), "")
             return node, self._synthetic_attr(node, await self._entry(node))
         if parent.native:
-            if name in self._hidden_names and self.native.is_hidden(join(self._path(parent), name)):
-                raise fail(errno.ENOENT)
-            st = os.stat(name, dir_fd=self._dir_fd(parent), follow_symlinks=False)
+            st = self.native.lstat(join(self._path(parent), name))
             node = self.table.native(parent, name, (st.st_dev, st.st_ino))
             return node, self._native_attr(node, st)
         spath = join(parent.spath, name)
@@ -647,21 +591,6 @@ class Operations(pyfuse3.Operations):
         self.table.opened(node)
         return self._add_handle(DirHandle(node))
 
-    async def _listdir(self, node: Node) -> list[str]:
-        if not node.native:
-            return await self._tree(node).children(node.spath)
-        fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=self._dir_fd(node))
-        try:
-            names = os.listdir(fd)
-        finally:
-            os.close(fd)
-        if self._hidden_names.intersection(names):
-            rel = self._path(node)
-            names = [n for n in names if not self.native.is_hidden(join(rel, n))]
-        if node is self.table.root:
-            names = sorted(RESERVED) + [n for n in names if n not in RESERVED]
-        return names
-
     def _dot_attr(self, ino: int) -> pyfuse3.EntryAttributes:
         a = pyfuse3.EntryAttributes()
         a.st_ino = ino
@@ -683,23 +612,46 @@ class Operations(pyfuse3.Operations):
         h = self._handle(fh)
         if not isinstance(h, DirHandle):
             raise fail(errno.ENOTDIR)
+        if not h.node.native:
+            if start_id == 0 or h.names is None:
+                h.names = [".", "..", *await self._tree(h.node).children(h.node.spath)]
+            await self._reply_entries(h, start_id, token, None)
+            return
+        # One descriptor for the listing and every entry's stat in this reply.
+        rel = self._path(h.node)
+        fd = self.native.open_dir(rel)
+        try:
+            if start_id == 0 or h.names is None:
+                names = self.native.names(rel, fd)
+                if h.node is self.table.root:
+                    names = sorted(RESERVED) + [n for n in names if n not in RESERVED]
+                h.names = [".", "..", *names]
+            await self._reply_entries(h, start_id, token, fd)
+        finally:
+            os.close(fd)
+
+    async def _reply_entries(
+        self, h: DirHandle, start_id: int, token: pyfuse3.ReaddirToken, fd: int | None
+    ) -> None:
+        """Reply with ``h.names`` from ``start_id`` on (offsets index that
+        listing, which stays fixed until a rewind); ``fd`` is the native
+        directory's descriptor."""
+        assert h.names is not None
         dnode = h.node
-        if start_id == 0 or h.names is None:
-            # Offsets index this listing, which stays fixed until a rewind.
-            h.names = [".", "..", *await self._listdir(dnode)]
         for i in range(start_id, len(h.names)):
             name = h.names[i]
-            if name == ".":
-                if not pyfuse3.readdir_reply(token, b".", self._dot_attr(dnode.ino), i + 1):
-                    return
-                continue
-            if name == "..":
-                attr = self._dot_attr(self._parent_ino(dnode))
-                if not pyfuse3.readdir_reply(token, b"..", attr, i + 1):
+            if name in (".", ".."):
+                ino = dnode.ino if name == "." else self._parent_ino(dnode)
+                if not pyfuse3.readdir_reply(token, os.fsencode(name), self._dot_attr(ino), i + 1):
                     return
                 continue
             try:
-                node, attr = await self._lookup(dnode, name, wait=False)
+                if fd is not None and not (dnode is self.table.root and name in RESERVED):
+                    st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                    node = self.table.native(dnode, name, (st.st_dev, st.st_ino))
+                    attr = self._native_attr(node, st)
+                else:
+                    node, attr = await self._lookup(dnode, name, wait=False)
             except pyfuse3.FUSEError:
                 continue  # gone since the listing was taken
             except OSError as exc:
@@ -748,9 +700,6 @@ class Operations(pyfuse3.Operations):
             return self._sw_xattrs(self._path(node))
         return dict(await self._tree(node).xattrs(node.spath))
 
-    def _xattr_at(self, node: Node) -> tuple[int, str] | None:
-        return None if node is self.table.root else self._native_entry(node)
-
     @handler
     async def getxattr(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> bytes:
         node, n = self._node(inode), os.fsdecode(name)
@@ -759,14 +708,14 @@ class Operations(pyfuse3.Operations):
             if value is None or not n.startswith(XATTR_PREFIX):
                 raise fail(errno.ENODATA)
             return value.encode("utf-8", "surrogateescape")
-        return self.native.getxattr(self._xattr_at(node), n)
+        return self.native.getxattr(self._path(node), n)
 
     @handler
     async def listxattr(self, inode: int, ctx: pyfuse3.RequestContext) -> list[bytes]:
         node = self._node(inode)
         names = [os.fsencode(XATTR_PREFIX + k) for k in await self._xattrs(node)]
         if node.native:
-            own = self.native.listxattr(self._xattr_at(node))
+            own = self.native.listxattr(self._path(node))
             names = [os.fsencode(n) for n in own if not n.startswith(XATTR_PREFIX)] + names
         return names
 
@@ -779,7 +728,7 @@ class Operations(pyfuse3.Operations):
             raise fail(errno.EROFS)
         if n.startswith(XATTR_PREFIX):
             raise fail(errno.EPERM)
-        self.native.setxattr(self._xattr_at(node), n, value)
+        self.native.setxattr(self._path(node), n, value)
 
     @handler
     async def removexattr(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
@@ -788,7 +737,7 @@ class Operations(pyfuse3.Operations):
             raise fail(errno.EROFS)
         if n.startswith(XATTR_PREFIX):
             raise fail(errno.EPERM)
-        self.native.removexattr(self._xattr_at(node), n)
+        self.native.removexattr(self._path(node), n)
 
     # -- kernel cache invalidation
 

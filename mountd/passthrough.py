@@ -92,6 +92,7 @@ class Passthrough:
         self.engine = engine
         self.root_fd = os.open(src, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         self.hidden = hidden  # relative paths that do not exist in the mount
+        self.hidden_names = frozenset(split(h)[1] for h in hidden)
         self.limiter = trio.CapacityLimiter(8)
 
     def close(self) -> None:
@@ -114,6 +115,18 @@ class Passthrough:
             raise _err(errno.EEXIST)
 
     # -- reading the tree
+
+    def open_dir(self, rel: str) -> int:
+        """A descriptor of directory ``rel`` to list it and stat its entries
+        (the caller closes it)."""
+        return open_beneath(self.root_fd, rel, os.O_RDONLY | os.O_DIRECTORY)
+
+    def names(self, rel: str, fd: int) -> list[str]:
+        """The names in directory ``rel`` (open as ``fd``) that the mount shows."""
+        names = os.listdir(fd)
+        if self.hidden_names.intersection(names):
+            names = [n for n in names if not self.is_hidden(join(rel, n))]
+        return names
 
     def lstat(self, rel: str) -> os.stat_result:
         if not rel:
@@ -400,26 +413,26 @@ class Passthrough:
 
     # -- extended attributes of native files
 
-    def _xattr(self, fn: Callable[..., T], at: tuple[int, str] | None, *args: Any) -> T:
-        """``fn`` on the entry ``at`` = (directory fd, name), or on SRC for None."""
-        if at is None:
+    def _xattr(self, fn: Callable[..., T], rel: str, *args: Any) -> T:
+        if not rel:
             return fn(self.root_fd, *args)
-        pfd, name = at
-        # lgetxattr and friends through the directory fd: no symlink is followed.
-        path = b"/proc/self/fd/%d/" % pfd + os.fsencode(name)
-        return fn(path, *args, follow_symlinks=False)
+        parent, name = split(rel)
+        with dir_fd(self.root_fd, parent) as pfd:
+            # lgetxattr and friends through the directory fd: no symlink is followed.
+            path = b"/proc/self/fd/%d/" % pfd + os.fsencode(name)
+            return fn(path, *args, follow_symlinks=False)
 
-    def getxattr(self, at: tuple[int, str] | None, name: str) -> bytes:
-        return self._xattr(os.getxattr, at, name)
+    def getxattr(self, rel: str, name: str) -> bytes:
+        return self._xattr(os.getxattr, rel, name)
 
-    def listxattr(self, at: tuple[int, str] | None) -> list[str]:
-        return self._xattr(os.listxattr, at)
+    def listxattr(self, rel: str) -> list[str]:
+        return self._xattr(os.listxattr, rel)
 
-    def setxattr(self, at: tuple[int, str] | None, name: str, value: bytes) -> None:
-        self._xattr(os.setxattr, at, name, value)
+    def setxattr(self, rel: str, name: str, value: bytes) -> None:
+        self._xattr(os.setxattr, rel, name, value)
 
-    def removexattr(self, at: tuple[int, str] | None, name: str) -> None:
-        self._xattr(os.removexattr, at, name)
+    def removexattr(self, rel: str, name: str) -> None:
+        self._xattr(os.removexattr, rel, name)
 
     # -- engine hooks
 

@@ -352,6 +352,25 @@ def test_deleted_behind_the_mount_disappears(mount_tree: MountFactory) -> None:
     assert not (m.mnt / "a.txt").exists()
 
 
+def test_directory_replaced_behind_the_mount_is_the_new_one(mount_tree: MountFactory) -> None:
+    """The kernel holds directory d; behind the mount d is renamed away and a
+    new d made.  Names through the mount are paths: they reach the new d, and
+    a file made through the mount lands there, not in the old one."""
+    m = mount_tree({"d/old.txt": "old"})
+    assert os.listdir(m.mnt / "d") == ["old.txt"]
+    assert (m.mnt / "d" / "old.txt").read_text() == "old"
+    os.rename(m.src / "d", m.src / "d.old")
+    (m.src / "d").mkdir()
+    (m.src / "d" / "new.txt").write_text("new")
+    assert (m.mnt / "d" / "new.txt").read_text() == "new"
+    assert os.listdir(m.mnt / "d") == ["new.txt"]
+    (m.mnt / "d" / "made.txt").write_text("through the mount")
+    assert (m.src / "d" / "made.txt").read_text() == "through the mount"
+    assert not (m.src / "d.old" / "made.txt").exists()
+    assert sorted(os.listdir(m.mnt / "d")) == ["made.txt", "new.txt"]
+    assert sorted(os.listdir(m.mnt / "d.old")) == ["old.txt"]
+
+
 def test_python_tools_on_the_mount(mount_tree: MountFactory) -> None:
     m = mount_tree()
     code = (

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import openpyxl
+import pymupdf
 import pytest
 
 from swfs.fsutil import hash_file
@@ -150,6 +151,27 @@ def test_stale_view_is_served_marked_then_turns_current(ws: RealMount) -> None:
     text = unit.read_text()
     assert 'freshness="current"' in text.splitlines()[0]
     assert "second version" in text
+
+
+def test_units_that_a_rewrite_removes_are_gone_at_once(ws: RealMount) -> None:
+    """The kernel caches generated names and attributes like native ones (60 s),
+    so a rewrite that drops units must drop them from its caches too."""
+    folder = ws.mnt / ".parsed" / "reports" / "q3-report.pdf"
+    seventh = folder / "page-0007.md"
+    assert "Churn in the EMEA" in seventh.read_text()
+    assert seventh.stat().st_size > 0  # name and attributes now in the kernel's caches
+    doc = pymupdf.open()
+    doc.new_page().insert_text((72, 72), "A two-page rewrite.")
+    doc.new_page().insert_text((72, 72), "Its second page.")
+    doc.save(ws.mnt / "reports" / "q3-report.pdf")
+    doc.close()
+    swfs("sync", ws.mnt)
+    assert sorted(os.listdir(folder)) == ["page-0001.md", "page-0002.md"]
+    assert errno_of(seventh.stat) == errno.ENOENT
+    assert errno_of(seventh.read_text) == errno.ENOENT
+    first = (folder / "page-0001.md").read_text()
+    assert 'freshness="current"' in first.splitlines()[0]
+    assert "A two-page rewrite." in first
 
 
 def test_editor_save_through_the_mount_is_one_version(ws: RealMount) -> None:
