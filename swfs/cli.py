@@ -151,6 +151,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         if not t.mounted:
             engine.scan()
         counts = engine.counts()
+        content = engine.content_counts()
         failed = []
         with engine.store.read() as txn:
             for rel, rec in engine.store.iter_files(txn):
@@ -169,6 +170,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         "source": str(t.src),
         "store": str(t.store),
         "queue": counts["pending"] + counts["stale"],
+        "content": content,
         "blob_bytes": blob_bytes,
         "not_preserved": not_kept,
         "failures": [{"path": p, "error": e} for p, e in failed],
@@ -178,6 +180,10 @@ def cmd_status(args: argparse.Namespace) -> int:
         return 0
     print(f"workspace {t.src} ({'mounted' if t.mounted else 'not mounted'}; store {t.store})")
     _print_counts(counts)
+    print(
+        f"content: {content['pages']} pages, {content['slides']} slides, "
+        f"{content['sheets']} sheets with {content['cells']} cells"
+    )
     print(f"queue: {info['queue']} to parse; preserved bytes: {blob_bytes} in the blob store")
     if not_kept:
         print(f"{not_kept} files keep hashes only (too large or in .swfsignore)")

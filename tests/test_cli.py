@@ -43,6 +43,7 @@ def test_index_status_show_diff_versions_log(folder: Path) -> None:
         "failed": 0,
         "unsupported": 1,
     }
+    assert status["content"] == {"pages": 0, "slides": 0, "sheets": 0, "cells": 0}
     show = run("show", folder, "a.txt")
     assert show.returncode == 0
     assert '<!-- swfs source="a.txt" unit="content.txt"' in show.stdout

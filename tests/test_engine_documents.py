@@ -50,6 +50,33 @@ def test_sample_workspace_is_all_current(sample: Engine) -> None:
     assert "40 enterprise customers" in unit_text(sample, "deck/pitch.pptx", "slide-002.md")
 
 
+def test_content_counts_match_the_documents(sample: Engine) -> None:
+    """Pages, slides, sheets and cells, counted by the libraries that wrote them."""
+    import pptx
+    import pymupdf
+
+    pages = slides = sheets = cells = 0
+    for path in sorted(sample.src.rglob("*")):
+        if path.suffix == ".pdf":
+            with pymupdf.open(path) as doc:
+                pages += doc.page_count
+        elif path.suffix == ".pptx":
+            slides += len(pptx.Presentation(str(path)).slides)
+        elif path.suffix == ".xlsx":
+            wb = openpyxl.load_workbook(path)
+            sheets += len(wb.worksheets)
+            cells += sum(
+                c.value is not None for ws in wb.worksheets for row in ws.iter_rows() for c in row
+            )
+    assert min(pages, slides, sheets, cells) > 0
+    assert sample.content_counts() == {
+        "pages": pages,
+        "slides": slides,
+        "sheets": sheets,
+        "cells": cells,
+    }
+
+
 def test_fig2_cell_edit_goes_stale_then_current_and_diffs_by_cell(sample: Engine) -> None:
     """The paper's Fig. 2: budget.xlsx Sheet1!B12 goes from 1200 to 1350."""
     rel = RelPath("budget.xlsx")
