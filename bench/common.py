@@ -47,7 +47,7 @@ class Sizes:
             rand_reads=20_000,
             # The issue says 10,000; swfs currently takes ~4 ms per create and
             # ~6 ms per unlink, so 10,000 x 5 rounds alone would take 10 minutes.
-            small_files=5_000,
+            small_files=10_000,
             tree_files=20_000,
             tree_dirs=2_000,
             ws_files=11_000,
