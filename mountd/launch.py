@@ -249,6 +249,7 @@ async def _serve(
         stack.callback(nursery.cancel_scope.cancel)
         await nursery.start(engine.run_background)
         await nursery.start(ops.run_invalidator)
+        await nursery.start(ops.poller.run)
         await nursery.start(_watch_signals)
         pyfuse3.init(ops, str(mountpoint), fuse_options(src, options))
         ops.mounted = True

@@ -29,6 +29,7 @@ from mountd.passthrough import (
     join,
     split,
 )
+from mountd.poll import Poller
 from mountd.synthetic import Entry, Generation, SyntheticTree, make_trees
 from swfs.api import XATTR_PREFIX, EngineAPI, RelPath
 
@@ -46,6 +47,9 @@ def handler(fn: F) -> F:
     @functools.wraps(fn)
     async def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
+            poller = getattr(args[0], "poller", None)
+            if poller is not None:
+                poller.touch()  # the next request is likely close behind (mountd.poll)
             return await fn(*args, **kwargs)
         except pyfuse3.FUSEError:
             raise
@@ -123,6 +127,7 @@ class Operations(pyfuse3.Operations):
         self.gen = Generation()
         self.trees: dict[Tree, SyntheticTree] = dict(make_trees(engine, self.gen, options))
         self.handles: dict[int, Handle] = {}
+        self.poller = Poller(options.poll_window)
         self._next_fh = 1
         self._pending = _Pending()
         self._token: trio.lowlevel.TrioToken | None = None

@@ -34,13 +34,14 @@ class MountOptions:
     # Dentry and attribute cache of the generated trees: like the native tree's,
     # since every change the engine sees is invalidated explicitly.
     synthetic_timeout: float = 60.0
+    poll_window: float = 0.0005  # seconds the loop keeps polling after a request (mountd.poll)
     debug: bool = False
     max_tasks: int = 64  # concurrent FUSE requests
 
     def __post_init__(self) -> None:
         if self.stale not in ("serve", "wait"):
             raise ValueError(f"stale policy must be 'serve' or 'wait', not {self.stale!r}")
-        for name in ("stale_wait", "pending_wait", "entry_timeout", "attr_timeout"):
+        for name in ("stale_wait", "pending_wait", "entry_timeout", "attr_timeout", "poll_window"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must not be negative")
 

@@ -495,6 +495,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=30.0,
         help="seconds between scans for changes made behind the mount",
     )
+    sp.add_argument(
+        "--poll-us",
+        type=float,
+        default=500.0,
+        help="microseconds the daemon keeps polling for the next request after one "
+        "(saves a wake-up per request in tree walks; 0: always sleep)",
+    )
     sp.add_argument("--debug", action="store_true", help="log every request")
     parse_opts(sp)
     sp = sub.add_parser("umount", help="unmount MNT", description="unmount MNT")

@@ -38,6 +38,7 @@ def mount_workspace(args: argparse.Namespace, config: Config) -> int:
         stale_wait=args.wait_timeout,
         pending_wait=args.wait_timeout,
         allow_other=False if args.no_allow_other else None,
+        poll_window=max(0.0, args.poll_us) / 1e6,
         debug=args.debug,
     )
 

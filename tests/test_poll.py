@@ -1,0 +1,41 @@
+"""The daemon's adaptive polling: it polls only in a window after a request,
+and an idle daemon goes back to sleep."""
+
+from __future__ import annotations
+
+import trio
+
+from mountd.poll import Poller
+
+
+def test_polls_after_a_request_then_sleeps() -> None:
+    async def main() -> None:
+        poller = Poller(0.005)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(poller.run)
+            await trio.sleep(0.02)
+            assert poller.passes == 0  # nothing served yet: asleep
+            poller.touch()
+            await trio.sleep(0.02)
+            after_window = poller.passes
+            assert after_window > 0
+            await trio.sleep(0.05)
+            assert poller.passes == after_window  # the window closed: asleep again
+            poller.touch()
+            await trio.sleep(0.02)
+            assert poller.passes > after_window
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+
+
+def test_window_zero_never_polls() -> None:
+    async def main() -> None:
+        poller = Poller(0.0)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(poller.run)
+            poller.touch()
+            await trio.sleep(0.02)
+            assert poller.passes == 0
+
+    trio.run(main)
