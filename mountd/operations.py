@@ -121,13 +121,13 @@ class Operations(pyfuse3.Operations):
         self.engine = engine
         self.options = options
         self.src, self.store = src, store
-        self.native = Passthrough(engine, src, hidden=_hidden(src, store))
+        self.poller = Poller(options.poll_window)
+        self.native = Passthrough(engine, src, hidden=_hidden(src, store), poller=self.poller)
         root = os.fstat(self.native.root_fd)
         self.table = InodeTable((root.st_dev, root.st_ino))
         self.gen = Generation()
         self.trees: dict[Tree, SyntheticTree] = dict(make_trees(engine, self.gen, options))
         self.handles: dict[int, Handle] = {}
-        self.poller = Poller(options.poll_window)
         self._next_fh = 1
         self._pending = _Pending()
         self._token: trio.lowlevel.TrioToken | None = None

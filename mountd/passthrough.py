@@ -26,6 +26,7 @@ from mountd.fsutil import (
     renameat2,
     utimensat,
 )
+from mountd.poll import Poller
 from swfs.api import EngineAPI, RelPath
 
 log = logging.getLogger(__name__)
@@ -88,8 +89,11 @@ class SetAttr:
 
 
 class Passthrough:
-    def __init__(self, engine: EngineAPI, src: str, *, hidden: frozenset[str]) -> None:
+    def __init__(
+        self, engine: EngineAPI, src: str, *, hidden: frozenset[str], poller: Poller | None = None
+    ) -> None:
         self.engine = engine
+        self.poller = poller
         self.root_fd = os.open(src, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         self.hidden = hidden  # relative paths that do not exist in the mount
         self.hidden_names = frozenset(split(h)[1] for h in hidden)
@@ -100,7 +104,10 @@ class Passthrough:
 
     async def slow(self, fn: Callable[..., T], *args: Any) -> T:
         """Run an engine call (or a blocking syscall) in a worker thread."""
-        return await trio.to_thread.run_sync(fn, *args, limiter=self.limiter)
+        if self.poller is None:
+            return await trio.to_thread.run_sync(fn, *args, limiter=self.limiter)
+        with self.poller.paused():
+            return await trio.to_thread.run_sync(fn, *args, limiter=self.limiter)
 
     # -- names
 

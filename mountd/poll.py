@@ -10,11 +10,17 @@ of microseconds of the last reply.  While the window is open the loop keeps
 polling the FUSE descriptor instead of sleeping in epoll, so such a request
 is picked up without the daemon having to be woken.  The window closes
 ``window`` seconds after the last request; an idle daemon sleeps as before.
+
+Polling pauses while a handler waits on a worker thread (an engine call):
+every pass of the loop takes the GIL, and the thread doing the actual work
+needs it more.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import trio
@@ -27,12 +33,23 @@ class Poller:
         self._until = 0.0
         self._wake = trio.Event()
         self.passes = 0  # loop passes spent polling, ever
+        self._holds = 0  # handlers waiting on a worker thread
 
     def touch(self) -> None:
         """A request was served: keep polling until ``window`` from now."""
         if self.window > 0:
             self._until = time.monotonic() + self.window
             self._wake.set()
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """Around a wait on a worker thread: leave it the GIL."""
+        self._holds += 1
+        try:
+            yield
+        finally:
+            self._holds -= 1
+            self.touch()
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
@@ -41,7 +58,7 @@ class Poller:
         while True:
             await self._wake.wait()
             self._wake = trio.Event()
-            while time.monotonic() < self._until:
+            while not self._holds and time.monotonic() < self._until:
                 self.passes += 1
                 await (
                     trio.lowlevel.checkpoint()

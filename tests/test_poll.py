@@ -39,3 +39,19 @@ def test_window_zero_never_polls() -> None:
             assert poller.passes == 0
 
     trio.run(main)
+
+
+def test_no_polling_while_a_handler_waits_on_a_thread() -> None:
+    async def main() -> None:
+        poller = Poller(0.05)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(poller.run)
+            with poller.paused():
+                poller.touch()
+                await trio.sleep(0.02)
+                assert poller.passes == 0  # the worker thread gets the GIL
+            await trio.sleep(0.01)
+            assert poller.passes > 0  # and the window opens again when it is done
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
