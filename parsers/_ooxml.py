@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import posixpath
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TypeVar
 from xml.etree import ElementTree
 from xml.etree.ElementTree import Element
@@ -87,3 +87,21 @@ def target_of_type(archive: zipfile.ZipFile, part: str, suffix: str) -> str | No
         if kind.endswith(suffix):
             return member
     return None
+
+
+def markdown_table(rows: Iterable[list[str]]) -> str:
+    """A Markdown table of the cell texts (rows without cells are left out,
+    short rows padded); '' when there is no cell at all."""
+    table = [[_cell(text) for text in row] for row in rows]
+    table = [r for r in table if r]
+    if not table:
+        return ""
+    width = max(len(r) for r in table)
+    table = [r + [""] * (width - len(r)) for r in table]
+    lines = ["| " + " | ".join(table[0]) + " |", "|" + " --- |" * width]
+    lines += ["| " + " | ".join(r) + " |" for r in table[1:]]
+    return "\n".join(lines)
+
+
+def _cell(text: str) -> str:
+    return " ".join(text.split()).replace("|", "\\|")

@@ -30,7 +30,7 @@ from xml.etree.ElementTree import Element
 
 from parsers._base import FileInfo, ParseFailed, ParseOptions, Parser, Unit
 from parsers._common import TextBudget
-from parsers._ooxml import read_package, read_xml, target_of_type
+from parsers._ooxml import markdown_table, read_package, read_xml, target_of_type
 
 log = logging.getLogger(__name__)
 
@@ -143,19 +143,10 @@ class _Reader:
         return text
 
     def table(self, tbl: Element) -> str:
-        rows: list[list[str]] = []
-        for row in self._rows(tbl):
-            # A table nested in a cell is flattened into the cell's text.
-            cells = [_cell(_inline_text(cell)) for cell in self._cells(row)]
-            if cells:
-                rows.append(cells)
-        if not rows:
-            return ""
-        width = max(len(r) for r in rows)
-        rows = [r + [""] * (width - len(r)) for r in rows]
-        lines = ["| " + " | ".join(rows[0]) + " |", "|" + " --- |" * width]
-        lines += ["| " + " | ".join(r) + " |" for r in rows[1:]]
-        return "\n".join(lines)
+        # A table nested in a cell is flattened into the cell's text.
+        return markdown_table(
+            [_inline_text(cell) for cell in self._cells(row)] for row in self._rows(tbl)
+        )
 
     @staticmethod
     def _rows(tbl: Element) -> Iterator[Element]:
@@ -172,10 +163,6 @@ class _Reader:
                 yield child
             elif child.tag in _BLOCK_WRAPPERS:
                 yield from _Reader._cells(child)
-
-
-def _cell(text: str) -> str:
-    return " ".join(text.split()).replace("|", "\\|")
 
 
 def read_document(archive: zipfile.ZipFile, options: ParseOptions) -> str:

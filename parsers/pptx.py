@@ -22,7 +22,14 @@ from xml.etree.ElementTree import Element
 
 from parsers._base import FileInfo, ParseFailed, ParseOptions, Parser, Unit
 from parsers._common import TextBudget
-from parsers._ooxml import REL_NS, read_package, read_xml, relationships, target_of_type
+from parsers._ooxml import (
+    REL_NS,
+    markdown_table,
+    read_package,
+    read_xml,
+    relationships,
+    target_of_type,
+)
 
 log = logging.getLogger(__name__)
 
@@ -54,23 +61,10 @@ def _text_body(body: Element | None) -> str:
     return "\n".join(lines).strip()
 
 
-def _cell(text: str) -> str:
-    return " ".join(text.split()).replace("|", "\\|")
-
-
 def _table(tbl: Element) -> str:
-    rows = [
-        [_cell(_text_body(tc.find(A + "txBody"))) for tc in tr.iter(A + "tc")]
-        for tr in tbl.iter(A + "tr")
-    ]
-    rows = [r for r in rows if r]
-    if not rows:
-        return ""
-    width = max(len(r) for r in rows)
-    rows = [r + [""] * (width - len(r)) for r in rows]
-    lines = ["| " + " | ".join(rows[0]) + " |", "|" + " --- |" * width]
-    lines += ["| " + " | ".join(r) + " |" for r in rows[1:]]
-    return "\n".join(lines)
+    return markdown_table(
+        [_text_body(tc.find(A + "txBody")) for tc in tr.iter(A + "tc")] for tr in tbl.iter(A + "tr")
+    )
 
 
 def _offset(xfrm: Element | None) -> Position | None:
