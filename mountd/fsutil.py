@@ -3,6 +3,7 @@ with UTIME_OMIT."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import os
@@ -109,15 +110,11 @@ def utimensat(dirfd: int, name: str | None, atime_ns: int | None, mtime_ns: int 
         _raise_errno("utimensat", name)
 
 
-def raise_fd_limit() -> int:
+def raise_fd_limit() -> None:
     """Raise the soft RLIMIT_NOFILE to the hard limit (every file open through
-    the mount holds a descriptor in the daemon); return the soft limit."""
+    the mount holds a descriptor in the daemon)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     target = 1 << 20 if hard == resource.RLIM_INFINITY else hard
     if target > soft:
-        try:
+        with contextlib.suppress(ValueError, OSError):
             resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-            soft = target
-        except (ValueError, OSError):
-            pass
-    return soft

@@ -240,7 +240,7 @@ async def _serve(
     ready: Callable[[], None],
 ) -> None:
     os.umask(0)  # modes come from the request (and its umask), not from the daemon
-    raise_fd_limit()  # open files of callers, plus cached directory descriptors
+    raise_fd_limit()  # every file open through the mount holds a descriptor here
     async with AsyncExitStack() as stack:
         engine = stack.enter_context(engine_factory())
         ops = Operations(engine, str(src), str(engine.store_dir), options)

@@ -255,15 +255,22 @@ class Operations(pyfuse3.Operations):
             node = self.table.synthetic(Tree(name), "")
             return node, self._synthetic_attr(node, await self._entry(node))
         if parent.native:
-            st = self.native.lstat(join(self._path(parent), name))
-            node = self.table.native(parent, name, (st.st_dev, st.st_ino))
-            return node, self._native_attr(node, st)
+            return self._native_child(
+                parent, name, self.native.lstat(join(self._path(parent), name))
+            )
         spath = join(parent.spath, name)
         e = await self._tree(parent).entry(spath, wait=wait)
         if e is None:
             raise fail(errno.ENOENT)
         node = self.table.synthetic(parent.tree, spath)
         return node, self._synthetic_attr(node, e)
+
+    def _native_child(
+        self, parent: Node, name: str, st: os.stat_result
+    ) -> tuple[Node, pyfuse3.EntryAttributes]:
+        """The node and attributes of ``name`` in ``parent``, found as ``st``."""
+        node = self.table.native(parent, name, (st.st_dev, st.st_ino))
+        return node, self._native_attr(node, st)
 
     def _writable_parent(self, parent: Node, name: str | None = None) -> str:
         """The native path of a directory about to change; EROFS in generated trees."""
@@ -653,8 +660,7 @@ class Operations(pyfuse3.Operations):
             try:
                 if fd is not None and not (dnode is self.table.root and name in RESERVED):
                     st = os.stat(name, dir_fd=fd, follow_symlinks=False)
-                    node = self.table.native(dnode, name, (st.st_dev, st.st_ino))
-                    attr = self._native_attr(node, st)
+                    node, attr = self._native_child(dnode, name, st)
                 else:
                     node, attr = await self._lookup(dnode, name, wait=False)
             except pyfuse3.FUSEError:

@@ -13,6 +13,7 @@ import logging
 import os
 import stat
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -104,9 +105,7 @@ class Passthrough:
 
     async def slow(self, fn: Callable[..., T], *args: Any) -> T:
         """Run an engine call (or a blocking syscall) in a worker thread."""
-        if self.poller is None:
-            return await trio.to_thread.run_sync(fn, *args, limiter=self.limiter)
-        with self.poller.paused():
+        with self.poller.paused() if self.poller is not None else nullcontext():
             return await trio.to_thread.run_sync(fn, *args, limiter=self.limiter)
 
     # -- names
