@@ -461,7 +461,7 @@ class Operations(pyfuse3.Operations):
     async def open(self, inode: int, flags: int, ctx: pyfuse3.RequestContext) -> pyfuse3.FileInfo:
         node = self._node(inode)
         if node.native:
-            return await self._open_native(node, flags)
+            return await self._open_native(node, flags, self._creds(ctx))
         if flags & os.O_ACCMODE != os.O_RDONLY or flags & os.O_TRUNC:
             raise fail(errno.EROFS)
         e = await self._entry(node, wait=True)
@@ -484,11 +484,11 @@ class Operations(pyfuse3.Operations):
         self.table.opened(node)
         return pyfuse3.FileInfo(fh=self._add_handle(FdHandle(node, fd)), keep_cache=True)
 
-    async def _open_native(self, node: Node, flags: int) -> pyfuse3.FileInfo:
+    async def _open_native(self, node: Node, flags: int, creds: Creds) -> pyfuse3.FileInfo:
         rel = self._path(node)
         try:
             fh = await self.native.open(
-                rel, flags, functools.partial(self.table.path, node), _kept(node)
+                rel, flags, functools.partial(self.table.path, node), _kept(node), creds
             )
         except FileNotFoundError:
             self._gone_behind_our_back(node)
@@ -500,9 +500,10 @@ class Operations(pyfuse3.Operations):
             raise
         direct = bool(flags & os.O_DIRECT)
         sig = _sig(st)
-        if sig != node.attr_sig:
+        if sig != node.attr_sig or fh.written:
             # Changed behind the kernel's back (or by a hard link): its cached
-            # size would cut reads short.
+            # size would cut reads short.  Or truncated here, maybe losing
+            # set-id bits the kernel's cached mode still has.
             self._invalidate_attrs(node.ino)
             node.attr_sig = None
         keep = node.cache_sig == sig and not fh.written

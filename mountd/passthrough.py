@@ -55,6 +55,15 @@ def _err(code: int) -> OSError:
     return OSError(code, os.strerror(code))
 
 
+def _drop_setid(fd: int) -> None:
+    """Clear set-user-ID, and set-group-ID where group execution makes it one,
+    as the kernel does when an unprivileged caller truncates or writes."""
+    mode = os.fstat(fd).st_mode
+    drop = stat.S_ISUID | (stat.S_ISGID if mode & stat.S_IXGRP else 0)
+    if mode & drop:
+        os.fchmod(fd, stat.S_IMODE(mode) & ~drop)
+
+
 @dataclass
 class Creds:
     uid: int
@@ -210,7 +219,7 @@ class Passthrough:
     # -- files
 
     async def open(
-        self, rel: str, flags: int, path: Callable[[], str | None], kept: Kept
+        self, rel: str, flags: int, path: Callable[[], str | None], kept: Kept, creds: Creds
     ) -> NativeHandle:
         writes = flags & os.O_ACCMODE != os.O_RDONLY
         if writes:
@@ -218,6 +227,14 @@ class Passthrough:
         if flags & os.O_TRUNC and writes:
             await self.engine_preserve(rel)
         fd = open_beneath(self.root_fd, rel, flags & ~_STRIP)
+        if flags & os.O_TRUNC and writes and creds.uid != 0:
+            # The kernel leaves clearing set-id bits on an O_TRUNC open to us
+            # (the daemon's own truncation, as root, keeps them).
+            try:
+                _drop_setid(fd)
+            except BaseException:
+                os.close(fd)
+                raise
         if not writes:
             try:
                 unchanged = self.engine.is_unchanged(RelPath(rel), os.fstat(fd))
@@ -258,7 +275,7 @@ class Passthrough:
                 if flags & os.O_EXCL:
                     raise
                 # Someone created it behind the mount since the kernel looked.
-                handle = await self.open(rel, flags & ~os.O_CREAT, path, kept)
+                handle = await self.open(rel, flags & ~os.O_CREAT, path, kept, creds)
                 return handle, os.fstat(handle.fd)
             try:
                 self._give(fd, pfd, creds, perm)

@@ -152,6 +152,24 @@ def test_setuid_setgid_cleared_on_write_by_non_owner(
     assert not modes[0] & (stat.S_ISUID | stat.S_ISGID)
 
 
+def test_setuid_setgid_cleared_on_truncating_open(
+    pair: tuple[Path, Path], ids: tuple[int, int], mounted: RealMount
+) -> None:
+    """An O_TRUNC open by another user clears the set-id bits, as natively,
+    and stat shows it as soon as the file is closed."""
+    modes = []
+    for d in pair:
+        f = d / "tool"
+        f.write_bytes(b"#!/bin/sh\n")
+        os.chmod(f, 0o6777)
+        assert run_as(ids, lambda f=f: os.close(os.open(f, os.O_WRONLY | os.O_TRUNC))) == 0
+        modes.append(stat.S_IMODE(os.stat(f).st_mode))
+        assert f.read_bytes() == b""
+    backing = stat.S_IMODE(os.stat(mounted.src / pair[0].name / "tool").st_mode)
+    assert modes[0] == modes[1] == backing, [oct(m) for m in (*modes, backing)]
+    assert not modes[0] & (stat.S_ISUID | stat.S_ISGID)
+
+
 def test_setuid_setgid_cleared_on_chown(pair: tuple[Path, Path], ids: tuple[int, int]) -> None:
     modes = []
     for d in pair:
