@@ -6,7 +6,7 @@ PYTEST_ARGS ?=
 
 .PHONY: install test test-fast test-slow lint typecheck demo bench bench-quick clean
 
-$(STAMP): pyproject.toml scripts/bootstrap.sh
+$(STAMP): pyproject.toml scripts/bootstrap.sh scripts/pyfuse3-dircache.patch
 	sh scripts/bootstrap.sh
 
 install: $(STAMP)
