@@ -152,6 +152,10 @@ class InodeTable:
             self.add_link(nb, a)
             nb.opens -= 1
 
+    def find_key(self, key: Hashable) -> Node | None:
+        """The live native node of backing file ``key``, if any."""
+        return self._by_key.get((Tree.NATIVE, key))
+
     def child(self, parent: Node, name: str) -> Node | None:
         return self._by_link.get((parent.ino, name))
 

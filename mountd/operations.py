@@ -39,6 +39,12 @@ F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
 
 BLOCK = 4096
 
+# pyfuse3 as `make install` builds it (scripts/pyfuse3-dircache.patch) lets
+# opendir ask the kernel to keep a directory's listing, and open skip FLUSH.
+# Stock pyfuse3 works too, with a request more per close and four per listing.
+KERNEL_DIR_CACHE = hasattr(pyfuse3.FileInfo, "cache_readdir")
+NOFLUSH = hasattr(pyfuse3.FileInfo, "noflush")
+
 
 def handler(fn: F) -> F:
     """Turn anything but FUSEError into an errno, so one bad request can never
@@ -98,7 +104,11 @@ class NativeOpen:
 @dataclass
 class DirHandle:
     node: Node
-    names: list[str] | None = None
+    names: list[str] | None = None  # the listing replies index (with "." and "..")
+    fresh: bool = False  # names were taken by opendir and no reply used them yet
+    # The inode numbers replies gave for names[2:], while they answer with the
+    # listing opendir vouched for (None after a rewind or a vanished entry).
+    told: list[int | None] | None = None
 
 
 Handle = DataHandle | FdHandle | NativeOpen | DirHandle
@@ -474,7 +484,9 @@ class Operations(pyfuse3.Operations):
             sig = (len(e.data), hash(e.data))
             keep, node.cache_sig = node.cache_sig == sig, sig
             self.table.opened(node)
-            return pyfuse3.FileInfo(fh=self._add_handle(DataHandle(node, e.data)), keep_cache=keep)
+            return _read_only(
+                pyfuse3.FileInfo(fh=self._add_handle(DataHandle(node, e.data)), keep_cache=keep)
+            )
         if e.blob is not None:
             fd = os.open(e.blob, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         elif e.native is not None:
@@ -482,7 +494,9 @@ class Operations(pyfuse3.Operations):
         else:
             raise fail(errno.EIO)
         self.table.opened(node)
-        return pyfuse3.FileInfo(fh=self._add_handle(FdHandle(node, fd)), keep_cache=True)
+        return _read_only(
+            pyfuse3.FileInfo(fh=self._add_handle(FdHandle(node, fd)), keep_cache=True)
+        )
 
     async def _open_native(self, node: Node, flags: int, creds: Creds) -> pyfuse3.FileInfo:
         rel = self._path(node)
@@ -512,6 +526,8 @@ class Operations(pyfuse3.Operations):
         fi = pyfuse3.FileInfo(fh=self._add_handle(NativeOpen(node, fh, direct)))
         fi.direct_io = direct
         fi.keep_cache = keep
+        if flags & os.O_ACCMODE == os.O_RDONLY and not flags & os.O_TRUNC:
+            _read_only(fi)
         return fi
 
     @handler
@@ -599,10 +615,44 @@ class Operations(pyfuse3.Operations):
     # -- directories
 
     @handler
-    async def opendir(self, inode: int, ctx: pyfuse3.RequestContext) -> int:
+    async def opendir(self, inode: int, ctx: pyfuse3.RequestContext) -> int | pyfuse3.FileInfo:
         node = self._node(inode)
+        if not KERNEL_DIR_CACHE:
+            self.table.opened(node)
+            return self._add_handle(DirHandle(node))
+        # The kernel may serve the listing from its cache only if that is what
+        # a reply would say now.  The listing taken here answers the first readdir.
+        names, sig = await self._listing(node)
+        keep, node.cache_sig = node.cache_sig == sig, sig
         self.table.opened(node)
-        return self._add_handle(DirHandle(node))
+        fh = self._add_handle(DirHandle(node, names, fresh=True, told=[None] * (len(names) - 2)))
+        return pyfuse3.FileInfo(fh=fh, keep_cache=keep, cache_readdir=True)
+
+    async def _listing(self, node: Node) -> tuple[list[str], object]:
+        """The names directory ``node`` shows ("." and ".." first), and what a
+        kernel's cached copy of them must match: each name with the inode
+        number the kernel was told for it (None where it holds none now)."""
+        table = self.table
+        if not node.native:
+            names = await self._tree(node).children(node.spath)
+            found = [table.find_synthetic(node.tree, join(node.spath, n)) for n in names]
+        else:
+            rel = self._path(node)
+            fd = self.native.open_dir(rel)
+            try:
+                entries = self.native.entries(rel, fd)
+                dev = os.fstat(fd).st_dev
+            finally:
+                os.close(fd)
+            if node is table.root:
+                entries = [(n, i) for n, i in entries if n not in RESERVED]
+            names = [n for n, _ in entries]
+            found = [table.find_key((dev, i)) for _, i in entries]
+            if node is table.root:
+                names = sorted(RESERVED) + names
+                found = [table.find_synthetic(Tree(n), "") for n in sorted(RESERVED)] + found
+        inos = tuple(None if n is None else n.ino for n in found)
+        return [".", "..", *names], (self._parent_ino(node), tuple(names), inos)
 
     def _dot_attr(self, ino: int) -> pyfuse3.EntryAttributes:
         a = pyfuse3.EntryAttributes()
@@ -625,20 +675,18 @@ class Operations(pyfuse3.Operations):
         h = self._handle(fh)
         if not isinstance(h, DirHandle):
             raise fail(errno.ENOTDIR)
+        if h.names is None or (start_id == 0 and not h.fresh):
+            # A rewind lists again: what the kernel caches from here on is no
+            # longer the listing opendir vouched for.
+            h.names, _ = await self._listing(h.node)
+            h.node.cache_sig = h.told = None
+        h.fresh = False
         if not h.node.native:
-            if start_id == 0 or h.names is None:
-                h.names = [".", "..", *await self._tree(h.node).children(h.node.spath)]
             await self._reply_entries(h, start_id, token, None)
             return
-        # One descriptor for the listing and every entry's stat in this reply.
-        rel = self._path(h.node)
-        fd = self.native.open_dir(rel)
+        # One descriptor for every entry's stat in this reply.
+        fd = self.native.open_dir(self._path(h.node))
         try:
-            if start_id == 0 or h.names is None:
-                names = self.native.names(rel, fd)
-                if h.node is self.table.root:
-                    names = sorted(RESERVED) + [n for n in names if n not in RESERVED]
-                h.names = [".", "..", *names]
             await self._reply_entries(h, start_id, token, fd)
         finally:
             os.close(fd)
@@ -665,15 +713,22 @@ class Operations(pyfuse3.Operations):
                 else:
                     node, attr = await self._lookup(dnode, name, wait=False)
             except pyfuse3.FUSEError:
-                continue  # gone since the listing was taken
+                dnode.cache_sig = h.told = None  # gone since the listing was taken
+                continue
             except OSError as exc:
                 if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+                    dnode.cache_sig = h.told = None
                     continue
                 raise
             if not pyfuse3.readdir_reply(token, os.fsencode(name), attr, i + 1):
                 self.table.discard_unused(node)
                 return
             self.table.remember(node)
+            if h.told is not None:
+                h.told[i - 2] = node.ino
+        if h.told is not None:
+            # The kernel's copy, once complete, holds these inode numbers.
+            dnode.cache_sig = (self._parent_ino(dnode), tuple(h.names[2:]), tuple(h.told))
 
     @handler
     async def releasedir(self, fh: int) -> None:
@@ -851,6 +906,14 @@ def _kept(node: Node) -> Kept:
     if not isinstance(node.kept, Kept):
         node.kept = Kept()
     return node.kept
+
+
+def _read_only(fi: pyfuse3.FileInfo) -> pyfuse3.FileInfo:
+    """Mark an open that cannot write: its close needs no FLUSH round trip
+    (flush only records writes and reports the backing close's errors)."""
+    if NOFLUSH:
+        fi.noflush = True
+    return fi
 
 
 def _sig(st: os.stat_result) -> tuple[int, int, int]:

@@ -136,12 +136,14 @@ class Passthrough:
         (the caller closes it)."""
         return open_beneath(self.root_fd, rel, os.O_RDONLY | os.O_DIRECTORY)
 
-    def names(self, rel: str, fd: int) -> list[str]:
-        """The names in directory ``rel`` (open as ``fd``) that the mount shows."""
-        names = os.listdir(fd)
-        if self.hidden_names.intersection(names):
-            names = [n for n in names if not self.is_hidden(join(rel, n))]
-        return names
+    def entries(self, rel: str, fd: int) -> list[tuple[str, int]]:
+        """``(name, inode number)`` of what directory ``rel`` (open as ``fd``)
+        shows through the mount, from the directory alone (no stat)."""
+        with os.scandir(fd) as it:
+            out = [(e.name, e.inode()) for e in it]
+        if self.hidden_names.intersection(n for n, _ in out):
+            out = [(n, i) for n, i in out if not self.is_hidden(join(rel, n))]
+        return out
 
     def lstat(self, rel: str) -> os.stat_result:
         if not rel:

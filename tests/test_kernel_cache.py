@@ -1,0 +1,100 @@
+"""What the kernel may answer without asking the daemon, and when it may not.
+
+The daemon runs with libfuse's debug log (``--debug``), which names every
+request it receives, so these tests count the round trips a command costs.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from mountd import operations
+from tests.conftest import MountFactory
+from tests.mountutil import Mount
+
+pytestmark = [pytest.mark.mount, pytest.mark.timeout(60)]
+
+
+def requests(m: Mount, opcode: str) -> int:
+    """How many ``opcode`` requests the daemon has received so far."""
+    return m.log().count(f"opcode: {opcode} ")
+
+
+def ls(path: Path) -> list[str]:
+    out = subprocess.run(["ls", "-a", str(path)], capture_output=True, check=True, text=True)
+    return sorted(out.stdout.split())
+
+
+def test_the_installed_pyfuse3_carries_the_cache_flags() -> None:
+    # `make install` builds pyfuse3 with scripts/pyfuse3-dircache.patch; the
+    # daemon falls back to stock pyfuse3 silently, so check the build here.
+    assert operations.KERNEL_DIR_CACHE
+    assert operations.NOFLUSH
+
+
+def test_a_listing_is_kept_until_the_directory_changes(mount_tree: MountFactory) -> None:
+    m = mount_tree({"d/a": "1", "d/b": "2"}, args=["--debug"])
+    d = m.mnt / "d"
+    assert ls(d) == [".", "..", "a", "b"]
+    asked = requests(m, "READDIRPLUS")
+    assert asked > 0
+    for _ in range(3):
+        assert ls(d) == [".", "..", "a", "b"]
+    assert requests(m, "READDIRPLUS") == asked  # the kernel's copy answered
+
+    # Changes behind the mount: the next listing is the new one, at once.
+    (m.src / "d" / "c").write_text("3")
+    assert ls(d) == [".", "..", "a", "b", "c"]
+    (m.src / "d" / "a").unlink()
+    assert ls(d) == [".", "..", "b", "c"]
+    os.rename(m.src / "d" / "b", m.src / "d" / "b2")
+    assert ls(d) == [".", "..", "b2", "c"]
+    # A name that now leads to another file is listed with that file's inode.
+    os.unlink(m.src / "d" / "c")
+    (m.src / "d" / "c").mkdir()
+    entries = {e.name: e.inode() for e in os.scandir(d)}
+    assert entries["c"] == os.lstat(d / "c").st_ino
+    assert (d / "c").is_dir()
+
+    # Changes through the mount.
+    (d / "e").write_text("5")
+    assert ls(d) == [".", "..", "b2", "c", "e"]
+    os.rename(d / "e", d / "f")
+    assert ls(d) == [".", "..", "b2", "c", "f"]
+    asked = requests(m, "READDIRPLUS")
+    assert ls(d) == [".", "..", "b2", "c", "f"]
+    assert requests(m, "READDIRPLUS") == asked
+
+
+def test_a_directory_replaced_behind_the_mount_lists_its_own_entries(
+    mount_tree: MountFactory,
+) -> None:
+    m = mount_tree({"d/old": "1"}, args=["--debug"])
+    assert ls(m.mnt / "d") == [".", "..", "old"]
+    assert ls(m.mnt / "d") == [".", "..", "old"]
+    os.rename(m.src / "d", m.src / "d.old")
+    (m.src / "d").mkdir()
+    (m.src / "d" / "new").write_text("2")
+    assert ls(m.mnt / "d") == [".", "..", "new"]
+    assert ls(m.mnt / "d.old") == [".", "..", "old"]
+
+
+def test_a_close_that_cannot_have_written_costs_no_flush(mount_tree: MountFactory) -> None:
+    m = mount_tree({"f.txt": "hello\n"}, args=["--debug"])
+    f = m.mnt / "f.txt"
+    assert f.read_text() == "hello\n"
+    flushes = requests(m, "FLUSH")
+    for _ in range(3):
+        assert f.read_text() == "hello\n"
+    assert requests(m, "FLUSH") == flushes
+
+    m.clear_calls()
+    with open(f, "a") as out:
+        out.write("more\n")
+    assert requests(m, "FLUSH") == flushes + 1
+    assert (m.src / "f.txt").read_text() == "hello\nmore\n"
+    assert any(c[1] == "f.txt" for c in m.calls("record_write"))
