@@ -7,6 +7,7 @@ request it receives, so these tests count the round trips a command costs.
 from __future__ import annotations
 
 import os
+import struct
 import subprocess
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import pytest
 
 from mountd import operations
 from tests.conftest import MountFactory
-from tests.mountutil import Mount
+from tests.mountutil import Mount, as_user, ensure_test_user
 
 pytestmark = [pytest.mark.mount, pytest.mark.timeout(60)]
 
@@ -98,3 +99,69 @@ def test_a_close_that_cannot_have_written_costs_no_flush(mount_tree: MountFactor
     assert requests(m, "FLUSH") == flushes + 1
     assert (m.src / "f.txt").read_text() == "hello\nmore\n"
     assert any(c[1] == "f.txt" for c in m.calls("record_write"))
+
+
+# -- POSIX ACLs
+
+ACL_USER_OBJ, ACL_USER, ACL_GROUP_OBJ, ACL_MASK, ACL_OTHER = 0x01, 0x02, 0x04, 0x10, 0x20
+UNDEFINED_ID = 0xFFFFFFFF
+
+
+def access_acl(user_obj: int, users: dict[int, int], group_obj: int, other: int) -> bytes:
+    """The ``system.posix_acl_access`` value (Linux xattr format, version 2)."""
+    entries = [(ACL_USER_OBJ, user_obj, UNDEFINED_ID)]
+    entries += [(ACL_USER, perm, uid) for uid, perm in sorted(users.items())]
+    entries.append((ACL_GROUP_OBJ, group_obj, UNDEFINED_ID))
+    if users:
+        mask = group_obj
+        for perm in users.values():
+            mask |= perm
+        entries.append((ACL_MASK, mask, UNDEFINED_ID))
+    entries.append((ACL_OTHER, other, UNDEFINED_ID))
+    return struct.pack("<I", 2) + b"".join(struct.pack("<HHI", *e) for e in entries)
+
+
+def test_acls_grant_and_deny_through_the_mount_as_they_do_natively(
+    mount_tree: MountFactory,
+) -> None:
+    user = ensure_test_user()
+    if user is None:
+        pytest.skip("needs root to create the unprivileged test user")
+    import pwd
+
+    uid = pwd.getpwnam(user).pw_uid
+
+    def setup(src: Path) -> None:
+        for name in ("granted.txt", "plain.txt"):
+            (src / name).write_text("secret\n")
+            (src / name).chmod(0o600)
+        (src / "denied.txt").write_text("secret\n")
+        (src / "denied.txt").chmod(0o644)
+        try:
+            # The named user may read what the mode bits alone would deny...
+            os.setxattr(
+                src / "granted.txt", "system.posix_acl_access", access_acl(6, {uid: 4}, 0, 0)
+            )
+            # ... and may not read what the mode bits alone would allow.
+            os.setxattr(
+                src / "denied.txt", "system.posix_acl_access", access_acl(6, {uid: 0}, 4, 4)
+            )
+        except OSError as exc:
+            pytest.skip(f"the backing file system has no POSIX ACLs: {exc}")
+
+    m = mount_tree({}, setup=setup)
+    cases = (("granted.txt", True), ("plain.txt", False), ("denied.txt", False))
+    for name, readable in cases:
+        native = as_user(user, "cat", str(m.src / name))
+        mounted = as_user(user, "cat", str(m.mnt / name))
+        assert (native.returncode == 0) is readable, native.stderr
+        assert (mounted.returncode == 0) is readable, mounted.stderr
+        if readable:
+            assert mounted.stdout == b"secret\n"
+    assert os.getxattr(m.mnt / "granted.txt", "system.posix_acl_access") == os.getxattr(
+        m.src / "granted.txt", "system.posix_acl_access"
+    )
+
+    # Dropping the ACL through the mount takes the access away at once.
+    os.removexattr(m.mnt / "granted.txt", "system.posix_acl_access")
+    assert as_user(user, "cat", str(m.mnt / "granted.txt")).returncode != 0
