@@ -29,6 +29,7 @@ from swfs.api import (
     Hash,
     ParsedView,
     RelPath,
+    RenderedUnit,
     ReviewEntry,
     Version,
 )
@@ -190,7 +191,10 @@ class ParsedTree(Base):
     def __init__(self, engine: EngineAPI, gen: Generation, options: MountOptions) -> None:
         super().__init__(engine, gen, options)
         self._index = _Cached(gen, lambda: _Index(str(p) for p in engine.parsed_paths()))
-        self._views: OrderedDict[str, tuple[int, float, ParsedView | None]] = OrderedDict()
+        # rel -> (generation, time, view, its units by name)
+        self._views: OrderedDict[
+            str, tuple[int, float, ParsedView | None, dict[str, RenderedUnit]]
+        ] = OrderedDict()
 
     def index(self) -> _Index:
         return self._index.get()
@@ -198,25 +202,33 @@ class ParsedTree(Base):
     def cached_view(self, rel: str) -> ParsedView | None:
         """The engine's view of ``rel``; a listing of a view's units (``ls -l``
         stats each one) asks the engine once, not once per unit."""
+        return self._cached(rel)[2]
+
+    def _cached(self, rel: str) -> tuple[int, float, ParsedView | None, dict[str, RenderedUnit]]:
         now = time.monotonic()
         hit = self._views.get(rel)
         if hit is not None and hit[0] == self.gen.value and now - hit[1] < INDEX_TTL:
             self._views.move_to_end(rel)
-            return hit[2]
+            return hit
         view = self.engine.parsed_view(RelPath(rel))
-        self._views[rel] = (self.gen.value, now, view)
+        units = {} if view is None else {u.name: u for u in view.units}
+        hit = self._views[rel] = (self.gen.value, now, view, units)
         self._views.move_to_end(rel)
         while len(self._views) > VIEW_CACHE:
             self._views.popitem(last=False)
-        return view
+        return hit
+
+    def _unit(self, rel: str, name: str) -> tuple[ParsedView | None, RenderedUnit | None]:
+        """The view of ``rel`` and its unit ``name`` (a 5,000-page PDF's pages
+        are looked up by name, not by a scan per open)."""
+        _, _, view, units = self._cached(rel)
+        return view, units.get(name)
 
     async def settle(self, rel: str) -> None:
         """Wait for a pending (or, with --stale=wait, a stale) view of ``rel`` as
         long as the mount allows."""
-        state = self.engine.file_state(RelPath(rel))
-        if state is not None:
-            fresh = state.freshness
-        else:
+        fresh = self.engine.freshness(RelPath(rel))
+        if fresh is None:
             view = self.cached_view(rel)
             if view is None:
                 return
@@ -260,36 +272,30 @@ class ParsedTree(Base):
             if wait:
                 await self.settle(rel)
             return Entry(True, self.access(rel), mtime_ns=self.gen.changed_ns(rel))
-        view = await self.view(rel, wait=wait)
-        if view is None:
+        if wait:
+            await self.settle(rel)
+        view, unit = self._unit(rel, unit_name)
+        if view is None or unit is None:
             return None
-        acc = self.access(rel)
-        for unit in view.units:
-            if unit.name == unit_name:
-                return Entry(
-                    False,
-                    acc,
-                    size=len(unit.content),
-                    mtime_ns=self.gen.changed_ns(rel),
-                    xattrs=view_xattrs(view, unit.locator),
-                    data=unit.content,
-                )
-        return None
+        return Entry(
+            False,
+            self.access(rel),
+            size=len(unit.content),
+            mtime_ns=self.gen.changed_ns(rel),
+            xattrs=view_xattrs(view, unit.locator),
+            data=unit.content,
+        )
 
     async def xattrs(self, path: str) -> Mapping[str, str]:
         loc = self._locate(path)
         if loc is None:
             return {}
         rel, unit_name = loc
-        view = self.cached_view(rel)
-        if view is None:
-            return {}
         if unit_name is None:
-            return view_xattrs(view)
-        for unit in view.units:
-            if unit.name == unit_name:
-                return view_xattrs(view, unit.locator)
-        return {}
+            view = self.cached_view(rel)
+            return {} if view is None else view_xattrs(view)
+        view, unit = self._unit(rel, unit_name)
+        return {} if view is None or unit is None else view_xattrs(view, unit.locator)
 
     async def children(self, path: str) -> list[str]:
         loc = self._locate(path)

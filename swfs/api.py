@@ -123,6 +123,11 @@ class WorkspaceAPI(Protocol):
 
     # -- native files
     def file_state(self, rel: RelPath) -> FileState | None: ...
+    def freshness(self, rel: RelPath) -> Freshness | None:
+        """``file_state(rel).freshness`` without counting versions: what every
+        open in ``.parsed`` asks."""
+        ...
+
     def is_unchanged(self, rel: RelPath, st: os.stat_result) -> bool:
         """Fast (no hashing): does ``st`` match the stat signature the engine
         recorded for ``rel``?  If not, the caller runs ``check_file``."""

@@ -409,6 +409,10 @@ class Workspace:
         rec = self.store.get_file(rel)
         return None if rec is None else self._state(rel, rec)
 
+    def freshness(self, rel: RelPath) -> Freshness | None:
+        rec = self.store.get_file(rel)
+        return None if rec is None else self._freshness(rec)
+
     def _freshness(self, rec: FileRecord, txn: lmdb.Transaction | None = None) -> Freshness:
         if rec.parser is None:
             return Freshness.UNSUPPORTED

@@ -171,6 +171,10 @@ class FakeEngine:
 
     # -- native files
 
+    def freshness(self, rel: RelPath) -> Freshness | None:
+        state = self.file_state(rel)
+        return None if state is None else state.freshness
+
     def file_state(self, rel: RelPath) -> FileState | None:
         self._fault(rel)
         rec = self._files.get(rel)
