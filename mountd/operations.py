@@ -776,9 +776,14 @@ class Operations(pyfuse3.Operations):
         if n.startswith(XATTR_PREFIX) or not node.native:
             value = (await self._xattrs(node)).get(n[len(XATTR_PREFIX) :])
             if value is None or not n.startswith(XATTR_PREFIX):
-                raise fail(errno.ENODATA)
+                raise fail(_absent(n))
             return value.encode("utf-8", "surrogateescape")
-        return self.native.getxattr(self._path(node), n)
+        try:
+            return self.native.getxattr(self._path(node), n)
+        except OSError as exc:
+            if exc.errno == errno.ENODATA:
+                raise fail(_absent(n)) from None
+            raise
 
     @handler
     async def listxattr(self, inode: int, ctx: pyfuse3.RequestContext) -> list[bytes]:
@@ -909,6 +914,18 @@ def _kept(node: Node) -> Kept:
     if not isinstance(node.kept, Kept):
         node.kept = Kept()
     return node.kept
+
+
+def _absent(name: str) -> int:
+    """The errno for an extended attribute a node does not have.
+
+    A security label the backing file lacks is reported the way a file system
+    without labels reports it, EOPNOTSUPP: a security module, where one runs,
+    answers for its own labels before the request reaches the daemon, and
+    tools that see EOPNOTSUPP stop asking for every file of the mount
+    (``ls -l`` asks ``security.selinux`` of each entry until then).  Labels
+    the backing file has still pass through."""
+    return errno.EOPNOTSUPP if name.startswith("security.") else errno.ENODATA
 
 
 def _read_only(fi: pyfuse3.FileInfo) -> pyfuse3.FileInfo:

@@ -6,6 +6,7 @@ request it receives, so these tests count the round trips a command costs.
 
 from __future__ import annotations
 
+import errno
 import os
 import struct
 import subprocess
@@ -15,7 +16,7 @@ import pytest
 
 from mountd import operations
 from tests.conftest import MountFactory
-from tests.mountutil import Mount, as_user, ensure_test_user
+from tests.mountutil import Mount, as_user, ensure_test_user, errno_of
 
 pytestmark = [pytest.mark.mount, pytest.mark.timeout(60)]
 
@@ -99,6 +100,31 @@ def test_a_close_that_cannot_have_written_costs_no_flush(mount_tree: MountFactor
     assert requests(m, "FLUSH") == flushes + 1
     assert (m.src / "f.txt").read_text() == "hello\nmore\n"
     assert any(c[1] == "f.txt" for c in m.calls("record_write"))
+
+
+def test_ls_l_asks_for_labels_once_not_per_entry(mount_tree: MountFactory) -> None:
+    files = {f"d{d}/f{i}.txt": "x" for d in range(4) for i in range(50)}
+
+    def setup(src: Path) -> None:
+        os.setxattr(src / "d0" / "f0.txt", "security.swfs-test", b"label")
+
+    m = mount_tree(files, args=["--debug"], setup=setup)
+    for _ in range(2):  # the second listing is warm
+        asked = requests(m, "GETXATTR")
+        out = subprocess.run(["ls", "-lR", m.mnt], capture_output=True, check=True, text=True)
+        assert out.stdout.count(".txt") == 200
+    # Warm, the kernel holds the ACLs; a security.selinux request per entry
+    # (200) would remain if the first answer did not tell ls to stop asking.
+    assert requests(m, "GETXATTR") - asked < 20
+
+    # A label the backing file has passes through; an absent one reads as
+    # unsupported, any other absent attribute as absent.
+    labelled = m.mnt / "d0" / "f0.txt"
+    assert os.getxattr(labelled, "security.swfs-test") == b"label"
+    assert errno_of(lambda: os.getxattr(labelled, "security.selinux")) == errno.EOPNOTSUPP
+    assert errno_of(lambda: os.getxattr(labelled, "user.nothing")) == errno.ENODATA
+    unit_dir = m.mnt / ".versions"
+    assert errno_of(lambda: os.getxattr(unit_dir, "security.selinux")) == errno.EOPNOTSUPP
 
 
 # -- POSIX ACLs
