@@ -48,7 +48,9 @@ class Node:
     lookups: int = 0
     opens: int = 0
     children: int = 0
-    cache_sig: object = None  # what the kernel's page cache holds (see open)
+    # What the kernel's page cache holds: a file's bytes (see open), a
+    # directory's listing (see opendir).
+    cache_sig: object = None
     attr_sig: object = None  # native: the attributes last reported to the kernel
     size: int = -1  # generated: the size last reported to the kernel
     is_dir: bool = False  # generated: a directory, as last reported to the kernel

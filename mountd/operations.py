@@ -109,6 +109,7 @@ class DirHandle:
     # The inode numbers replies gave for names[2:], while they answer with the
     # listing opendir vouched for (None after a rewind or a vanished entry).
     told: list[int | None] | None = None
+    fd: int | None = None  # the native directory, open from opendir to releasedir
 
 
 Handle = DataHandle | FdHandle | NativeOpen | DirHandle
@@ -625,28 +626,37 @@ class Operations(pyfuse3.Operations):
             return self._add_handle(DirHandle(node))
         # The kernel may serve the listing from its cache only if that is what
         # a reply would say now.  The listing taken here answers the first readdir.
-        names, sig = await self._listing(node)
+        fd = self.native.open_dir(self._path(node)) if node.native else None
+        try:
+            names, sig = await self._listing(node, fd)
+        except BaseException:
+            if fd is not None:
+                os.close(fd)
+            raise
         keep, node.cache_sig = node.cache_sig == sig, sig
         self.table.opened(node)
-        fh = self._add_handle(DirHandle(node, names, fresh=True, told=[None] * (len(names) - 2)))
+        told: list[int | None] = [None] * (len(names) - 2)
+        fh = self._add_handle(DirHandle(node, names, fresh=True, told=told, fd=fd))
         return pyfuse3.FileInfo(fh=fh, keep_cache=keep, cache_readdir=True)
 
-    async def _listing(self, node: Node) -> tuple[list[str], object]:
+    async def _listing(self, node: Node, fd: int | None = None) -> tuple[list[str], object]:
         """The names directory ``node`` shows ("." and ".." first), and what a
         kernel's cached copy of them must match: each name with the inode
-        number the kernel was told for it (None where it holds none now)."""
+        number the kernel was told for it (None where it holds none now).
+        ``fd``: the native directory, if the caller has it open."""
         table = self.table
         if not node.native:
             names = await self._tree(node).children(node.spath)
             found = [table.find_synthetic(node.tree, join(node.spath, n)) for n in names]
         else:
             rel = self._path(node)
-            fd = self.native.open_dir(rel)
+            dfd = self.native.open_dir(rel) if fd is None else fd
             try:
-                entries = self.native.entries(rel, fd)
-                dev = os.fstat(fd).st_dev
+                entries = self.native.entries(rel, dfd)
+                dev = os.fstat(dfd).st_dev
             finally:
-                os.close(fd)
+                if fd is None:
+                    os.close(dfd)
             if node is table.root:
                 entries = [(n, i) for n, i in entries if n not in RESERVED]
             names = [n for n, _ in entries]
@@ -681,18 +691,20 @@ class Operations(pyfuse3.Operations):
         if h.names is None or (start_id == 0 and not h.fresh):
             # A rewind lists again: what the kernel caches from here on is no
             # longer the listing opendir vouched for.
-            h.names, _ = await self._listing(h.node)
+            h.names, _ = await self._listing(h.node, h.fd)
             h.node.cache_sig = h.told = None
         h.fresh = False
         if not h.node.native:
             await self._reply_entries(h, start_id, token, None)
-            return
-        # One descriptor for every entry's stat in this reply.
-        fd = self.native.open_dir(self._path(h.node))
-        try:
-            await self._reply_entries(h, start_id, token, fd)
-        finally:
-            os.close(fd)
+        elif h.fd is not None:
+            await self._reply_entries(h, start_id, token, h.fd)
+        else:
+            # One descriptor for every entry's stat in this reply.
+            fd = self.native.open_dir(self._path(h.node))
+            try:
+                await self._reply_entries(h, start_id, token, fd)
+            finally:
+                os.close(fd)
 
     async def _reply_entries(
         self, h: DirHandle, start_id: int, token: pyfuse3.ReaddirToken, fd: int | None
@@ -737,6 +749,8 @@ class Operations(pyfuse3.Operations):
     async def releasedir(self, fh: int) -> None:
         h = self.handles.pop(fh, None)
         if isinstance(h, DirHandle):
+            if h.fd is not None:
+                os.close(h.fd)
             self.table.closed(h.node)
 
     @handler
