@@ -31,6 +31,8 @@ fi
 # pyfuse3 3.5.0 built with scripts/pyfuse3-dircache.patch: it lets the daemon
 # keep directory listings in the kernel and skip FLUSH on read-only closes.
 # Stock pyfuse3 works too (swfs checks at import), at more round trips.
+# --no-binary names pyfuse3 alone: with :all: pip would also build its build
+# dependencies (Cython, setuptools) from source, minutes of compiling.
 PYFUSE3_SDIST=pyfuse3-3.5.0.tar.gz
 PYFUSE3_SHA256=88399a9494b88603230bba300f4ba9ad63fece5ed514ca3633d555a0c6a42b24
 patch_sum=$(sha256sum scripts/pyfuse3-dircache.patch | cut -d' ' -f1)
@@ -38,7 +40,7 @@ if [ "$(cat .venv/.pyfuse3-patch 2>/dev/null)" != "$patch_sum" ]; then
     echo "bootstrap: building pyfuse3 with scripts/pyfuse3-dircache.patch"
     build=$(mktemp -d)
     trap 'rm -rf "$build"' EXIT
-    .venv/bin/python -m pip download -q --no-binary :all: --no-deps -d "$build" pyfuse3==3.5.0
+    .venv/bin/python -m pip download -q --no-binary pyfuse3 --no-deps -d "$build" pyfuse3==3.5.0
     echo "$PYFUSE3_SHA256  $build/$PYFUSE3_SDIST" | sha256sum -c --quiet
     tar xzf "$build/$PYFUSE3_SDIST" -C "$build"
     rm -f "$build/pyfuse3-3.5.0/src/pyfuse3/__init__.c"  # regenerated from the patched .pyx
