@@ -47,6 +47,9 @@ PREFIX_UNIT = "sheet-"
 SUFFIX_UNIT = ".md"
 LOCATOR_PREFIX = "sheet="
 COMPUTED = "(computed)"
+# Workbooks with more sheets fail: each sheet is a unit (a file in .parsed),
+# and Excel's practical limit is far lower.
+MAX_SHEETS = 10_000
 
 # The shape of a cell line: the diffs read it back with this.
 CELL_LINE = re.compile(
@@ -175,7 +178,8 @@ def merged_line(ref: str, cell_range: str) -> str:
 
 
 def note_line(ref: str, coord: str, text: str, author: str | None) -> str:
-    who = f" by {one_line_text(author)}" if author else ""
+    author = one_line_text(author).strip() if author else ""
+    who = f" by {author}" if author else ""
     return f"{ref}!{coord} note{who}: {one_line_text(text)}"
 
 

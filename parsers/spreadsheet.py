@@ -70,6 +70,8 @@ class SpreadsheetParser(Parser):
 
 
 def _units(wb: Any, options: ParseOptions) -> list[Unit]:
+    if len(wb.sheets_metadata) > cells.MAX_SHEETS:
+        raise ParseFailed(f"too many sheets ({len(wb.sheets_metadata)} > {cells.MAX_SHEETS})")
     budget = TextBudget(options.max_text_bytes)
     limit = options.max_cells
     count = 0

@@ -406,6 +406,8 @@ class XlsxParser(Parser):
             with quiet(), contextlib.ExitStack() as stack:
                 zf = stack.enter_context(zipfile.ZipFile(path))
                 pkg = xlsx_parts.read_package(zf)
+                if len(pkg.sheets) > cells.MAX_SHEETS:
+                    raise ParseFailed(f"too many sheets ({len(pkg.sheets)} > {cells.MAX_SHEETS})")
                 source = path
                 if pkg.strict:
                     tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="swfs-xlsx-"))
