@@ -14,6 +14,7 @@ import os
 import random
 import re
 import shutil
+import tempfile
 import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
@@ -180,7 +181,7 @@ class _ZipTemplate:
         return out.getvalue()
 
 
-def _xlsx_template(rows: int) -> _ZipTemplate:
+def _xlsx_template(rows: int, *, cached: bool = True) -> _ZipTemplate:
     import openpyxl
 
     wb = openpyxl.Workbook()
@@ -195,9 +196,31 @@ def _xlsx_template(rows: int) -> _ZipTemplate:
     notes = wb.create_sheet("Notes")
     for i, p in enumerate(_placeholders(5, rows + 1)):
         notes.cell(row=i + 1, column=1, value=p)
-    buf = io.BytesIO()
-    wb.save(buf)
-    return _ZipTemplate(buf.getvalue())
+    if not cached:
+        buf = io.BytesIO()
+        wb.save(buf)
+        return _ZipTemplate(buf.getvalue())
+    # Excel and LibreOffice store each formula's result: so does the data set,
+    # and the parse figures measure reading, not formula recomputation.
+    from swfs.samples import set_cached_values
+
+    values: dict[tuple[str, str], int] = {
+        ("Data", f"G{r}"): r * (10 + 11 + 12 + 13) for r in range(2, rows + 2)
+    }
+    total = sum(values.values())
+    values[("Data", f"C{rows + 2}")] = sum(r * 10 for r in range(2, rows + 2))
+    values[("Data", f"G{rows + 2}")] = total
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "t.xlsx"
+        wb.save(path)
+        set_cached_values(path, values)
+        return _ZipTemplate(path.read_bytes())
+
+
+def xlsx_without_cached_values(rows: int) -> bytes:
+    """A workbook as openpyxl saves it (no formula results): ``rows + 2``
+    formulas that a parser has to compute to show their values."""
+    return _xlsx_template(rows, cached=False).render(random.Random(0), "recompute")
 
 
 def _docx_template(paragraphs: int) -> _ZipTemplate:
@@ -338,7 +361,7 @@ def workspace(
         "dirs": n_dirs,
         "seed": seed,
         "shape": asdict(shape),
-        "gen": 1,
+        "gen": 2,  # 2: xlsx files carry cached formula results, as Excel writes them
     }
     base = root / f"ws-{n_files}f-{n_dirs}d-s{seed}"
 

@@ -76,6 +76,34 @@ def _nanmax(xs: Iterable[float]) -> float:
     return max((x for x in xs if not math.isnan(x)), default=math.nan)
 
 
+def _recompute_rate(workdir: Path, rows: int = 120) -> tuple[float, int]:
+    """Formulas per second that recomputing costs on top of reading: the
+    parse of a workbook saved by openpyxl (no cached results), with the
+    formula engine and without it, in this process after one warm-up parse
+    (a parse worker imports the engine once)."""
+    from parsers import registry, xlsx_recalc
+    from parsers._base import ParseOptions
+
+    path = workdir / "recompute.xlsx"
+    path.write_bytes(gen.xlsx_without_cached_values(rows))
+    info = registry.file_info(str(path), path.name)
+
+    def parse() -> tuple[float, int]:
+        t0 = time.perf_counter()
+        _, units = registry.parse(str(path), info, ParseOptions())
+        return time.perf_counter() - t0, sum(u.text.count("(computed)") for u in units)
+
+    parse()
+    with_engine, computed = parse()
+    cap = xlsx_recalc.MAX_WORKBOOK_CELLS
+    xlsx_recalc.MAX_WORKBOOK_CELLS = 0
+    try:
+        without, _ = parse()
+    finally:
+        xlsx_recalc.MAX_WORKBOOK_CELLS = cap
+    return computed / max(with_engine - without, 1e-9), computed
+
+
 def workspace(ctx: Ctx, result: WorkloadResult) -> None:
     """Cold ``swfs index`` throughput against raw parser throughput, unchanged
     re-index, time to a ready mount (mount + sync over the indexed store, caches
@@ -119,6 +147,16 @@ def workspace(ctx: Ctx, result: WorkloadResult) -> None:
     except Exception as exc:
         vs_raw.note = f"no raw parser throughput: {type(exc).__name__}: {exc}"
         log.warning("raw parse: %s", vs_raw.note)
+    try:
+        rate, computed = _recompute_rate(ctx.workdir)
+        result.metric(
+            "xlsx_recompute_formulas_per_s",
+            "formulas/s",
+            kind=ABSOLUTE,
+            note=f"{computed} formulas without cached values (openpyxl-saved), extra parse time",
+        ).values.append(rate)
+    except Exception as exc:
+        log.warning("xlsx recompute figure: %s: %s", type(exc).__name__, exc)
 
     def mount_ready(label: str) -> tuple[float, float, float]:
         """(seconds for mount + sync, daemon MB, workers MB); memory is sampled

@@ -34,12 +34,14 @@ def _instances() -> tuple[Parser, ...]:
     from parsers.outlook import OutlookMsgParser
     from parsers.pdf import PdfParser
     from parsers.pptx import PptxParser
+    from parsers.spreadsheet import SpreadsheetParser
     from parsers.text import SniffedTextParser, TextParser
     from parsers.xlsx import XlsxParser
 
     parsers: list[Parser] = [
         PdfParser(),
         XlsxParser(),
+        SpreadsheetParser(),
         DocxParser(),
         PptxParser(),
         LegacyOfficeParser(),

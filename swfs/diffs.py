@@ -66,7 +66,6 @@ bytes, b3:1a2b3c4d -> b3:9f8e7d6c)``.
 from __future__ import annotations
 
 import bisect
-import functools
 import itertools
 import logging
 import math
@@ -74,6 +73,10 @@ import re
 from collections.abc import Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from difflib import SequenceMatcher
+
+from parsers import cells
+from parsers.cells import Cell, sheet_ref
+from parsers.cells import parse_cell_lines as parse_cell_lines  # re-exported
 
 log = logging.getLogger(__name__)
 
@@ -441,26 +444,6 @@ def _unit_hunks(
 # -- spreadsheets
 
 
-@dataclass(frozen=True)
-class Cell:
-    """One non-empty cell as the xlsx parser writes it: a plain value, or a
-    formula (with its leading '=') and the cached value if the file has one."""
-
-    value: str | None
-    formula: str | None = None
-
-    def render(self) -> str:
-        if self.formula is None:
-            return self.value if self.value is not None else ""
-        if self.value is None:
-            return self.formula
-        return f"{self.formula} -> {self.value}"
-
-
-_SHEET_PLAIN = re.compile(r"[A-Za-z0-9_.]+")
-_CELL_LINE = re.compile(
-    r"^(?:'(?:[^'\n]|'')*'|[A-Za-z0-9_.]+)!([A-Z]{1,3})([0-9]+) = (.*)$", re.MULTILINE
-)
 # A1 references inside a formula: not part of a name (LOG10), not a sheet
 # name (Q1!A1), not a function call.
 _REF = re.compile(r"(?<![A-Za-z0-9_.$])(\$?)([A-Z]{1,3})(\$?)([0-9]+)(?![0-9A-Za-z_(!])")
@@ -470,52 +453,12 @@ _REF = re.compile(r"(?<![A-Za-z0-9_.$])(\$?)([A-Z]{1,3})(\$?)([0-9]+)(?![0-9A-Za
 # needed: most rows of a big sheet are compared as strings and never rendered.
 Row = dict[int, str]
 
-
-def sheet_ref(name: str) -> str:
-    """A sheet name as a cell address prefix, quoted the way the parser does."""
-    if _SHEET_PLAIN.fullmatch(name):
-        return name
-    return "'" + name.replace("'", "''") + "'"
-
-
-def _split_formula(rest: str) -> tuple[str, str | None]:
-    """'=<formula> -> <cached>' into its parts; the separator is the first
-    ' -> ' outside string literals ("...") and quoted sheet names ('...')."""
-    if "'" not in rest and '"' not in rest:
-        at = rest.find(" -> ")
-        return (rest, None) if at < 0 else (rest[:at], rest[at + 4 :])
-    quote: str | None = None
-    i = 0
-    while i < len(rest):
-        ch = rest[i]
-        if quote:
-            if ch == quote:
-                quote = None  # a doubled quote reopens at the next character
-        elif ch in "\"'":
-            quote = ch
-        elif rest.startswith(" -> ", i):
-            return rest[:i], rest[i + 4 :]
-        i += 1
-    return rest, None
-
-
-@functools.lru_cache(maxsize=4096)
-def _cell(rest: str) -> Cell:
-    if rest.startswith("="):
-        formula, cached = _split_formula(rest)
-        return Cell(value=cached, formula=formula)
-    return Cell(value=rest)
-
-
-def parse_cell_lines(text: str) -> dict[str, Cell]:
-    """The cells of one sheet unit, by A1 address ('B12').  Lines that are not
-    cell lines (headers, blank lines) are skipped."""
-    return {m[1] + m[2]: _cell(m[3].rstrip("\r")) for m in _CELL_LINE.finditer(text)}
+_cell = cells.parse_cell
 
 
 def _parse_rows(text: str) -> dict[int, Row]:
     rows: dict[int, Row] = {}
-    for m in _CELL_LINE.finditer(text):
+    for m in cells.CELL_LINE.finditer(text):
         rows.setdefault(int(m[2]), {})[_col_number(m[1])] = m[3].rstrip("\r")
     return rows
 

@@ -12,6 +12,8 @@ import logging
 from collections import defaultdict
 from typing import Any
 
+from parsers import cells
+
 from . import diffs
 from .api import ChangeStatus, Hash, RelPath, ReviewEntry
 from .views import short_hash
@@ -19,7 +21,7 @@ from .workspace import Workspace
 
 log = logging.getLogger(__name__)
 
-_SPREADSHEET = ("xlsx",)
+_SPREADSHEET = ("xlsx", "spreadsheet")
 _TEXT = ("text",)
 
 
@@ -187,10 +189,13 @@ def _render(
 
 
 def _sheets(units: list[tuple[str, str, str]] | None) -> list[tuple[str, str]]:
+    """(sheet name, text) of the sheet units: the name from the locator, as
+    the cell lines spell it, not the unit's file name."""
     out = []
-    for name, _, text in units or []:
-        sheet = name[len("sheet-") : -len(".md")] if name.startswith("sheet-") else name
-        out.append((sheet, text))
+    for name, locator, text in units or []:
+        sheet = cells.sheet_name(name, locator)
+        if sheet is not None:
+            out.append((sheet, text))
     return out
 
 

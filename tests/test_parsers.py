@@ -10,7 +10,7 @@ import pytest
 
 from parsers import registry
 from parsers._base import FileInfo, ParseFailed, ParseOptions, Unit, UnsupportedFormat
-from parsers.xlsx import format_value, sheet_ref
+from parsers.cells import format_value, sheet_ref
 from swfs import samples
 from swfs.samples import CHURN_SENTENCE, TARGET_SENTENCE, build_sample_workspace
 from tests import docgen
@@ -190,8 +190,10 @@ def test_formula_without_cached_value(tmp_path: pathlib.Path) -> None:
     path = docgen.simple_xlsx(tmp_path, [[1, 2, "=A1+B1"]])
     _, units = parse(path)
     lines = units[0].text.splitlines()
-    assert "Sheet!C1 = =A1+B1" in lines
-    assert not any("->" in line for line in lines)
+    # No cached value in the file: computed, and marked so.
+    assert "Sheet!C1 = =A1+B1 -> 3 (computed)" in lines
+    assert "Sheet!C1 = =A1+B1" not in lines
+    assert "Sheet!C1 = =A1+B1 -> 3" not in lines
 
 
 def test_set_cached_values_roundtrip(workspace: pathlib.Path, tmp_path: pathlib.Path) -> None:
@@ -203,7 +205,7 @@ def test_set_cached_values_roundtrip(workspace: pathlib.Path, tmp_path: pathlib.
     wb["Sheet1"]["B12"] = 1350
     wb.save(path)
     _, units = parse(path)
-    assert "Sheet1!C12 = =B12*2" in units[0].text.splitlines()
+    assert "Sheet1!C12 = =B12*2 -> 2700 (computed)" in units[0].text.splitlines()
     samples.set_cached_values(path, {("Sheet1", "C12"): 2700, ("Summary", "A1"): "Sum"})
     _, units = parse(path)
     assert "Sheet1!B12 = 1350" in units[0].text.splitlines()
@@ -235,13 +237,13 @@ def test_sheet_names_quoting_order_and_escapes(tmp_path: pathlib.Path) -> None:
     assert [u.name for u in units] == ["sheet-Q3 Plan.md", "sheet-it's.md", "sheet-data_2024.v1.md"]
     assert units[1].locator == "sheet=it's"
     assert units[0].text.splitlines() == [
-        "'Q3 Plan'!A1 = line one\\nline two \\\\ end",
+        "'Q3 Plan'!A1 = line one line two \\ end",
         "'Q3 Plan'!B1 = '=not a formula",
     ]
     assert units[1].text.splitlines() == [
         "'it''s'!A1 = 0.1",
         "'it''s'!A2 = TRUE",
-        "'it''s'!A3 = 2024-09-30T17:45:00",
+        "'it''s'!A3 = 2024-09-30 17:45:00",
         "'it''s'!A4 = 2",
     ]
     assert units[2].text == "data_2024.v1!C3 = -7\n"
@@ -287,7 +289,7 @@ def test_lockstep_fallback_matches(workspace: pathlib.Path, tmp_path: pathlib.Pa
     assert "Summary!B1 = =SUM(Sheet1!B2:B12) -> 13290" in units[1].text.splitlines()
 
 
-def test_chart_sheet_gives_an_empty_unit(tmp_path: pathlib.Path) -> None:
+def test_chart_sheet_without_cache_reads_its_range(tmp_path: pathlib.Path) -> None:
     import openpyxl
     from openpyxl.chart import BarChart, Reference
 
@@ -305,7 +307,11 @@ def test_chart_sheet_gives_an_empty_unit(tmp_path: pathlib.Path) -> None:
     _, units = parse(path)
     assert [(u.name, u.text) for u in units] == [
         ("sheet-Data.md", "Data!A1 = 1\nData!A2 = 2\nData!A3 = 3\n"),
-        ("sheet-Chart.md", ""),
+        # openpyxl caches no chart points: the series is read from its range.
+        (
+            "sheet-Chart.md",
+            "chart: (no title) (bar)\n  series (no name) ('Data'!$A$1:$A$3): 1 | 2 | 3\n",
+        ),
     ]
 
 
@@ -316,12 +322,13 @@ def test_chart_sheet_gives_an_empty_unit(tmp_path: pathlib.Path) -> None:
         (1200, "1200"),
         (-0.5, "-0.5"),
         (1e21, "1e+21"),
-        (0.1 + 0.2, "0.30000000000000004"),
+        (0.1 + 0.2, "0.3"),  # Excel's 15 significant digits
+        (1 / 3, "0.333333333333333"),
         (float("nan"), "nan"),
         (False, "FALSE"),
         (datetime.date(2024, 2, 29), "2024-02-29"),
         (datetime.time(8, 30), "08:30:00"),
-        ("a\\b\nc\rd", "a\\\\b\\nc\\rd"),
+        ("a\\b\nc\r\nd", "a\\b c d"),  # line breaks read as a space, no escapes
         ("#DIV/0!", "#DIV/0!"),
     ],
 )
