@@ -3,7 +3,8 @@
 ``x^2``, ``(a+b)/(2c)``, ``√(x)``, ``∑_(i=1)^n i``, ``sin(θ)``, ``[1, 0; 0, 1]``:
 what an agent greps for and can read back, not a typeset picture.  A group is
 parenthesised only when it is more than one letter or number, so ``x^2``
-and ``10^12`` stay as they are and ``x^(n+1)`` keeps its meaning.
+and ``10^12`` stay as they are and ``x^(n+1)`` keeps its meaning; a
+fraction's parts are grouped unless all digits or all letters.
 """
 
 from __future__ import annotations
@@ -34,6 +35,10 @@ def _group(text: str) -> str:
     return text if len(text) <= 1 or text.isalnum() else f"({text})"
 
 
+def _fraction_part(text: str) -> str:
+    return text if len(text) <= 1 or text.isdecimal() or text.isalpha() else f"({text})"
+
+
 def _val(element: Element, prop: str, name: str, default: str) -> str:
     found = element.find(f"{M}{prop}/{M}{name}")
     if found is None:
@@ -54,7 +59,8 @@ def _node(element: Element, depth: int) -> str:
         return element.text or ""
     if tag == M + "f":
         bar = "¦" if _val(element, "fPr", "type", "bar") == "noBar" else "/"
-        return f"{_group(part('num'))}{bar}{_group(part('den'))}"
+        # "2a" alone is a unit, but "x/2a" reads as "(x/2)a": fractions group it.
+        return f"{_fraction_part(part('num'))}{bar}{_fraction_part(part('den'))}"
     if tag == M + "sSup":
         return f"{_group(part('e'))}^{_group(part('sup'))}"
     if tag == M + "sSub":

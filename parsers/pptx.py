@@ -49,6 +49,9 @@ _FAR = 1 << 62  # shapes without any position sort last, in document order
 
 Position = tuple[int, int]
 
+# Said rather than left out: a reader should know a chart is there.
+_MISSING_CHART = "### Chart (its data part is missing from the file)"
+
 
 def _text_body(body: Element | None) -> str:
     """Paragraphs of a ``txBody``, one per line; ``a:br`` breaks a line too."""
@@ -167,7 +170,7 @@ class _Slide:
         for ref in (data.find(C + "chart"), data.find(CX + "chart")):
             if ref is not None:
                 root = self._related(ref.get(REL_NS + "id", ""))
-                return chart_markdown(root) if root is not None else ""
+                return chart_markdown(root) if root is not None else _MISSING_CHART
         diagram = data.find(DGM + "relIds")
         if diagram is not None:
             root = self._related(diagram.get(REL_NS + "dm", ""))
