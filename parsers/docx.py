@@ -94,6 +94,11 @@ _HEADING = re.compile(r"heading\s*([1-9])")
 _TRUE = frozenset({"1", "true", "on"})
 _TITLE_LIMIT = 80
 _ANCHOR_LIMIT = 200
+# Anchors are collected only while short and for a bounded number of open
+# comments: a file that opens thousands of ranges and never closes them must
+# not make every run of text cost thousands of appends.
+_MAX_OPEN_COMMENTS = 64
+_ANCHOR_PARTS = 256
 _MAX_BOX_DEPTH = 16  # text boxes inside text boxes
 
 
@@ -246,7 +251,8 @@ class _Reader:
         def out(text: str) -> None:
             parts.append(text)
             for anchor in anchors:
-                anchor.append(text)
+                if len(anchor) < _ANCHOR_PARTS:
+                    anchor.append(text)
 
         stack: list[Iterator[Element | str]] = [iter([element])]
         while stack:
@@ -298,7 +304,8 @@ class _Reader:
             elif tag == W + "commentReference":
                 out(f"[^{self.ref('comment', child.get(W + 'id', ''))}]")
             elif tag == W + "commentRangeStart":
-                self.open_comments[child.get(W + "id", "")] = []
+                if len(self.open_comments) < _MAX_OPEN_COMMENTS:
+                    self.open_comments[child.get(W + "id", "")] = []
             elif tag == W + "commentRangeEnd":
                 anchor = self.open_comments.pop(child.get(W + "id", ""), None)
                 if anchor is not None:
@@ -353,7 +360,8 @@ class _Reader:
                 boxes: list[Element] = []
                 self._add(self.paragraph(child, level, boxes))
                 for anchor in self.open_comments.values():
-                    anchor.append(" ")
+                    if len(anchor) < _ANCHOR_PARTS:
+                        anchor.append(" ")
                 for box in boxes:
                     self._blocks(box, depth=depth + 1, headings=False)
             elif tag == W + "tbl":
