@@ -89,7 +89,51 @@ _SKIPPED = frozenset(
 )
 _DELETED = frozenset({W + "del", W + "moveFrom"})
 _INSERTED = frozenset({W + "ins", W + "moveTo"})
-_NOTE_REFS = {W + "footnoteReference": "footnote", W + "endnoteReference": "endnote"}
+_NOTE_REFS = {
+    W + "footnoteReference": "footnote",
+    W + "endnoteReference": "endnote",
+    W + "commentReference": "comment",
+}
+_CHARS = {
+    W + "tab": "\t",
+    W + "ptab": "\t",
+    W + "br": "\n",
+    W + "cr": "\n",
+    W + "noBreakHyphen": "-",
+}
+# What the inline reader does with an element, by tag; anything else is entered.
+(
+    _TEXT,
+    _SKIP,
+    _CHAR,
+    _DEL,
+    _INS,
+    _MATH,
+    _SDT,
+    _FIELD,
+    _BOX,
+    _PARAGRAPH,
+    _NOTE,
+    _COMMENT_START,
+    _COMMENT_END,
+) = range(13)
+_INLINE: dict[str, int] = {
+    W + "t": _TEXT,
+    W + "delText": _TEXT,
+    **dict.fromkeys(_SKIPPED, _SKIP),
+    **dict.fromkeys(_CHARS, _CHAR),
+    **dict.fromkeys(_DELETED, _DEL),
+    **dict.fromkeys(_INSERTED, _INS),
+    M + "oMath": _MATH,
+    M + "oMathPara": _MATH,
+    W + "sdt": _SDT,
+    W + "fldChar": _FIELD,
+    W + "txbxContent": _BOX,
+    W + "p": _PARAGRAPH,
+    **dict.fromkeys(_NOTE_REFS, _NOTE),
+    W + "commentRangeStart": _COMMENT_START,
+    W + "commentRangeEnd": _COMMENT_END,
+}
 _HEADING = re.compile(r"heading\s*([1-9])")
 _TRUE = frozenset({"1", "true", "on"})
 _TITLE_LIMIT = 80
@@ -246,14 +290,16 @@ class _Reader:
         ``boxes`` when given, else into the text itself (a table cell).
         """
         parts: list[str] = []
-        anchors = () if clean else self.open_comments.values()
+        anchors = self.open_comments.values()
 
-        def out(text: str) -> None:
+        def fed(text: str) -> None:
             parts.append(text)
             for anchor in anchors:
                 if len(anchor) < _ANCHOR_PARTS:
                     anchor.append(text)
 
+        # Most paragraphs lie in no comment's range: plain appends then.
+        out = fed if self.open_comments and not clean else parts.append
         stack: list[Iterator[Element | str]] = [iter([element])]
         while stack:
             child = next(stack[-1], None)
@@ -263,58 +309,58 @@ class _Reader:
             if isinstance(child, str):
                 out(child)
                 continue
-            tag = child.tag
-            if tag in _SKIPPED:
-                continue
-            if tag in (W + "t", W + "delText"):
+            kind = _INLINE.get(child.tag)
+            if kind is None:  # runs, hyperlinks, fields, smart tags ...: enter
+                stack.append(iter(child))
+            elif kind == _TEXT:
                 out(child.text or "")
-            elif tag in (W + "tab", W + "ptab"):
-                out("\t")
-            elif tag in (W + "br", W + "cr"):
-                out("\n")
-            elif tag == W + "noBreakHyphen":
-                out("-")
-            elif tag in _DELETED:
+            elif kind == _SKIP:
+                continue
+            elif kind == _CHAR:
+                out(_CHARS[child.tag])
+            elif kind == _DEL:
                 if not clean:
                     out("[-")
                     stack.append(itertools.chain(child, ["-]"]))
-            elif tag in _INSERTED:
+            elif kind == _INS:
                 if clean:
                     stack.append(iter(child))
                 else:
                     out("{+")
                     stack.append(itertools.chain(child, ["+}"]))
-            elif tag in (M + "oMath", M + "oMathPara"):
+            elif kind == _MATH:
                 out(linear(child))
-            elif tag == W + "sdt" and (box := _checkbox(child)) is not None:
-                out(box)
-            elif tag == W + "fldChar":
+            elif kind == _SDT:
+                box = _checkbox(child)
+                if box is None:
+                    stack.append(iter(child))
+                else:
+                    out(box)
+            elif kind == _FIELD:
                 if child.get(W + "fldCharType") == "begin":
                     out(_form_field(child))
-            elif tag == W + "txbxContent":
+            elif kind == _BOX:
                 if boxes is not None:
                     boxes.append(child)
                 elif not clean:
                     out("\n")
                     stack.append(iter(child))
-            elif clean:
+            elif kind == _PARAGRAPH:
+                if parts and child is not element:
+                    out("\n")  # a paragraph inside a flattened cell or text box
                 stack.append(iter(child))
-            elif tag in _NOTE_REFS:
-                out(f"[^{self.ref(_NOTE_REFS[tag], child.get(W + 'id', ''))}]")
-            elif tag == W + "commentReference":
-                out(f"[^{self.ref('comment', child.get(W + 'id', ''))}]")
-            elif tag == W + "commentRangeStart":
+            elif clean:
+                continue  # note marks and comment ranges hold no text
+            elif kind == _NOTE:
+                out(f"[^{self.ref(_NOTE_REFS[child.tag], child.get(W + 'id', ''))}]")
+            elif kind == _COMMENT_START:
                 if len(self.open_comments) < _MAX_OPEN_COMMENTS:
                     self.open_comments[child.get(W + "id", "")] = []
-            elif tag == W + "commentRangeEnd":
+                    out = fed
+            elif kind == _COMMENT_END:
                 anchor = self.open_comments.pop(child.get(W + "id", ""), None)
                 if anchor is not None:
                     self.anchors[child.get(W + "id", "")] = "".join(anchor)
-            elif tag == W + "p" and parts and child is not element:
-                out("\n")  # a paragraph inside a flattened cell or text box
-                stack.append(iter(child))
-            else:
-                stack.append(iter(child))
         text = "".join(parts)
         return text if clean else text.replace("+}{+", "").replace("-][-", "")
 
