@@ -1,8 +1,11 @@
 """Presentations (PPTX/PPTM): one ``slide-001.md`` unit per slide.
 
 A slide's unit holds its title as a heading, the text of its other shapes in
-reading order (top to bottom, then left to right; groups are entered), tables
-as markdown tables, and the speaker notes under ``## Notes``.
+reading order (top to bottom, then left to right; groups are entered at any
+depth, with the tables and charts inside them), tables as markdown tables,
+charts as ``### Chart: title`` and a table of their cached values (see
+``parsers._chart``), SmartArt node texts as list items, and the speaker notes
+under ``## Notes``.
 
 A direct reader over the PresentationML parts, not python-pptx: python-pptx
 loads every part of the package into memory when it opens a deck, embedded
@@ -21,6 +24,7 @@ from typing import ClassVar
 from xml.etree.ElementTree import Element
 
 from parsers._base import FileInfo, ParseFailed, ParseOptions, Parser, Unit
+from parsers._chart import CX, C, chart_markdown
 from parsers._common import TextBudget
 from parsers._ooxml import (
     REL_NS,
@@ -36,6 +40,7 @@ log = logging.getLogger(__name__)
 A = "{http://schemas.openxmlformats.org/drawingml/2006/main}"
 P = "{http://schemas.openxmlformats.org/presentationml/2006/main}"
 MC = "{http://schemas.openxmlformats.org/markup-compatibility/2006}"
+DGM = "{http://schemas.openxmlformats.org/drawingml/2006/diagram}"
 
 _TITLE_TYPES = frozenset({"title", "ctrTitle"})
 # Group shapes nest; PowerPoint itself stops far earlier than this.
@@ -43,6 +48,9 @@ _MAX_GROUP_DEPTH = 32
 _FAR = 1 << 62  # shapes without any position sort last, in document order
 
 Position = tuple[int, int]
+
+# Said rather than left out: a reader should know a chart is there.
+_MISSING_CHART = "### Chart (its data part is missing from the file)"
 
 
 def _text_body(body: Element | None) -> str:
@@ -117,8 +125,12 @@ class _Layout:
 
 
 class _Slide:
-    def __init__(self, layout: _Layout) -> None:
+    def __init__(
+        self, layout: _Layout, archive: zipfile.ZipFile, rels: dict[str, tuple[str, str]]
+    ) -> None:
         self.layout = layout
+        self.archive = archive
+        self.rels = rels
         self.title = ""
 
     def position(self, shape: Element) -> Position:
@@ -146,9 +158,28 @@ class _Slide:
                 elif text:
                     yield text
             elif shape.tag == P + "graphicFrame":
-                tbl = shape.find(f"{A}graphic/{A}graphicData/{A}tbl")
-                if tbl is not None and (table := _table(tbl)):
-                    yield table
+                data = shape.find(f"{A}graphic/{A}graphicData")
+                if data is not None and (text := self.graphic(data)):
+                    yield text
+
+    def graphic(self, data: Element) -> str:
+        """A table, a chart or a SmartArt diagram in a graphic frame."""
+        tbl = data.find(A + "tbl")
+        if tbl is not None:
+            return _table(tbl)
+        for ref in (data.find(C + "chart"), data.find(CX + "chart")):
+            if ref is not None:
+                root = self._related(ref.get(REL_NS + "id", ""))
+                return chart_markdown(root) if root is not None else _MISSING_CHART
+        diagram = data.find(DGM + "relIds")
+        if diagram is not None:
+            root = self._related(diagram.get(REL_NS + "dm", ""))
+            return _diagram(root) if root is not None else ""
+        return ""
+
+    def _related(self, rel_id: str) -> Element | None:
+        rel = self.rels.get(rel_id)
+        return read_xml(self.archive, rel[1]) if rel is not None else None
 
     @staticmethod
     def _shapes(tree: Element) -> Iterator[Element]:
@@ -159,6 +190,19 @@ class _Slide:
                     yield from choice
             else:
                 yield child
+
+
+def _diagram(root: Element) -> str:
+    """A SmartArt diagram's node texts, one list item each, in data-model order."""
+    items = []
+    for point in root.iter(DGM + "pt"):
+        if point.get("type", "node") != "node":
+            continue
+        body = point.find(DGM + "t")
+        text = " ".join(_text_body(body).split()) if body is not None else ""
+        if text:
+            items.append("- " + text)
+    return "\n".join(items)
 
 
 def _notes(archive: zipfile.ZipFile, member: str | None) -> str:
@@ -183,7 +227,7 @@ def slide_text(archive: zipfile.ZipFile, member: str, layouts: dict[str, _Layout
         layouts[layout_member] = _Layout(
             read_xml(archive, layout_member) if layout_member else None
         )
-    slide = _Slide(layouts[layout_member])
+    slide = _Slide(layouts[layout_member], archive, rels)
     tree = root.find(f"{P}cSld/{P}spTree")
     body = list(slide.texts(tree)) if tree is not None else []
     parts = ([f"# {slide.title}"] if slide.title else []) + body
@@ -210,7 +254,7 @@ def slide_members(archive: zipfile.ZipFile) -> list[str]:
 
 class PptxParser(Parser):
     id = "pptx"
-    version = 3
+    version = 4
     priority = 40.0
 
     extensions: ClassVar[frozenset[str]] = frozenset({".pptx", ".pptm", ".ppsx", ".ppsm"})

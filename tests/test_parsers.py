@@ -358,11 +358,15 @@ def test_max_cells(tmp_path: pathlib.Path) -> None:
 def test_docx_memo(workspace: pathlib.Path) -> None:
     kind, units = parse(workspace / "notes" / "meeting memo.docx")
     assert kind == "docx"
-    assert [(u.name, u.locator) for u in units] == [("document.md", "document")]
-    text = units[0].text
-    assert "# Meeting memo: Q4 planning" in text.splitlines()
+    assert [(u.name, u.locator) for u in units] == [
+        ("section-001.md", "h=Meeting memo: Q4 planning"),
+        ("section-002.md", "h=Meeting memo: Q4 planning/Action items"),
+    ]
+    first, text = units[0].text, units[1].text
+    assert "# Meeting memo: Q4 planning" in first.splitlines()
+    assert "Attendees: Dana (Finance), Ravi (Sales), Mei (Product)." in first
     assert "## Action items" in text.splitlines()
-    assert "Attendees: Dana (Finance), Ravi (Sales), Mei (Product)." in text
+    assert "| Owner |" not in first
     assert "| Owner | Task | Due |" in text
     assert "| Dana | Update the budget forecast | 2024-10-04 |" in text
     assert text.index("| Owner |") < text.index("| --- |") < text.index("| Dana |")
@@ -370,13 +374,17 @@ def test_docx_memo(workspace: pathlib.Path) -> None:
 
 def test_docx_structure(tmp_path: pathlib.Path) -> None:
     _, units = parse(docgen.rich_docx(tmp_path))
-    assert units[0].text.split("\n\n") == [
-        "# Bericht",
+    assert [(u.name, u.locator) for u in units] == [
+        ("section-001.md", "h=Bericht"),
+        ("section-002.md", "h=Bericht/Kapitel"),
+    ]
+    assert units[0].text == "# Bericht\n"
+    assert units[1].text.split("\n\n") == [
         "## Kapitel",
         "Plain body text.",
         "- first item",
         "  - sub item",
-        "kept inserted",
+        "kept [-REMOVED-]{+inserted+}",
         "col1\tcol2",
         "boxed once",
         "inside a content control",

@@ -91,7 +91,7 @@ def test_grep_finds_evidence_with_its_locator(ws: RealMount) -> None:
     ).stdout
     assert out.split() == [".parsed/deck/pitch.pptx/slide-002.md"]
     # Names with spaces and non-ASCII letters.
-    assert (ws.mnt / ".parsed" / "notes" / "meeting memo.docx" / "document.md").is_file()
+    assert (ws.mnt / ".parsed" / "notes" / "meeting memo.docx" / "section-002.md").is_file()
     cafe = ws.mnt / ".parsed" / "notes" / "café.txt" / "content.txt"
     assert 'freshness="current"' in header(cafe)
     # getattr reports the size a read returns: cat and cp agree with stat.
