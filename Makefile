@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: install test test-fast test-slow lint typecheck demo bench bench-quick clean
+.PHONY: install test test-fast test-slow lint typecheck demo bench bench-quick corpus clean
 
 $(STAMP): pyproject.toml scripts/bootstrap.sh scripts/pyfuse3-dircache.patch
 	sh scripts/bootstrap.sh
@@ -35,6 +35,11 @@ bench: $(STAMP)
 
 bench-quick: $(STAMP)
 	$(PY) -m bench --quick
+
+# What swfs makes of a folder of real documents, per format (DIR is copied, never written).
+corpus: $(STAMP)
+	@test -n "$(CORPUS)" || { echo "usage: make corpus CORPUS=DIR" >&2; exit 2; }
+	$(PY) scripts/corpus_report.py "$(CORPUS)"
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

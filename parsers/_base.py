@@ -66,6 +66,13 @@ class UnsupportedFormat(Exception):
     """No parser handles this file."""
 
 
+class ToolMissing(UnsupportedFormat):
+    """The parser recognised the format but a program it needs is not installed
+    (LibreOffice for ``.doc``).  Final: no generic parser is tried after it, so
+    an RTF file is not served as its raw markup just because LibreOffice is absent.
+    """
+
+
 class Parser(ABC):
     """A format parser.  Subclasses set the class variables and implement both methods."""
 

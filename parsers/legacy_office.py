@@ -1,28 +1,49 @@
-"""Legacy and encrypted Office files (OLE compound documents).
+"""Legacy Office, RTF and OpenDocument files, read through LibreOffice.
 
-Binary ``.xls``/``.doc``/``.ppt`` are not parsed: without LibreOffice there
-is no dependable extractor.  They are only opened to tell an encrypted file
-(reported as such, so users know why there is no text) from a plain one,
-which this parser declines with UnsupportedFormat.  An OLE file named like
-OOXML (``.xlsx``...) is what Office writes when a password protects it.
+Binary ``.doc`` and ``.ppt`` (and their templates and shows), ``.rtf``,
+``.odt`` and ``.odp`` have no dependable pure-Python reader.  LibreOffice
+headless converts them to OOXML (see ``parsers.soffice``), which the docx
+and pptx parsers read in-process through their public parser classes, so
+the units are the same as for the modern formats: ``document.md``
+(locator ``document``) for text documents, ``slide-NNN.md`` (``slide=N``)
+for presentations, one per slide with its notes.
+
+Before any conversion an OLE file is opened to tell an encrypted one
+(reported as such, so users know why there is no text) from a plain one; an
+OLE file named like OOXML (``.xlsx``...) is what Office writes when a
+password protects it.  An OpenDocument package whose manifest carries
+encryption data is encrypted too.  LibreOffice is told which import filter to
+use, so a damaged file fails instead of being imported as plain text.
+Without LibreOffice these formats are unsupported, with that reason.
+
+``.xls`` is only checked for encryption here; plain ones are declined so the
+spreadsheet parsers that follow can read them.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import struct
+import zipfile
+from dataclasses import dataclass
 from typing import ClassVar
 
 from parsers._base import (
     EncryptedDocument,
     FileInfo,
+    ParseFailed,
     ParseOptions,
     Parser,
+    ToolMissing,
     Unit,
     UnsupportedFormat,
 )
-from parsers._common import quiet
-from parsers.zipguard import OLE_MAGIC, OOXML_EXTENSIONS
+from parsers._common import describe, quiet
+from parsers.docx import DocxParser
+from parsers.pptx import PptxParser
+from parsers.soffice import SofficeMissing, converted, program
+from parsers.zipguard import OLE_MAGIC, OOXML_EXTENSIONS, ZIP_MAGIC, check_container
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +51,10 @@ _ENCRYPTED = "encrypted or password-protected Office document"
 _BIFF_FILEPASS = 0x002F
 _BIFF_BOF = 0x0809
 _BIFF_SCAN_RECORDS = 64
+_NFIB_WORD97 = 0x00C1  # Word 97 and later; below it Word 6.0 and Word 95
+_ODF_MANIFEST = "META-INF/manifest.xml"
+_ODF_ENCRYPTED = b"encryption-data"
+_RTF_MAGIC = b"{\\rtf"
 
 
 def _word_encrypted(ole: object) -> bool:
@@ -77,29 +102,191 @@ def looks_encrypted(path: str, extension: str) -> bool:
         return bool(ole.exists("EncryptedSummary"))
 
 
+@dataclass(frozen=True)
+class _Route:
+    """How one extension goes through LibreOffice: import filter, export, reader."""
+
+    infilter: str
+    kind: str  # the format's name in messages
+    slides: bool  # presentation (pptx, slide units) or text document (docx)
+
+    @property
+    def target(self) -> str:
+        return "pptx:Impress MS PowerPoint 2007 XML" if self.slides else "docx:MS Word 2007 XML"
+
+    @property
+    def inner(self) -> Parser:
+        return _PPTX if self.slides else _DOCX
+
+    @property
+    def out_extension(self) -> str:
+        return ".pptx" if self.slides else ".docx"
+
+
+_DOCX = DocxParser()
+_PPTX = PptxParser()
+
+_WORD97 = _Route("MS Word 97", "Word 97-2003 document", slides=False)
+_WORD95 = _Route("MS Word 95", "Word 6.0/95 document", slides=False)
+_RTF = _Route("Rich Text Format", "RTF document", slides=False)
+ROUTES: dict[str, _Route] = {
+    ".doc": _WORD97,
+    ".dot": _Route("MS Word 97 Vorlage", "Word 97-2003 template", slides=False),
+    ".ppt": _Route("MS PowerPoint 97", "PowerPoint 97-2003 presentation", slides=True),
+    ".pps": _Route("MS PowerPoint 97 AutoPlay", "PowerPoint 97-2003 show", slides=True),
+    ".pot": _Route("MS PowerPoint 97 Vorlage", "PowerPoint 97-2003 template", slides=True),
+    ".rtf": _RTF,
+    ".odt": _Route("writer8", "OpenDocument text", slides=False),
+    ".ott": _Route("writer8_template", "OpenDocument text template", slides=False),
+    ".odp": _Route("impress8", "OpenDocument presentation", slides=True),
+    ".otp": _Route("impress8_template", "OpenDocument presentation template", slides=True),
+}
+_SPREADSHEETS = frozenset({".xls", ".xlt"})
+_OLE_DOCUMENTS = frozenset({".doc", ".dot", ".ppt", ".pps", ".pot"})
+_ODF = frozenset({".odt", ".ott", ".odp", ".otp"})
+
+
+def _word_version_route(path: str) -> _Route:
+    """Word 6.0/95 files need their own import filter; Word 97 and later share one."""
+    import olefile
+
+    with quiet(), olefile.OleFileIO(path) as ole, ole.openstream("WordDocument") as stream:
+        fib = stream.read(4)
+    if len(fib) == 4 and struct.unpack_from("<H", fib, 2)[0] < _NFIB_WORD97:
+        return _WORD95
+    return _WORD97
+
+
+def _odf_encrypted(path: str) -> bool:
+    with zipfile.ZipFile(path) as archive:
+        try:
+            manifest = archive.read(_ODF_MANIFEST)
+        except KeyError:
+            return False
+    return _ODF_ENCRYPTED in manifest
+
+
+def _missing(info: FileInfo, route: _Route) -> ToolMissing:
+    return ToolMissing(
+        f"{route.kind} ({info.extension}) needs LibreOffice (soffice), which is not installed"
+    )
+
+
+def _convert_and_parse(
+    path: str, info: FileInfo, options: ParseOptions, route: _Route
+) -> list[Unit]:
+    try:
+        with converted(
+            path,
+            extension=info.extension,
+            infilter=route.infilter,
+            target=route.target,
+            kind=route.kind,
+        ) as out:
+            with open(out, "rb") as f:
+                head = f.read(4096)
+            inner_info = FileInfo(
+                name=info.name,
+                extension=route.out_extension,
+                size=os.path.getsize(out),
+                head=head,
+            )
+            try:
+                return route.inner.parse(out, inner_info, options)
+            except ParseFailed as exc:
+                raise ParseFailed(f"{route.kind} converted by LibreOffice: {exc}") from exc
+    except SofficeMissing as exc:
+        raise _missing(info, route) from exc
+
+
+def _conversion_key(parser: Parser, info: FileInfo) -> str:
+    """The cache key names the reader of the converted file too (its
+    improvements re-parse these files) and whether LibreOffice was there (so
+    installing it turns 'unsupported' files into parsed ones)."""
+    base = f"{parser.key()}{info.extension or '.'}"
+    route = ROUTES.get(info.extension)
+    if route is None:
+        return base
+    if program() is None:
+        return f"{base}+no-soffice"
+    return f"{base}+{route.inner.key()}"
+
+
 class LegacyOfficeParser(Parser):
+    """OLE compound files: encryption verdict, then ``.doc``/``.ppt`` through LibreOffice."""
+
     id = "ole-office"
-    version = 1
+    version = 2
     priority = 45.0
 
     keyed_by_extension = True  # the same OLE bytes are 'encrypted' only under some names
-    extensions: ClassVar[frozenset[str]] = frozenset(
-        {".xls", ".xlt", ".doc", ".dot", ".ppt", ".pps", ".pot"}
-    )
+    extensions: ClassVar[frozenset[str]] = _SPREADSHEETS | _OLE_DOCUMENTS
 
     def accepts(self, info: FileInfo) -> bool:
         return info.head.startswith(OLE_MAGIC) and (
             info.extension in self.extensions or info.extension in OOXML_EXTENSIONS
         )
 
+    def cache_key(self, info: FileInfo) -> str:
+        return _conversion_key(self, info)
+
     def parse(self, path: str, info: FileInfo, options: ParseOptions) -> list[Unit]:
         if info.extension in OOXML_EXTENSIONS:
             raise EncryptedDocument(_ENCRYPTED)
+        route = ROUTES.get(info.extension)
         try:
             encrypted = looks_encrypted(path, info.extension)
-        except Exception as exc:  # olefile on a damaged file: no verdict, no text either
+        except Exception as exc:  # olefile on a damaged file: no verdict
             log.debug("ole probe failed for %s", info.name, exc_info=True)
-            raise UnsupportedFormat(f"legacy Office format {info.extension}") from exc
+            if route is None:
+                raise UnsupportedFormat(f"legacy Office format {info.extension}") from exc
+            # LibreOffice is more forgiving than olefile; if it cannot read
+            # the file either, the file fails with LibreOffice's verdict.
+            encrypted = False
         if encrypted:
             raise EncryptedDocument(_ENCRYPTED)
-        raise UnsupportedFormat(f"legacy Office format {info.extension} is not parsed")
+        if route is None:
+            raise UnsupportedFormat(f"legacy Office format {info.extension} is not parsed here")
+        if route is _WORD97:
+            try:
+                route = _word_version_route(path)
+            except Exception:  # no readable WordDocument stream: let LibreOffice judge
+                log.debug("no Word FIB in %s", info.name, exc_info=True)
+        return _convert_and_parse(path, info, options, route)
+
+
+class ConvertedDocumentParser(Parser):
+    """RTF and OpenDocument text and presentations, through LibreOffice.
+
+    Also an RTF file named ``.doc``, as Word and many exporters write them.
+    """
+
+    id = "soffice"
+    version = 1
+    priority = 45.0
+
+    keyed_by_extension = True
+    extensions: ClassVar[frozenset[str]] = frozenset({".rtf", ".doc", ".dot"}) | _ODF
+
+    def accepts(self, info: FileInfo) -> bool:
+        if info.extension in _ODF:
+            return info.head.startswith(ZIP_MAGIC)
+        if info.extension in self.extensions:
+            return info.head.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(_RTF_MAGIC)
+        return False
+
+    def cache_key(self, info: FileInfo) -> str:
+        return _conversion_key(self, info)
+
+    def parse(self, path: str, info: FileInfo, options: ParseOptions) -> list[Unit]:
+        route = _RTF if info.extension in (".doc", ".dot") else ROUTES[info.extension]
+        if info.extension in _ODF:
+            # The zip guard first: LibreOffice must never meet a bomb.
+            check_container(path, info, options)
+            try:
+                encrypted = _odf_encrypted(path)
+            except (zipfile.BadZipFile, OSError) as exc:
+                raise ParseFailed(f"broken {route.kind}: {describe(exc)}") from exc
+            if encrypted:
+                raise EncryptedDocument(f"encrypted or password-protected {route.kind}")
+        return _convert_and_parse(path, info, options, route)

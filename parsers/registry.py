@@ -14,7 +14,15 @@ import os
 import posixpath
 import stat
 
-from parsers._base import FileInfo, ParseFailed, ParseOptions, Parser, Unit, UnsupportedFormat
+from parsers._base import (
+    FileInfo,
+    ParseFailed,
+    ParseOptions,
+    Parser,
+    ToolMissing,
+    Unit,
+    UnsupportedFormat,
+)
 from parsers._common import describe
 
 log = logging.getLogger(__name__)
@@ -30,7 +38,7 @@ def _instances() -> tuple[Parser, ...]:
     from parsers.epub import EpubParser
     from parsers.html import HtmlParser
     from parsers.ipynb import IpynbParser
-    from parsers.legacy_office import LegacyOfficeParser
+    from parsers.legacy_office import ConvertedDocumentParser, LegacyOfficeParser
     from parsers.outlook import OutlookMsgParser
     from parsers.pdf import PdfParser
     from parsers.pptx import PptxParser
@@ -45,6 +53,7 @@ def _instances() -> tuple[Parser, ...]:
         DocxParser(),
         PptxParser(),
         LegacyOfficeParser(),
+        ConvertedDocumentParser(),
         OutlookMsgParser(),
         EpubParser(),
         IpynbParser(),
@@ -123,12 +132,15 @@ def parse(path: str, info: FileInfo, options: ParseOptions) -> tuple[Parser, lis
     A parser may decline after a closer look by raising UnsupportedFormat (a
     legacy Office file that turns out not to be encrypted); the next candidate
     is tried then.  A ParseFailed is final: the most specific parser's reason
-    is the useful one, and a generic fallback would only hide it.
+    is the useful one, and a generic fallback would only hide it.  So is a
+    ToolMissing: the format is known, only the program to read it is not there.
     """
     declined: list[str] = []
     for parser in candidates(info):
         try:
             units = parser.parse(path, info, options)
+        except ToolMissing:
+            raise
         except UnsupportedFormat as exc:
             declined.append(f"{parser.id}: {describe(exc)}")
             continue

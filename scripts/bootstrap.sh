@@ -1,6 +1,7 @@
 #!/bin/sh
 # Set up everything `make` targets need on a fresh machine: the Debian
-# packages for building pyfuse3 and mounting (when root), then .venv.
+# packages for building pyfuse3 and mounting, and LibreOffice for legacy
+# Office, RTF and OpenDocument files (when root), then .venv.
 set -eu
 cd "$(dirname "$0")/.."
 
@@ -9,6 +10,12 @@ command -v fusermount3 >/dev/null 2>&1 || need_debs="$need_debs fuse3"
 pkg-config --exists fuse3 2>/dev/null || need_debs="$need_debs libfuse3-dev"
 command -v pkg-config >/dev/null 2>&1 || need_debs="$need_debs pkg-config"
 command -v patch >/dev/null 2>&1 || need_debs="$need_debs patch"
+# LibreOffice headless reads .doc/.ppt/.rtf/.odt/.odp (parsers/soffice.py).
+# The -nogui builds, without recommends, keep a fresh install to minutes:
+# no Java, no GUI toolkits, no help packs.  Without it those formats are
+# 'unsupported' with that reason; nothing else changes.
+command -v soffice >/dev/null 2>&1 ||
+    need_debs="$need_debs libreoffice-writer-nogui libreoffice-calc-nogui libreoffice-impress-nogui"
 if [ -n "$need_debs" ]; then
     if [ "$(id -u)" = 0 ]; then
         echo "bootstrap: installing Debian packages:$need_debs"

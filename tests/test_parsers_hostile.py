@@ -131,12 +131,6 @@ def test_ole_named_ooxml_is_encrypted(tmp_path: pathlib.Path, name: str) -> None
     assert str(exc) == "encrypted or password-protected Office document"
 
 
-@pytest.mark.parametrize("name", ["old.doc", "old.ppt"])
-def test_plain_legacy_office_is_unsupported(tmp_path: pathlib.Path, name: str) -> None:
-    with pytest.raises(UnsupportedFormat):
-        parse(docgen.ole_named(tmp_path, name))
-
-
 @pytest.mark.parametrize(
     ("name", "streams"),
     [
@@ -151,20 +145,6 @@ def test_encrypted_legacy_office(
 ) -> None:
     exc = failure(docgen.ole_file(tmp_path, name, streams))
     assert isinstance(exc, EncryptedDocument)
-
-
-@pytest.mark.parametrize(
-    ("name", "streams"),
-    [
-        ("plain.doc", {"WordDocument": docgen.word_fib(encrypted=False)}),
-        ("plain.ppt", {"PowerPoint Document": b"x"}),
-    ],
-)
-def test_plain_legacy_office_file(
-    tmp_path: pathlib.Path, name: str, streams: dict[str, bytes]
-) -> None:
-    with pytest.raises(UnsupportedFormat, match="is not parsed"):
-        parse(docgen.ole_file(tmp_path, name, streams))
 
 
 def test_entity_bomb(tmp_path: pathlib.Path, no_decompression: list[str]) -> None:

@@ -1,0 +1,100 @@
+"""The corpus report (``make corpus CORPUS=DIR``): its table, its reasons, and
+the check that no file swfs fails is one the format's own library reads.
+
+A parser injected through ``SWFS_EXTRA_PARSERS`` refuses one good ``.docx``,
+which python-docx reads: the report must name it as a defect and exit 1.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+
+from parsers._base import FileInfo, ParseFailed, ParseOptions, Parser, Unit
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "scripts" / "corpus_report.py"
+
+
+class RefusingParser(Parser):
+    """Fails one file that is perfectly readable: what the report must catch."""
+
+    id = "refuses-on-purpose"
+    version = 1
+    priority = 100.0
+    names: ClassVar[tuple[str, ...]] = ("refused.docx",)
+
+    def accepts(self, info: FileInfo) -> bool:
+        return info.name.endswith(self.names)
+
+    def parse(self, path: str, info: FileInfo, options: ParseOptions) -> list[Unit]:
+        raise ParseFailed("refused on purpose")
+
+
+@pytest.fixture
+def corpus(tmp_path: Path) -> Path:
+    import docx
+
+    root = tmp_path / "corpus"
+    (root / "sub").mkdir(parents=True)
+    for name in ("good.docx", "sub/refused.docx"):
+        document = docx.Document()
+        document.add_paragraph(f"text of {name}")
+        document.save(str(root / name))
+    (root / "blank.txt").write_text("  \n\n")
+    (root / "notes.txt").write_text("some notes\n")
+    (root / "blob.bin").write_bytes(bytes(range(256)) * 4)
+    return root
+
+
+def run(corpus: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), str(corpus), "--workers", "1"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": str(ROOT), **env},
+        check=False,
+    )
+
+
+def _snapshot(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+@pytest.mark.timeout(600)
+def test_report_names_a_failed_file_the_reference_library_reads(corpus: Path) -> None:
+    before = _snapshot(corpus)
+    done = run(corpus, SWFS_EXTRA_PARSERS=f"{__name__}:RefusingParser")
+    assert done.returncode == 1, done.stderr
+    out = done.stdout
+    # files, current, failed, unsupported, units, units without text
+    assert "| .docx | 2 | 1 | 1 | 0 | 1 | 0 |" in out
+    assert "| .txt | 2 | 2 | 0 | 0 | 2 | 1 |" in out
+    assert "| .bin | 1 | 0 | 0 | 1 | 0 | 0 |" in out
+    assert "| **all** | 5 | 3 | 1 | 1 | 3 | 1 |" in out
+    assert "- .docx x1: refused on purpose" in out
+    assert "- sub/refused.docx: python-docx reads it" in out
+    assert "good.docx: python-docx" not in out
+    # The corpus is read, never written: no store, no changed byte.
+    assert _snapshot(corpus) == before
+    assert not (corpus / ".swfs").exists()
+
+
+@pytest.mark.timeout(600)
+def test_report_without_defects_exits_zero(corpus: Path) -> None:
+    done = run(corpus, SWFS_EXTRA_PARSERS="")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "| .docx | 2 | 2 | 0 | 0 | 2 | 0 |" in done.stdout
+    assert "none (0 failed files checked against a reference library)" in done.stdout
+
+
+def test_report_refuses_a_missing_folder(tmp_path: Path) -> None:
+    done = run(tmp_path / "nowhere")
+    assert done.returncode == 2
+    assert "not a directory" in done.stderr
