@@ -65,3 +65,9 @@ class TextBudget:
         if self.used > self.limit:
             raise ParseFailed(f"too much text (>{self.limit} bytes)")
         return text
+
+
+def no_text_note(details: str) -> str:
+    """The line an empty view shows instead of silence: ``[swfs: no text found (3
+    pages, 3 images)]``.  ``details`` counts what the file does hold."""
+    return f"[swfs: no text found ({details})]\n" if details else "[swfs: no text found]\n"

@@ -127,7 +127,6 @@ def test_parsed_diff_works_after_an_overwrite_behind_the_mount(sample: Engine) -
 
 
 HOSTILE = {
-    "truncated.pdf": docgen.truncated_pdf,
     "encrypted.pdf": docgen.encrypted_pdf,
     "cyclic.pdf": docgen.cyclic_pdf,
     "notzip.xlsx": docgen.non_zip_xlsx,
