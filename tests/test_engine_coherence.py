@@ -4,14 +4,19 @@ and ``swfs check`` finds views that claim to be current when they are not."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import errno
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 import trio
 import trio.testing
 
+from swfs.api import RelPath
+from swfs.blobs import HashMismatch
+from swfs.check import run_checks
 from swfs.engine import Engine, ParseQueue
+from swfs.fsutil import hash_file
 from swfs.parsework import WorkerLimits
 from swfs.workspace import Config
 
@@ -133,3 +138,77 @@ def test_engine_reparses_in_parallel_once_workers_went_idle(
         trio.run(main)
         assert peak == 4
         assert eng.counts()["current"] == 8
+
+
+# -- no silent loss ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def engine(tmp_path: Path) -> Iterator[Engine]:
+    src = tmp_path / "ws"
+    (src / "notes").mkdir(parents=True)
+    (src / "notes" / "readme.md").write_text("# Readme\nthe first line\n")
+    (src / "other.txt").write_text("other\n")
+    with Engine.open(src, tmp_path / "store", config=Config(rescan_interval=0)) as eng:
+        eng.scan()
+        trio.run(eng.drain)
+        yield eng
+
+
+def test_preserve_that_never_gets_a_stable_version_fails_with_eio(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file that changes under every try is not written over: EIO, never a
+    write that goes ahead without its bytes kept."""
+    rel = RelPath("notes/readme.md")
+    path = engine.src / rel
+    tries = 0
+
+    def always_changed(fd: int, *, expected: str | None = None) -> str:
+        nonlocal tries
+        tries += 1
+        raise HashMismatch(expected=expected or "", actual="0" * 64, source=f"fd {fd}")
+
+    monkeypatch.setattr(engine.blobs, "put_fd", always_changed)
+    with pytest.raises(OSError, match="kept changing") as info:
+        engine.preserve(rel)
+    assert info.value.errno == errno.EIO
+    assert tries >= 3
+    assert not engine.blobs.has(hash_file(path))
+    # The failed preserve does not shield the path from the next rescan.
+    assert rel not in engine._busy_paths()
+
+
+def test_preserve_of_a_file_rewritten_while_hashed_fails_with_eio(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Written behind our back during every hash: no version is known, and
+    the write through the mount must not go ahead."""
+    rel = RelPath("notes/readme.md")
+    path = engine.src / rel
+    real_examine = engine._examine
+    n = 0
+
+    def examine_while_written(r: str) -> object:
+        nonlocal n
+        n += 1
+        path.write_text(f"# Readme\nrewritten {n}\n")
+        real_examine(r)
+        return None  # what _examine says when the stat signature moved
+
+    path.write_text("# Readme\nchanged behind the engine\n")
+    monkeypatch.setattr(engine, "_examine", examine_while_written)
+    with pytest.raises(OSError, match="kept changing") as info:
+        engine.preserve(rel)
+    assert info.value.errno == errno.EIO
+
+
+def test_preserve_still_keeps_a_file_that_changed_once_behind_our_back(engine: Engine) -> None:
+    rel = RelPath("notes/readme.md")
+    path = engine.src / rel
+    path.write_text("# Readme\nchanged behind the engine\n")
+    engine.preserve(rel)
+    h = hash_file(path)
+    assert engine.blobs.has(h)
+    assert engine.versions(rel)[-1].hash == h
+    assert run_checks(engine) == []
