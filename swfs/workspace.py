@@ -125,6 +125,11 @@ class Workspace:
         # a rescan must not record their half-written bytes as an external change.
         self._busy: dict[str, float] = {}
         self._parsed_paths_cache: tuple[int, list[RelPath]] | None = None
+        # Inode number -> paths whose record names it, built on first need:
+        # the other names a write through one hard link changed.  A superset
+        # (entries are confirmed by lstat before use), so deletes need no care.
+        self._names_by_ino: dict[int, set[str]] | None = None
+        self._ino_lock = threading.Lock()
 
     def close(self) -> None:
         self.store.close()
@@ -333,6 +338,7 @@ class Workspace:
             view_parser=view_parser,
         )
         self.store.put_file(txn, rel, rec)
+        self._index_inode(rel, st.st_ino)
         if old is None or old.hash != h:
             self._append_version(txn, rel, h, st.st_size, cause)
             if old is not None:
@@ -399,7 +405,39 @@ class Workspace:
             self._changed(rel)
             if parser and self.store.get_parse(h, parser) is None:
                 self._request_parse(rel)
+        if st.st_nlink > 1 and (old is None or old.hash != h):
+            # The same bytes changed under every other name of this inode:
+            # each records its own version now, so none of their views keeps
+            # claiming the old content as current.
+            for other in self.other_names(rel, st):
+                self.check_file(RelPath(other), cause=cause)
         return self._state(rel, rec)
+
+    def other_names(self, rel: str, st: os.stat_result) -> list[str]:
+        """The other recorded paths that are hard links to ``rel``'s inode
+        (``st``), confirmed by lstat."""
+        with self._ino_lock:
+            if self._names_by_ino is None:
+                index: dict[int, set[str]] = {}
+                with self.store.read() as txn:
+                    for path, rec in self.store.iter_files(txn):
+                        index.setdefault(rec.ino, set()).add(path)
+                self._names_by_ino = index
+            candidates = sorted(self._names_by_ino.get(st.st_ino, set()) - {rel})
+        out = []
+        for other in candidates:
+            try:
+                ost = os.lstat(self.abspath(other))
+            except OSError:
+                continue
+            if (ost.st_dev, ost.st_ino) == (st.st_dev, st.st_ino):
+                out.append(other)
+        return out
+
+    def _index_inode(self, rel: str, ino: int) -> None:
+        with self._ino_lock:
+            if self._names_by_ino is not None:
+                self._names_by_ino.setdefault(ino, set()).add(rel)
 
     def is_unchanged(self, rel: RelPath, st: os.stat_result) -> bool:
         rec = self.store.get_file(rel)
@@ -608,6 +646,7 @@ class Workspace:
             self.store.put_versions(txn, dst, src_versions)
             self.store.put_versions(txn, src, [])
         self.store.put_file(txn, dst, rec)
+        self._index_inode(dst, rec.ino)
 
     def record_unlink(self, rel: RelPath) -> None:
         self._set_busy(rel, False)

@@ -5,6 +5,7 @@ and ``swfs check`` finds views that claim to be current when they are not."""
 from __future__ import annotations
 
 import errno
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import pytest
 import trio
 import trio.testing
 
-from swfs.api import RelPath
+from swfs.api import Cause, Freshness, RelPath
 from swfs.blobs import HashMismatch
 from swfs.check import run_checks
 from swfs.engine import Engine, ParseQueue
@@ -211,4 +212,124 @@ def test_preserve_still_keeps_a_file_that_changed_once_behind_our_back(engine: E
     h = hash_file(path)
     assert engine.blobs.has(h)
     assert engine.versions(rel)[-1].hash == h
+    assert run_checks(engine) == []
+
+
+# -- hard links -------------------------------------------------------------------------
+
+
+def _header(engine: Engine, rel: str) -> str:
+    view = engine.parsed_view(RelPath(rel))
+    assert view is not None
+    return view.units[0].content.decode().partition("\n")[0]
+
+
+def test_a_write_through_one_hard_link_makes_every_name_stale_at_once(engine: Engine) -> None:
+    src = engine.src
+    os.link(src / "notes" / "readme.md", src / "notes" / "hardlink.md")
+    engine.scan()
+    trio.run(engine.drain)
+    a, b = RelPath("notes/readme.md"), RelPath("notes/hardlink.md")
+    old = hash_file(src / a)
+    assert engine.freshness(a) is Freshness.CURRENT
+    a_versions = len(engine.versions(a))
+    b_versions = len(engine.versions(b))
+
+    # What the daemon does for `echo x >> notes/hardlink.md` through the mount.
+    engine.preserve(b)
+    with open(src / b, "a") as f:
+        f.write("x\n")
+    engine.record_write(b)
+
+    new = hash_file(src / a)
+    assert new != old
+    for rel in (a, b):
+        assert engine.freshness(rel) is Freshness.STALE, rel
+        state = engine.file_state(rel)
+        assert state is not None
+        assert state.hash == new, rel
+        head = _header(engine, rel)
+        assert 'freshness="stale"' in head
+        assert f'current="b3:{new[:16]}"' in head
+        assert f'current="b3:{old[:16]}"' not in head
+    summary = engine.review_summary().decode()
+    assert new[:16] in summary
+    # Each name keeps its own history: one new version each, caused by the write.
+    va, vb = engine.versions(a), engine.versions(b)
+    assert len(va) == a_versions + 1
+    assert len(vb) == b_versions + 1
+    assert va[-1].hash == vb[-1].hash == new
+    assert va[-1].cause is Cause.WRITE
+    # The old bytes are kept for both histories.
+    assert engine.version_file(a, va[-2].number) is not None
+    assert run_checks(engine) == []
+    trio.run(engine.drain)
+    for rel in (a, b):
+        assert engine.freshness(rel) is Freshness.CURRENT
+        view = engine.parsed_view(rel)
+        assert view is not None
+        assert view.units[0].content.decode().endswith("x\n")
+
+
+def test_a_hard_link_that_went_away_is_not_recorded_again(engine: Engine) -> None:
+    src = engine.src
+    os.link(src / "notes" / "readme.md", src / "notes" / "hardlink.md")
+    engine.scan()
+    os.unlink(src / "notes" / "hardlink.md")
+    os.link(src / "other.txt", src / "other-link.txt")  # another inode with two names
+    engine.preserve(RelPath("notes/readme.md"))
+    with open(src / "notes" / "readme.md", "a") as f:
+        f.write("x\n")
+    engine.record_write(RelPath("notes/readme.md"))
+    assert engine.get_record("notes/hardlink.md") is not None  # the rescan removes it
+    assert engine.other_names("notes/readme.md", os.lstat(src / "notes" / "readme.md")) == []
+
+
+# -- swfs check: no view claims current for other bytes -------------------------------
+
+
+def test_check_finds_every_view_the_hard_link_trial_left_claiming_current(
+    engine: Engine,
+) -> None:
+    src = engine.src
+    # Behind the engine's back: the hard-link trial of the issue.
+    os.link(src / "notes" / "readme.md", src / "notes" / "hardlink.md")
+    (src / "gone.txt").write_text("soon gone\n")
+    engine.scan()
+    trio.run(engine.drain)
+    old = hash_file(src / "notes" / "readme.md")
+    with open(src / "notes" / "hardlink.md", "a") as f:
+        f.write("x\n")
+    new = hash_file(src / "notes" / "readme.md")
+    # And one rewritten in place with its size and mtime put back.
+    other = src / "other.txt"
+    st = os.stat(other)
+    other.write_text("OTHER\n")
+    os.utime(other, ns=(st.st_atime_ns, st.st_mtime_ns))
+    # And one deleted.
+    os.unlink(src / "gone.txt")
+
+    problems = [p for p in run_checks(engine) if p.check == "views"]
+    messages = "\n".join(p.message for p in problems)
+    assert len(problems) == 4, messages
+    for rel in ("notes/readme.md", "notes/hardlink.md"):
+        assert (
+            f"{rel}: its view claims current for b3:{old[:16]} but the file holds b3:{new[:16]}"
+            in messages
+        )
+    assert "other.txt: its view claims current" in messages
+    assert "gone.txt: its view claims current but the file is gone" in messages
+
+    repaired = run_checks(engine, repair=True)
+    assert all(p.repaired for p in repaired if p.check == "views")
+    assert run_checks(engine) == []
+    assert engine.freshness(RelPath("notes/readme.md")) is Freshness.STALE
+    assert engine.get_record("gone.txt") is None
+
+
+def test_check_accepts_a_touched_file_and_a_stale_view(engine: Engine) -> None:
+    os.utime(engine.src / "other.txt", (1, 1))  # new signature, same bytes
+    (engine.src / "notes" / "readme.md").write_text("# Readme\nnew\n")
+    engine.check_file(RelPath("notes/readme.md"))  # stale: claims nothing current
+    assert engine.freshness(RelPath("notes/readme.md")) is Freshness.STALE
     assert run_checks(engine) == []
