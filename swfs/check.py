@@ -11,11 +11,15 @@ from __future__ import annotations
 import logging
 import os
 import re
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .store import FileRecord, loads, pdecode, pkey
+from .api import RelPath
+from .fsutil import hash_file
+from .store import FileRecord, loads, pdecode, pkey, stat_signature
+from .views import short_hash
 from .workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -135,6 +139,51 @@ def check_versions(ws: Workspace, repair: bool) -> list[Problem]:
     return problems
 
 
+def check_views(ws: Workspace, repair: bool) -> list[Problem]:
+    """No view claims to describe its file's present content (freshness
+    current, or failed) when the file holds other bytes: the file is stat'ed,
+    and rehashed when its stat signature differs from its record's.  Repair
+    records the file as it is, which makes its view stale (re-parsed later)."""
+    problems = []
+    wrong: list[str] = []
+    files = _readable_files(ws)
+    for rel, rec in sorted(files.items()):
+        if not rec.parser or ws.store.parse_status(rec.hash, rec.parser) not in ("ok", "failed"):
+            continue  # pending, stale or unsupported: claims no present content
+        claim = "current" if ws.store.parse_status(rec.hash, rec.parser) == "ok" else "failed"
+        try:
+            st = os.lstat(ws.abspath(rel))
+        except FileNotFoundError:
+            st = None
+        if st is None or not stat.S_ISREG(st.st_mode):
+            problems.append(
+                Problem("views", f"{rel}: its view claims {claim} but the file is gone", repair)
+            )
+            wrong.append(rel)
+            continue
+        if stat_signature(st) == rec.signature():
+            continue
+        try:
+            actual = hash_file(ws.abspath(rel))
+        except OSError as exc:
+            log.warning("%s: cannot read to check its view: %s", rel, exc.strerror)
+            continue
+        if actual != rec.hash:
+            problems.append(
+                Problem(
+                    "views",
+                    f"{rel}: its view claims {claim} for {short_hash(rec.hash)} "
+                    f"but the file holds {short_hash(actual)}",
+                    repair,
+                )
+            )
+            wrong.append(rel)
+    if repair:
+        for rel in wrong:
+            ws.check_file(RelPath(rel), force=True)
+    return problems
+
+
 def _referenced(ws: Workspace) -> set[str]:
     refs: set[str] = set()
     with ws.store.read() as txn:
@@ -186,6 +235,7 @@ CHECKS: list[Callable[[Workspace, bool], list[Problem]]] = [
     check_files,
     check_parses,
     check_versions,
+    check_views,
     check_blobs,
     check_orphans,
 ]

@@ -102,6 +102,7 @@ async def serve_control(engine: Engine, *, task_status: Any = trio.TASK_STATUS_I
                 conn = await listener.accept()
                 nursery.start_soon(_serve_one, engine, conn)
     finally:
+        listener.socket.close()  # a cancelled serve leaves no socket for the GC to find
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
 

@@ -16,6 +16,7 @@ import fcntl
 import logging
 import math
 import os
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
@@ -41,7 +42,10 @@ class ParseQueue:
         self._back: OrderedDict[str, None] = OrderedDict()
         self._busy: set[str] = set()
         self._again: set[str] = set()
-        self._wakeup = trio.Event()
+        # One parked task per idle worker; each submit wakes one of them.  (A
+        # shared Event that every idle worker replaced woke only the last.)
+        self._idle = trio.lowlevel.ParkingLot()
+        self._started: dict[str, float] = {}  # path -> when a worker took it
         self._done: dict[str, trio.Event] = {}
 
     def __len__(self) -> int:
@@ -57,19 +61,22 @@ class ParseQueue:
             self._front.move_to_end(rel)
         elif rel not in self._front:
             self._back[rel] = None
-        self._wakeup.set()
+        self._idle.unpark()
 
     async def take(self) -> str:
         while not (self._front or self._back):
-            self._wakeup = trio.Event()
-            await self._wakeup.wait()
+            await self._idle.park()
         lane = self._front if self._front else self._back
         rel, _ = lane.popitem(last=False)
         self._busy.add(rel)
+        self._started[rel] = time.monotonic()
+        if self._front or self._back:
+            self._idle.unpark()  # more work than this worker: pass the wake-up on
         return rel
 
     def finish(self, rel: str, *, again: bool) -> None:
         self._busy.discard(rel)
+        self._started.pop(rel, None)
         if again or rel in self._again:
             self._again.discard(rel)
             self.submit(rel)
@@ -84,6 +91,16 @@ class ParseQueue:
 
     def idle(self) -> bool:
         return not (self._front or self._back or self._busy)
+
+    def progress(self, rel: str) -> tuple[str, float] | None:
+        """Where ``rel`` is: ("parsing", seconds since a worker took it),
+        ("queued", 0) or None when it is not in the queue."""
+        started = self._started.get(rel)
+        if started is not None:
+            return "parsing", time.monotonic() - started
+        if rel in self._front or rel in self._back:
+            return "queued", 0.0
+        return None
 
 
 class Engine(Workspace):

@@ -52,6 +52,7 @@ RESERVED_ROOTS = frozenset({".parsed", ".review", ".versions"})
 _HASH_THREADS = 4
 _VIEW_CACHE = 128
 _BUSY_FOR = 60.0  # seconds a preserved-but-unrecorded write shields a path from rescans
+_PRESERVE_TRIES = 5  # a file that changes under every try fails the write (EIO)
 
 
 _FRESHNESS_OF = {
@@ -63,6 +64,15 @@ _FRESHNESS_OF = {
 
 class WorkspaceError(Exception):
     """A user-facing error: names the path and the cause."""
+
+
+def _store_oserror(rel: str, exc: lmdb.Error) -> OSError:
+    """An LMDB failure while keeping ``rel``'s history, as the errno the
+    writer gets: ENOSPC for a full disk or map, EIO for anything else."""
+    text = str(exc)
+    full = isinstance(exc, lmdb.MapFullError) or "No space left" in text
+    code = errno.ENOSPC if full else errno.EIO
+    return OSError(code, f"{rel}: not written: the store cannot record its history ({text})")
 
 
 @dataclass(frozen=True)
@@ -115,6 +125,11 @@ class Workspace:
         # a rescan must not record their half-written bytes as an external change.
         self._busy: dict[str, float] = {}
         self._parsed_paths_cache: tuple[int, list[RelPath]] | None = None
+        # Inode number -> paths whose record names it, built on first need:
+        # the other names a write through one hard link changed.  A superset
+        # (entries are confirmed by lstat before use), so deletes need no care.
+        self._names_by_ino: dict[int, set[str]] | None = None
+        self._ino_lock = threading.Lock()
 
     def close(self) -> None:
         self.store.close()
@@ -323,6 +338,7 @@ class Workspace:
             view_parser=view_parser,
         )
         self.store.put_file(txn, rel, rec)
+        self._index_inode(rel, st.st_ino)
         if old is None or old.hash != h:
             self._append_version(txn, rel, h, st.st_size, cause)
             if old is not None:
@@ -389,7 +405,39 @@ class Workspace:
             self._changed(rel)
             if parser and self.store.get_parse(h, parser) is None:
                 self._request_parse(rel)
+        if st.st_nlink > 1 and (old is None or old.hash != h):
+            # The same bytes changed under every other name of this inode:
+            # each records its own version now, so none of their views keeps
+            # claiming the old content as current.
+            for other in self.other_names(rel, st):
+                self.check_file(RelPath(other), cause=cause)
         return self._state(rel, rec)
+
+    def other_names(self, rel: str, st: os.stat_result) -> list[str]:
+        """The other recorded paths that are hard links to ``rel``'s inode
+        (``st``), confirmed by lstat."""
+        with self._ino_lock:
+            if self._names_by_ino is None:
+                index: dict[int, set[str]] = {}
+                with self.store.read() as txn:
+                    for path, rec in self.store.iter_files(txn):
+                        index.setdefault(rec.ino, set()).add(path)
+                self._names_by_ino = index
+            candidates = sorted(self._names_by_ino.get(st.st_ino, set()) - {rel})
+        out = []
+        for other in candidates:
+            try:
+                ost = os.lstat(self.abspath(other))
+            except OSError:
+                continue
+            if (ost.st_dev, ost.st_ino) == (st.st_dev, st.st_ino):
+                out.append(other)
+        return out
+
+    def _index_inode(self, rel: str, ino: int) -> None:
+        with self._ino_lock:
+            if self._names_by_ino is not None:
+                self._names_by_ino.setdefault(ino, set()).add(rel)
 
     def is_unchanged(self, rel: RelPath, st: os.stat_result) -> bool:
         rec = self.store.get_file(rel)
@@ -465,42 +513,71 @@ class Workspace:
                 self._busy.pop(rel, None)
 
     def _preserve(self, rel: RelPath, *, link: bool) -> None:
+        """Keep the bytes ``rel`` holds now, or raise OSError: ENOSPC (or
+        another errno) when the store cannot take them, EIO when the file
+        never held still long enough to keep one version of it.  The caller
+        must not go on with the write then: the history would lose a version."""
         self._set_busy(rel, True)
+        try:
+            for _attempt in range(_PRESERVE_TRIES):
+                if self._preserve_once(rel, link=link):
+                    return
+        except lmdb.Error as exc:
+            self._set_busy(rel, False)
+            raise _store_oserror(rel, exc) from exc
+        except BaseException:
+            self._set_busy(rel, False)
+            raise
+        self._set_busy(rel, False)
+        log.warning("%s: could not preserve a stable version (the file kept changing)", rel)
+        raise OSError(
+            errno.EIO, f"{rel}: not written: its bytes kept changing while swfs tried to keep them"
+        )
+
+    def _preserve_once(self, rel: RelPath, *, link: bool) -> bool:
+        """One try: True when the bytes are kept (or need no keeping), False
+        when the file changed meanwhile and the caller should try again."""
         state = self.check_file(rel)
-        if state is None or state.hash is None:
-            return
+        if state is None:
+            # Gone or not a regular file: nothing to keep.  Otherwise it was
+            # written while being hashed, and no version of it is known yet.
+            return not self._is_regular(rel)
         rec = self.store.get_file(rel)
-        if rec is None or not self._keeps_bytes(rel, rec.size):
-            return
+        if rec is None:
+            return False
+        if not self._keeps_bytes(rel, rec.size):
+            return True
         path = Path(self.abspath(rel))
         if self.blobs.has(rec.hash):
             if link or not self._shares_inode(rec.hash, path):
-                return
+                return True
             # An unlink or rename that was to follow preserve_inode() failed,
             # and the file is about to be written in place: its inode must not
             # stay the blob's, or the write would change history.
             self.blobs.remove(rec.hash)
-        for _attempt in range(3):
-            try:
-                if link:
-                    self.blobs.link_in(path, expected=rec.hash)
-                else:
-                    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-                    try:
-                        self.blobs.put_fd(fd, expected=rec.hash)
-                    finally:
-                        os.close(fd)
-                return
-            except HashMismatch:
-                # Changed behind our back since the last check: record that
-                # version first, then keep its bytes.
-                self.check_file(rel, force=True)
-                rec = self.store.get_file(rel)
-                if rec is None:
-                    return
-            except FileNotFoundError:
-                return
-        log.warning("%s: could not preserve a stable version (file keeps changing)", rel)
+        try:
+            if link:
+                self.blobs.link_in(path, expected=rec.hash)
+            else:
+                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+                try:
+                    self.blobs.put_fd(fd, expected=rec.hash)
+                finally:
+                    os.close(fd)
+        except HashMismatch:
+            # Changed behind our back since the last check: record that
+            # version first, then keep its bytes.
+            self.check_file(rel, force=True)
+            return False
+        except FileNotFoundError:
+            return True  # unlinked meanwhile: no write can reach these bytes
+        return True
+
+    def _is_regular(self, rel: str) -> bool:
+        try:
+            return stat.S_ISREG(os.lstat(self.abspath(rel)).st_mode)
+        except OSError:
+            return False
 
     def _shares_inode(self, h: str, path: Path) -> bool:
         try:
@@ -569,6 +646,7 @@ class Workspace:
             self.store.put_versions(txn, dst, src_versions)
             self.store.put_versions(txn, src, [])
         self.store.put_file(txn, dst, rec)
+        self._index_inode(dst, rec.ino)
 
     def record_unlink(self, rel: RelPath) -> None:
         self._set_busy(rel, False)
