@@ -344,6 +344,10 @@ class Operations(pyfuse3.Operations):
             atime_ns=attr.st_atime_ns if fields.update_atime else None,
             mtime_ns=attr.st_mtime_ns if fields.update_mtime else None,
         )
+        if change == SetAttr():
+            # Nothing but the change time: chown(f, -1, -1) (the kernel sends it
+            # without FATTR_CTIME unless it keeps times itself).
+            change = SetAttr(ctime=True)
         rel = self._path(node)
         st = await self.native.setattr(rel, native_fh, change, _kept(node))
         if change.mode is not None or change.uid is not None or change.gid is not None:
@@ -458,11 +462,17 @@ class Operations(pyfuse3.Operations):
             node = self.table.child(parent, name)
             if node is not None:
                 await self._record_pending(node)
-        await self.native.rename(old_dir, old, new_dir, new, flags)
-        if flags & pyfuse3.RENAME_EXCHANGE:
-            self.table.exchange_links((old_parent.ino, old), (new_parent.ino, new))
-        else:
-            self.table.move_link((old_parent.ino, old), (new_parent.ino, new))
+
+        def moved() -> None:
+            # Before the engine records the rename: the invalidations its record
+            # triggers must see the new names, or they would drop the kernel's
+            # entry of the renamed file under its new name.
+            if flags & pyfuse3.RENAME_EXCHANGE:
+                self.table.exchange_links((old_parent.ino, old), (new_parent.ino, new))
+            else:
+                self.table.move_link((old_parent.ino, old), (new_parent.ino, new))
+
+        await self.native.rename(old_dir, old, new_dir, new, flags, moved)
 
     async def _record_pending(self, node: Node) -> None:
         for h in list(self.handles.values()):

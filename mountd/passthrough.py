@@ -96,6 +96,9 @@ class SetAttr:
     size: int | None = None
     atime_ns: int | None = None
     mtime_ns: int | None = None
+    # Only the change time moves (chown(f, -1, -1): the kernel forwards it as
+    # a request that sets nothing), as the backing file system would do it.
+    ctime: bool = False
 
 
 class Passthrough:
@@ -192,7 +195,7 @@ class Passthrough:
                     os.fchmod(fh.fd, stat.S_IMODE(change.mode))
                 else:
                     self._chmod_nofollow(pfd, target, stat.S_IMODE(change.mode))
-            if change.uid is not None or change.gid is not None:
+            if change.uid is not None or change.gid is not None or change.ctime:
                 uid = -1 if change.uid is None else change.uid
                 gid = -1 if change.gid is None else change.gid
                 if fh is not None:
@@ -412,8 +415,17 @@ class Passthrough:
             os.rmdir(name, dir_fd=pfd)
 
     async def rename(
-        self, old_parent: str, old_name: str, new_parent: str, new_name: str, flags: int
+        self,
+        old_parent: str,
+        old_name: str,
+        new_parent: str,
+        new_name: str,
+        flags: int,
+        moved: Callable[[], None] = lambda: None,
     ) -> None:
+        """``moved()`` runs as soon as the names have changed, before the
+        engine hears of it: what the engine's record makes the daemon
+        invalidate must find the names as they are now."""
         old, new = join(old_parent, old_name), join(new_parent, new_name)
         if self.is_hidden(old):
             raise _err(errno.ENOENT)
@@ -421,6 +433,7 @@ class Passthrough:
         with dir_fd(self.root_fd, old_parent) as ofd, dir_fd(self.root_fd, new_parent) as nfd:
             if flags & RENAME_EXCHANGE:
                 renameat2(ofd, old_name, nfd, new_name, flags)
+                moved()
                 # Both names still exist, each with the other's bytes.
                 await self.engine_check(old)
                 await self.engine_check(new)
@@ -434,6 +447,7 @@ class Passthrough:
                     if not stat.S_ISDIR(target.st_mode):
                         await self.slow(self.engine.preserve_inode, RelPath(new))
             renameat2(ofd, old_name, nfd, new_name, flags)
+            moved()
         await self.slow(self.engine.record_rename, RelPath(old), RelPath(new))
 
     # -- extended attributes of native files
