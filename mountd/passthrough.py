@@ -12,8 +12,9 @@ import errno
 import logging
 import os
 import stat
-from collections.abc import Callable
-from contextlib import nullcontext
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -111,6 +112,21 @@ class Passthrough:
         self.hidden = hidden  # relative paths that do not exist in the mount
         self.hidden_names = frozenset(split(h)[1] for h in hidden)
         self.limiter = trio.CapacityLimiter(8)
+        # Paths an operation through the mount is changing right now: the
+        # change feed leaves them to the operation's own record.
+        self.busy: Counter[str] = Counter()
+
+    @contextmanager
+    def working(self, *rels: str | None) -> Iterator[None]:
+        names = [r for r in rels if r is not None]
+        self.busy.update(names)
+        try:
+            yield
+        finally:
+            self.busy.subtract(names)
+            for r in names:
+                if self.busy[r] <= 0:
+                    del self.busy[r]
 
     def close(self) -> None:
         os.close(self.root_fd)
@@ -170,6 +186,12 @@ class Passthrough:
     async def setattr(
         self, rel: str, fh: NativeHandle | None, change: SetAttr, kept: Kept
     ) -> os.stat_result:
+        with self.working(rel):
+            return await self._setattr(rel, fh, change, kept)
+
+    async def _setattr(
+        self, rel: str, fh: NativeHandle | None, change: SetAttr, kept: Kept
+    ) -> os.stat_result:
         parent, name = split(rel)
         if change.size is not None:
             if fh is not None:
@@ -227,6 +249,18 @@ class Passthrough:
         self, rel: str, flags: int, path: Callable[[], str | None], kept: Kept, creds: Creds
     ) -> NativeHandle:
         writes = flags & os.O_ACCMODE != os.O_RDONLY
+        with self.working(rel if writes else None):
+            return await self._open(rel, flags, path, kept, creds, writes)
+
+    async def _open(
+        self,
+        rel: str,
+        flags: int,
+        path: Callable[[], str | None],
+        kept: Kept,
+        creds: Creds,
+        writes: bool,
+    ) -> NativeHandle:
         if writes:
             await self.engine_check(rel)
         if flags & os.O_TRUNC and writes:
@@ -342,7 +376,8 @@ class Passthrough:
         rel = fh.path()
         if rel is not None:
             try:
-                await self.engine_record_write(rel)
+                with self.working(rel):
+                    await self.engine_record_write(rel)
             except Exception:
                 # The bytes are on disk whatever happens here: failing close()
                 # would only scare the writer.  The next flush, release or
@@ -406,7 +441,8 @@ class Passthrough:
                 os.unlink(name, dir_fd=pfd)
             self.engine.record_unlink(RelPath(rel))
 
-        await self.slow(unlink)
+        with self.working(rel):
+            await self.slow(unlink)
 
     async def rmdir(self, parent: str, name: str) -> None:
         if self.is_hidden(join(parent, name)):
@@ -430,6 +466,19 @@ class Passthrough:
         if self.is_hidden(old):
             raise _err(errno.ENOENT)
         self.check_new_name(new_parent, new_name)
+        with self.working(old, new):
+            await self._rename(old_parent, old_name, new_parent, new_name, flags, moved)
+
+    async def _rename(
+        self,
+        old_parent: str,
+        old_name: str,
+        new_parent: str,
+        new_name: str,
+        flags: int,
+        moved: Callable[[], None],
+    ) -> None:
+        old, new = join(old_parent, old_name), join(new_parent, new_name)
         with dir_fd(self.root_fd, old_parent) as ofd, dir_fd(self.root_fd, new_parent) as nfd:
             if flags & RENAME_EXCHANGE:
                 renameat2(ofd, old_name, nfd, new_name, flags)
