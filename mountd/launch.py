@@ -27,6 +27,7 @@ from mountd.fsutil import raise_fd_limit
 from mountd.operations import Operations
 from mountd.options import MountOptions
 from swfs.api import EngineAPI
+from swfs.changefeed import ChangeFeed
 
 log = logging.getLogger(__name__)
 
@@ -249,6 +250,11 @@ async def _serve(
         stack.callback(nursery.cancel_scope.cancel)
         await nursery.start(engine.run_background)
         await nursery.start(ops.run_invalidator)
+        # Changes behind the mount, seen within a fraction of a second (the
+        # engine's periodic rescan is the backstop).
+        feed = ChangeFeed(engine, changed=ops.changed_behind, skip=ops.writing)
+        stack.callback(feed.stop)
+        await nursery.start(feed.run)
         await nursery.start(ops.poller.run)
         await nursery.start(_watch_signals)
         pyfuse3.init(ops, str(mountpoint), fuse_options(src, options))

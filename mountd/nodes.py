@@ -2,7 +2,11 @@
 
 A native node is keyed by the backing file's identity ``(st_dev, st_ino)``, so
 hard links share one FUSE inode (and one kernel page cache) like on the
-backing file system.  It remembers the directory entries ``(parent inode,
+backing file system.  Its number is the backing inode number itself (files
+on other devices below SRC get one from a map kept for the daemon's life),
+so ``st_ino`` stays what it was after a rename, and after the kernel forgets
+a node and looks it up again, as on the backing file system; no descriptor
+is held per inode.  It remembers the directory entries ``(parent inode,
 name)`` that lead to it, most recent last; its path is computed through its
 parent, so renaming a directory moves everything below it for free.
 
@@ -24,6 +28,11 @@ log = logging.getLogger(__name__)
 
 Inode = NewType("Inode", int)
 ROOT_INODE = Inode(1)
+# Native nodes of SRC's device are numbered by their backing inode number,
+# below FOREIGN_BASE.  Above it: files of other devices (and a same-device
+# file whose number FUSE reserves), then generated nodes.
+FOREIGN_BASE = 1 << 60
+SYNTHETIC_BASE = 1 << 61
 
 Link = tuple[Inode, str]  # (parent inode, name)
 
@@ -66,8 +75,13 @@ def _parent(spath: str) -> str:
 
 
 class InodeTable:
-    def __init__(self, root_key: Hashable) -> None:
-        self._next = ROOT_INODE + 1
+    def __init__(self, root_key: tuple[int, int]) -> None:
+        self._dev = root_key[0]
+        self._next = SYNTHETIC_BASE
+        self._next_foreign = FOREIGN_BASE
+        # Numbers handed out to backing files outside the numbering by inode:
+        # kept after their nodes go, so they stay stable too.
+        self._foreign: dict[Hashable, Inode] = {}
         self._nodes: dict[Inode, Node] = {}
         self._by_key: dict[tuple[Tree, Hashable], Node] = {}
         self._by_link: dict[Link, Node] = {}
@@ -88,6 +102,20 @@ class InodeTable:
         self._next += 1
         return ino
 
+    def _native_ino(self, key: Hashable) -> Inode:
+        """The number of backing file ``key``: the same for as long as the
+        daemon runs, whether or not the kernel holds it meanwhile."""
+        if isinstance(key, tuple) and len(key) == 2:
+            dev, ino = key
+            if dev == self._dev and ROOT_INODE < ino < FOREIGN_BASE:
+                return Inode(ino)
+        number = self._foreign.get(key)
+        if number is None:
+            number = Inode(self._next_foreign)
+            self._next_foreign += 1
+            self._foreign[key] = number
+        return number
+
     def get(self, ino: int) -> Node | None:
         return self._nodes.get(Inode(ino))
 
@@ -98,7 +126,7 @@ class InodeTable:
         link = (parent.ino, name)
         node = self._by_key.get((Tree.NATIVE, key))
         if node is None:
-            node = Node(self._new_ino(), Tree.NATIVE, key)
+            node = Node(self._native_ino(key), Tree.NATIVE, key)
             self._add(node)
         self.add_link(node, link)
         return node

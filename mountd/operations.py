@@ -10,6 +10,7 @@ import logging
 import os
 import stat
 from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
@@ -118,6 +119,7 @@ Handle = DataHandle | FdHandle | NativeOpen | DirHandle
 @dataclass
 class _Pending:
     rels: set[str] = field(default_factory=set)
+    external: set[str] = field(default_factory=set)  # changed behind the mount
     entries: set[tuple[int, str]] = field(default_factory=set)  # names found gone
     wake: trio.Event = field(default_factory=trio.Event)
 
@@ -344,6 +346,10 @@ class Operations(pyfuse3.Operations):
             atime_ns=attr.st_atime_ns if fields.update_atime else None,
             mtime_ns=attr.st_mtime_ns if fields.update_mtime else None,
         )
+        if change == SetAttr():
+            # Nothing but the change time: chown(f, -1, -1) (the kernel sends it
+            # without FATTR_CTIME unless it keeps times itself).
+            change = SetAttr(ctime=True)
         rel = self._path(node)
         st = await self.native.setattr(rel, native_fh, change, _kept(node))
         if change.mode is not None or change.uid is not None or change.gid is not None:
@@ -458,11 +464,17 @@ class Operations(pyfuse3.Operations):
             node = self.table.child(parent, name)
             if node is not None:
                 await self._record_pending(node)
-        await self.native.rename(old_dir, old, new_dir, new, flags)
-        if flags & pyfuse3.RENAME_EXCHANGE:
-            self.table.exchange_links((old_parent.ino, old), (new_parent.ino, new))
-        else:
-            self.table.move_link((old_parent.ino, old), (new_parent.ino, new))
+
+        def moved() -> None:
+            # Before the engine records the rename: the invalidations its record
+            # triggers must see the new names, or they would drop the kernel's
+            # entry of the renamed file under its new name.
+            if flags & pyfuse3.RENAME_EXCHANGE:
+                self.table.exchange_links((old_parent.ino, old), (new_parent.ino, new))
+            else:
+                self.table.move_link((old_parent.ino, old), (new_parent.ino, new))
+
+        await self.native.rename(old_dir, old, new_dir, new, flags, moved)
 
     async def _record_pending(self, node: Node) -> None:
         for h in list(self.handles.values()):
@@ -851,6 +863,25 @@ class Operations(pyfuse3.Operations):
         self._pending.rels.add(str(rel))
         self._pending.wake.set()
 
+    def changed_behind(self, rels: list[str]) -> None:
+        """Change feed: ``rels`` changed in SRC behind the mount (created,
+        written, deleted, renamed, chmodded).  The kernel must drop what it
+        keeps of them and of their directories (entries, attributes, pages,
+        listings); what the engine recorded of them comes through ``_changed``."""
+        self._pending.external.update(rels)
+        self._pending.wake.set()
+
+    def writing(self, rels: list[str]) -> set[str]:
+        """Change feed: which of ``rels`` an operation through the mount is
+        changing right now (it records them itself when done)."""
+        out = {r for r in rels if r in self.native.busy}
+        written = [
+            h.node for h in self.handles.values() if isinstance(h, NativeOpen) and h.fh.written
+        ]
+        for node in written:
+            out.update(r for r in self.table.paths(node))
+        return out
+
     async def run_invalidator(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Send kernel cache invalidations from a worker thread: the kernel may
         wait on pages an in-flight request holds, so never from a handler."""
@@ -859,25 +890,48 @@ class Operations(pyfuse3.Operations):
         while True:
             await self._pending.wake.wait()
             rels, gone = self._pending.rels, self._pending.entries
+            external = self._pending.external
             self._pending = _Pending()
-            todo = self._invalidations(rels)
+            todo = self._invalidations(rels, external)
             todo.entries += [(ino, os.fsencode(name)) for ino, name in gone]
+            listed: dict[tuple[Tree, str], set[str]] = {}
             for node in todo.dirs:
                 # A generated directory keeps its dentry (a shell may sit in it)
-                # unless it is gone.
-                if await self._tree(node).entry(node.spath, wait=False) is None:
+                # unless it is gone.  Asked of its parent's listing, which is
+                # rebuilt after a change (a lookup may still be answered from
+                # the listing of a moment ago).
+                head, name = split(node.spath)
+                key = (node.tree, head)
+                if key not in listed:
+                    try:
+                        listed[key] = set(await self._tree(node).children(head))
+                    except pyfuse3.FUSEError:
+                        listed[key] = set()
+                if name not in listed[key]:
                     todo.entries += self._synthetic_link(node)
             if self.mounted:
                 await trio.to_thread.run_sync(_notify_kernel, todo)
 
-    def _invalidations(self, rels: set[str]) -> _Invalidation:
-        """What to drop from the kernel's caches after ``rels`` changed."""
+    def _invalidations(
+        self, rels: set[str], external: AbstractSet[str] = frozenset()
+    ) -> _Invalidation:
+        """What to drop from the kernel's caches after what the engine shows
+        for ``rels`` changed, and ``external`` paths changed behind the mount."""
         inodes: set[int] = set()
         attrs: set[int] = set()
         entries: list[tuple[int, bytes]] = []
         dirs: list[Node] = []
         synthetic: list[Node] = []
-        for rel in rels:
+        for rel in external:
+            # The directory's entries changed: its attributes and any listing
+            # the kernel keeps of it, unless what it was told still holds.
+            parent = self.table.find_native(split(rel)[0])
+            if parent is not None:
+                st = self._lstat(self.table.path(parent) or "")
+                if st is None or _sig(st) != parent.attr_sig:
+                    inodes.add(parent.ino)
+                    parent.cache_sig = None
+        for rel in rels | external:
             node = self.table.find_native(rel)
             if node is not None and node is not self.table.root:
                 _kept(node).preserved = False  # the engine may have recorded new bytes
@@ -893,10 +947,12 @@ class Operations(pyfuse3.Operations):
                     # Written through the mount: the kernel's pages are right,
                     # its attributes need not be (an O_TRUNC that cleared set-id bits).
                     attrs.add(node.ino)
+        if not rels:  # nothing the engine shows changed: the generated trees hold
+            return _Invalidation(sorted(inodes), sorted(attrs - inodes), entries, dirs)
+        for rel in rels:
             for tree in (Tree.PARSED, Tree.VERSIONS):
                 synthetic += self.table.synthetic_below(tree, rel)
-        if rels:
-            synthetic += self.table.synthetic_below(Tree.REVIEW, "")
+        synthetic += self.table.synthetic_below(Tree.REVIEW, "")
         for n in synthetic:
             inodes.add(n.ino)
             if n.spath:

@@ -12,8 +12,9 @@ import errno
 import logging
 import os
 import stat
-from collections.abc import Callable
-from contextlib import nullcontext
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -96,6 +97,9 @@ class SetAttr:
     size: int | None = None
     atime_ns: int | None = None
     mtime_ns: int | None = None
+    # Only the change time moves (chown(f, -1, -1): the kernel forwards it as
+    # a request that sets nothing), as the backing file system would do it.
+    ctime: bool = False
 
 
 class Passthrough:
@@ -108,6 +112,21 @@ class Passthrough:
         self.hidden = hidden  # relative paths that do not exist in the mount
         self.hidden_names = frozenset(split(h)[1] for h in hidden)
         self.limiter = trio.CapacityLimiter(8)
+        # Paths an operation through the mount is changing right now: the
+        # change feed leaves them to the operation's own record.
+        self.busy: Counter[str] = Counter()
+
+    @contextmanager
+    def working(self, *rels: str | None) -> Iterator[None]:
+        names = [r for r in rels if r is not None]
+        self.busy.update(names)
+        try:
+            yield
+        finally:
+            self.busy.subtract(names)
+            for r in names:
+                if self.busy[r] <= 0:
+                    del self.busy[r]
 
     def close(self) -> None:
         os.close(self.root_fd)
@@ -167,6 +186,12 @@ class Passthrough:
     async def setattr(
         self, rel: str, fh: NativeHandle | None, change: SetAttr, kept: Kept
     ) -> os.stat_result:
+        with self.working(rel):
+            return await self._setattr(rel, fh, change, kept)
+
+    async def _setattr(
+        self, rel: str, fh: NativeHandle | None, change: SetAttr, kept: Kept
+    ) -> os.stat_result:
         parent, name = split(rel)
         if change.size is not None:
             if fh is not None:
@@ -192,7 +217,7 @@ class Passthrough:
                     os.fchmod(fh.fd, stat.S_IMODE(change.mode))
                 else:
                     self._chmod_nofollow(pfd, target, stat.S_IMODE(change.mode))
-            if change.uid is not None or change.gid is not None:
+            if change.uid is not None or change.gid is not None or change.ctime:
                 uid = -1 if change.uid is None else change.uid
                 gid = -1 if change.gid is None else change.gid
                 if fh is not None:
@@ -224,6 +249,18 @@ class Passthrough:
         self, rel: str, flags: int, path: Callable[[], str | None], kept: Kept, creds: Creds
     ) -> NativeHandle:
         writes = flags & os.O_ACCMODE != os.O_RDONLY
+        with self.working(rel if writes else None):
+            return await self._open(rel, flags, path, kept, creds, writes)
+
+    async def _open(
+        self,
+        rel: str,
+        flags: int,
+        path: Callable[[], str | None],
+        kept: Kept,
+        creds: Creds,
+        writes: bool,
+    ) -> NativeHandle:
         if writes:
             await self.engine_check(rel)
         if flags & os.O_TRUNC and writes:
@@ -339,7 +376,8 @@ class Passthrough:
         rel = fh.path()
         if rel is not None:
             try:
-                await self.engine_record_write(rel)
+                with self.working(rel):
+                    await self.engine_record_write(rel)
             except Exception:
                 # The bytes are on disk whatever happens here: failing close()
                 # would only scare the writer.  The next flush, release or
@@ -403,7 +441,8 @@ class Passthrough:
                 os.unlink(name, dir_fd=pfd)
             self.engine.record_unlink(RelPath(rel))
 
-        await self.slow(unlink)
+        with self.working(rel):
+            await self.slow(unlink)
 
     async def rmdir(self, parent: str, name: str) -> None:
         if self.is_hidden(join(parent, name)):
@@ -412,15 +451,38 @@ class Passthrough:
             os.rmdir(name, dir_fd=pfd)
 
     async def rename(
-        self, old_parent: str, old_name: str, new_parent: str, new_name: str, flags: int
+        self,
+        old_parent: str,
+        old_name: str,
+        new_parent: str,
+        new_name: str,
+        flags: int,
+        moved: Callable[[], None] = lambda: None,
     ) -> None:
+        """``moved()`` runs as soon as the names have changed, before the
+        engine hears of it: what the engine's record makes the daemon
+        invalidate must find the names as they are now."""
         old, new = join(old_parent, old_name), join(new_parent, new_name)
         if self.is_hidden(old):
             raise _err(errno.ENOENT)
         self.check_new_name(new_parent, new_name)
+        with self.working(old, new):
+            await self._rename(old_parent, old_name, new_parent, new_name, flags, moved)
+
+    async def _rename(
+        self,
+        old_parent: str,
+        old_name: str,
+        new_parent: str,
+        new_name: str,
+        flags: int,
+        moved: Callable[[], None],
+    ) -> None:
+        old, new = join(old_parent, old_name), join(new_parent, new_name)
         with dir_fd(self.root_fd, old_parent) as ofd, dir_fd(self.root_fd, new_parent) as nfd:
             if flags & RENAME_EXCHANGE:
                 renameat2(ofd, old_name, nfd, new_name, flags)
+                moved()
                 # Both names still exist, each with the other's bytes.
                 await self.engine_check(old)
                 await self.engine_check(new)
@@ -434,6 +496,7 @@ class Passthrough:
                     if not stat.S_ISDIR(target.st_mode):
                         await self.slow(self.engine.preserve_inode, RelPath(new))
             renameat2(ofd, old_name, nfd, new_name, flags)
+            moved()
         await self.slow(self.engine.record_rename, RelPath(old), RelPath(new))
 
     # -- extended attributes of native files

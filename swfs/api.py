@@ -207,6 +207,10 @@ class EngineAPI(WorkspaceAPI, Protocol):
         daemon can invalidate kernel caches."""
         ...
 
+    def scan(self) -> object:
+        """*slow*: bring the file table up to date with SRC (the rescan)."""
+        ...
+
     async def wait_view(self, rel: RelPath, limit: float) -> None:
         """Move ``rel`` to the front of the parse queue and wait, at most
         ``limit`` seconds, until its view is neither pending nor stale."""

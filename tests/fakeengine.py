@@ -196,6 +196,16 @@ class FakeEngine:
             self._notify(rel)
         return self.file_state(rel)
 
+    def scan(self) -> None:
+        """The rescan: records what changed in every file there is now."""
+        self._log("scan")
+        for rel in list(self._walk()):
+            data = self._read(rel)
+            rec = self._files.get(rel)
+            if data is not None and (rec is None or rec.hash != _hash(data)):
+                self._add_version(RelPath(rel), data, Cause.EXTERNAL)
+                self._notify(rel)
+
     def preserve(self, rel: RelPath) -> None:
         self._log("preserve", rel)
         if os.path.basename(rel).startswith("nospace"):

@@ -1,0 +1,445 @@
+"""The change feed: what changes in SRC behind the mount, seen by inotify.
+
+A background object (``run()`` / ``stop()``) the daemon's lifecycle starts.
+One task reads the kernel's inotify queue and sends what it names, as paths
+relative to SRC, into a bounded trio memory channel; another coalesces them
+per path and, once a path has been quiet for a moment, has the engine look at
+it (``check_file``, the rescan's per-path record) in a worker thread, then
+tells the daemon which paths changed so it can drop the kernel's caches of
+them.  The periodic rescan stays the backstop for whatever this misses:
+
+- a new directory gets a watch, and is walked at once, since files may be
+  created in it before the watch exists;
+- a directory moved (or moved away) changes paths below it that no event
+  names: the engine rescans the tree (a stat per file, hashing only what moved);
+- the kernel's queue overflowing (``IN_Q_OVERFLOW``) means events were lost:
+  the engine rescans the tree;
+- the per-user watch limit (``fs.inotify.max_user_watches``) being reached
+  leaves the rest of the tree to the rescan, with a logged warning.
+
+The store (and ``.swfs``) is never watched.  Events of the daemon's own
+writes through the mount arrive like any others: the ``skip`` callback drops
+paths the daemon is writing right now (it records them itself), and for the
+rest ``check_file`` finds the stat signature the engine recorded and does
+nothing.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import logging
+import math
+import os
+import stat
+import struct
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import trio
+
+from .api import RelPath
+
+log = logging.getLogger(__name__)
+
+# <sys/inotify.h>
+IN_MODIFY = 0x00000002
+IN_ATTRIB = 0x00000004
+IN_CLOSE_WRITE = 0x00000008
+IN_MOVED_FROM = 0x00000040
+IN_MOVED_TO = 0x00000080
+IN_CREATE = 0x00000100
+IN_DELETE = 0x00000200
+IN_DELETE_SELF = 0x00000400
+IN_MOVE_SELF = 0x00000800
+IN_Q_OVERFLOW = 0x00004000
+IN_IGNORED = 0x00008000
+IN_ONLYDIR = 0x01000000
+IN_DONT_FOLLOW = 0x02000000
+IN_EXCL_UNLINK = 0x04000000
+IN_ISDIR = 0x40000000
+IN_NONBLOCK = os.O_NONBLOCK
+IN_CLOEXEC = os.O_CLOEXEC
+
+WATCH_MASK = (
+    IN_MODIFY
+    | IN_ATTRIB
+    | IN_CLOSE_WRITE
+    | IN_MOVED_FROM
+    | IN_MOVED_TO
+    | IN_CREATE
+    | IN_DELETE
+    | IN_DELETE_SELF
+    | IN_MOVE_SELF
+    | IN_ONLYDIR
+    | IN_DONT_FOLLOW
+    | IN_EXCL_UNLINK
+)
+
+_EVENT = struct.Struct("iIII")  # wd, mask, cookie, len; then len bytes of name
+
+SETTLE = 0.02  # seconds a path must be quiet after a close, create, delete or rename
+QUIET = 0.3  # after a bare write: the writer may not be done (no close seen yet)
+MAX_DELAY = 1.0  # a path written without pause is still looked at this often
+CHANNEL = 4096  # events in flight between the reader and the coalescer
+
+
+class FeedEngine(Protocol):
+    """What the feed asks of the engine."""
+
+    @property
+    def src(self) -> Path: ...
+
+    @property
+    def store_dir(self) -> Path: ...
+
+    def check_file(self, rel: RelPath) -> object: ...
+
+    def scan(self) -> object: ...
+
+
+class Inotify:
+    """The inotify calls, through libc (the standard library has none)."""
+
+    def __init__(self) -> None:
+        name = ctypes.util.find_library("c")
+        self._libc = ctypes.CDLL(name or "libc.so.6", use_errno=True)
+        fd = self._libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
+        if fd < 0:
+            code = ctypes.get_errno()
+            raise OSError(code, f"inotify_init1: {os.strerror(code)}")
+        self.fd: int = fd
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def add_watch(self, path: str, mask: int) -> int:
+        wd = self._libc.inotify_add_watch(self.fd, os.fsencode(path), ctypes.c_uint32(mask))
+        if wd < 0:
+            code = ctypes.get_errno()
+            raise OSError(code, os.strerror(code), path)
+        return int(wd)
+
+    def rm_watch(self, wd: int) -> None:
+        self._libc.inotify_rm_watch(self.fd, wd)  # EINVAL if already gone: fine
+
+    def read(self) -> list[tuple[int, int, int, str]]:
+        """The queued events as (wd, mask, cookie, name); [] if none."""
+        try:
+            buf = os.read(self.fd, 1 << 16)
+        except BlockingIOError:
+            return []
+        out = []
+        off = 0
+        while off + _EVENT.size <= len(buf):
+            wd, mask, cookie, length = _EVENT.unpack_from(buf, off)
+            off += _EVENT.size
+            raw = buf[off : off + length].split(b"\0", 1)[0]
+            off += length
+            out.append((wd, mask, cookie, os.fsdecode(raw)))
+        return out
+
+
+@dataclass
+class Event:
+    """What the reader saw for one path."""
+
+    rel: str
+    mask: int
+    old: str | None = None  # IN_MOVED_TO paired with its IN_MOVED_FROM
+
+
+def _join(parent: str, name: str) -> str:
+    return f"{parent}/{name}" if parent else name
+
+
+def _below(rel: str, prefix: str) -> bool:
+    return rel == prefix or rel.startswith(prefix + "/")
+
+
+class ChangeFeed:
+    """Changes made in SRC behind the mount, recorded by the engine within a
+    fraction of a second, and handed to ``changed`` (the daemon's cache
+    invalidation) on the trio thread."""
+
+    def __init__(
+        self,
+        engine: FeedEngine,
+        *,
+        changed: Callable[[list[str]], None] = lambda rels: None,
+        skip: Callable[[list[str]], set[str]] = lambda rels: set(),
+        hidden: Iterable[str] = (".swfs", ".parsed", ".review", ".versions"),
+    ) -> None:
+        self.engine = engine
+        self.changed = changed
+        self.skip = skip
+        self.src = str(engine.src)
+        self.hidden_top = frozenset(hidden)
+        self.store = os.path.realpath(engine.store_dir)
+        self._ino: Inotify | None = None
+        self._wd: dict[int, str] = {}  # watch descriptor -> directory (relative)
+        self._by_dir: dict[str, int] = {}
+        self._limited = False  # the watch limit was hit: the rescan covers the rest
+        self._lock = threading.Lock()  # the watch maps: the loop reads, threads add
+        self._scope: trio.CancelScope | None = None
+        self.batches = 0  # batches handed to the engine (tests, status)
+
+    # -- lifecycle
+
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        try:
+            ino = Inotify()
+        except OSError as exc:
+            log.warning(
+                "%s: no change notification (%s): changes behind the mount are seen "
+                "by the periodic rescan only",
+                self.src,
+                exc.strerror,
+            )
+            task_status.started()
+            return
+        self._ino = ino
+        try:
+            with trio.CancelScope() as scope:
+                self._scope = scope
+                count = await trio.to_thread.run_sync(self._watch_tree, "")
+                log.info("%s: watching %d directories for changes", self.src, count)
+                send, receive = trio.open_memory_channel[Event | None](CHANNEL)
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._read, send)
+                    nursery.start_soon(self._coalesce, receive)
+                    task_status.started()
+        finally:
+            self._scope = None
+            self._ino = None
+            ino.close()
+
+    def stop(self) -> None:
+        if self._scope is not None:
+            self._scope.cancel()
+
+    # -- watches (in a worker thread: a large tree takes a while)
+
+    def _hidden(self, rel: str) -> bool:
+        if rel.split("/", 1)[0] in self.hidden_top:
+            return True
+        path = os.path.join(self.src, rel)
+        return path == self.store or path.startswith(self.store + os.sep)
+
+    def _watch_tree(self, top: str) -> int:
+        """Watch ``top`` and every directory below it; how many were added."""
+        count = 0
+        for rel in self._dirs(top):
+            if self._watch(rel):
+                count += 1
+            elif self._limited:
+                break
+        return count
+
+    def _dirs(self, top: str) -> Iterator[str]:
+        stack = [top]
+        while stack:
+            rel = stack.pop()
+            if rel and self._hidden(rel):
+                continue
+            yield rel
+            try:
+                with os.scandir(os.path.join(self.src, rel)) as it:
+                    for e in it:
+                        if e.is_dir(follow_symlinks=False):
+                            stack.append(_join(rel, e.name))
+            except OSError:
+                continue
+
+    def _watch(self, rel: str) -> bool:
+        ino = self._ino
+        if ino is None or self._limited:
+            return False
+        try:
+            wd = ino.add_watch(os.path.join(self.src, rel), WATCH_MASK)
+        except OSError as exc:
+            if exc.errno == errno.ENOSPC:
+                self._limited = True
+                log.warning(
+                    "%s: the inotify watch limit is reached (%d watches; raise "
+                    "fs.inotify.max_user_watches): changes behind the mount in the "
+                    "directories not watched are seen by the periodic rescan only",
+                    self.src,
+                    len(self._wd),
+                )
+            elif exc.errno not in (errno.ENOENT, errno.ENOTDIR, errno.EACCES):
+                log.warning("%s: cannot watch: %s", rel or ".", exc.strerror)
+            return False
+        with self._lock:
+            old = self._wd.get(wd)
+            if old is not None and old != rel:
+                self._by_dir.pop(old, None)  # the same directory under its new name
+            self._wd[wd] = rel
+            self._by_dir[rel] = wd
+        return True
+
+    def _moved_dir(self, old: str | None, new: str | None) -> None:
+        """A watched directory (and everything below it) moved or left the tree."""
+        if old is None:
+            return
+        with self._lock:
+            for rel in [r for r in self._by_dir if _below(r, old)]:
+                wd = self._by_dir.pop(rel)
+                if new is None:
+                    self._wd.pop(wd, None)
+                    if self._ino is not None:
+                        self._ino.rm_watch(wd)
+                else:
+                    moved = new + rel[len(old) :]
+                    self._wd[wd] = moved
+                    self._by_dir[moved] = wd
+
+    # -- reading
+
+    async def _read(self, send: trio.MemorySendChannel[Event | None]) -> None:
+        ino = self._ino
+        assert ino is not None
+        async with send:
+            while True:
+                await trio.lowlevel.wait_readable(ino.fd)
+                for ev in self._events(ino.read()):
+                    await send.send(ev)
+
+    def _events(self, raw: list[tuple[int, int, int, str]]) -> list[Event | None]:
+        """Paths from raw events (None: events were lost, rescan everything).
+        A move's two halves come in one read; they are paired by cookie."""
+        out: list[Event | None] = []
+        moved_from: dict[int, tuple[str, int]] = {}
+        for wd, mask, cookie, name in raw:
+            if mask & IN_Q_OVERFLOW:
+                out.append(None)
+                continue
+            with self._lock:
+                parent = self._wd.get(wd)
+                if mask & IN_IGNORED:
+                    if parent is not None and self._by_dir.get(parent) == wd:
+                        del self._by_dir[parent]
+                    self._wd.pop(wd, None)
+                    continue
+            if parent is None:
+                continue
+            if mask & (IN_DELETE_SELF | IN_MOVE_SELF):
+                if parent == "":
+                    log.warning("%s: the workspace root was moved or deleted", self.src)
+                continue
+            rel = _join(parent, name)
+            if self._hidden(rel):
+                continue
+            if mask & IN_MOVED_FROM:
+                moved_from[cookie] = (rel, mask)
+                out.append(Event(rel, mask))
+                continue
+            if mask & IN_MOVED_TO:
+                old = moved_from.pop(cookie, None)
+                if mask & IN_ISDIR:
+                    self._moved_dir(old[0] if old else None, rel)
+                out.append(Event(rel, mask, old=old[0] if old else None))
+                continue
+            out.append(Event(rel, mask))
+        for rel, mask in moved_from.values():
+            if mask & IN_ISDIR:
+                self._moved_dir(rel, None)  # moved out of the tree
+        return out
+
+    # -- coalescing
+
+    async def _coalesce(self, receive: trio.MemoryReceiveChannel[Event | None]) -> None:
+        due: dict[str, float] = {}  # path -> when to look at it
+        first: dict[str, float] = {}  # path -> when its first unhandled event came
+        new_dirs: set[str] = set()
+        rescan = False
+        async with receive:
+            while True:
+                now = trio.current_time()
+                wake = min(due.values(), default=math.inf)
+                if rescan:
+                    wake = min(wake, now + SETTLE)
+                ev: Event | None = None
+                got = False
+                with trio.move_on_at(wake):
+                    ev = await receive.receive()
+                    got = True
+                now = trio.current_time()
+                if got:
+                    if ev is None:
+                        rescan = True
+                        continue
+                    for rel in (ev.rel, ev.old):
+                        if rel is None:
+                            continue
+                        first.setdefault(rel, now)
+                        if ev.mask & ~IN_MODIFY:
+                            when = now + SETTLE
+                            due[rel] = min(due.get(rel, when), when)
+                        else:  # a write with no close yet: wait for a pause
+                            due[rel] = min(now + QUIET, first[rel] + MAX_DELAY)
+                    if ev.mask & IN_ISDIR and ev.mask & (IN_CREATE | IN_MOVED_TO):
+                        new_dirs.add(ev.rel)
+                    if ev.mask & IN_ISDIR and ev.mask & (IN_MOVED_FROM | IN_MOVED_TO):
+                        # Paths below it changed with no event of their own.
+                        rescan = True
+                    continue
+                ready = sorted(r for r, t in due.items() if t <= now)
+                for rel in ready:
+                    del due[rel]
+                    first.pop(rel, None)
+                dirs = sorted(d for d in new_dirs if d in ready or rescan)
+                new_dirs.difference_update(dirs)
+                await self._handle(ready, dirs, rescan)
+                rescan = False
+
+    async def _handle(self, rels: list[str], dirs: list[str], rescan: bool) -> None:
+        if rels:
+            skip = self.skip(rels)
+            rels = [r for r in rels if r not in skip]
+        if not (rels or dirs or rescan):
+            return
+        self.batches += 1
+        found = await trio.to_thread.run_sync(self._record, rels, dirs, rescan)
+        self.changed(sorted(set(rels) | set(found)))
+
+    def _record(self, rels: list[str], dirs: list[str], rescan: bool) -> list[str]:
+        """In a worker thread: watch new directories, have the engine record
+        what changed.  Returns the paths found in new directories."""
+        found: list[str] = []
+        for top in dirs:
+            self._watch_tree(top)
+            if not rescan:
+                found += self._files_below(top)
+        if rescan:
+            try:
+                self.engine.scan()
+            except Exception:
+                log.exception("%s: rescan after lost or moved events failed", self.src)
+        for rel in [*rels, *found]:
+            try:
+                self.engine.check_file(RelPath(rel))
+            except Exception:
+                log.exception("%s: recording a change made behind the mount failed", rel)
+        return found
+
+    def _files_below(self, top: str) -> list[str]:
+        out = []
+        for rel in self._dirs(top):
+            try:
+                with os.scandir(os.path.join(self.src, rel)) as it:
+                    for e in it:
+                        try:
+                            if stat.S_ISREG(e.stat(follow_symlinks=False).st_mode):
+                                out.append(_join(rel, e.name))
+                        except OSError:
+                            continue
+            except OSError:
+                continue
+        return out

@@ -1,0 +1,200 @@
+"""The change feed without FUSE: inotify events reach the engine's file table
+(and the ``changed`` callback) with no rescan, new directories are watched
+and walked, moves and lost events fall back to a rescan, and the watch limit
+leaves the rest to the rescan with a warning."""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import trio
+
+from swfs import changefeed
+from swfs.api import RelPath
+from swfs.changefeed import IN_Q_OVERFLOW, ChangeFeed
+from swfs.workspace import Workspace
+
+BOUND = 30.0  # seconds: generous, the machine may be busy
+
+
+class Recorder(Workspace):
+    """The real workspace, counting the calls the feed makes."""
+
+    def __init__(self, src: Path) -> None:
+        super().__init__(src)
+        self.checked: list[str] = []
+        self.scans = 0
+
+    def check_file(self, rel: RelPath, **kw: object) -> object:  # type: ignore[override]
+        self.checked.append(rel)
+        return super().check_file(rel, **kw)  # type: ignore[arg-type]
+
+    def scan(self, progress: object = None) -> object:  # type: ignore[override]
+        self.scans += 1
+        return super().scan()
+
+
+def run_feed(
+    src: Path,
+    act: Callable[[Recorder, ChangeFeed], object],
+    *,
+    skip: Callable[[list[str]], set[str]] = lambda rels: set(),
+) -> tuple[Recorder, list[str]]:
+    ws = Recorder(src)
+    ws.scan()
+    seen: list[str] = []
+
+    async def main() -> None:
+        feed = ChangeFeed(ws, changed=seen.extend, skip=skip)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(feed.run)
+            await act(ws, feed)  # type: ignore[misc]
+            feed.stop()
+
+    try:
+        trio.run(main)
+    finally:
+        ws.close()
+    return ws, seen
+
+
+async def until(cond: Callable[[], bool], what: str) -> None:
+    """Poll ``cond`` (state in another thread: no event to wait for)."""
+    deadline = trio.current_time() + BOUND
+    while not cond():
+        if trio.current_time() > deadline:
+            raise AssertionError(f"not within {BOUND} s: {what}")
+        await trio.sleep(0.01)
+
+
+@pytest.fixture
+def src(tmp_path: Path) -> Path:
+    s = tmp_path / "src"
+    (s / "d").mkdir(parents=True)
+    (s / "d" / "a.txt").write_text("alpha\n")
+    return s
+
+
+def test_a_write_behind_the_mount_is_recorded_without_a_rescan(src: Path) -> None:
+    async def act(ws: Recorder, feed: ChangeFeed) -> None:
+        old = ws.get_record("d/a.txt")
+        assert old is not None
+        (src / "d" / "a.txt").write_text("bravo, longer\n")
+        await until(
+            lambda: (rec := ws.get_record("d/a.txt")) is not None and rec.hash != old.hash,
+            "the new hash recorded",
+        )
+        (src / "d" / "a.txt").unlink()
+        await until(lambda: ws.get_record("d/a.txt") is None, "the deletion recorded")
+
+    ws, seen = run_feed(src, act)
+    assert ws.scans == 1  # only the one before the feed started
+    assert "d/a.txt" in ws.checked
+    assert "d/a.txt" in seen
+
+
+def test_files_in_a_new_directory_are_found(src: Path) -> None:
+    async def act(ws: Recorder, feed: ChangeFeed) -> None:
+        # Files written right after mkdir, before the feed can watch the directory.
+        deep = src / "new" / "sub" / "deeper"
+        deep.mkdir(parents=True)
+        (deep / "b.txt").write_text("beta\n")
+        (src / "new" / "c.txt").write_text("gamma\n")
+        await until(lambda: ws.get_record("new/sub/deeper/b.txt") is not None, "b.txt")
+        await until(lambda: ws.get_record("new/c.txt") is not None, "c.txt")
+        # And the new directories are watched from then on.
+        (deep / "later.txt").write_text("delta\n")
+        await until(lambda: ws.get_record("new/sub/deeper/later.txt") is not None, "later")
+
+    ws, _ = run_feed(src, act)
+    assert ws.scans == 1
+
+
+def test_a_moved_directory_is_rescanned(src: Path) -> None:
+    async def act(ws: Recorder, feed: ChangeFeed) -> None:
+        os.rename(src / "d", src / "e")
+        await until(lambda: ws.get_record("e/a.txt") is not None, "the moved file")
+        await until(lambda: ws.get_record("d/a.txt") is None, "the old path gone")
+        # The watch follows the directory to its new name.
+        (src / "e" / "z.txt").write_text("zeta\n")
+        await until(lambda: ws.get_record("e/z.txt") is not None, "a file in the moved dir")
+
+    ws, _ = run_feed(src, act)
+    assert ws.scans >= 2
+
+
+def test_the_store_is_not_watched(src: Path) -> None:
+    async def act(ws: Recorder, feed: ChangeFeed) -> None:
+        (src / ".swfs" / "junk").write_text("x")
+        (src / "d" / "marker.txt").write_text("m\n")
+        await until(lambda: ws.get_record("d/marker.txt") is not None, "the marker")
+
+    ws, seen = run_feed(src, act)
+    assert not [r for r in [*ws.checked, *seen] if r.startswith(".swfs")]
+
+
+def test_paths_the_daemon_writes_are_left_to_it(src: Path) -> None:
+    async def act(ws: Recorder, feed: ChangeFeed) -> None:
+        (src / "d" / "a.txt").write_text("half written")
+        (src / "d" / "marker.txt").write_text("m\n")
+        await until(lambda: ws.get_record("d/marker.txt") is not None, "the marker")
+
+    ws, _ = run_feed(src, act, skip=lambda rels: {r for r in rels if r == "d/a.txt"})
+    assert "d/a.txt" not in ws.checked
+
+
+def test_lost_events_mean_a_rescan(src: Path) -> None:
+    ws = Recorder(src)
+    try:
+        feed = ChangeFeed(ws)
+        assert feed._events([(-1, IN_Q_OVERFLOW, 0, "")]) == [None]
+    finally:
+        ws.close()
+
+    async def act(ws: Recorder, feed: ChangeFeed) -> None:
+        before = ws.scans
+        # As the reader does when the kernel says its queue overflowed.
+        assert feed._ino is not None
+        real = feed._ino.read
+
+        def overflow() -> list[tuple[int, int, int, str]]:
+            feed._ino.read = real  # type: ignore[union-attr, method-assign]
+            return [(-1, IN_Q_OVERFLOW, 0, "")]
+
+        feed._ino.read = overflow  # type: ignore[method-assign]
+        (src / "d" / "lost.txt").write_text("l\n")
+        await until(lambda: ws.scans > before, "a rescan")
+        await until(lambda: ws.get_record("d/lost.txt") is not None, "the file")
+
+    run_feed(src, act)
+
+
+def test_the_watch_limit_leaves_the_rest_to_the_rescan(
+    src: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    for i in range(5):
+        (src / f"dir{i}").mkdir()
+    calls = {"n": 0}
+    real = changefeed.Inotify.add_watch
+
+    def limited(self: changefeed.Inotify, path: str, mask: int) -> int:
+        calls["n"] += 1
+        if calls["n"] > 3:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
+        return real(self, path, mask)
+
+    monkeypatch.setattr(changefeed.Inotify, "add_watch", limited)
+
+    async def act(ws: Recorder, feed: ChangeFeed) -> None:
+        assert feed._limited
+        assert len(feed._by_dir) == 3
+
+    with caplog.at_level(logging.WARNING, logger="swfs.changefeed"):
+        run_feed(src, act)
+    assert "watch limit" in caplog.text
+    assert "periodic rescan" in caplog.text
