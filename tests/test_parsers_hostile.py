@@ -15,7 +15,7 @@ from collections.abc import Callable
 import pytest
 
 from parsers import registry, zipguard
-from parsers._base import EncryptedDocument, ParseFailed, ParseOptions, Unit, UnsupportedFormat
+from parsers._base import EncryptedDocument, ParseFailed, ParseOptions, Unit
 from tests import docgen
 
 FAST = 3.0  # seconds: a hostile file must not keep a worker busy
