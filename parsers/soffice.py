@@ -42,7 +42,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from parsers._base import ParseFailed
 
@@ -129,11 +129,28 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _child_setup() -> None:
-    # Runs in the child between fork and exec: die with the parse worker.
-    with contextlib.suppress(Exception):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+@functools.cache
+def _prctl() -> Callable[..., int] | None:
+    try:
+        prctl: Callable[..., int] = ctypes.CDLL(None, use_errno=True).prctl
+        return prctl
+    except (OSError, AttributeError):  # not Linux: the killpg on timeout still holds
+        return None
+
+
+def _child_setup(prctl: Callable[..., int] | None, parent: int) -> Callable[[], None]:
+    """What the child runs between fork and exec: die with the parse worker.
+
+    Everything is looked up before the fork; the child only calls into libc.
+    """
+
+    def setup() -> None:
+        if prctl is not None:
+            prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+            if os.getppid() != parent:  # the worker died before the call above
+                os._exit(1)
+
+    return setup
 
 
 def _memory_cap() -> str:
@@ -201,6 +218,10 @@ def _run(
         break
     if os.listdir(outdir):
         return
+    if status != 0:
+        # Whatever went wrong may have left the profile half-written: the
+        # next conversion in this worker starts from a fresh one.
+        shutil.rmtree(profile, ignore_errors=True)
     if status < 0:
         try:
             name = signal.Signals(-status).name
@@ -228,7 +249,7 @@ def _spawn(argv: list[str], env: dict[str, str], limit: float, profile: str) -> 
             stderr=subprocess.PIPE,
             env=env,
             start_new_session=True,
-            preexec_fn=_child_setup,
+            preexec_fn=_child_setup(_prctl(), os.getpid()),
             close_fds=True,
         )
     except OSError as exc:
