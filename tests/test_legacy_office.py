@@ -468,3 +468,17 @@ def test_worker_killed_by_the_pool_takes_soffice_with_it(
     soffice.sweep_stale()
     base = Path(soffice._base_dir())
     assert not [p for p in base.iterdir() if p.name.isdigit() and not _alive(int(p.name))]
+
+
+@pytest.mark.parametrize("name", ["bomb.odt", "bomb.odp"])
+def test_opendocument_bomb_never_reaches_libreoffice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    ran = tmp_path / "ran"
+    program = tmp_path / "recording-office"
+    program.write_text(f"#!/bin/sh\ntouch {ran}\nexit 1\n")
+    program.chmod(0o755)
+    monkeypatch.setenv(soffice.PROGRAM_ENV, str(program))
+    with pytest.raises(ParseFailed, match="zip bomb"):
+        parse(docgen.ratio_bomb(tmp_path, name=name))
+    assert not ran.exists()
