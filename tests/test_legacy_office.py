@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import struct
 import subprocess
 import tempfile
 import textwrap
@@ -482,3 +483,36 @@ def test_opendocument_bomb_never_reaches_libreoffice(
     with pytest.raises(ParseFailed, match="zip bomb"):
         parse(docgen.ratio_bomb(tmp_path, name=name))
     assert not ran.exists()
+
+
+@pytest.mark.parametrize(
+    ("name", "streams", "infilter"),
+    [
+        ("word97.doc", {"WordDocument": docgen.word_fib(encrypted=False)}, "MS Word 97"),
+        ("word95.doc", {"WordDocument": struct.pack("<HH", 0xA5DC, 104)}, "MS Word 95"),
+        ("word6.doc", {"WordDocument": struct.pack("<HH", 0xA5DC, 101)}, "MS WinWord 6.0"),
+        ("deck.ppt", {"PowerPoint Document": b"x"}, "MS PowerPoint 97"),
+        ("show.pps", {"PowerPoint Document": b"x"}, "MS PowerPoint 97 AutoPlay"),
+    ],
+)
+def test_import_filter_is_chosen_from_the_file(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    name: str,
+    streams: dict[str, bytes],
+    infilter: str,
+) -> None:
+    """LibreOffice is told the format, so it never guesses (and never falls
+    back to importing a damaged binary as plain text)."""
+    args = tmp_path / "args"
+    program = tmp_path / "recording-office"
+    program.write_text(f'#!/bin/sh\nfor a in "$@"; do echo "$a" >> {args}; done\nexit 1\n')
+    program.chmod(0o755)
+    monkeypatch.setenv(soffice.PROGRAM_ENV, str(program))
+    with pytest.raises(ParseFailed, match="exit status 1"):
+        parse(docgen.ole_file(tmp_path, name, streams))
+    argv = args.read_text().splitlines()
+    assert f"--infilter={infilter}" in argv
+    assert "--headless" in argv
+    assert any(a.startswith("-env:UserInstallation=file://") for a in argv)
+    assert argv[-1].endswith("source" + Path(name).suffix)
