@@ -42,6 +42,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 
 from parsers._base import ParseFailed
@@ -211,8 +212,9 @@ def _run(
     ]
     env = dict(os.environ, TMPDIR=tmp, SAL_USE_VCLPLUGIN="svp")
     limit = timeout()
+    deadline = time.monotonic() + limit  # one limit for both runs of a first start
     for attempt in range(2):
-        status, stderr = _spawn(argv, env, limit, profile)
+        status, stderr = _spawn(argv, env, deadline, limit, profile)
         if status == _RESTART and attempt == 0:
             continue  # the first start in a fresh profile initialises it and asks to be run again
         break
@@ -240,7 +242,9 @@ def _run(
     )
 
 
-def _spawn(argv: list[str], env: dict[str, str], limit: float, profile: str) -> tuple[int, str]:
+def _spawn(
+    argv: list[str], env: dict[str, str], deadline: float, limit: float, profile: str
+) -> tuple[int, str]:
     try:
         proc = subprocess.Popen(
             argv,
@@ -255,7 +259,7 @@ def _spawn(argv: list[str], env: dict[str, str], limit: float, profile: str) -> 
     except OSError as exc:
         raise ParseFailed(f"cannot start LibreOffice: {exc.strerror or exc}") from exc
     try:
-        _, err = proc.communicate(timeout=limit)
+        _, err = proc.communicate(timeout=max(0.0, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
         _kill_group(proc)
         # A killed instance leaves its profile locked and half-written.
