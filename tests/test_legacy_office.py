@@ -516,3 +516,15 @@ def test_import_filter_is_chosen_from_the_file(
     assert "--headless" in argv
     assert any(a.startswith("-env:UserInstallation=file://") for a in argv)
     assert argv[-1].endswith("source" + Path(name).suffix)
+
+
+def test_soffice_absent_from_path_is_unsupported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(soffice.PROGRAM_ENV, raising=False)
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+    path = docgen.ole_file(tmp_path, "plain.ppt", {"PowerPoint Document": b"x"})
+    with pytest.raises(ToolMissing, match="PowerPoint 97-2003 presentation"):
+        parse(path)
