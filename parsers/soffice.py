@@ -32,6 +32,7 @@ seconds (default 90, below the parse worker's 120).
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
 import functools
@@ -107,6 +108,9 @@ def _process_dir() -> str:
     sweep_stale()
     path = os.path.join(_base_dir(), str(os.getpid()))
     os.makedirs(path, mode=0o700, exist_ok=True)
+    # A worker that ends normally (idle) takes its profile with it; one
+    # that is killed leaves it to sweep_stale().
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
     return path
 
 
