@@ -51,8 +51,9 @@ SLIDES = [
 NEVER = ["\\rtf", "\\par", "fonttbl", "<w:", "<text:", "Click to add"]
 
 
-def _soffice(src: Path, fmt: str, outdir: Path, profile: Path) -> Path:
+def _soffice(src: Path, fmt: str, outdir: Path) -> Path:
     """Convert with a profile of its own and a time limit, as a user would."""
+    profile = outdir / f"profile-{src.stem}-{fmt}"
     subprocess.run(
         [
             str(SOFFICE),
@@ -82,7 +83,6 @@ def documents(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     import pptx
 
     root = tmp_path_factory.mktemp("legacy")
-    profile = root / "profile"
     made = root / "made"
     made.mkdir()
 
@@ -108,11 +108,11 @@ def documents(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     # LibreOffice saves .doc tables written by python-docx only via its own
     # format, which is also how most real .doc files reach a folder today.
     out: dict[str, Path] = {}
-    out["odt"] = _soffice(made / "report.docx", "odt", root, profile)
-    out["doc"] = _soffice(out["odt"], "doc", root, profile)
-    out["rtf"] = _soffice(out["odt"], "rtf", root, profile)
-    out["odp"] = _soffice(made / "deck.pptx", "odp", root, profile)
-    out["ppt"] = _soffice(out["odp"], "ppt", root, profile)
+    out["odt"] = _soffice(made / "report.docx", "odt", root)
+    out["doc"] = _soffice(out["odt"], "doc", root)
+    out["rtf"] = _soffice(out["odt"], "rtf", root)
+    out["odp"] = _soffice(made / "deck.pptx", "odp", root)
+    out["ppt"] = _soffice(out["odp"], "ppt", root)
     return out
 
 
