@@ -220,6 +220,18 @@ def _conversion_key(parser: Parser, info: FileInfo) -> str:
     return f"{base}+{route.inner.key()}"
 
 
+def _next_reader_key(parser: Parser, info: FileInfo) -> str:
+    """The key of the parser that reads what ``parser`` declines (a plain
+    ``.xls`` goes on to the spreadsheet readers): its new versions must not
+    be hidden behind this parser's unchanged key."""
+    from parsers import registry
+
+    chain = registry.candidates(info)
+    ids = [p.id for p in chain]
+    after = chain[ids.index(parser.id) + 1 :] if parser.id in ids else chain
+    return after[0].cache_key(info) if after else "none"
+
+
 class LegacyOfficeParser(Parser):
     """OLE compound files: encryption verdict, then ``.doc``/``.ppt`` through LibreOffice."""
 
@@ -236,6 +248,8 @@ class LegacyOfficeParser(Parser):
         )
 
     def cache_key(self, info: FileInfo) -> str:
+        if info.extension in _SPREADSHEETS:
+            return f"{self.key()}{info.extension}+{_next_reader_key(self, info)}"
         return _conversion_key(self, info)
 
     def parse(self, path: str, info: FileInfo, options: ParseOptions) -> list[Unit]:

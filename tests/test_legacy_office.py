@@ -528,3 +528,12 @@ def test_soffice_absent_from_path_is_unsupported(
     path = docgen.ole_file(tmp_path, "plain.ppt", {"PowerPoint Document": b"x"})
     with pytest.raises(ToolMissing, match="PowerPoint 97-2003 presentation"):
         parse(path)
+
+
+def test_plain_xls_key_names_the_reader_it_is_declined_to(tmp_path: Path) -> None:
+    path = docgen.ole_file(tmp_path, "plain.xls", {"Workbook": docgen.biff_stream(encrypted=False)})
+    info = registry.file_info(str(path), "plain.xls")
+    chain = registry.candidates(info)
+    assert chain[0].id == "ole-office"
+    reader = chain[1].cache_key(info) if len(chain) > 1 else "none"
+    assert chain[0].cache_key(info) == f"ole-office@2.xls+{reader}"
