@@ -32,7 +32,8 @@ from swfs.api import Freshness, RelPath
 from swfs.engine import Engine
 from swfs.parsework import WorkerLimits
 from swfs.workspace import Config
-from tests import docgen
+from tests import docgen, realmount
+from tests.realmount import needs_fuse
 
 SOFFICE = shutil.which("soffice")
 needs_soffice = pytest.mark.skipif(
@@ -537,3 +538,34 @@ def test_plain_xls_key_names_the_reader_it_is_declined_to(tmp_path: Path) -> Non
     assert chain[0].id == "ole-office"
     reader = chain[1].cache_key(info) if len(chain) > 1 else "none"
     assert chain[0].cache_key(info) == f"ole-office@2.xls+{reader}"
+
+
+@pytest.mark.mount
+@pytest.mark.timeout(300)
+@needs_fuse
+@needs_soffice
+def test_grep_through_the_mount_finds_legacy_text_with_its_locator(
+    documents: dict[str, Path],
+) -> None:
+    def populate(src: Path) -> None:
+        shutil.copy(documents["doc"], src / "report.doc")
+        shutil.copy(documents["ppt"], src / "deck.ppt")
+
+    with realmount.workspace(populate=populate) as m:
+        found = subprocess.run(
+            ["grep", "-rn", "Churn fell", str(m.mnt / ".parsed")],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        ).stdout.splitlines()
+        assert len(found) == 1
+        assert found[0].startswith(f"{m.mnt}/.parsed/deck.ppt/slide-002.md:")
+        unit = m.mnt / ".parsed" / "deck.ppt" / "slide-002.md"
+        assert os.getxattr(unit, "user.sw.locator") == b"deck.ppt#slide=2"
+        document = (m.mnt / ".parsed" / "report.doc" / "document.md").read_text()
+        header, _, body = document.partition("\n")
+        assert 'locator="report.doc#document"' in header
+        assert 'freshness="current"' in header
+        assert FACT in body
+        assert "Churn fell" not in body
