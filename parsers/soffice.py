@@ -38,6 +38,7 @@ import ctypes
 import functools
 import logging
 import os
+import pathlib
 import resource
 import shutil
 import signal
@@ -200,7 +201,7 @@ def _run(
     profile = os.path.join(_process_dir(), "profile")
     argv = [
         exe,
-        f"-env:UserInstallation=file://{profile}",
+        f"-env:UserInstallation={pathlib.Path(profile).as_uri()}",  # quoted: TMPDIR may have spaces
         "--headless",
         "--invisible",
         "--nologo",
