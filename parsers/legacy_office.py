@@ -51,7 +51,11 @@ _ENCRYPTED = "encrypted or password-protected Office document"
 _BIFF_FILEPASS = 0x002F
 _BIFF_BOF = 0x0809
 _BIFF_SCAN_RECORDS = 64
-_NFIB_WORD97 = 0x00C1  # Word 97 and later; below it Word 6.0 and Word 95
+# The FIB's nFib: Word 97 and later write 0x00C1 (a newer one, if any, is
+# elsewhere); Word 95 wrote 104, Word 6.0 101 to 103 (older Word files are
+# not OLE compound files at all).
+_NFIB_WORD97 = 0x00C1
+_NFIB_WORD95 = 104
 _ODF_MANIFEST = "META-INF/manifest.xml"
 _ODF_ENCRYPTED = b"encryption-data"
 _RTF_MAGIC = b"{\\rtf"
@@ -127,7 +131,8 @@ _DOCX = DocxParser()
 _PPTX = PptxParser()
 
 _WORD97 = _Route("MS Word 97", "Word 97-2003 document", slides=False)
-_WORD95 = _Route("MS Word 95", "Word 6.0/95 document", slides=False)
+_WORD95 = _Route("MS Word 95", "Word 95 document", slides=False)
+_WORD6 = _Route("MS WinWord 6.0", "Word 6.0 document", slides=False)
 _RTF = _Route("Rich Text Format", "RTF document", slides=False)
 ROUTES: dict[str, _Route] = {
     ".doc": _WORD97,
@@ -147,14 +152,17 @@ _ODF = frozenset({".odt", ".ott", ".odp", ".otp"})
 
 
 def _word_version_route(path: str) -> _Route:
-    """Word 6.0/95 files need their own import filter; Word 97 and later share one."""
+    """Word before 97 needs its own import filter; Word 97 and later share one."""
     import olefile
 
     with quiet(), olefile.OleFileIO(path) as ole, ole.openstream("WordDocument") as stream:
         fib = stream.read(4)
-    if len(fib) == 4 and struct.unpack_from("<H", fib, 2)[0] < _NFIB_WORD97:
-        return _WORD95
-    return _WORD97
+    if len(fib) < 4:
+        return _WORD97
+    (nfib,) = struct.unpack_from("<H", fib, 2)
+    if nfib >= _NFIB_WORD97:
+        return _WORD97
+    return _WORD95 if nfib >= _NFIB_WORD95 else _WORD6
 
 
 def _odf_encrypted(path: str) -> bool:
@@ -212,6 +220,18 @@ def _conversion_key(parser: Parser, info: FileInfo) -> str:
     return f"{base}+{route.inner.key()}"
 
 
+def _next_reader_key(parser: Parser, info: FileInfo) -> str:
+    """The key of the parser that reads what ``parser`` declines (a plain
+    ``.xls`` goes on to the spreadsheet readers): its new versions must not
+    be hidden behind this parser's unchanged key."""
+    from parsers import registry
+
+    chain = registry.candidates(info)
+    ids = [p.id for p in chain]
+    after = chain[ids.index(parser.id) + 1 :] if parser.id in ids else chain
+    return after[0].cache_key(info) if after else "none"
+
+
 class LegacyOfficeParser(Parser):
     """OLE compound files: encryption verdict, then ``.doc``/``.ppt`` through LibreOffice."""
 
@@ -228,6 +248,8 @@ class LegacyOfficeParser(Parser):
         )
 
     def cache_key(self, info: FileInfo) -> str:
+        if info.extension in _SPREADSHEETS:
+            return f"{self.key()}{info.extension}+{_next_reader_key(self, info)}"
         return _conversion_key(self, info)
 
     def parse(self, path: str, info: FileInfo, options: ParseOptions) -> list[Unit]:

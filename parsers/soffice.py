@@ -32,17 +32,20 @@ seconds (default 90, below the parse worker's 120).
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
 import functools
 import logging
 import os
+import pathlib
 import resource
 import shutil
 import signal
 import subprocess
 import tempfile
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 
 from parsers._base import ParseFailed
 
@@ -106,6 +109,9 @@ def _process_dir() -> str:
     sweep_stale()
     path = os.path.join(_base_dir(), str(os.getpid()))
     os.makedirs(path, mode=0o700, exist_ok=True)
+    # A worker that ends normally (idle) takes its profile with it; one
+    # that is killed leaves it to sweep_stale().
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
     return path
 
 
@@ -129,11 +135,28 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _child_setup() -> None:
-    # Runs in the child between fork and exec: die with the parse worker.
-    with contextlib.suppress(Exception):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+@functools.cache
+def _prctl() -> Callable[..., int] | None:
+    try:
+        prctl: Callable[..., int] = ctypes.CDLL(None, use_errno=True).prctl
+        return prctl
+    except (OSError, AttributeError):  # not Linux: the killpg on timeout still holds
+        return None
+
+
+def _child_setup(prctl: Callable[..., int] | None, parent: int) -> Callable[[], None]:
+    """What the child runs between fork and exec: die with the parse worker.
+
+    Everything is looked up before the fork; the child only calls into libc.
+    """
+
+    def setup() -> None:
+        if prctl is not None:
+            prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+            if os.getppid() != parent:  # the worker died before the call above
+                os._exit(1)
+
+    return setup
 
 
 def _memory_cap() -> str:
@@ -178,7 +201,7 @@ def _run(
     profile = os.path.join(_process_dir(), "profile")
     argv = [
         exe,
-        f"-env:UserInstallation=file://{profile}",
+        f"-env:UserInstallation={pathlib.Path(profile).as_uri()}",  # quoted: TMPDIR may have spaces
         "--headless",
         "--invisible",
         "--nologo",
@@ -194,13 +217,18 @@ def _run(
     ]
     env = dict(os.environ, TMPDIR=tmp, SAL_USE_VCLPLUGIN="svp")
     limit = timeout()
+    deadline = time.monotonic() + limit  # one limit for both runs of a first start
     for attempt in range(2):
-        status, stderr = _spawn(argv, env, limit, profile)
+        status, stderr = _spawn(argv, env, deadline, limit, profile)
         if status == _RESTART and attempt == 0:
             continue  # the first start in a fresh profile initialises it and asks to be run again
         break
     if os.listdir(outdir):
         return
+    if status != 0:
+        # Whatever went wrong may have left the profile half-written: the
+        # next conversion in this worker starts from a fresh one.
+        shutil.rmtree(profile, ignore_errors=True)
     if status < 0:
         try:
             name = signal.Signals(-status).name
@@ -219,7 +247,9 @@ def _run(
     )
 
 
-def _spawn(argv: list[str], env: dict[str, str], limit: float, profile: str) -> tuple[int, str]:
+def _spawn(
+    argv: list[str], env: dict[str, str], deadline: float, limit: float, profile: str
+) -> tuple[int, str]:
     try:
         proc = subprocess.Popen(
             argv,
@@ -228,13 +258,13 @@ def _spawn(argv: list[str], env: dict[str, str], limit: float, profile: str) -> 
             stderr=subprocess.PIPE,
             env=env,
             start_new_session=True,
-            preexec_fn=_child_setup,
+            preexec_fn=_child_setup(_prctl(), os.getpid()),
             close_fds=True,
         )
     except OSError as exc:
         raise ParseFailed(f"cannot start LibreOffice: {exc.strerror or exc}") from exc
     try:
-        _, err = proc.communicate(timeout=limit)
+        _, err = proc.communicate(timeout=max(0.0, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
         _kill_group(proc)
         # A killed instance leaves its profile locked and half-written.

@@ -202,6 +202,8 @@ def report(corpus: Path, workers: int, *, keep: bool) -> int:
         for ext in sorted(rows):
             for reason, count in rows[ext].reasons.most_common():
                 out(f"- {ext} x{count}: {reason}")
+        if not any(r.reasons for r in rows.values()):
+            out("none: every file is current")
         out("")
         out("## Failed in swfs, read by the format's reference library")
         out("")

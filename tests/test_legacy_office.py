@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import struct
 import subprocess
 import tempfile
 import textwrap
@@ -31,7 +32,8 @@ from swfs.api import Freshness, RelPath
 from swfs.engine import Engine
 from swfs.parsework import WorkerLimits
 from swfs.workspace import Config
-from tests import docgen
+from tests import docgen, realmount
+from tests.realmount import needs_fuse
 
 SOFFICE = shutil.which("soffice")
 needs_soffice = pytest.mark.skipif(
@@ -50,8 +52,9 @@ SLIDES = [
 NEVER = ["\\rtf", "\\par", "fonttbl", "<w:", "<text:", "Click to add"]
 
 
-def _soffice(src: Path, fmt: str, outdir: Path, profile: Path) -> Path:
+def _soffice(src: Path, fmt: str, outdir: Path) -> Path:
     """Convert with a profile of its own and a time limit, as a user would."""
+    profile = outdir / f"profile-{src.stem}-{fmt}"
     subprocess.run(
         [
             str(SOFFICE),
@@ -81,7 +84,6 @@ def documents(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     import pptx
 
     root = tmp_path_factory.mktemp("legacy")
-    profile = root / "profile"
     made = root / "made"
     made.mkdir()
 
@@ -107,11 +109,11 @@ def documents(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     # LibreOffice saves .doc tables written by python-docx only via its own
     # format, which is also how most real .doc files reach a folder today.
     out: dict[str, Path] = {}
-    out["odt"] = _soffice(made / "report.docx", "odt", root, profile)
-    out["doc"] = _soffice(out["odt"], "doc", root, profile)
-    out["rtf"] = _soffice(out["odt"], "rtf", root, profile)
-    out["odp"] = _soffice(made / "deck.pptx", "odp", root, profile)
-    out["ppt"] = _soffice(out["odp"], "ppt", root, profile)
+    out["odt"] = _soffice(made / "report.docx", "odt", root)
+    out["doc"] = _soffice(out["odt"], "doc", root)
+    out["rtf"] = _soffice(out["odt"], "rtf", root)
+    out["odp"] = _soffice(made / "deck.pptx", "odp", root)
+    out["ppt"] = _soffice(out["odp"], "ppt", root)
     return out
 
 
@@ -468,3 +470,102 @@ def test_worker_killed_by_the_pool_takes_soffice_with_it(
     soffice.sweep_stale()
     base = Path(soffice._base_dir())
     assert not [p for p in base.iterdir() if p.name.isdigit() and not _alive(int(p.name))]
+
+
+@pytest.mark.parametrize("name", ["bomb.odt", "bomb.odp"])
+def test_opendocument_bomb_never_reaches_libreoffice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    ran = tmp_path / "ran"
+    program = tmp_path / "recording-office"
+    program.write_text(f"#!/bin/sh\ntouch {ran}\nexit 1\n")
+    program.chmod(0o755)
+    monkeypatch.setenv(soffice.PROGRAM_ENV, str(program))
+    with pytest.raises(ParseFailed, match="zip bomb"):
+        parse(docgen.ratio_bomb(tmp_path, name=name))
+    assert not ran.exists()
+
+
+@pytest.mark.parametrize(
+    ("name", "streams", "infilter"),
+    [
+        ("word97.doc", {"WordDocument": docgen.word_fib(encrypted=False)}, "MS Word 97"),
+        ("word95.doc", {"WordDocument": struct.pack("<HH", 0xA5DC, 104)}, "MS Word 95"),
+        ("word6.doc", {"WordDocument": struct.pack("<HH", 0xA5DC, 101)}, "MS WinWord 6.0"),
+        ("deck.ppt", {"PowerPoint Document": b"x"}, "MS PowerPoint 97"),
+        ("show.pps", {"PowerPoint Document": b"x"}, "MS PowerPoint 97 AutoPlay"),
+    ],
+)
+def test_import_filter_is_chosen_from_the_file(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    name: str,
+    streams: dict[str, bytes],
+    infilter: str,
+) -> None:
+    """LibreOffice is told the format, so it never guesses (and never falls
+    back to importing a damaged binary as plain text)."""
+    args = tmp_path / "args"
+    program = tmp_path / "recording-office"
+    program.write_text(f'#!/bin/sh\nfor a in "$@"; do echo "$a" >> {args}; done\nexit 1\n')
+    program.chmod(0o755)
+    monkeypatch.setenv(soffice.PROGRAM_ENV, str(program))
+    with pytest.raises(ParseFailed, match="exit status 1"):
+        parse(docgen.ole_file(tmp_path, name, streams))
+    argv = args.read_text().splitlines()
+    assert f"--infilter={infilter}" in argv
+    assert "--headless" in argv
+    assert any(a.startswith("-env:UserInstallation=file://") for a in argv)
+    assert argv[-1].endswith("source" + Path(name).suffix)
+
+
+def test_soffice_absent_from_path_is_unsupported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(soffice.PROGRAM_ENV, raising=False)
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+    path = docgen.ole_file(tmp_path, "plain.ppt", {"PowerPoint Document": b"x"})
+    with pytest.raises(ToolMissing, match="PowerPoint 97-2003 presentation"):
+        parse(path)
+
+
+def test_plain_xls_key_names_the_reader_it_is_declined_to(tmp_path: Path) -> None:
+    path = docgen.ole_file(tmp_path, "plain.xls", {"Workbook": docgen.biff_stream(encrypted=False)})
+    info = registry.file_info(str(path), "plain.xls")
+    chain = registry.candidates(info)
+    assert chain[0].id == "ole-office"
+    reader = chain[1].cache_key(info) if len(chain) > 1 else "none"
+    assert chain[0].cache_key(info) == f"ole-office@2.xls+{reader}"
+
+
+@pytest.mark.mount
+@pytest.mark.timeout(300)
+@needs_fuse
+@needs_soffice
+def test_grep_through_the_mount_finds_legacy_text_with_its_locator(
+    documents: dict[str, Path],
+) -> None:
+    def populate(src: Path) -> None:
+        shutil.copy(documents["doc"], src / "report.doc")
+        shutil.copy(documents["ppt"], src / "deck.ppt")
+
+    with realmount.workspace(populate=populate) as m:
+        found = subprocess.run(
+            ["grep", "-rn", "Churn fell", str(m.mnt / ".parsed")],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        ).stdout.splitlines()
+        assert len(found) == 1
+        assert found[0].startswith(f"{m.mnt}/.parsed/deck.ppt/slide-002.md:")
+        unit = m.mnt / ".parsed" / "deck.ppt" / "slide-002.md"
+        assert os.getxattr(unit, "user.sw.locator") == b"deck.ppt#slide=2"
+        document = (m.mnt / ".parsed" / "report.doc" / "document.md").read_text()
+        header, _, body = document.partition("\n")
+        assert 'locator="report.doc#document"' in header
+        assert 'freshness="current"' in header
+        assert FACT in body
+        assert "Churn fell" not in body
