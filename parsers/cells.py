@@ -173,6 +173,9 @@ def hidden_line(state: str) -> str:
     return "# hidden sheet"
 
 
+EMPTY_SHEET = "# empty sheet: no cells with a value"
+
+
 def merged_line(ref: str, cell_range: str) -> str:
     return f"{ref}!{cell_range} merged"
 

@@ -106,9 +106,8 @@ def _units(wb: Any, options: ParseOptions) -> list[Unit]:
                     out.write("\n")
             for start, end in sheet.merged_cell_ranges or ():
                 out.write(cells.merged_line(ref, _range(start, end)) + "\n")
-        units.append(
-            Unit(cells.sheet_unit_name(name, taken), out.getvalue(), cells.sheet_locator(name))
-        )
+        text = out.getvalue() or cells.EMPTY_SHEET + "\n"
+        units.append(Unit(cells.sheet_unit_name(name, taken), text, cells.sheet_locator(name)))
     if not units:
         raise ParseFailed("no sheets in the workbook")
     log.debug("spreadsheet: %d sheets, %d cells", len(units), count)

@@ -311,7 +311,11 @@ def _workbook_units(
                 texts[i] = (name, text + budget.add("\n".join(charts) + "\n"), ps)
 
     units = [
-        Unit(cells.sheet_unit_name(name, taken), text, cells.sheet_locator(name))
+        Unit(
+            cells.sheet_unit_name(name, taken),
+            text or cells.EMPTY_SHEET + "\n",  # a view that says why it is empty
+            cells.sheet_locator(name),
+        )
         for name, text, _ in texts
     ]
     names = _names_text(pkg, wb.sheetnames)
@@ -406,8 +410,6 @@ class XlsxParser(Parser):
             with quiet(), contextlib.ExitStack() as stack:
                 zf = stack.enter_context(zipfile.ZipFile(path))
                 pkg = xlsx_parts.read_package(zf)
-                if len(pkg.sheets) > cells.MAX_SHEETS:
-                    raise ParseFailed(f"too many sheets ({len(pkg.sheets)} > {cells.MAX_SHEETS})")
                 source = path
                 if pkg.strict:
                     tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="swfs-xlsx-"))

