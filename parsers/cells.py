@@ -264,6 +264,11 @@ def parse_cell(rest: str) -> Cell:
     return Cell(value=rest)
 
 
+def count_cells(text: str) -> int:
+    """Cell lines in a sheet unit (annotation lines are not cells)."""
+    return sum(1 for _ in CELL_LINE.finditer(text))
+
+
 def parse_cell_lines(text: str) -> dict[str, Cell]:
     """The cells of one sheet unit, by A1 address ('B12').  Lines that are not
     cell lines (headers, annotations, blank lines) are skipped."""
