@@ -231,6 +231,16 @@ def test_recompute_is_bounded(tmp_path: pathlib.Path, monkeypatch: pytest.Monkey
     monkeypatch.setattr(xlsx_recalc, "MAX_WORKBOOK_CELLS", 4)
     _, units = parse(path)
     assert "Sheet!B1 = =A1*10 -> ? (not computed: workbook over 4 cells)" in units[0].text
+    # A budget that runs out inside the engine (here: while it loads the
+    # workbook) leaves every value uncomputed, and the parse still succeeds.
+    monkeypatch.setattr(xlsx_recalc, "MAX_WORKBOOK_CELLS", 1000)
+    monkeypatch.setattr(xlsx_recalc, "TIME_BUDGET_S", 0.000_001)
+    _, units = parse(path)
+    lines = units[0].text.splitlines()
+    late = "? (not computed: time limit of 1e-06 s reached)"
+    assert [line for line in lines if "=A" in line] == [
+        f"Sheet!B{row} = =A{row}*10 -> {late}" for row in range(1, 5)
+    ]
 
 
 def test_renamed_sheet_address_is_the_same_in_diff(tmp_path: pathlib.Path) -> None:
