@@ -234,6 +234,7 @@ def test_recompute_is_bounded(tmp_path: pathlib.Path, monkeypatch: pytest.Monkey
     # A budget that runs out inside the engine (here: while it loads the
     # workbook) leaves every value uncomputed, and the parse still succeeds.
     monkeypatch.setattr(xlsx_recalc, "MAX_WORKBOOK_CELLS", 1000)
+    monkeypatch.setattr(xlsx_recalc, "MAX_FORMULAS", 1000)
     monkeypatch.setattr(xlsx_recalc, "TIME_BUDGET_S", 0.000_001)
     _, units = parse(path)
     lines = units[0].text.splitlines()
