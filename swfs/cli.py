@@ -411,7 +411,9 @@ native files (read and write them as usual) there are three read-only trees:
   .parsed/<path>/     text of every document, one file per unit:
                       page-0001.md (PDF pages), sheet-<Name>.md (spreadsheets,
                       one line per cell: `Sheet1!B12 = 1200`, formulas as
-                      `Sheet1!C12 = =B12*2 -> 2400`), slide-001.md, document.md,
+                      `Sheet1!C12 = =B12*2 -> 2400`, or `-> 2700 (computed)`
+                      where the file holds no value and swfs computed it),
+                      slide-001.md, document.md,
                       content.txt.  Search with `grep -rn PATTERN .parsed/`:
                       the file name of a hit is its page/sheet/slide.
   .review/            SUMMARY.md and ALL.diff: what changed since the
