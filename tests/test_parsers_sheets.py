@@ -330,3 +330,22 @@ def test_empty_sheet_says_so(tmp_path: pathlib.Path) -> None:
         [],
     )
     assert cells.EMPTY_SHEET not in by_unit(units)["sheet-Full.md"]
+
+
+def test_broken_comments_part_keeps_the_cells(
+    excel_like: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    path = tmp_path / "broken-notes.xlsx"
+    with zipfile.ZipFile(excel_like) as src, zipfile.ZipFile(path, "w") as dst:
+        names = [i.filename for i in src.infolist()]
+        assert "xl/comments1.xml" in names
+        for item in src.infolist():
+            data = src.read(item)
+            if item.filename == "xl/comments1.xml":
+                data = data[: len(data) // 2]  # cut mid-element: the root starts, the rest is gone
+            dst.writestr(item, data)
+    _, units = parse(path)
+    lines = by_unit(units)["sheet-Data.md"]
+    assert "Data!B5 = =SUM(B2:B4) -> 2500" in lines
+    assert any(line.startswith("# notes unreadable: ") for line in lines), lines
+    assert not any(" note by " in line for line in lines)
