@@ -349,3 +349,12 @@ def test_broken_comments_part_keeps_the_cells(
     assert "Data!B5 = =SUM(B2:B4) -> 2500" in lines
     assert any(line.startswith("# notes unreadable: ") for line in lines), lines
     assert not any(" note by " in line for line in lines)
+
+
+def test_web_export_named_xls_is_left_to_the_text_parsers(tmp_path: pathlib.Path) -> None:
+    """Web apps export HTML tables named .xls; no OLE magic, so not ours."""
+    path = tmp_path / "export.xls"
+    path.write_text("<html><body><table><tr><td>Revenue</td><td>1200</td></tr></table>")
+    kind, units = parse(path)
+    assert kind != "spreadsheet"
+    assert "Revenue" in units[0].text
