@@ -23,8 +23,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 
 from parsers import cells
 from parsers._common import describe, quiet
@@ -40,8 +39,7 @@ TIME_BUDGET_S = 20.0
 _UNKNOWN = re.compile(r"Function (\w[\w.]*) is not implemented")
 
 
-@dataclass(frozen=True)
-class Pending:
+class Pending(NamedTuple):  # a tuple: one is made per formula without a value, cheaply
     ref: str  # the sheet as a cell address spells it
     coord: str
     fmt: cells.NumberFormat
