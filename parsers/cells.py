@@ -173,6 +173,9 @@ def hidden_line(state: str) -> str:
     return "# hidden sheet"
 
 
+EMPTY_SHEET = "# empty sheet: no cells with a value"
+
+
 def merged_line(ref: str, cell_range: str) -> str:
     return f"{ref}!{cell_range} merged"
 
@@ -259,6 +262,11 @@ def parse_cell(rest: str) -> Cell:
         formula, cached = split_formula(rest)
         return Cell(value=cached, formula=formula)
     return Cell(value=rest)
+
+
+def count_cells(text: str) -> int:
+    """Cell lines in a sheet unit (annotation lines are not cells)."""
+    return sum(1 for _ in CELL_LINE.finditer(text))
 
 
 def parse_cell_lines(text: str) -> dict[str, Cell]:

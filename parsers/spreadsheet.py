@@ -21,7 +21,7 @@ from parsers._common import TextBudget, describe, quiet
 log = logging.getLogger(__name__)
 
 _SCAN_FACTOR = 4
-_ZIPPED = frozenset({".xlsb", ".ods"})
+_ZIPPED = frozenset({".xlsb", ".ods", ".ots"})
 
 
 def _col(n: int) -> str:
@@ -45,7 +45,11 @@ class SpreadsheetParser(Parser):
     extensions: ClassVar[frozenset[str]] = frozenset({".xls", ".xlt", ".xlsb", ".ods", ".ots"})
 
     def accepts(self, info: FileInfo) -> bool:
-        return info.extension in self.extensions
+        # By magic too: web exports named .xls are often HTML or CSV, which
+        # the text parsers read better than a "cannot detect" failure here.
+        if info.extension in _ZIPPED:
+            return info.head.startswith(zipguard.ZIP_MAGIC)
+        return info.extension in self.extensions and info.head.startswith(zipguard.OLE_MAGIC)
 
     def parse(self, path: str, info: FileInfo, options: ParseOptions) -> list[Unit]:
         if info.extension in _ZIPPED:
@@ -106,9 +110,8 @@ def _units(wb: Any, options: ParseOptions) -> list[Unit]:
                     out.write("\n")
             for start, end in sheet.merged_cell_ranges or ():
                 out.write(cells.merged_line(ref, _range(start, end)) + "\n")
-        units.append(
-            Unit(cells.sheet_unit_name(name, taken), out.getvalue(), cells.sheet_locator(name))
-        )
+        text = out.getvalue() or cells.EMPTY_SHEET + "\n"
+        units.append(Unit(cells.sheet_unit_name(name, taken), text, cells.sheet_locator(name)))
     if not units:
         raise ParseFailed("no sheets in the workbook")
     log.debug("spreadsheet: %d sheets, %d cells", len(units), count)

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import functools
 import io
 import logging
 import os
@@ -37,7 +38,7 @@ import tempfile
 import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import IO, Any, ClassVar
+from typing import IO, Any, ClassVar, TypeVar
 
 import openpyxl
 from openpyxl.styles.numbers import BUILTIN_FORMATS, BUILTIN_FORMATS_MAX_SIZE
@@ -51,6 +52,7 @@ from parsers._common import TextBudget, describe, quiet
 from parsers.xlsx_recalc import Pending
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # Rows are padded with empty cells up to their last cell; a hostile sheet can
 # put one cell in column XFD on every row.  Empty slots count at this rate.
@@ -288,10 +290,8 @@ def _workbook_units(
         ref = cells.sheet_ref(name)
         extra = [cells.merged_line(ref, m) for m in info.merged]
         if entry is not None and entry.part is not None:
-            extra.extend(
-                cells.note_line(ref, coord, text, author)
-                for coord, author, text in xlsx_parts.comments(zf, entry.part)
-            )
+            notes = _extra("notes", functools.partial(xlsx_parts.comments, zf, entry.part), extra)
+            extra.extend(cells.note_line(ref, c, text, who) for c, who, text in notes)
         for line in extra:
             out.write(budget.add(line) + "\n")
         texts.append((name, out.getvalue(), info.pending))
@@ -306,12 +306,23 @@ def _workbook_units(
     for i, (name, text, ps) in enumerate(texts):
         entry = entries.get(name)
         if entry is not None and entry.part is not None:
-            charts = xlsx_parts.chart_lines(zf, entry.part, resolve)
+            charts: list[str] = []
+            charts.extend(
+                _extra(
+                    "charts",
+                    functools.partial(xlsx_parts.chart_lines, zf, entry.part, resolve),
+                    charts,
+                )
+            )
             if charts:
                 texts[i] = (name, text + budget.add("\n".join(charts) + "\n"), ps)
 
     units = [
-        Unit(cells.sheet_unit_name(name, taken), text, cells.sheet_locator(name))
+        Unit(
+            cells.sheet_unit_name(name, taken),
+            text or cells.EMPTY_SHEET + "\n",  # a view that says why it is empty
+            cells.sheet_locator(name),
+        )
         for name, text, _ in texts
     ]
     names = _names_text(pkg, wb.sheetnames)
@@ -319,6 +330,17 @@ def _workbook_units(
         units.append(Unit(NAMES_UNIT, budget.add(names), "names"))
     log.debug("xlsx: %d sheets, %d cells, %d computed", len(texts), counter.cells, len(pending))
     return units
+
+
+def _extra(what: str, read: Callable[[], list[T]], notes: list[str]) -> list[T]:
+    """``read()``, or nothing plus a line in ``notes`` saying why: a broken
+    comments or chart part must not cost the sheet its cells."""
+    try:
+        return read()
+    except Exception as exc:  # ElementTree.ParseError, a bad zip member, ...
+        log.debug("xlsx: %s unreadable", what, exc_info=True)
+        notes.append(f"# {what} unreadable: {describe(exc)}")
+        return []
 
 
 class _RangeResolver:
@@ -406,8 +428,6 @@ class XlsxParser(Parser):
             with quiet(), contextlib.ExitStack() as stack:
                 zf = stack.enter_context(zipfile.ZipFile(path))
                 pkg = xlsx_parts.read_package(zf)
-                if len(pkg.sheets) > cells.MAX_SHEETS:
-                    raise ParseFailed(f"too many sheets ({len(pkg.sheets)} > {cells.MAX_SHEETS})")
                 source = path
                 if pkg.strict:
                     tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="swfs-xlsx-"))

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from xml.etree import ElementTree
 
 from parsers import cells
+from parsers._base import ParseFailed
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +114,9 @@ def read_package(zf: zipfile.ZipFile) -> Package:
     root = ElementTree.fromstring(raw) if raw else None
     if root is None:
         return pkg
+    count = sum(1 for el in root.iter() if _local(el.tag) == "sheet")
+    if count > cells.MAX_SHEETS:  # before resolving a relationship per sheet
+        raise ParseFailed(f"too many sheets ({count} > {cells.MAX_SHEETS})")
     targets = {rid: (kind, target) for rid, kind, target in _rels(zf, book)}
     for el in root.iter():
         tag = _local(el.tag)

@@ -19,10 +19,11 @@ import contextlib
 import datetime
 import logging
 import re
+import signal
+import threading
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import IO, Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import IO, Any, NamedTuple
 
 from parsers import cells
 from parsers._common import describe, quiet
@@ -38,8 +39,7 @@ TIME_BUDGET_S = 20.0
 _UNKNOWN = re.compile(r"Function (\w[\w.]*) is not implemented")
 
 
-@dataclass(frozen=True)
-class Pending:
+class Pending(NamedTuple):  # a tuple: one is made per formula without a value, cheaply
     ref: str  # the sheet as a cell address spells it
     coord: str
     fmt: cells.NumberFormat
@@ -53,27 +53,71 @@ def compute(
     if total_cells > MAX_WORKBOOK_CELLS:
         reason = f"workbook over {MAX_WORKBOOK_CELLS} cells"
         return [cells.not_computed(reason)] * len(pending)
-    try:
-        with quiet():
-            compiler = _compiler(stream)
-    except Exception as exc:  # pycel or openpyxl on a workbook they cannot load
-        log.debug("recalc: cannot load the workbook", exc_info=True)
-        return [cells.not_computed(f"formula engine: {describe(exc)}")] * len(pending)
-    deadline = time.monotonic() + TIME_BUDGET_S
     out: list[str] = []
+    late = cells.not_computed(f"time limit of {TIME_BUDGET_S:g} s reached")
     pycel_log = logging.getLogger("pycel")
     level, pycel_log.disabled = pycel_log.disabled, True
     try:
-        for i, cell in enumerate(pending):
-            if i >= MAX_FORMULAS:
-                out.append(cells.not_computed(f"more than {MAX_FORMULAS} formulas to compute"))
-            elif time.monotonic() > deadline:
-                out.append(cells.not_computed(f"time limit of {TIME_BUDGET_S:g} s reached"))
-            else:
-                out.append(_one(compiler, cell, epoch))
+        # Imported before the timer is armed: an import cut short by it could
+        # leave a half-initialised module behind for the next parse.
+        import pycel  # noqa: F401
+        import pycel.excelformula  # noqa: F401
+
+        with _deadline(TIME_BUDGET_S) as expired:
+            try:
+                with quiet():
+                    compiler = _compiler(stream)
+            except _Expired:
+                raise
+            except Exception as exc:  # pycel or openpyxl on a workbook they cannot load
+                log.debug("recalc: cannot load the workbook", exc_info=True)
+                return [cells.not_computed(f"formula engine: {describe(exc)}")] * len(pending)
+            for i, cell in enumerate(pending):
+                if i >= MAX_FORMULAS:
+                    out.append(cells.not_computed(f"more than {MAX_FORMULAS} formulas to compute"))
+                elif expired():
+                    out.append(late)
+                else:
+                    out.append(_one(compiler, cell, epoch))
+    except _Expired:  # one evaluation (or the load) ran past the budget
+        pass
     finally:
         pycel_log.disabled = level
-    return out
+    return out + [late] * (len(pending) - len(out))
+
+
+class _Expired(BaseException):
+    """Raised from a timer signal: a BaseException, so that the engine's and
+    pycel's ``except Exception`` handlers let it through."""
+
+
+@contextlib.contextmanager
+def _deadline(seconds: float) -> Iterator[Callable[[], bool]]:
+    """A deadline checked between evaluations and, where this runs on the
+    main thread (a parse worker), enforced inside one by SIGALRM: a single
+    formula over a huge range must not use up the worker's whole timeout,
+    which would fail the file instead of leaving one value uncomputed."""
+    end = time.monotonic() + seconds
+    # Never on top of someone else's timer (a test runner's timeout, say).
+    armed = (
+        threading.current_thread() is threading.main_thread()
+        and signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+        and signal.getsignal(signal.SIGALRM) in (signal.SIG_DFL, signal.SIG_IGN, None)
+    )
+    previous: Any = None
+    if armed:
+
+        def expire(_signum: int, _frame: Any) -> None:
+            raise _Expired
+
+        previous = signal.signal(signal.SIGALRM, expire)
+        signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield lambda: time.monotonic() > end
+    finally:
+        if armed:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
 
 
 def _compiler(stream: IO[bytes]) -> Any:

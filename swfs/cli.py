@@ -411,8 +411,10 @@ native files (read and write them as usual) there are three read-only trees:
   .parsed/<path>/     text of every document, one file per unit:
                       page-0001.md (PDF pages), sheet-<Name>.md (spreadsheets,
                       one line per cell: `Sheet1!B12 = 1200`, formulas as
-                      `Sheet1!C12 = =B12*2 -> 2400`), slide-001.md,
-                      section-001.md (Word, one per heading), document.md,
+                      `Sheet1!C12 = =B12*2 -> 2400`, or `-> 2700 (computed)`
+                      where the file holds no value and swfs computed it),
+                      slide-001.md, section-001.md (Word, one per heading),
+                      document.md,
                       content.txt.  Search with `grep -rn PATTERN .parsed/`:
                       the file name of a hit is its page/sheet/slide/section
                       (a section's header gives its heading path).

@@ -31,8 +31,12 @@ order, then row and column order::
 A side with a formula is shown as ``=<formula> -> <cached value>`` (or just
 ``=<formula>`` when the file holds no cached value), and then the two sides are
 separated by ``  =>  `` (two spaces each side) instead of `` -> ``, so the
-arrow inside a side cannot be mistaken for the change.  Sheet names that need
-it are quoted as in the parsed units (``'It''s'!A1``).
+arrow inside a side cannot be mistaken for the change.  A value the parser
+computed keeps its mark (``-> 2700 (computed)``).  Cells are read with
+``parsers.cells``, the module that writes them, and sheet names come from
+the units' locators, so addresses are the parsed units' own
+(``'It''s'!A1``, ``'A/B'!B2``); lines that describe a sheet rather than a
+cell (merged ranges, notes, charts) are not compared.
 
 Rows are also aligned by their content, ignoring the row number (formulas
 compared relative to their own row), and where that explains the change in

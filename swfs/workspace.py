@@ -26,6 +26,7 @@ import lmdb
 
 from parsers import registry
 from parsers._base import FileInfo
+from parsers.cells import count_cells
 
 from .api import (
     Access,
@@ -838,7 +839,7 @@ class Workspace:
                         out["slides"] += 1
                     elif kind == "sheet":
                         out["sheets"] += 1
-                        out["cells"] += str(text).count("\n")  # one line per cell
+                        out["cells"] += count_cells(str(text))
         return out
 
     # ------------------------------------------------------------- baseline

@@ -65,3 +65,19 @@ def test_openpyxl_edit_makes_the_computed_value_greppable(sample: Engine) -> Non
     diff = (sample.review_diff(rel) or b"").decode()
     assert "Sheet1!B12: 1200 -> 1350" in diff
     assert "Sheet1!C12: =B12*2 -> 2400  =>  =B12*2 -> 2700 (computed)" in diff
+
+
+def test_cell_counts_leave_out_annotation_lines(tmp_path: Path) -> None:
+    """Hidden-sheet marks, merged ranges, notes, charts and empty-sheet lines
+    are not cells: the cells the engine counts are the ones openpyxl sees."""
+    from tests import sheetgen
+
+    src = tmp_path / "ws"
+    src.mkdir()
+    path = sheetgen.excel_like_xlsx(src / "report.xlsx")
+    wb = openpyxl.load_workbook(path)
+    values = sum(c.value is not None for ws in wb.worksheets for row in ws.iter_rows() for c in row)
+    with Engine.open(src, config=Config(rescan_interval=0)) as eng:
+        trio.run(eng.drain)
+        assert eng.counts()["current"] == 1
+        assert eng.content_counts()["cells"] == values

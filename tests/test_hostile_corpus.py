@@ -24,7 +24,7 @@ Outcomes expected, per kind (the table ``CORPUS`` below is the reference):
 | declared-size bomb | huge.docx | failed ("zip bomb") |
 | encrypted zip members | zipcrypto.xlsx | failed |
 | OLE-encrypted OOXML | locked.xlsx/.docx | failed ("encrypted") |
-| legacy OLE (not encrypted) | old.xls | unsupported |
+| OLE container with no workbook in it | old.xls | failed ("unreadable spreadsheet") |
 | CSV named .xlsx | fake.xlsx | failed ("not a zip") |
 | random bytes .docx | noise.docx | failed |
 | PDF named .docx | pdf.docx | current (sniffed as PDF, its text) or failed |
@@ -273,7 +273,11 @@ CORPUS: dict[str, tuple[Callable[[Path], Path], frozenset[str], str]] = {
     "zipcrypto.xlsx": (zipcrypto_xlsx, FAILED, ""),
     "locked.xlsx": ((lambda d: docgen.ole_named(d, "locked.xlsx")), FAILED, "encrypted"),
     "locked.docx": ((lambda d: docgen.ole_named(d, "locked.docx")), FAILED, "encrypted"),
-    "old.xls": (_bytes("old.xls", docgen.OLE_MAGIC + bytes(4000) + b"xls"), UNSUPPORTED, ""),
+    "old.xls": (
+        _bytes("old.xls", docgen.OLE_MAGIC + bytes(4000) + b"xls"),
+        FAILED,
+        "unreadable spreadsheet",
+    ),
     "fake.xlsx": (docgen.non_zip_xlsx, FAILED, "zip"),
     "noise.docx": (docgen.random_docx, FAILED, ""),
     "pdf.docx": (pdf_docx, EITHER, ""),

@@ -7,7 +7,6 @@ must not appear anywhere.
 from __future__ import annotations
 
 import pathlib
-import time
 import zipfile
 
 import pytest
@@ -232,6 +231,17 @@ def test_recompute_is_bounded(tmp_path: pathlib.Path, monkeypatch: pytest.Monkey
     monkeypatch.setattr(xlsx_recalc, "MAX_WORKBOOK_CELLS", 4)
     _, units = parse(path)
     assert "Sheet!B1 = =A1*10 -> ? (not computed: workbook over 4 cells)" in units[0].text
+    # A budget that runs out inside the engine (here: while it loads the
+    # workbook) leaves every value uncomputed, and the parse still succeeds.
+    monkeypatch.setattr(xlsx_recalc, "MAX_WORKBOOK_CELLS", 1000)
+    monkeypatch.setattr(xlsx_recalc, "MAX_FORMULAS", 1000)
+    monkeypatch.setattr(xlsx_recalc, "TIME_BUDGET_S", 0.000_001)
+    _, units = parse(path)
+    lines = units[0].text.splitlines()
+    late = "? (not computed: time limit of 1e-06 s reached)"
+    assert [line for line in lines if "=A" in line] == [
+        f"Sheet!B{row} = =A{row}*10 -> {late}" for row in range(1, 5)
+    ]
 
 
 def test_renamed_sheet_address_is_the_same_in_diff(tmp_path: pathlib.Path) -> None:
@@ -278,14 +288,11 @@ def test_renamed_sheet_address_is_the_same_in_diff(tmp_path: pathlib.Path) -> No
 # -- bounds
 
 
-FAST = 5.0
-
-
 def failed(path: pathlib.Path, **limits: int) -> str:
-    started = time.monotonic()
+    """The one-line reason.  No wall-clock bound here (the machine may be
+    busy): each of these stops before the work it refuses, not after it."""
     with pytest.raises(ParseFailed) as caught:
         parse(path, **limits)
-    assert time.monotonic() - started < FAST
     message = str(caught.value)
     assert "\n" not in message
     return message
@@ -306,3 +313,48 @@ def test_shared_string_fanout_hits_the_text_budget(tmp_path: pathlib.Path) -> No
 def test_hundred_thousand_sheets(tmp_path: pathlib.Path) -> None:
     message = failed(sheetgen.many_sheets_xlsx(tmp_path / "sheets.xlsx"))
     assert message == f"too many sheets (100000 > {cells.MAX_SHEETS})"
+
+
+def test_empty_sheet_says_so(tmp_path: pathlib.Path) -> None:
+    import xlsxwriter
+
+    path = tmp_path / "empty.xlsx"
+    wb = xlsxwriter.Workbook(str(path))
+    wb.add_worksheet("Blank")
+    wb.add_worksheet("Full").write("A1", "x")
+    wb.close()
+    _, units = parse(path)
+    check(
+        units,
+        {"sheet-Blank.md": [cells.EMPTY_SHEET], "sheet-Full.md": ["Full!A1 = x"]},
+        [],
+    )
+    assert cells.EMPTY_SHEET not in by_unit(units)["sheet-Full.md"]
+
+
+def test_broken_comments_part_keeps_the_cells(
+    excel_like: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    path = tmp_path / "broken-notes.xlsx"
+    with zipfile.ZipFile(excel_like) as src, zipfile.ZipFile(path, "w") as dst:
+        names = [i.filename for i in src.infolist()]
+        assert "xl/comments1.xml" in names
+        for item in src.infolist():
+            data = src.read(item)
+            if item.filename == "xl/comments1.xml":
+                data = data[: len(data) // 2]  # cut mid-element: the root starts, the rest is gone
+            dst.writestr(item, data)
+    _, units = parse(path)
+    lines = by_unit(units)["sheet-Data.md"]
+    assert "Data!B5 = =SUM(B2:B4) -> 2500" in lines
+    assert any(line.startswith("# notes unreadable: ") for line in lines), lines
+    assert not any(" note by " in line for line in lines)
+
+
+def test_web_export_named_xls_is_left_to_the_text_parsers(tmp_path: pathlib.Path) -> None:
+    """Web apps export HTML tables named .xls; no OLE magic, so not ours."""
+    path = tmp_path / "export.xls"
+    path.write_text("<html><body><table><tr><td>Revenue</td><td>1200</td></tr></table>")
+    kind, units = parse(path)
+    assert kind != "spreadsheet"
+    assert "Revenue" in units[0].text
