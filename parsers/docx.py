@@ -36,7 +36,8 @@ Inside a unit:
 * checkboxes, content-control and legacy form ones, as ``[x]`` / ``[ ]``; a
   form drop-down as its chosen entry;
 * text boxes (DrawingML and VML) as blocks after the paragraph that anchors
-  them (in a table cell: inside the cell);
+  them (in a table cell: inside the cell); a picture's alt text as
+  ``[image: ...]``;
 * footnotes ``[^1]``, endnotes ``[^e1]`` and comments ``[^c1]`` marked where
   they are referenced and listed, one a line, at the end of that unit:
   ``[^1]: text``, ``[^c1]: comment by Dana on "the anchored words": text``.
@@ -68,6 +69,7 @@ log = logging.getLogger(__name__)
 W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
 W14 = "{http://schemas.microsoft.com/office/word/2010/wordml}"
 MC = "{http://schemas.openxmlformats.org/markup-compatibility/2006}"
+WP = "{http://schemas.openxmlformats.org/drawingml/2006/wordprocessingDrawing}"
 _OFFICE_DOCUMENT = "/officeDocument"
 
 # Block-level wrappers whose children are paragraphs and tables again.
@@ -116,7 +118,8 @@ _CHARS = {
     _NOTE,
     _COMMENT_START,
     _COMMENT_END,
-) = range(13)
+    _ALT,
+) = range(14)
 _INLINE: dict[str, int] = {
     W + "t": _TEXT,
     W + "delText": _TEXT,
@@ -133,6 +136,7 @@ _INLINE: dict[str, int] = {
     **dict.fromkeys(_NOTE_REFS, _NOTE),
     W + "commentRangeStart": _COMMENT_START,
     W + "commentRangeEnd": _COMMENT_END,
+    WP + "docPr": _ALT,
 }
 _HEADING = re.compile(r"heading\s*([1-9])")
 _TRUE = frozenset({"1", "true", "on"})
@@ -350,7 +354,10 @@ class _Reader:
                     out("\n")  # a paragraph inside a flattened cell or text box
                 stack.append(iter(child))
             elif clean:
-                continue  # note marks and comment ranges hold no text
+                continue  # note marks, comment ranges and alt text are no heading text
+            elif kind == _ALT:
+                if alt := " ".join((child.get("descr") or "").split()):
+                    out(f"[image: {alt}]")
             elif kind == _NOTE:
                 out(f"[^{self.ref(_NOTE_REFS[child.tag], child.get(W + 'id', ''))}]")
             elif kind == _COMMENT_START:

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import io
 import pathlib
+import struct
 import zipfile
+import zlib
 
 W_NS = "http://schemas.openxmlformats.org/wordprocessingml/2006/main"
 R_NS = "http://schemas.openxmlformats.org/officeDocument/2006/relationships"
@@ -57,6 +59,21 @@ def _with_parts(
     return out.getvalue()
 
 
+def tiny_png(path: pathlib.Path) -> pathlib.Path:
+    """A 2x2 grey PNG (what a picture's bytes are does not matter here)."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        body = kind + data
+        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+
+    header = struct.pack(">IIBBBBB", 2, 2, 8, 0, 0, 0, 0)
+    pixels = zlib.compress(b"\x00\x80\x80" * 2)
+    path.write_bytes(
+        b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", pixels) + chunk(b"IEND", b"")
+    )
+    return path
+
+
 # -- Word -----------------------------------------------------------------------------------
 
 
@@ -81,6 +98,9 @@ def written_docx(directory: pathlib.Path) -> pathlib.Path:
     doc.add_heading('Q1/Q2 "true-up"', level=2)
     doc.add_paragraph("Reconciled twice a year.")
     doc.add_heading("Clause 8", level=1)
+    picture = doc.add_picture(str(tiny_png(directory / "signature-block.png")))
+    # python-docx has no alt-text property; Word keeps alt text in docPr/@descr.
+    picture._inline.docPr.set("descr", "Signatures of both parties")
     table = doc.add_table(rows=3, cols=3)
     table.cell(0, 0).text, table.cell(0, 1).text, table.cell(0, 2).text = "Item", "Qty", "Price"
     merged = table.cell(1, 0).merge(table.cell(1, 1))
@@ -294,6 +314,7 @@ def written_pptx(directory: pathlib.Path) -> pathlib.Path:
     inner = outer.shapes.add_group_shape()
     box = inner.shapes.add_textbox(Inches(6), Inches(5), Inches(3), Inches(1))
     box.text_frame.text = "Grouped caption text"
+    inner.shapes.add_picture(str(tiny_png(directory / "org-chart.png")), Inches(6), Inches(6))
     pie = CategoryChartData()
     pie.categories = ["Licences", "Services"]
     pie.add_series("Mix", (70, 30))

@@ -77,6 +77,7 @@ CONTRACT: list[Vector] = [
             "| Item | Qty | Price |\n| --- | --- | --- |\n",
             "| Setup fee |  | 900 |\n",  # merged over two columns: the price stays third
             "| Licence | 3 | 1200 |",
+            "[image: Signatures of both parties]",
         ],
         ["ACME CONFIDENTIAL", "Contract 2024-117"],
     ),
@@ -372,6 +373,7 @@ RESULTS: list[Vector] = [
             "### Chart: Revenue mix\n\n| Category | Mix |\n| --- | --- |\n| Licences | 70 |\n"
             "| Services | 30 |",
             "Grouped caption text",
+            "[image: org-chart.png]",
         ],
         ["Ines Braga", "hiring freeze", "| X |"],
     ),
