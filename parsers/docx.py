@@ -179,7 +179,7 @@ class _Styles:
             level, current = self.known[current]
             if level is not None:
                 break
-        if not self.known.get(style_id):
+        if style_id not in self.known:
             level = _level_of_name(style_id)  # no styles part: ids are usually the names
         self.levels[style_id] = level
         return level
@@ -230,7 +230,9 @@ def _form_field(begin: Element) -> str:
     choices = data.find(W + "ddList")
     if choices is not None:
         entries = [e.get(W + "val", "") for e in choices.findall(W + "listEntry")]
-        chosen = choices.find(W + "result") or choices.find(W + "default")
+        chosen = choices.find(W + "result")
+        if chosen is None:
+            chosen = choices.find(W + "default")
         try:
             index = int(chosen.get(W + "val", "0")) if chosen is not None else 0
         except ValueError:

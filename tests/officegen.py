@@ -182,6 +182,18 @@ def _form_checkbox(checked: bool, label: str) -> str:
     )
 
 
+def _form_dropdown(entries: list[str], chosen: int, label: str) -> str:
+    items = "".join(f'<w:listEntry w:val="{e}"/>' for e in entries)
+    return (
+        '<w:p><w:r><w:fldChar w:fldCharType="begin"><w:ffData><w:name w:val="Drop1"/><w:enabled/>'
+        f'<w:ddList><w:result w:val="{chosen}"/>{items}</w:ddList></w:ffData></w:fldChar></w:r>'
+        '<w:r><w:instrText xml:space="preserve"> FORMDROPDOWN </w:instrText></w:r>'
+        '<w:r><w:fldChar w:fldCharType="separate"/></w:r>'
+        '<w:r><w:fldChar w:fldCharType="end"/></w:r>'
+        f"{_r(' ' + label)}</w:p>"
+    )
+
+
 def _text_box(text: str) -> str:
     """A DrawingML text box with Word's VML fallback holding the same text."""
     content = f"<w:txbxContent>{_p(_r(text))}</w:txbxContent>"
@@ -253,6 +265,7 @@ def raw_docx(directory: pathlib.Path) -> pathlib.Path:
         + _checkbox(False, "Countersigned by legal")
         + _form_checkbox(True, "Legacy approved")
         + _form_checkbox(False, "Legacy rejected")
+        + _form_dropdown(["Monthly", "Quarterly", "Yearly"], 1, "billing cycle")
         + _text_box("Callout: fees are reviewed yearly")
         + _vml_text_box("Old style box text")
         + '<w:sectPr><w:pgSz w:w="12240" w:h="15840"/></w:sectPr>'

@@ -191,11 +191,12 @@ RAW: list[Vector] = [
             "[ ] Countersigned by legal",
             "[x] Legacy approved",
             "[ ] Legacy rejected",
+            "Quarterly billing cycle",
             "Anchor paragraph.\n\nCallout: fees are reviewed yearly\n",
             "Old style box text",
             "[^e2]: An endnote nothing cites.",  # unreferenced: listed last, not lost
         ],
-        ["☒", "☐", "FORMCHECKBOX", "Quadratic"],
+        ["☒", "☐", "FORMCHECKBOX", "FORMDROPDOWN", "Monthly", "Yearly", "Quadratic"],
     ),
 ]
 
@@ -544,4 +545,33 @@ def test_docx_comment_spanning_paragraphs(tmp_path: pathlib.Path) -> None:
         "Alpha first half\n\nsecond half[^c1] omega\n\n"
         '[^c1]: comment by Mei on "first half second half": Both paragraphs?\n'
         "[^c2]: comment: Never referenced.\n"
+    )
+
+
+def test_docx_headings_from_based_on_styles_and_outline_levels(tmp_path: pathlib.Path) -> None:
+    import docx
+    from docx.enum.style import WD_STYLE_TYPE
+
+    doc = docx.Document()
+    clause = doc.styles.add_style("Clause Head", WD_STYLE_TYPE.PARAGRAPH)
+    clause.base_style = doc.styles["Heading 1"]
+    plain = doc.styles.add_style("Fine Print", WD_STYLE_TYPE.PARAGRAPH)
+    plain.base_style = doc.styles["Normal"]
+    doc.add_paragraph("Clause 9", style="Clause Head")
+    doc.add_paragraph("Not a heading", style="Fine Print")
+    outlined = doc.add_paragraph("Schedule A")
+    level = outlined._p.get_or_add_pPr().makeelement(docx.oxml.ns.qn("w:outlineLvl"), {})
+    level.set(docx.oxml.ns.qn("w:val"), "1")
+    outlined._p.get_or_add_pPr().append(level)
+    doc.add_paragraph("Body under schedule A.")
+    path = tmp_path / "styled.docx"
+    doc.save(str(path))
+    units = parse(path)
+    assert [u.locator for u in units] == ["h=Clause 9", "h=Clause 9/Schedule A"]
+    check(
+        units,
+        [
+            ("h=Clause 9", ["# Clause 9\n", "Not a heading"], ["# Not a heading", "Schedule"]),
+            ("h=Clause 9/Schedule A", ["## Schedule A\n", "Body under schedule A."], []),
+        ],
     )
