@@ -12,13 +12,16 @@ markitdown gives, so an agent that knows one reads the other::
     | North | 1.2 | 1.5 |
 
 Axis titles follow as ``Axis: ...`` lines.  Values are the cached strings as
-stored (``1500000``, not ``1.5M``): that is what grep can match.  A scatter
+stored (``1500000``, not ``1.5M``): that is what grep can match; a date axis's
+day numbers are shown as ISO dates (``2024-03-31``).  A scatter
 chart's x values are its first column.  Series of every plot in the chart (a
 bar-and-line combination) share the table.
 """
 
 from __future__ import annotations
 
+import datetime
+import re
 from xml.etree.ElementTree import Element
 
 from parsers._ooxml import markdown_table
@@ -64,14 +67,34 @@ def _points(ref: Element | None) -> dict[int, str]:
 
 def _pts(element: Element) -> dict[int, str]:
     found = {}
+    code = next(element.iter(C + "formatCode"), None)
+    shared = code.text if code is not None else None
     for pt in element.iter(C + "pt"):
         try:
             idx = int(pt.get("idx", ""))
         except ValueError:
             continue
         if 0 <= idx < MAX_ROWS:
-            found[idx] = pt.findtext(C + "v") or ""
+            value = pt.findtext(C + "v") or ""
+            found[idx] = _as_date(value, pt.get("formatCode") or shared)
     return found
+
+
+_QUOTED = re.compile(r'"[^"]*"|\[[^]]*\]|\\.')
+_EPOCH = datetime.datetime(1899, 12, 30)
+
+
+def _as_date(value: str, format_code: str | None) -> str:
+    """A date axis caches serial day numbers; show them as the dates they are."""
+    if not format_code or not re.search(r"[dmy]", _QUOTED.sub("", format_code).lower()):
+        return value
+    try:
+        when = _EPOCH + datetime.timedelta(days=float(value))
+    except (ValueError, OverflowError):
+        return value
+    if when.time() == datetime.time(0):
+        return when.date().isoformat()
+    return when.isoformat(sep=" ", timespec="minutes")
 
 
 def _series_name(ser: Element, number: int) -> str:

@@ -9,6 +9,7 @@ text boxes, 2016 charts, SmartArt).
 
 from __future__ import annotations
 
+import datetime
 import io
 import pathlib
 import struct
@@ -350,6 +351,10 @@ def written_pptx(directory: pathlib.Path) -> pathlib.Path:
     second.shapes.add_chart(
         XL_CHART_TYPE.XY_SCATTER, Inches(0.5), Inches(3), Inches(5), Inches(3), xy
     )
+    dated = CategoryChartData()  # date categories: python-pptx writes a date axis
+    dated.categories = [datetime.date(2024, 3, 31), datetime.date(2024, 6, 30)]
+    dated.add_series("Backlog", (410, 388))
+    second.shapes.add_chart(XL_CHART_TYPE.LINE, Inches(6), Inches(3), Inches(3), Inches(3), dated)
     notes = second.notes_slide.notes_text_frame
     assert notes is not None
     notes.text = "Mention the hiring freeze."

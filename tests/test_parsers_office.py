@@ -384,9 +384,11 @@ RESULTS: list[Vector] = [
             "# Detail\n",
             "| Region | Head |\n| --- | --- |\n| North | Ines Braga |",
             "### Chart\n\n| X | Fit |\n| --- | --- |\n| 0.5 | 7.25 |\n| 1.5 | 9.75 |",
+            # a date axis caches day numbers (45382): shown as dates
+            "| Category | Backlog |\n| --- | --- |\n| 2024-03-31 | 410 |\n| 2024-06-30 | 388 |",
             "## Notes\n\nMention the hiring freeze.",
         ],
-        ["Revenue", "Grouped caption"],
+        ["Revenue", "Grouped caption", "45382"],
     ),
 ]
 
