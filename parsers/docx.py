@@ -401,7 +401,8 @@ class _Reader:
         """Render the blocks of ``container`` into the current section, opening
         a new section at each heading (when ``headings``)."""
         if depth > _MAX_BOX_DEPTH:
-            raise ParseFailed("Word document too deeply nested (text boxes)")
+            self._add(self.inline(container).strip())  # deeper boxes: their text, flattened
+            return
         for child in container:
             tag = child.tag
             if tag == W + "p":

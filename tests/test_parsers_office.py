@@ -577,3 +577,21 @@ def test_docx_headings_from_based_on_styles_and_outline_levels(tmp_path: pathlib
             ("h=Clause 9/Schedule A", ["## Schedule A\n", "Body under schedule A."], []),
         ],
     )
+
+
+def test_docx_text_boxes_nested_deep_keep_their_text(tmp_path: pathlib.Path) -> None:
+    depth = 40
+    opening = "<w:p><w:r><w:pict><v:shape><v:textbox><w:txbxContent>"
+    closing = "</w:txbxContent></v:textbox></v:shape></w:pict></w:r></w:p>"
+    body = (
+        opening * depth
+        + "<w:p><w:r><w:t>innermost box</w:t></w:r></w:p>"
+        + closing * depth
+        + "<w:p><w:r><w:t>after the boxes</w:t></w:r></w:p>"
+    )
+    body = body.replace(
+        "<w:p><w:r><w:pict>", '<w:p xmlns:v="urn:schemas-microsoft-com:vml"><w:r><w:pict>'
+    )
+    (unit,) = parse(_body_docx(tmp_path, body, "boxes.docx"))
+    assert unit.text.count("innermost box") == 1
+    assert unit.text.endswith("after the boxes\n")
