@@ -40,7 +40,8 @@ Inside a unit:
   ``[image: ...]``;
 * footnotes ``[^1]``, endnotes ``[^e1]`` and comments ``[^c1]`` marked where
   they are referenced and listed, one a line, at the end of that unit:
-  ``[^1]: text``, ``[^c1]: comment by Dana on "the anchored words": text``.
+  ``[^1]: text``, ``[^c1]: comment by Dana on "the anchored words": text``,
+  ``[^c2]: reply by Ravi to [^c1] (resolved): text``.
   Notes and comments nothing references are listed at the end of the last
   body unit, so no text in the file goes missing.
 
@@ -68,6 +69,7 @@ log = logging.getLogger(__name__)
 
 W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
 W14 = "{http://schemas.microsoft.com/office/word/2010/wordml}"
+W15 = "{http://schemas.microsoft.com/office/word/2012/wordml}"
 MC = "{http://schemas.openxmlformats.org/markup-compatibility/2006}"
 WP = "{http://schemas.openxmlformats.org/drawingml/2006/wordprocessingDrawing}"
 _OFFICE_DOCUMENT = "/officeDocument"
@@ -260,7 +262,8 @@ class _Notes:
     """Footnotes, endnotes and comments by id, and the labels given to them."""
 
     parts: dict[str, dict[str, Element]]
-    authors: dict[str, str] = field(default_factory=dict)
+    # comment id -> (the id of the comment it replies to, or None; resolved?)
+    threads: dict[str, tuple[str | None, bool]] = field(default_factory=dict)
     labels: dict[tuple[str, str], str] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
 
@@ -511,9 +514,14 @@ class _Reader:
                 anchor = " ".join(self.anchors.get(note_id, "").split())
                 if len(anchor) > _ANCHOR_LIMIT:
                     anchor = anchor[: _ANCHOR_LIMIT - 1].rstrip() + "…"
-                on = f' on "{anchor}"' if anchor else ""
+                parent, resolved = self.notes.threads.get(note_id, (None, False))
                 by = f" by {author}" if author else ""
-                lines.append(f"[^{label}]: comment{by}{on}: {text}")
+                if parent is not None:
+                    what = f"reply{by} to [^{self.notes.label('comment', parent)}]"
+                else:
+                    what = f"comment{by}" + (f' on "{anchor}"' if anchor else "")
+                done = " (resolved)" if resolved else ""
+                lines.append(f"[^{label}]: {what}{done}: {text}")
             else:
                 lines.append(f"[^{label}]: {text}")
         return self.budget.add("\n".join(lines))
@@ -534,7 +542,30 @@ def _note_parts(archive: zipfile.ZipFile, rels: Iterable[tuple[str, str]]) -> _N
                     if note.get(W + "type") in _SEPARATOR_NOTES:
                         continue
                     parts[name].setdefault(note.get(W + "id", ""), note)
-    return _Notes(parts)
+    return _Notes(parts, _threads(archive, rels, parts["comment"]))
+
+
+def _threads(
+    archive: zipfile.ZipFile, rels: Iterable[tuple[str, str]], comments: dict[str, Element]
+) -> dict[str, tuple[str | None, bool]]:
+    """Replies and resolved state (Word 2013 and later keep them in
+    ``commentsExtended.xml``, keyed by the paraId of a comment's last paragraph)."""
+    extended = next((m for k, m in rels if k.endswith("/commentsExtended")), None)
+    root = read_xml(archive, extended) if extended and comments else None
+    if root is None:
+        return {}
+    by_para = {}
+    for comment_id, comment in comments.items():
+        paragraphs = comment.findall(W + "p")
+        if paragraphs and (para := paragraphs[-1].get(W14 + "paraId")):
+            by_para[para] = comment_id
+    threads: dict[str, tuple[str | None, bool]] = {}
+    for entry in root.iter(W15 + "commentEx"):
+        found = by_para.get(entry.get(W15 + "paraId", ""))
+        if found is not None:
+            parent = by_para.get(entry.get(W15 + "paraIdParent", ""))
+            threads[found] = (parent, entry.get(W15 + "done") in _TRUE)
+    return threads
 
 
 _PAGE_PARTS = {

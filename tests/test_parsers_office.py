@@ -501,25 +501,39 @@ def test_docx_unclosed_comment_ranges_stay_cheap(tmp_path: pathlib.Path) -> None
     assert "word19999" in unit.text
 
 
-def test_docx_comment_spanning_paragraphs(tmp_path: pathlib.Path) -> None:
+def test_docx_comment_threads(tmp_path: pathlib.Path) -> None:
+    """A comment over two paragraphs, resolved, with a reply (Word 2013+ keeps
+    replies and the resolved state in commentsExtended.xml), and a comment
+    nothing references."""
     import io
 
     import docx
 
     w = officegen.W_NS
+    w14 = "http://schemas.microsoft.com/office/word/2010/wordml"
+    w15 = "http://schemas.microsoft.com/office/word/2012/wordml"
     comments = (
-        f'<?xml version="1.0" encoding="UTF-8"?><w:comments xmlns:w="{w}">'
-        '<w:comment w:id="3" w:author="Mei" w:initials="M"><w:p><w:r><w:t>Both paragraphs?'
+        f'<?xml version="1.0" encoding="UTF-8"?><w:comments xmlns:w="{w}" xmlns:w14="{w14}">'
+        '<w:comment w:id="3" w:author="Mei" w:initials="M"><w:p w14:paraId="1A2B3C4D">'
+        "<w:r><w:t>Both paragraphs?</w:t></w:r></w:p></w:comment>"
+        '<w:comment w:id="5" w:author="Ravi"><w:p w14:paraId="00000AAA"><w:r><w:t>Yes, both.'
         "</w:t></w:r></w:p></w:comment>"
         '<w:comment w:id="4" w:author=""><w:p><w:r><w:t>Never referenced.</w:t></w:r></w:p>'
         "</w:comment></w:comments>"
     )
+    extended = (
+        f'<?xml version="1.0" encoding="UTF-8"?><w15:commentsEx xmlns:w15="{w15}">'
+        '<w15:commentEx w15:paraId="1A2B3C4D" w15:done="1"/>'
+        '<w15:commentEx w15:paraId="00000AAA" w15:paraIdParent="1A2B3C4D" w15:done="0"/>'
+        "</w15:commentsEx>"
+    )
     body = (
         '<w:p><w:r><w:t xml:space="preserve">Alpha </w:t></w:r><w:commentRangeStart w:id="3"/>'
-        "<w:r><w:t>first half</w:t></w:r></w:p>"
+        '<w:commentRangeStart w:id="5"/><w:r><w:t>first half</w:t></w:r></w:p>'
         '<w:p><w:r><w:t>second half</w:t></w:r><w:commentRangeEnd w:id="3"/>'
-        '<w:r><w:commentReference w:id="3"/></w:r><w:r><w:t xml:space="preserve"> omega</w:t>'
-        "</w:r></w:p>"
+        '<w:r><w:commentReference w:id="3"/></w:r><w:commentRangeEnd w:id="5"/>'
+        '<w:r><w:commentReference w:id="5"/></w:r>'
+        '<w:r><w:t xml:space="preserve"> omega</w:t></w:r></w:p>'
     )
     base = io.BytesIO()
     docx.Document().save(base)
@@ -527,26 +541,33 @@ def test_docx_comment_spanning_paragraphs(tmp_path: pathlib.Path) -> None:
         document = z.read("word/document.xml").decode()
     start = document.index("<w:body>") + len("<w:body>")
     document = document[:start] + body + document[start:]
+    rel = "http://schemas.openxmlformats.org/officeDocument/2006/relationships/comments"
     data = officegen._with_parts(
         base.getvalue(),
-        {"word/document.xml": document, "word/comments.xml": comments},
+        {
+            "word/document.xml": document,
+            "word/comments.xml": comments,
+            "word/commentsExtended.xml": extended,
+        },
         {
             "word/_rels/document.xml.rels": [
+                ("rIdCm", rel, "comments.xml"),
                 (
-                    "rIdCm",
-                    "http://schemas.openxmlformats.org/officeDocument/2006/relationships/comments",
-                    "comments.xml",
-                )
+                    "rIdCx",
+                    "http://schemas.microsoft.com/office/2011/relationships/commentsExtended",
+                    "commentsExtended.xml",
+                ),
             ]
         },
     )
-    path = tmp_path / "span.docx"
+    path = tmp_path / "thread.docx"
     path.write_bytes(data)
     (unit,) = parse(path)
     assert unit.text == (
-        "Alpha first half\n\nsecond half[^c1] omega\n\n"
-        '[^c1]: comment by Mei on "first half second half": Both paragraphs?\n'
-        "[^c2]: comment: Never referenced.\n"
+        "Alpha first half\n\nsecond half[^c1][^c2] omega\n\n"
+        '[^c1]: comment by Mei on "first half second half" (resolved): Both paragraphs?\n'
+        "[^c2]: reply by Ravi to [^c1]: Yes, both.\n"
+        "[^c3]: comment: Never referenced.\n"
     )
 
 
