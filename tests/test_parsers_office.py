@@ -616,3 +616,24 @@ def test_docx_text_boxes_nested_deep_keep_their_text(tmp_path: pathlib.Path) -> 
     (unit,) = parse(_body_docx(tmp_path, body, "boxes.docx"))
     assert unit.text.count("innermost box") == 1
     assert unit.text.endswith("after the boxes\n")
+
+
+def test_pptx_chart_dates_in_the_1904_system(tmp_path: pathlib.Path) -> None:
+    """A chart made on a Mac counts days from 1904 (4 years and a day later)."""
+    path = officegen.written_pptx(tmp_path)
+    with zipfile.ZipFile(path) as z:
+        member = next(
+            n for n in z.namelist() if n.startswith("ppt/charts/chart") and b"Backlog" in z.read(n)
+        )
+        xml = z.read(member).decode()
+    assert '<c:date1904 val="0"/>' in xml
+    mac = tmp_path / "mac.pptx"
+    mac.write_bytes(
+        officegen._with_parts(
+            path.read_bytes(), {member: xml.replace('date1904 val="0"', 'date1904 val="1"')}, {}
+        )
+    )
+    check(
+        parse(mac),
+        [("slide=2", ["| 2028-04-01 | 410 |", "| 2028-07-01 | 388 |"], ["2024-03-31"])],
+    )
