@@ -4,8 +4,8 @@ A slide's unit holds its title as a heading, the text of its other shapes in
 reading order (top to bottom, then left to right; groups are entered at any
 depth, with the tables and charts inside them), tables as markdown tables,
 charts as ``### Chart: title`` and a table of their cached values (see
-``parsers._chart``), SmartArt node texts as list items, a picture's alt text as ``[image: ...]``,
-and the speaker notes under ``## Notes``.
+``parsers._chart``), SmartArt node texts as list items, a picture's alt text
+as ``[image: ...]``, and the speaker notes under ``## Notes``.
 
 A direct reader over the PresentationML parts, not python-pptx: python-pptx
 loads every part of the package into memory when it opens a deck, embedded
