@@ -12,13 +12,16 @@ markitdown gives, so an agent that knows one reads the other::
     | North | 1.2 | 1.5 |
 
 Axis titles follow as ``Axis: ...`` lines.  Values are the cached strings as
-stored (``1500000``, not ``1.5M``): that is what grep can match.  A scatter
+stored (``1500000``, not ``1.5M``): that is what grep can match; a date axis's
+day numbers are shown as ISO dates (``2024-03-31``).  A scatter
 chart's x values are its first column.  Series of every plot in the chart (a
 bar-and-line combination) share the table.
 """
 
 from __future__ import annotations
 
+import datetime
+import re
 from xml.etree.ElementTree import Element
 
 from parsers._ooxml import markdown_table
@@ -32,6 +35,9 @@ CX = "{http://schemas.microsoft.com/office/drawing/2014/chartex}"
 MAX_ROWS = 2000
 
 _AXES = (C + "catAx", C + "valAx", C + "dateAx", C + "serAx")
+_QUOTED = re.compile(r'"[^"]*"|\[[^]]*\]|\\.')
+_EPOCH = datetime.datetime(1899, 12, 30)  # day 0 of the 1900 date system
+_EPOCH_1904 = datetime.datetime(1904, 1, 1)  # charts made on a Mac with date1904
 
 
 def _rich(element: Element | None) -> str:
@@ -48,7 +54,7 @@ def _rich(element: Element | None) -> str:
     return " ".join(" ".join(values).split())
 
 
-def _points(ref: Element | None) -> dict[int, str]:
+def _points(ref: Element | None, epoch: datetime.datetime) -> dict[int, str]:
     """idx -> cached value of a ``c:cat``/``c:val``/``c:tx``-like element."""
     found: dict[int, str] = {}
     if ref is None:
@@ -56,22 +62,38 @@ def _points(ref: Element | None) -> dict[int, str]:
     levels = list(ref.iter(C + "lvl"))
     if levels:  # multi-level categories: outer level first, joined
         for level in reversed(levels):
-            for idx, value in _pts(level).items():
+            for idx, value in _pts(level, epoch).items():
                 found[idx] = f"{found[idx]} / {value}" if idx in found else value
         return found
-    return _pts(ref)
+    return _pts(ref, epoch)
 
 
-def _pts(element: Element) -> dict[int, str]:
+def _pts(element: Element, epoch: datetime.datetime = _EPOCH) -> dict[int, str]:
     found = {}
+    code = next(element.iter(C + "formatCode"), None)
+    shared = code.text if code is not None else None
     for pt in element.iter(C + "pt"):
         try:
             idx = int(pt.get("idx", ""))
         except ValueError:
             continue
         if 0 <= idx < MAX_ROWS:
-            found[idx] = pt.findtext(C + "v") or ""
+            value = pt.findtext(C + "v") or ""
+            found[idx] = _as_date(value, pt.get("formatCode") or shared, epoch)
     return found
+
+
+def _as_date(value: str, format_code: str | None, epoch: datetime.datetime) -> str:
+    """A date axis caches serial day numbers; show them as the dates they are."""
+    if not format_code or not re.search(r"[dmy]", _QUOTED.sub("", format_code).lower()):
+        return value
+    try:
+        when = epoch + datetime.timedelta(days=float(value))
+    except (ValueError, OverflowError):
+        return value
+    if when.time() == datetime.time(0):
+        return when.date().isoformat()
+    return when.isoformat(sep=" ", timespec="minutes")
 
 
 def _series_name(ser: Element, number: int) -> str:
@@ -104,6 +126,12 @@ def chart_markdown(root: Element) -> str:
     if chart is None:
         return ""
     title = _rich(chart.find(C + "title"))
+    date1904 = root.find(C + "date1904")
+    epoch = (
+        _EPOCH_1904
+        if date1904 is not None and date1904.get("val", "1") in ("1", "true")
+        else _EPOCH
+    )
     header = ["Category"]
     categories: dict[int, str] = {}
     columns: list[dict[int, str]] = []
@@ -117,16 +145,16 @@ def chart_markdown(root: Element) -> str:
                 if cat is None and (cat := ser.find(C + "xVal")) is not None:
                     header[0] = "X"
                 if not categories:
-                    categories = _points(cat)
+                    categories = _points(cat, epoch)
                 val = ser.find(C + "val")
                 if val is None:
                     val = ser.find(C + "yVal")
                 header.append(_series_name(ser, len(columns) + 1))
-                columns.append(_points(val))
+                columns.append(_points(val, epoch))
                 size = ser.find(C + "bubbleSize")
                 if size is not None:
                     header.append(f"{header[-1]} (size)")
-                    columns.append(_points(size))
+                    columns.append(_points(size, epoch))
             if kind.tag in _AXES and (axis := _rich(kind.find(C + "title"))):
                 axes.append(axis)
     parts = [f"### Chart: {title}" if title else "### Chart"]

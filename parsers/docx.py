@@ -36,10 +36,12 @@ Inside a unit:
 * checkboxes, content-control and legacy form ones, as ``[x]`` / ``[ ]``; a
   form drop-down as its chosen entry;
 * text boxes (DrawingML and VML) as blocks after the paragraph that anchors
-  them (in a table cell: inside the cell);
+  them (in a table cell: inside the cell); a picture's alt text as
+  ``[image: ...]``;
 * footnotes ``[^1]``, endnotes ``[^e1]`` and comments ``[^c1]`` marked where
   they are referenced and listed, one a line, at the end of that unit:
-  ``[^1]: text``, ``[^c1]: comment by Dana on "the anchored words": text``.
+  ``[^1]: text``, ``[^c1]: comment by Dana on "the anchored words": text``,
+  ``[^c2]: reply by Ravi to [^c1] (resolved): text``.
   Notes and comments nothing references are listed at the end of the last
   body unit, so no text in the file goes missing.
 
@@ -67,7 +69,9 @@ log = logging.getLogger(__name__)
 
 W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
 W14 = "{http://schemas.microsoft.com/office/word/2010/wordml}"
+W15 = "{http://schemas.microsoft.com/office/word/2012/wordml}"
 MC = "{http://schemas.openxmlformats.org/markup-compatibility/2006}"
+WP = "{http://schemas.openxmlformats.org/drawingml/2006/wordprocessingDrawing}"
 _OFFICE_DOCUMENT = "/officeDocument"
 
 # Block-level wrappers whose children are paragraphs and tables again.
@@ -116,7 +120,8 @@ _CHARS = {
     _NOTE,
     _COMMENT_START,
     _COMMENT_END,
-) = range(13)
+    _ALT,
+) = range(14)
 _INLINE: dict[str, int] = {
     W + "t": _TEXT,
     W + "delText": _TEXT,
@@ -133,6 +138,7 @@ _INLINE: dict[str, int] = {
     **dict.fromkeys(_NOTE_REFS, _NOTE),
     W + "commentRangeStart": _COMMENT_START,
     W + "commentRangeEnd": _COMMENT_END,
+    WP + "docPr": _ALT,
 }
 _HEADING = re.compile(r"heading\s*([1-9])")
 _TRUE = frozenset({"1", "true", "on"})
@@ -175,7 +181,7 @@ class _Styles:
             level, current = self.known[current]
             if level is not None:
                 break
-        if not self.known.get(style_id):
+        if style_id not in self.known:
             level = _level_of_name(style_id)  # no styles part: ids are usually the names
         self.levels[style_id] = level
         return level
@@ -226,7 +232,9 @@ def _form_field(begin: Element) -> str:
     choices = data.find(W + "ddList")
     if choices is not None:
         entries = [e.get(W + "val", "") for e in choices.findall(W + "listEntry")]
-        chosen = choices.find(W + "result") or choices.find(W + "default")
+        chosen = choices.find(W + "result")
+        if chosen is None:
+            chosen = choices.find(W + "default")
         try:
             index = int(chosen.get(W + "val", "0")) if chosen is not None else 0
         except ValueError:
@@ -254,7 +262,8 @@ class _Notes:
     """Footnotes, endnotes and comments by id, and the labels given to them."""
 
     parts: dict[str, dict[str, Element]]
-    authors: dict[str, str] = field(default_factory=dict)
+    # comment id -> (the id of the comment it replies to, or None; resolved?)
+    threads: dict[str, tuple[str | None, bool]] = field(default_factory=dict)
     labels: dict[tuple[str, str], str] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
 
@@ -350,7 +359,10 @@ class _Reader:
                     out("\n")  # a paragraph inside a flattened cell or text box
                 stack.append(iter(child))
             elif clean:
-                continue  # note marks and comment ranges hold no text
+                continue  # note marks, comment ranges and alt text are no heading text
+            elif kind == _ALT:
+                if alt := " ".join((child.get("descr") or "").split()):
+                    out(f"[image: {alt}]")
             elif kind == _NOTE:
                 out(f"[^{self.ref(_NOTE_REFS[child.tag], child.get(W + 'id', ''))}]")
             elif kind == _COMMENT_START:
@@ -392,7 +404,8 @@ class _Reader:
         """Render the blocks of ``container`` into the current section, opening
         a new section at each heading (when ``headings``)."""
         if depth > _MAX_BOX_DEPTH:
-            raise ParseFailed("Word document too deeply nested (text boxes)")
+            self._add(self.inline(container).strip())  # deeper boxes: their text, flattened
+            return
         for child in container:
             tag = child.tag
             if tag == W + "p":
@@ -501,9 +514,14 @@ class _Reader:
                 anchor = " ".join(self.anchors.get(note_id, "").split())
                 if len(anchor) > _ANCHOR_LIMIT:
                     anchor = anchor[: _ANCHOR_LIMIT - 1].rstrip() + "…"
-                on = f' on "{anchor}"' if anchor else ""
+                parent, resolved = self.notes.threads.get(note_id, (None, False))
                 by = f" by {author}" if author else ""
-                lines.append(f"[^{label}]: comment{by}{on}: {text}")
+                if parent is not None:
+                    what = f"reply{by} to [^{self.notes.label('comment', parent)}]"
+                else:
+                    what = f"comment{by}" + (f' on "{anchor}"' if anchor else "")
+                done = " (resolved)" if resolved else ""
+                lines.append(f"[^{label}]: {what}{done}: {text}")
             else:
                 lines.append(f"[^{label}]: {text}")
         return self.budget.add("\n".join(lines))
@@ -524,7 +542,30 @@ def _note_parts(archive: zipfile.ZipFile, rels: Iterable[tuple[str, str]]) -> _N
                     if note.get(W + "type") in _SEPARATOR_NOTES:
                         continue
                     parts[name].setdefault(note.get(W + "id", ""), note)
-    return _Notes(parts)
+    return _Notes(parts, _threads(archive, rels, parts["comment"]))
+
+
+def _threads(
+    archive: zipfile.ZipFile, rels: Iterable[tuple[str, str]], comments: dict[str, Element]
+) -> dict[str, tuple[str | None, bool]]:
+    """Replies and resolved state (Word 2013 and later keep them in
+    ``commentsExtended.xml``, keyed by the paraId of a comment's last paragraph)."""
+    extended = next((m for k, m in rels if k.endswith("/commentsExtended")), None)
+    root = read_xml(archive, extended) if extended and comments else None
+    if root is None:
+        return {}
+    by_para = {}
+    for comment_id, comment in comments.items():
+        paragraphs = comment.findall(W + "p")
+        if paragraphs and (para := paragraphs[-1].get(W14 + "paraId")):
+            by_para[para] = comment_id
+    threads: dict[str, tuple[str | None, bool]] = {}
+    for entry in root.iter(W15 + "commentEx"):
+        found = by_para.get(entry.get(W15 + "paraId", ""))
+        if found is not None:
+            parent = by_para.get(entry.get(W15 + "paraIdParent", ""))
+            threads[found] = (parent, entry.get(W15 + "done") in _TRUE)
+    return threads
 
 
 _PAGE_PARTS = {

@@ -4,8 +4,8 @@ A slide's unit holds its title as a heading, the text of its other shapes in
 reading order (top to bottom, then left to right; groups are entered at any
 depth, with the tables and charts inside them), tables as markdown tables,
 charts as ``### Chart: title`` and a table of their cached values (see
-``parsers._chart``), SmartArt node texts as list items, and the speaker notes
-under ``## Notes``.
+``parsers._chart``), SmartArt node texts as list items, a picture's alt text
+as ``[image: ...]``, and the speaker notes under ``## Notes``.
 
 A direct reader over the PresentationML parts, not python-pptx: python-pptx
 loads every part of the package into memory when it opens a deck, embedded
@@ -157,6 +157,11 @@ class _Slide:
                     self.title = " ".join(text.split())
                 elif text:
                     yield text
+            elif shape.tag == P + "pic":
+                props = shape.find(f"{P}nvPicPr/{P}cNvPr")
+                alt = " ".join((props.get("descr") or "").split()) if props is not None else ""
+                if alt:
+                    yield f"[image: {alt}]"
             elif shape.tag == P + "graphicFrame":
                 data = shape.find(f"{A}graphic/{A}graphicData")
                 if data is not None and (text := self.graphic(data)):

@@ -9,9 +9,12 @@ text boxes, 2016 charts, SmartArt).
 
 from __future__ import annotations
 
+import datetime
 import io
 import pathlib
+import struct
 import zipfile
+import zlib
 
 W_NS = "http://schemas.openxmlformats.org/wordprocessingml/2006/main"
 R_NS = "http://schemas.openxmlformats.org/officeDocument/2006/relationships"
@@ -57,6 +60,21 @@ def _with_parts(
     return out.getvalue()
 
 
+def tiny_png(path: pathlib.Path) -> pathlib.Path:
+    """A 2x2 grey PNG (what a picture's bytes are does not matter here)."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        body = kind + data
+        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+
+    header = struct.pack(">IIBBBBB", 2, 2, 8, 0, 0, 0, 0)
+    pixels = zlib.compress(b"\x00\x80\x80" * 2)
+    path.write_bytes(
+        b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", pixels) + chunk(b"IEND", b"")
+    )
+    return path
+
+
 # -- Word -----------------------------------------------------------------------------------
 
 
@@ -81,6 +99,9 @@ def written_docx(directory: pathlib.Path) -> pathlib.Path:
     doc.add_heading('Q1/Q2 "true-up"', level=2)
     doc.add_paragraph("Reconciled twice a year.")
     doc.add_heading("Clause 8", level=1)
+    picture = doc.add_picture(str(tiny_png(directory / "signature-block.png")))
+    # python-docx has no alt-text property; Word keeps alt text in docPr/@descr.
+    picture._inline.docPr.set("descr", "Signatures of both parties")
     table = doc.add_table(rows=3, cols=3)
     table.cell(0, 0).text, table.cell(0, 1).text, table.cell(0, 2).text = "Item", "Qty", "Price"
     merged = table.cell(1, 0).merge(table.cell(1, 1))
@@ -162,6 +183,18 @@ def _form_checkbox(checked: bool, label: str) -> str:
     )
 
 
+def _form_dropdown(entries: list[str], chosen: int, label: str) -> str:
+    items = "".join(f'<w:listEntry w:val="{e}"/>' for e in entries)
+    return (
+        '<w:p><w:r><w:fldChar w:fldCharType="begin"><w:ffData><w:name w:val="Drop1"/><w:enabled/>'
+        f'<w:ddList><w:result w:val="{chosen}"/>{items}</w:ddList></w:ffData></w:fldChar></w:r>'
+        '<w:r><w:instrText xml:space="preserve"> FORMDROPDOWN </w:instrText></w:r>'
+        '<w:r><w:fldChar w:fldCharType="separate"/></w:r>'
+        '<w:r><w:fldChar w:fldCharType="end"/></w:r>'
+        f"{_r(' ' + label)}</w:p>"
+    )
+
+
 def _text_box(text: str) -> str:
     """A DrawingML text box with Word's VML fallback holding the same text."""
     content = f"<w:txbxContent>{_p(_r(text))}</w:txbxContent>"
@@ -233,6 +266,7 @@ def raw_docx(directory: pathlib.Path) -> pathlib.Path:
         + _checkbox(False, "Countersigned by legal")
         + _form_checkbox(True, "Legacy approved")
         + _form_checkbox(False, "Legacy rejected")
+        + _form_dropdown(["Monthly", "Quarterly", "Yearly"], 1, "billing cycle")
         + _text_box("Callout: fees are reviewed yearly")
         + _vml_text_box("Old style box text")
         + '<w:sectPr><w:pgSz w:w="12240" w:h="15840"/></w:sectPr>'
@@ -294,6 +328,7 @@ def written_pptx(directory: pathlib.Path) -> pathlib.Path:
     inner = outer.shapes.add_group_shape()
     box = inner.shapes.add_textbox(Inches(6), Inches(5), Inches(3), Inches(1))
     box.text_frame.text = "Grouped caption text"
+    inner.shapes.add_picture(str(tiny_png(directory / "org-chart.png")), Inches(6), Inches(6))
     pie = CategoryChartData()
     pie.categories = ["Licences", "Services"]
     pie.add_series("Mix", (70, 30))
@@ -316,6 +351,10 @@ def written_pptx(directory: pathlib.Path) -> pathlib.Path:
     second.shapes.add_chart(
         XL_CHART_TYPE.XY_SCATTER, Inches(0.5), Inches(3), Inches(5), Inches(3), xy
     )
+    dated = CategoryChartData()  # date categories: python-pptx writes a date axis
+    dated.categories = [datetime.date(2024, 3, 31), datetime.date(2024, 6, 30)]
+    dated.add_series("Backlog", (410, 388))
+    second.shapes.add_chart(XL_CHART_TYPE.LINE, Inches(6), Inches(3), Inches(3), Inches(3), dated)
     notes = second.notes_slide.notes_text_frame
     assert notes is not None
     notes.text = "Mention the hiring freeze."

@@ -77,6 +77,7 @@ CONTRACT: list[Vector] = [
             "| Item | Qty | Price |\n| --- | --- | --- |\n",
             "| Setup fee |  | 900 |\n",  # merged over two columns: the price stays third
             "| Licence | 3 | 1200 |",
+            "[image: Signatures of both parties]",
         ],
         ["ACME CONFIDENTIAL", "Contract 2024-117"],
     ),
@@ -190,11 +191,12 @@ RAW: list[Vector] = [
             "[ ] Countersigned by legal",
             "[x] Legacy approved",
             "[ ] Legacy rejected",
+            "Quarterly billing cycle",
             "Anchor paragraph.\n\nCallout: fees are reviewed yearly\n",
             "Old style box text",
             "[^e2]: An endnote nothing cites.",  # unreferenced: listed last, not lost
         ],
-        ["☒", "☐", "FORMCHECKBOX", "Quadratic"],
+        ["☒", "☐", "FORMCHECKBOX", "FORMDROPDOWN", "Monthly", "Yearly", "Quadratic"],
     ),
 ]
 
@@ -372,6 +374,7 @@ RESULTS: list[Vector] = [
             "### Chart: Revenue mix\n\n| Category | Mix |\n| --- | --- |\n| Licences | 70 |\n"
             "| Services | 30 |",
             "Grouped caption text",
+            "[image: org-chart.png]",
         ],
         ["Ines Braga", "hiring freeze", "| X |"],
     ),
@@ -381,9 +384,11 @@ RESULTS: list[Vector] = [
             "# Detail\n",
             "| Region | Head |\n| --- | --- |\n| North | Ines Braga |",
             "### Chart\n\n| X | Fit |\n| --- | --- |\n| 0.5 | 7.25 |\n| 1.5 | 9.75 |",
+            # a date axis caches day numbers (45382): shown as dates
+            "| Category | Backlog |\n| --- | --- |\n| 2024-03-31 | 410 |\n| 2024-06-30 | 388 |",
             "## Notes\n\nMention the hiring freeze.",
         ],
-        ["Revenue", "Grouped caption"],
+        ["Revenue", "Grouped caption", "45382"],
     ),
 ]
 
@@ -496,25 +501,39 @@ def test_docx_unclosed_comment_ranges_stay_cheap(tmp_path: pathlib.Path) -> None
     assert "word19999" in unit.text
 
 
-def test_docx_comment_spanning_paragraphs(tmp_path: pathlib.Path) -> None:
+def test_docx_comment_threads(tmp_path: pathlib.Path) -> None:
+    """A comment over two paragraphs, resolved, with a reply (Word 2013+ keeps
+    replies and the resolved state in commentsExtended.xml), and a comment
+    nothing references."""
     import io
 
     import docx
 
     w = officegen.W_NS
+    w14 = "http://schemas.microsoft.com/office/word/2010/wordml"
+    w15 = "http://schemas.microsoft.com/office/word/2012/wordml"
     comments = (
-        f'<?xml version="1.0" encoding="UTF-8"?><w:comments xmlns:w="{w}">'
-        '<w:comment w:id="3" w:author="Mei" w:initials="M"><w:p><w:r><w:t>Both paragraphs?'
+        f'<?xml version="1.0" encoding="UTF-8"?><w:comments xmlns:w="{w}" xmlns:w14="{w14}">'
+        '<w:comment w:id="3" w:author="Mei" w:initials="M"><w:p w14:paraId="1A2B3C4D">'
+        "<w:r><w:t>Both paragraphs?</w:t></w:r></w:p></w:comment>"
+        '<w:comment w:id="5" w:author="Ravi"><w:p w14:paraId="00000AAA"><w:r><w:t>Yes, both.'
         "</w:t></w:r></w:p></w:comment>"
         '<w:comment w:id="4" w:author=""><w:p><w:r><w:t>Never referenced.</w:t></w:r></w:p>'
         "</w:comment></w:comments>"
     )
+    extended = (
+        f'<?xml version="1.0" encoding="UTF-8"?><w15:commentsEx xmlns:w15="{w15}">'
+        '<w15:commentEx w15:paraId="1A2B3C4D" w15:done="1"/>'
+        '<w15:commentEx w15:paraId="00000AAA" w15:paraIdParent="1A2B3C4D" w15:done="0"/>'
+        "</w15:commentsEx>"
+    )
     body = (
         '<w:p><w:r><w:t xml:space="preserve">Alpha </w:t></w:r><w:commentRangeStart w:id="3"/>'
-        "<w:r><w:t>first half</w:t></w:r></w:p>"
+        '<w:commentRangeStart w:id="5"/><w:r><w:t>first half</w:t></w:r></w:p>'
         '<w:p><w:r><w:t>second half</w:t></w:r><w:commentRangeEnd w:id="3"/>'
-        '<w:r><w:commentReference w:id="3"/></w:r><w:r><w:t xml:space="preserve"> omega</w:t>'
-        "</w:r></w:p>"
+        '<w:r><w:commentReference w:id="3"/></w:r><w:commentRangeEnd w:id="5"/>'
+        '<w:r><w:commentReference w:id="5"/></w:r>'
+        '<w:r><w:t xml:space="preserve"> omega</w:t></w:r></w:p>'
     )
     base = io.BytesIO()
     docx.Document().save(base)
@@ -522,24 +541,99 @@ def test_docx_comment_spanning_paragraphs(tmp_path: pathlib.Path) -> None:
         document = z.read("word/document.xml").decode()
     start = document.index("<w:body>") + len("<w:body>")
     document = document[:start] + body + document[start:]
+    rel = "http://schemas.openxmlformats.org/officeDocument/2006/relationships/comments"
     data = officegen._with_parts(
         base.getvalue(),
-        {"word/document.xml": document, "word/comments.xml": comments},
+        {
+            "word/document.xml": document,
+            "word/comments.xml": comments,
+            "word/commentsExtended.xml": extended,
+        },
         {
             "word/_rels/document.xml.rels": [
+                ("rIdCm", rel, "comments.xml"),
                 (
-                    "rIdCm",
-                    "http://schemas.openxmlformats.org/officeDocument/2006/relationships/comments",
-                    "comments.xml",
-                )
+                    "rIdCx",
+                    "http://schemas.microsoft.com/office/2011/relationships/commentsExtended",
+                    "commentsExtended.xml",
+                ),
             ]
         },
     )
-    path = tmp_path / "span.docx"
+    path = tmp_path / "thread.docx"
     path.write_bytes(data)
     (unit,) = parse(path)
     assert unit.text == (
-        "Alpha first half\n\nsecond half[^c1] omega\n\n"
-        '[^c1]: comment by Mei on "first half second half": Both paragraphs?\n'
-        "[^c2]: comment: Never referenced.\n"
+        "Alpha first half\n\nsecond half[^c1][^c2] omega\n\n"
+        '[^c1]: comment by Mei on "first half second half" (resolved): Both paragraphs?\n'
+        "[^c2]: reply by Ravi to [^c1]: Yes, both.\n"
+        "[^c3]: comment: Never referenced.\n"
+    )
+
+
+def test_docx_headings_from_based_on_styles_and_outline_levels(tmp_path: pathlib.Path) -> None:
+    import docx
+    from docx.enum.style import WD_STYLE_TYPE
+
+    doc = docx.Document()
+    clause = doc.styles.add_style("Clause Head", WD_STYLE_TYPE.PARAGRAPH)
+    clause.base_style = doc.styles["Heading 1"]
+    plain = doc.styles.add_style("Fine Print", WD_STYLE_TYPE.PARAGRAPH)
+    plain.base_style = doc.styles["Normal"]
+    doc.add_paragraph("Clause 9", style="Clause Head")
+    doc.add_paragraph("Not a heading", style="Fine Print")
+    outlined = doc.add_paragraph("Schedule A")
+    level = outlined._p.get_or_add_pPr().makeelement(docx.oxml.ns.qn("w:outlineLvl"), {})
+    level.set(docx.oxml.ns.qn("w:val"), "1")
+    outlined._p.get_or_add_pPr().append(level)
+    doc.add_paragraph("Body under schedule A.")
+    path = tmp_path / "styled.docx"
+    doc.save(str(path))
+    units = parse(path)
+    assert [u.locator for u in units] == ["h=Clause 9", "h=Clause 9/Schedule A"]
+    check(
+        units,
+        [
+            ("h=Clause 9", ["# Clause 9\n", "Not a heading"], ["# Not a heading", "Schedule"]),
+            ("h=Clause 9/Schedule A", ["## Schedule A\n", "Body under schedule A."], []),
+        ],
+    )
+
+
+def test_docx_text_boxes_nested_deep_keep_their_text(tmp_path: pathlib.Path) -> None:
+    depth = 40
+    opening = "<w:p><w:r><w:pict><v:shape><v:textbox><w:txbxContent>"
+    closing = "</w:txbxContent></v:textbox></v:shape></w:pict></w:r></w:p>"
+    body = (
+        opening * depth
+        + "<w:p><w:r><w:t>innermost box</w:t></w:r></w:p>"
+        + closing * depth
+        + "<w:p><w:r><w:t>after the boxes</w:t></w:r></w:p>"
+    )
+    body = body.replace(
+        "<w:p><w:r><w:pict>", '<w:p xmlns:v="urn:schemas-microsoft-com:vml"><w:r><w:pict>'
+    )
+    (unit,) = parse(_body_docx(tmp_path, body, "boxes.docx"))
+    assert unit.text.count("innermost box") == 1
+    assert unit.text.endswith("after the boxes\n")
+
+
+def test_pptx_chart_dates_in_the_1904_system(tmp_path: pathlib.Path) -> None:
+    """A chart made on a Mac counts days from 1904 (4 years and a day later)."""
+    path = officegen.written_pptx(tmp_path)
+    with zipfile.ZipFile(path) as z:
+        member = next(
+            n for n in z.namelist() if n.startswith("ppt/charts/chart") and b"Backlog" in z.read(n)
+        )
+        xml = z.read(member).decode()
+    assert '<c:date1904 val="0"/>' in xml
+    mac = tmp_path / "mac.pptx"
+    mac.write_bytes(
+        officegen._with_parts(
+            path.read_bytes(), {member: xml.replace('date1904 val="0"', 'date1904 val="1"')}, {}
+        )
+    )
+    check(
+        parse(mac),
+        [("slide=2", ["| 2028-04-01 | 410 |", "| 2028-07-01 | 388 |"], ["2024-03-31"])],
     )
