@@ -26,6 +26,7 @@ HEAD_BYTES = 4096
 def _instances() -> tuple[Parser, ...]:
     # Imported here so that importing the registry stays cheap until a parse
     # (or a listing) is needed: pymupdf and openpyxl take a while to import.
+    from parsers.delimited import DelimitedParser
     from parsers.docx import DocxParser
     from parsers.epub import EpubParser
     from parsers.html import HtmlParser
@@ -47,6 +48,7 @@ def _instances() -> tuple[Parser, ...]:
         EpubParser(),
         IpynbParser(),
         HtmlParser(),
+        DelimitedParser(),
         TextParser(),
         SniffedTextParser(),
     ]
