@@ -49,6 +49,7 @@ _ROWS_PER_UNIT = (5000, 2000, 1000, 500, 200, 100)
 _SNIFF_BYTES = 64 * 1024
 _DELIMITERS = ",;\t|"
 ROW_COLUMN = "row"
+_MAX_FIELD_LINES = 500
 
 
 @dataclass(frozen=True)
@@ -85,9 +86,16 @@ def dialect_for(text: str, extension: str) -> type[csv.Dialect] | csv.Dialect:
     if extension in (".tsv", ".tab"):
         return csv.excel_tab
     try:
-        return csv.Sniffer().sniff(text[:_SNIFF_BYTES], delimiters=_DELIMITERS)
+        sniffed = csv.Sniffer().sniff(text[:_SNIFF_BYTES], delimiters=_DELIMITERS)
     except csv.Error:
         return csv.excel
+    # Only the delimiter is taken: the sniffer may take an apostrophe for the
+    # quote character, and every common writer quotes with '"'.
+
+    class Sniffed(csv.excel):
+        delimiter = sniffed.delimiter
+
+    return Sniffed
 
 
 def _looks_numeric(value: str) -> bool:
@@ -105,10 +113,29 @@ def has_header(first: list[str], records: int) -> bool:
     return records > 1 and all(f.strip() and not _looks_numeric(f) for f in first)
 
 
+def _swallowed(records: list[list[str]]) -> bool:
+    """Whether one field holds more than _MAX_FIELD_LINES line breaks: an
+    unclosed quote, not a cell anyone typed."""
+    return any(f.count("\n") > _MAX_FIELD_LINES for r in records for f in r if "\n" in f)
+
+
 def read_table(text: str, extension: str) -> Table:
-    """Parse delimited ``text``; raises csv.Error on what the csv module refuses."""
+    """Parse delimited ``text``.
+
+    A quote that is never closed makes the csv module read the rest of the
+    file as one field (up to its field size limit, then it fails); a file
+    where that happens (a field of more than _MAX_FIELD_LINES lines) is read
+    again with quotes taken literally, one record per line, so it still gets
+    row units.  Raises csv.Error when that fails too.
+    """
     dialect = dialect_for(text, extension)
-    records = list(csv.reader(io.StringIO(text, newline=""), dialect))
+    try:
+        records = list(csv.reader(io.StringIO(text, newline=""), dialect))
+        if text.count("\n") - len(records) > _MAX_FIELD_LINES and _swallowed(records):
+            raise csv.Error(f"a quoted field spans more than {_MAX_FIELD_LINES} lines")
+    except csv.Error as exc:
+        log.debug("csv: %s; reading quotes literally", exc)
+        records = list(csv.reader(io.StringIO(text, newline=""), dialect, quoting=csv.QUOTE_NONE))
     # A trailing empty line is not a record.
     while records and not any(records[-1]):
         records.pop()

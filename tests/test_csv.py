@@ -247,3 +247,25 @@ def test_review_of_a_large_csv(tmp_path: pathlib.Path) -> None:
         trio.run(eng.drain)
         text = (eng.review_diff(rel) or b"").decode()
         assert body(text) == ["export.csv row 12345 [amount]: 123450 -> 999"]
+
+
+def test_unterminated_quote_still_gives_rows(tmp_path: pathlib.Path) -> None:
+    """A quote never closed would swallow the rest of the file as one field:
+    the file is read again with quotes taken literally."""
+    rows = ["a,b,c"] + [f"{i},x,y" for i in range(1, 8001)]
+    rows[10] = '10,"unterminated,y'
+    path = tmp_path / "broken.csv"
+    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    _, units = parse(path)
+    assert units[0].locator == "rows=1-5000"
+    assert '| 10 | 10 | "unterminated | y |\n' in units[0].text
+    assert "| 11 | 11 | x | y |\n" in units[0].text
+    assert "| 8000 | 8000 | x | y |\n" in units[1].text
+
+
+def test_apostrophes_are_not_quotes(tmp_path: pathlib.Path) -> None:
+    rows = [["name", "city", "n"]] + [
+        [f"O'Brien {i}", "L'Aquila", str(i)] for i in range(1, SPLIT_ROWS + 10)
+    ]
+    _, units = parse(write_csv(tmp_path / "names.csv", rows, lineterminator="\n"))
+    assert "| 2 | O'Brien 2 | L'Aquila | 2 |\n" in units[0].text
