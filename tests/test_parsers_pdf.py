@@ -254,3 +254,21 @@ def test_image_only_page_in_a_text_pdf(tmp_path: pathlib.Path) -> None:
     assert unit(units, "page=1") == "Caption of figure 1\n"
     assert unit(units, "page=3") == "[swfs: no text on this page (1 image)]\n"
     assert "no text found" not in unit(units, "page=2")
+
+
+def test_table_benchmark_documents(tmp_path: pathlib.Path) -> None:
+    """bench.pdftables measures what it says: its ruled pages give table rows,
+    its text pages none; FIND_TABLES is restored afterwards.  No timing."""
+    from bench import pdftables
+
+    docs = pdftables.make_docs(tmp_path, 10)
+    _, ruled = parse(docs["ruled"])
+    assert all("| Region 4 | " in u.text for u in ruled)
+    _, text = parse(docs["text"])
+    assert not any("| --- |" in u.text for u in text)
+    _, mixed = parse(docs["mixed"])
+    assert ["| --- |" in u.text for u in mixed] == [n % 10 == 0 for n in range(10)]
+    figures = pdftables.measure(pages=3, rounds=1)
+    assert sorted(figures) == ["mixed", "ruled", "text"]
+    assert all(off > 0 and on > 0 for off, on in figures.values())
+    assert pdf.FIND_TABLES is True
