@@ -22,6 +22,8 @@ from swfs import diffs
 from swfs.api import RelPath
 from swfs.engine import Engine
 from swfs.workspace import Config
+from tests import realmount
+from tests.realmount import needs_fuse
 
 HEADER = ["id", "region", "amount", "note"]
 
@@ -269,3 +271,42 @@ def test_apostrophes_are_not_quotes(tmp_path: pathlib.Path) -> None:
     ]
     _, units = parse(write_csv(tmp_path / "names.csv", rows, lineterminator="\n"))
     assert "| 2 | O'Brien 2 | L'Aquila | 2 |\n" in units[0].text
+
+
+# -- through a real mount ------------------------------------------------------------------
+
+
+@needs_fuse
+@pytest.mark.mount
+@pytest.mark.timeout(300)
+def test_grep_through_the_mount_gives_the_row() -> None:
+    """`grep -rn` over .parsed names the row-range unit and the row; a CRLF
+    rewrite through the mount is no cell change in .review."""
+    import subprocess
+
+    def populate(src: pathlib.Path) -> None:
+        write_csv(src / "export.csv", records(20_000, changed={12_345: "NEEDLE-77"}))
+
+    with realmount.workspace(populate=populate) as ws:
+        proc = subprocess.run(
+            ["grep", "-rn", "NEEDLE-77", str(ws.mnt / ".parsed")],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        [hit] = proc.stdout.splitlines()
+        assert "/.parsed/export.csv/rows-010001-015000.md:" in hit
+        assert hit.endswith("| 12345 | 12345 | R0 | NEEDLE-77 | ok |")
+        head = (ws.mnt / ".parsed" / "export.csv" / "rows-010001-015000.md").read_text()
+        assert 'locator="export.csv#rows=10001-15000"' in head.splitlines()[0]
+
+        write_csv(
+            ws.mnt / "export.csv",
+            records(20_000, changed={12_345: "NEEDLE-77"}),
+            lineterminator="\n",
+        )
+        realmount.swfs("sync", ws.mnt)
+        diff = (ws.mnt / ".review" / "export.csv.diff").read_text()
+        assert "(no cell changes; the file differs in line endings" in diff
+        assert len(diff.splitlines()) < 5
