@@ -123,7 +123,8 @@ class PdfParser(Parser):
         try:
             return self._with_mupdf(path, options)
         except _MupdfRefused as refused:
-            return _with_pdfminer(path, options, why=str(refused))
+            partial = "" if _has_eof_marker(path) else "truncated PDF (no end-of-file marker)"
+            return _with_pdfminer(path, options, why=str(refused), partial=partial)
 
     def _with_mupdf(self, path: str, options: ParseOptions) -> list[Unit]:
         mupdf = _mupdf()
@@ -140,10 +141,10 @@ class PdfParser(Parser):
                 partial = "truncated PDF (no end-of-file marker)"
             if doc.page_count == 0:
                 if partial:
-                    raise ParseFailed(f"{partial}: no page could be read")
+                    raise _MupdfRefused(f"{partial}: no page could be read")
                 raise _MupdfRefused("no pages" + (" (damaged)" if doc.is_repaired else ""))
             return self._pages(doc, options, partial=partial)
-        except (ParseFailed, _MupdfRefused):
+        except (ParseFailed, _MupdfRefused, MemoryError, RecursionError):
             raise
         except Exception as exc:
             raise _MupdfRefused(_reason(exc)) from exc
@@ -464,7 +465,7 @@ def _markdown(rows: list[list[str]]) -> str:
 # -- the second reader ---------------------------------------------------------------------
 
 
-def _with_pdfminer(path: str, options: ParseOptions, *, why: str) -> list[Unit]:
+def _with_pdfminer(path: str, options: ParseOptions, *, why: str, partial: str) -> list[Unit]:
     """Pages read by pdfminer.six after MuPDF gave none; ParseFailed with MuPDF's
     reason when pdfminer finds no page or no text either (a cyclic page tree
     is better reported as MuPDF saw it than as an empty page)."""
@@ -478,7 +479,7 @@ def _with_pdfminer(path: str, options: ParseOptions, *, why: str) -> list[Unit]:
     if not pages or not any(p.text.strip() for p in pages):
         raise ParseFailed(f"broken PDF: {why}")
     reader = f"read by pdfminer.six: MuPDF could not read this file ({why})"
-    return _units(pages, reader=reader)
+    return _units(pages, reader=reader, partial=partial)
 
 
 def _pdfminer_pages(path: str, options: ParseOptions) -> list[_Page]:

@@ -35,7 +35,7 @@ def test_empty_docx(tmp_path: pathlib.Path) -> None:
     kind, units = parse(path)
     assert kind == "docx"
     assert [(u.name, u.locator) for u in units] == [("document.md", "document")]
-    assert units[0].text == "[swfs: no text found (1 document)]\n"
+    assert "[swfs: no text found (1 document)]" in units[0].text
 
 
 def test_image_only_slides(tmp_path: pathlib.Path) -> None:
@@ -54,7 +54,7 @@ def test_image_only_slides(tmp_path: pathlib.Path) -> None:
     assert kind == "pptx"
     assert [u.locator for u in units] == ["slide=1", "slide=2"]
     for u in units:
-        assert u.text == "[swfs: no text found (2 slides)]\n"
+        assert "[swfs: no text found (2 slides)]" in u.text
 
 
 def test_empty_sheet(tmp_path: pathlib.Path) -> None:
@@ -65,7 +65,7 @@ def test_empty_sheet(tmp_path: pathlib.Path) -> None:
     kind, units = parse(path)
     assert kind == "xlsx"
     assert len(units) == 1
-    assert units[0].text.endswith("[swfs: no text found (1 sheet)]\n")
+    assert "[swfs: no text found (1 sheet)]" in units[0].text
 
 
 def test_a_file_with_some_text_is_left_alone(tmp_path: pathlib.Path) -> None:
