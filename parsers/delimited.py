@@ -29,8 +29,9 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -113,39 +114,81 @@ def has_header(first: list[str], records: int) -> bool:
     return records > 1 and all(f.strip() and not _looks_numeric(f) for f in first)
 
 
-def _swallowed(records: list[list[str]]) -> bool:
-    """Whether one field holds more than _MAX_FIELD_LINES line breaks: an
-    unclosed quote, not a cell anyone typed."""
-    return any(f.count("\n") > _MAX_FIELD_LINES for r in records for f in r if "\n" in f)
+@dataclass(frozen=True)
+class _Shape:
+    """What one pass over the records tells: how to read them again, how many
+    there are (without trailing empty lines), how wide, and the first one."""
+
+    dialect: type[csv.Dialect] | csv.Dialect
+    literal: bool  # quotes read as characters (see _shape)
+    count: int
+    width: int
+    first: list[str]
+
+    @property
+    def header(self) -> bool:
+        return has_header(self.first, self.count)
+
+    def columns(self) -> list[str]:
+        names = [cell(f) for f in self.first] if self.header else []
+        return names + [column_name(i) for i in range(len(names), self.width)]
 
 
-def read_table(text: str, extension: str) -> Table:
-    """Parse delimited ``text``.
+def _shape(text: str, extension: str) -> _Shape:
+    """Measure the records.
 
     A quote that is never closed makes the csv module read the rest of the
     file as one field (up to its field size limit, then it fails); a file
     where that happens (a field of more than _MAX_FIELD_LINES lines) is read
-    again with quotes taken literally, one record per line, so it still gets
-    row units.  Raises csv.Error when that fails too.
+    with quotes taken literally, one record per line, so it still gets row
+    units.  Raises csv.Error when that fails too.
     """
     dialect = dialect_for(text, extension)
     try:
-        records = list(csv.reader(io.StringIO(text, newline=""), dialect))
-        if text.count("\n") - len(records) > _MAX_FIELD_LINES and _swallowed(records):
-            raise csv.Error(f"a quoted field spans more than {_MAX_FIELD_LINES} lines")
+        return _measure(text, dialect, literal=False)
     except csv.Error as exc:
         log.debug("csv: %s; reading quotes literally", exc)
-        records = list(csv.reader(io.StringIO(text, newline=""), dialect, quoting=csv.QUOTE_NONE))
-    # A trailing empty line is not a record.
-    while records and not any(records[-1]):
-        records.pop()
-    width = max((len(r) for r in records), default=0)
-    header = bool(records) and has_header(records[0], len(records))
-    names = [cell(f) for f in records[0]] if header else []
-    names += [column_name(i) for i in range(len(names), width)]
-    body = records[1:] if header else records
-    rows = [[cell(f) for f in r] + [""] * (width - len(r)) for r in body]
-    return Table(names, rows, header)
+        return _measure(text, dialect, literal=True)
+
+
+def _records(
+    text: str, dialect: type[csv.Dialect] | csv.Dialect, literal: bool
+) -> Iterator[list[str]]:
+    stream = io.StringIO(text, newline="")
+    if literal:
+        return csv.reader(stream, dialect, quoting=csv.QUOTE_NONE)
+    return csv.reader(stream, dialect)
+
+
+def _measure(text: str, dialect: type[csv.Dialect] | csv.Dialect, literal: bool) -> _Shape:
+    width = last = 0
+    first: list[str] | None = None
+    for count, record in enumerate(_records(text, dialect, literal), start=1):
+        if first is None:
+            first = record
+        if any(record):
+            last = count
+            width = max(width, len(record))
+        for field_ in record:
+            if "\n" in field_ and field_.count("\n") > _MAX_FIELD_LINES:
+                raise csv.Error(f"a quoted field spans more than {_MAX_FIELD_LINES} lines")
+    # Trailing empty lines are not records.
+    return _Shape(dialect, literal, last, width, first or [])
+
+
+def _rows(text: str, shape: _Shape) -> Iterator[list[str]]:
+    """The records after the header, escaped and padded to the full width."""
+    records = itertools.islice(_records(text, shape.dialect, shape.literal), shape.count)
+    if shape.header:
+        next(records, None)
+    for record in records:
+        yield [cell(f) for f in record] + [""] * (shape.width - len(record))
+
+
+def read_table(text: str, extension: str) -> Table:
+    """All records of delimited ``text`` (see ``_shape``); raises csv.Error."""
+    shape = _shape(text, extension)
+    return Table(shape.columns(), list(_rows(text, shape)), shape.header)
 
 
 def header_lines(columns: list[str]) -> str:
@@ -158,12 +201,9 @@ def row_line(number: int, row: Iterable[str]) -> str:
     return "| " + " | ".join([str(number), *row]) + " |\n"
 
 
-def rows_per_unit(table: Table) -> int:
-    """Rows per unit for this table, from the rendered size of up to 1,000
-    rows spread over the file (a fixed count per file keeps unit names stable
-    across small edits)."""
-    step = max(1, len(table.rows) // 1000)
-    sample = table.rows[::step]
+def rows_per_unit(sample: list[list[str]]) -> int:
+    """Rows per unit, from the rendered size of the first rows (a fixed count
+    per file keeps unit names stable across edits)."""
     average = sum(len(row_line(0, r)) for r in sample) / max(1, len(sample))
     for n in _ROWS_PER_UNIT:
         if n * average <= UNIT_BYTES:
@@ -171,17 +211,21 @@ def rows_per_unit(table: Table) -> int:
     return _ROWS_PER_UNIT[-1]
 
 
-def row_units(table: Table, budget: TextBudget) -> list[Unit]:
-    per_unit = rows_per_unit(table)
-    head = header_lines(table.columns)
+def row_units(text: str, shape: _Shape, budget: TextBudget) -> list[Unit]:
+    """Units of ``rows_per_unit`` records, rendered as the records are read:
+    the file's records are never all held as cells at once."""
+    per_unit = rows_per_unit(list(itertools.islice(_rows(text, shape), 1000)))
+    head = header_lines(shape.columns())
     units = []
-    for start in range(0, len(table.rows), per_unit):
-        chunk = table.rows[start : start + per_unit]
-        first, last = start + 1, start + len(chunk)
+    rows = _rows(text, shape)
+    first = 1
+    while chunk := list(itertools.islice(rows, per_unit)):
+        last = first + len(chunk) - 1
         body = "".join(row_line(first + i, row) for i, row in enumerate(chunk))
         units.append(
             Unit(f"rows-{first:06d}-{last:06d}.md", budget.add(head + body), f"rows={first}-{last}")
         )
+        first = last + 1
     return units
 
 
@@ -202,10 +246,11 @@ class DelimitedParser(Parser):
         if len(data) <= SPLIT_BYTES and text.count("\n") < SPLIT_ROWS:
             return content
         try:
-            table = read_table(text, info.extension)
+            shape = _shape(text, info.extension)
         except csv.Error as exc:  # shown whole rather than lost
             log.debug("csv: %s: %s, shown as text", info.name, exc)
             return content
-        if len(table.rows) <= SPLIT_ROWS and len(data) <= SPLIT_BYTES:
+        rows = shape.count - shape.header
+        if rows <= SPLIT_ROWS and len(data) <= SPLIT_BYTES:
             return content
-        return row_units(table, TextBudget(options.max_text_bytes))
+        return row_units(text, shape, TextBudget(options.max_text_bytes))

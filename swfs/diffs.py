@@ -891,6 +891,9 @@ def spreadsheet_diff(
 # -- delimited tables (CSV, TSV)
 
 LIST_ROWS = 20
+# A side with more text than this is not read into cells (a cell costs about
+# 60 bytes as a Python string): its units are diffed as text instead.
+TABLE_MAX_CHARS = 32 * 1024 * 1024
 
 
 def table_from_units(units: Units, extension: str) -> Table | None:

@@ -203,13 +203,16 @@ def _tables(
     new_units: list[tuple[str, str, str]] | None,
 ) -> tuple[diffs.Table | None, diffs.Table | None] | None:
     """Both sides of a CSV/TSV as tables, or None when a side is not one the
-    csv module reads (then its text is diffed line by line)."""
+    csv module reads, or too big to hold as cells here (then its units are
+    diffed line by line)."""
     ext = posixpath.splitext(rel)[1].lower()
     sides: list[diffs.Table | None] = []
     for units in (old_units, new_units):
         if units is None:
             sides.append(None)
             continue
+        if sum(len(t) for _, _, t in units) > diffs.TABLE_MAX_CHARS:
+            return None
         table = diffs.table_from_units([(n, t) for n, _, t in units], ext)
         if table is None:
             return None
