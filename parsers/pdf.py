@@ -251,17 +251,18 @@ def _may_hold_table(page: pymupdf.Page) -> bool:
 
 
 def _page_text(page: pymupdf.Page) -> str:
-    text: str = page.get_text()
-    if not FIND_TABLES or not text.strip() or not _may_hold_table(page):
-        return text
-    try:
-        grids = _grids(page)
-        if not grids:
-            return text
-        return _text_with_tables(page, grids) or text
-    except Exception as exc:  # tables are an extra; their failure keeps the plain text
-        log.debug("pdf: table detection failed: %s", exc)
-        return text
+    """The page's text; with its ruled tables as rows when it has any (then
+    made from the page's words alone, without the plain extraction)."""
+    if FIND_TABLES and _may_hold_table(page):
+        try:
+            grids = _grids(page)
+            text = _text_with_tables(page, grids) if grids else ""
+            if text:
+                return text
+        except Exception as exc:  # tables are an extra; their failure keeps the plain text
+            log.debug("pdf: table detection failed: %s", exc)
+    plain: str = page.get_text()
+    return plain
 
 
 def _rules(page: pymupdf.Page) -> tuple[list[Rule], list[Rule]] | None:

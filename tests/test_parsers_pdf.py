@@ -270,5 +270,5 @@ def test_table_benchmark_documents(tmp_path: pathlib.Path) -> None:
     assert ["| --- |" in u.text for u in mixed] == [n % 10 == 0 for n in range(10)]
     figures = pdftables.measure(pages=3, rounds=1)
     assert sorted(figures) == ["mixed", "ruled", "text"]
-    assert all(off > 0 and on > 0 for off, on in figures.values())
+    assert all(off > 0 and on > 0 and ratio > 0 for off, on, ratio in figures.values())
     assert pdf.FIND_TABLES is True
