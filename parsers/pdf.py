@@ -1,15 +1,16 @@
 """PDF: one unit per page, ``page-0001.md``, text from PyMuPDF, tables as rows.
 
 ``page.get_text()`` is MuPDF's fastest text path (several hundred pages per
-second per core) and serves every page.  Tables drawn with ruling lines are
-rendered as Markdown rows (``| North | 100 | 110 |``) at their place in the
-page, the rest of the page's text around them in reading order, each word
-once (see ``_grids``).  Pages with text pay a scan of their content streams
-for path operators (6% of the text extraction); pages that draw paths, one
-listing of their drawings; pages with a grid of rules, one more word
-extraction.
-PyMuPDF's own ``find_tables`` is not used: it costs 0.1-0.5 s on a dense
-page (and about a second with its ML layout analyser, ``pymupdf_layout``).
+second per core) and serves pages without tables.  Tables drawn with ruling
+lines are rendered as Markdown rows (``| North | 100 | 110 |``) at their
+place in the page, the rest of the page's text around them in reading order,
+each word once (see ``_grids``).  Every page pays a scan of its content
+streams for path operators (about a tenth of the text extraction); a page
+that draws paths, one listing of its drawings; a page with a grid of rules
+is made from a word extraction instead of the plain one, 2.5 times the cost
+of a plain page in all (``python -m bench.pdftables``).  PyMuPDF's own
+``find_tables`` is not used: it costs 0.1-0.5 s on a dense page (and about a
+second with its ML layout analyser, ``pymupdf_layout``).
 
 Files MuPDF cannot read (a page tree it refuses, no pages found) are read by
 pdfminer.six, a second, independent reader; its pages carry a first line
