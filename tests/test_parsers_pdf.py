@@ -272,3 +272,17 @@ def test_table_benchmark_documents(tmp_path: pathlib.Path) -> None:
     assert sorted(figures) == ["mixed", "ruled", "text"]
     assert all(off > 0 and on > 0 and ratio > 0 for off, on, ratio in figures.values())
     assert pdf.FIND_TABLES is True
+
+
+def test_table_on_a_rotated_page(tmp_path: pathlib.Path) -> None:
+    """Words and drawings are placed in the same space on a page shown rotated."""
+    import pymupdf
+
+    doc = pymupdf.open(str(table_pdf(tmp_path)))
+    doc[0].set_rotation(90)
+    path = tmp_path / "rotated.pdf"
+    doc.save(str(path))
+    _, units = parse(path)
+    text = unit(units, "page=1")
+    assert "| North | 1,200 | 1,350 |" in text
+    assert text.count("North") == 1
