@@ -32,6 +32,7 @@ import io
 import logging
 import os
 import re
+import time
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -59,6 +60,11 @@ FIND_TABLES = True
 _MIN_RULES = 3
 _MAX_DRAWINGS = 3000
 _RULE_SLACK = 1.0  # points: a line this far from level (or plumb) is still a rule
+
+# The second reader (see _with_pdfminer): the largest file it is tried on, and
+# how long it may take before MuPDF's reason is reported instead.
+_PDFMINER_MAX_BYTES = 64 * 1024 * 1024
+_PDFMINER_SECONDS = 60.0
 
 
 def _has_eof_marker(path: str) -> bool:
@@ -96,6 +102,10 @@ def _reason(exc: BaseException) -> str:
 
 class _MupdfRefused(Exception):
     """MuPDF cannot give pages for this file; the reason is the message."""
+
+
+class _SlowReader(Exception):
+    """pdfminer.six ran past _PDFMINER_SECONDS."""
 
 
 @dataclass
@@ -470,11 +480,18 @@ def _markdown(rows: list[list[str]]) -> str:
 def _with_pdfminer(path: str, options: ParseOptions, *, why: str, partial: str) -> list[Unit]:
     """Pages read by pdfminer.six after MuPDF gave none; ParseFailed with MuPDF's
     reason when pdfminer finds no page or no text either (a cyclic page tree
-    is better reported as MuPDF saw it than as an empty page)."""
+    is better reported as MuPDF saw it than as an empty page).  pdfminer is
+    pure Python, about fifty times slower than MuPDF: it is not tried on
+    files over _PDFMINER_MAX_BYTES and gives up after _PDFMINER_SECONDS, so
+    the reason stays MuPDF's rather than the worker's timeout."""
+    if os.path.getsize(path) > _PDFMINER_MAX_BYTES:
+        raise ParseFailed(f"broken PDF: {why}")
     try:
         pages = _pdfminer_pages(path, options)
     except (ParseFailed, MemoryError, RecursionError):
         raise
+    except _SlowReader as exc:
+        raise ParseFailed(f"broken PDF: {why}") from exc
     except Exception as exc:
         log.debug("pdf: pdfminer failed too: %s", exc)
         raise ParseFailed(f"broken PDF: {why}") from exc
@@ -505,7 +522,10 @@ def _pdfminer_pages(path: str, options: ParseOptions) -> list[_Page]:
         out = io.StringIO()
         device = TextConverter(resources, out, laparams=LAParams())
         interpreter = PDFPageInterpreter(resources, device)
+        started = time.monotonic()
         for page in PDFPage.create_pages(document):
+            if time.monotonic() - started > _PDFMINER_SECONDS:
+                raise _SlowReader
             if len(pages) >= options.max_pages:
                 raise ParseFailed(f"too many pages (>{options.max_pages})")
             out.seek(0)

@@ -286,3 +286,16 @@ def test_table_on_a_rotated_page(tmp_path: pathlib.Path) -> None:
     text = unit(units, "page=1")
     assert "| North | 1,200 | 1,350 |" in text
     assert text.count("North") == 1
+
+
+@pytest.mark.parametrize("limit", ["_PDFMINER_MAX_BYTES", "_PDFMINER_SECONDS"])
+def test_second_reader_is_bounded(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, limit: str
+) -> None:
+    """Past its size or time bound pdfminer gives up, and MuPDF's reason is
+    the one reported (not the worker's timeout)."""
+    path = tmp_path / "kids.pdf"
+    path.write_bytes(docgen._pdf_from_objects(REFUSED["kids-not-array.pdf"]))
+    monkeypatch.setattr(pdf, limit, -1)
+    with pytest.raises(ParseFailed, match="^broken PDF: malformed page tree"):
+        parse(path)
