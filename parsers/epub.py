@@ -12,14 +12,14 @@ log = logging.getLogger(__name__)
 
 class EpubParser(Parser):
     id = "epub"
-    version = 1
+    version = 2
     priority = 30.0
 
     def accepts(self, info: FileInfo) -> bool:
         return info.extension == ".epub"
 
     def parse(self, path: str, info: FileInfo, options: ParseOptions) -> list[Unit]:
-        zipguard.check_container(path, info, options)
+        zipguard.check_container(path, info, options, public_doctypes=True)
         from markitdown.converters import EpubConverter
 
         markdown = _markitdown.convert(EpubConverter(), path, extension=".epub", what="EPUB")

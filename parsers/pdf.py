@@ -1,15 +1,16 @@
 """PDF: one unit per page, ``page-0001.md``, text from PyMuPDF, tables as rows.
 
 ``page.get_text()`` is MuPDF's fastest text path (several hundred pages per
-second per core) and serves every page.  Tables drawn with ruling lines are
-rendered as Markdown rows (``| North | 100 | 110 |``) at their place in the
-page, the rest of the page's text around them in reading order, each word
-once (see ``_grids``).  Pages with text pay a scan of their content streams
-for path operators (6% of the text extraction); pages that draw paths, one
-listing of their drawings; pages with a grid of rules, one more word
-extraction.
-PyMuPDF's own ``find_tables`` is not used: it costs 0.1-0.5 s on a dense
-page (and about a second with its ML layout analyser, ``pymupdf_layout``).
+second per core) and serves pages without tables.  Tables drawn with ruling
+lines are rendered as Markdown rows (``| North | 100 | 110 |``) at their
+place in the page, the rest of the page's text around them in reading order,
+each word once (see ``_grids``).  Every page pays a scan of its content
+streams for path operators (about a tenth of the text extraction); a page
+that draws paths, one listing of its drawings; a page with a grid of rules
+is made from a word extraction instead of the plain one, 2.5 times the cost
+of a plain page in all (``python -m bench.pdftables``).  PyMuPDF's own
+``find_tables`` is not used: it costs 0.1-0.5 s on a dense page (and about a
+second with its ML layout analyser, ``pymupdf_layout``).
 
 Files MuPDF cannot read (a page tree it refuses, no pages found) are read by
 pdfminer.six, a second, independent reader; its pages carry a first line
@@ -31,6 +32,7 @@ import io
 import logging
 import os
 import re
+import time
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -58,6 +60,11 @@ FIND_TABLES = True
 _MIN_RULES = 3
 _MAX_DRAWINGS = 3000
 _RULE_SLACK = 1.0  # points: a line this far from level (or plumb) is still a rule
+
+# The second reader (see _with_pdfminer): the largest file it is tried on, and
+# how long it may take before MuPDF's reason is reported instead.
+_PDFMINER_MAX_BYTES = 64 * 1024 * 1024
+_PDFMINER_SECONDS = 60.0
 
 
 def _has_eof_marker(path: str) -> bool:
@@ -97,6 +104,10 @@ class _MupdfRefused(Exception):
     """MuPDF cannot give pages for this file; the reason is the message."""
 
 
+class _SlowReader(Exception):
+    """pdfminer.six ran past _PDFMINER_SECONDS."""
+
+
 @dataclass
 class _Page:
     text: str
@@ -123,7 +134,8 @@ class PdfParser(Parser):
         try:
             return self._with_mupdf(path, options)
         except _MupdfRefused as refused:
-            return _with_pdfminer(path, options, why=str(refused))
+            partial = "" if _has_eof_marker(path) else "truncated PDF (no end-of-file marker)"
+            return _with_pdfminer(path, options, why=str(refused), partial=partial)
 
     def _with_mupdf(self, path: str, options: ParseOptions) -> list[Unit]:
         mupdf = _mupdf()
@@ -140,10 +152,10 @@ class PdfParser(Parser):
                 partial = "truncated PDF (no end-of-file marker)"
             if doc.page_count == 0:
                 if partial:
-                    raise ParseFailed(f"{partial}: no page could be read")
+                    raise _MupdfRefused(f"{partial}: no page could be read")
                 raise _MupdfRefused("no pages" + (" (damaged)" if doc.is_repaired else ""))
             return self._pages(doc, options, partial=partial)
-        except (ParseFailed, _MupdfRefused):
+        except (ParseFailed, _MupdfRefused, MemoryError, RecursionError):
             raise
         except Exception as exc:
             raise _MupdfRefused(_reason(exc)) from exc
@@ -250,17 +262,18 @@ def _may_hold_table(page: pymupdf.Page) -> bool:
 
 
 def _page_text(page: pymupdf.Page) -> str:
-    text: str = page.get_text()
-    if not FIND_TABLES or not text.strip() or not _may_hold_table(page):
-        return text
-    try:
-        grids = _grids(page)
-        if not grids:
-            return text
-        return _text_with_tables(page, grids) or text
-    except Exception as exc:  # tables are an extra; their failure keeps the plain text
-        log.debug("pdf: table detection failed: %s", exc)
-        return text
+    """The page's text; with its ruled tables as rows when it has any (then
+    made from the page's words alone, without the plain extraction)."""
+    if FIND_TABLES and _may_hold_table(page):
+        try:
+            grids = _grids(page)
+            text = _text_with_tables(page, grids) if grids else ""
+            if text:
+                return text
+        except Exception as exc:  # tables are an extra; their failure keeps the plain text
+            log.debug("pdf: table detection failed: %s", exc)
+    plain: str = page.get_text()
+    return plain
 
 
 def _rules(page: pymupdf.Page) -> tuple[list[Rule], list[Rule]] | None:
@@ -464,21 +477,28 @@ def _markdown(rows: list[list[str]]) -> str:
 # -- the second reader ---------------------------------------------------------------------
 
 
-def _with_pdfminer(path: str, options: ParseOptions, *, why: str) -> list[Unit]:
+def _with_pdfminer(path: str, options: ParseOptions, *, why: str, partial: str) -> list[Unit]:
     """Pages read by pdfminer.six after MuPDF gave none; ParseFailed with MuPDF's
     reason when pdfminer finds no page or no text either (a cyclic page tree
-    is better reported as MuPDF saw it than as an empty page)."""
+    is better reported as MuPDF saw it than as an empty page).  pdfminer is
+    pure Python, 23 times slower than MuPDF on a 46-page spec: it is not tried on
+    files over _PDFMINER_MAX_BYTES and gives up after _PDFMINER_SECONDS, so
+    the reason stays MuPDF's rather than the worker's timeout."""
+    if os.path.getsize(path) > _PDFMINER_MAX_BYTES:
+        raise ParseFailed(f"broken PDF: {why}")
     try:
         pages = _pdfminer_pages(path, options)
     except (ParseFailed, MemoryError, RecursionError):
         raise
+    except _SlowReader as exc:
+        raise ParseFailed(f"broken PDF: {why}") from exc
     except Exception as exc:
         log.debug("pdf: pdfminer failed too: %s", exc)
         raise ParseFailed(f"broken PDF: {why}") from exc
     if not pages or not any(p.text.strip() for p in pages):
         raise ParseFailed(f"broken PDF: {why}")
     reader = f"read by pdfminer.six: MuPDF could not read this file ({why})"
-    return _units(pages, reader=reader)
+    return _units(pages, reader=reader, partial=partial)
 
 
 def _pdfminer_pages(path: str, options: ParseOptions) -> list[_Page]:
@@ -502,7 +522,10 @@ def _pdfminer_pages(path: str, options: ParseOptions) -> list[_Page]:
         out = io.StringIO()
         device = TextConverter(resources, out, laparams=LAParams())
         interpreter = PDFPageInterpreter(resources, device)
+        started = time.monotonic()
         for page in PDFPage.create_pages(document):
+            if time.monotonic() - started > _PDFMINER_SECONDS:
+                raise _SlowReader
             if len(pages) >= options.max_pages:
                 raise ParseFailed(f"too many pages (>{options.max_pages})")
             out.seek(0)

@@ -23,7 +23,7 @@ from parsers._base import (
     Unit,
     UnsupportedFormat,
 )
-from parsers._common import describe
+from parsers._common import describe, no_text_note
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +34,7 @@ HEAD_BYTES = 4096
 def _instances() -> tuple[Parser, ...]:
     # Imported here so that importing the registry stays cheap until a parse
     # (or a listing) is needed: pymupdf and openpyxl take a while to import.
+    from parsers.delimited import DelimitedParser
     from parsers.docx import DocxParser
     from parsers.epub import EpubParser
     from parsers.html import HtmlParser
@@ -58,6 +59,7 @@ def _instances() -> tuple[Parser, ...]:
         EpubParser(),
         IpynbParser(),
         HtmlParser(),
+        DelimitedParser(),
         TextParser(),
         SniffedTextParser(),
     ]
@@ -153,7 +155,34 @@ def parse(path: str, info: FileInfo, options: ParseOptions) -> tuple[Parser, lis
         except Exception as exc:  # a library bug must not look like a crash of the worker
             log.debug("parser %s failed on %s", parser.key(), info.name, exc_info=True)
             raise ParseFailed(f"{parser.id}: {describe(exc)}") from exc
-        return parser, units
+        return parser, explain_empty(units)
     if declined:
         raise UnsupportedFormat("; ".join(declined))
     raise UnsupportedFormat(f"no parser for {info.extension or 'files without extension'}")
+
+
+# Units whose format shows the file byte for byte: an empty file is an empty view.
+_VERBATIM = frozenset({"content.txt"})
+
+
+def explain_empty(units: list[Unit]) -> list[Unit]:
+    """Units that say why there is no text, when a parse found none.
+
+    A scanned PDF, an image-only slide deck, an empty sheet or document: each
+    unit (or, when the parser returned none, one ``document.md``) gets the line
+    ``[swfs: no text found (N units)]``, so ``cat`` explains the silence.
+    Parsers that can count more (pages and images) write their own note and
+    so never reach this.  Plain text files are shown as they are.
+    """
+    if any(u.text.strip() for u in units) or any(u.name in _VERBATIM for u in units):
+        return units
+    if not units:
+        return [Unit("document.md", no_text_note("the file holds no parts with text"), "document")]
+    kinds: dict[str, int] = {}
+    for unit in units:
+        stem = unit.name.rsplit(".", 1)[0]
+        kind = stem.split("-", 1)[0] if "-" in stem else stem
+        kinds[kind] = kinds.get(kind, 0) + 1
+    details = ", ".join(f"{n} {k}{'' if n == 1 else 's'}" for k, n in kinds.items())
+    note = no_text_note(details)
+    return [Unit(u.name, note, u.locator) for u in units]

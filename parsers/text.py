@@ -41,12 +41,57 @@ TEXT_EXTENSIONS = frozenset(
 _UTF16_BOMS = (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
 
 
+# Multi-byte encodings charset-normalizer is trusted to recognise; for short
+# single-byte texts its guesses vary (cp1250, cp1006 for plain French), so
+# everything else that is not UTF-8 is read as cp1252, what Windows programs
+# (Excel's "CSV" export among them) write in Western locales.
+_CJK = frozenset(
+    {
+        "cp932", "shift_jis", "shift_jis_2004", "shift_jisx0213", "euc_jp", "euc_jis_2004",
+        "euc_jisx0213", "iso2022_jp", "gb2312", "gbk", "gb18030", "hz", "big5", "big5hkscs",
+        "cp950", "euc_kr", "cp949", "johab", "iso2022_kr",
+    }
+)  # fmt: skip
+_DETECT_BYTES = 256 * 1024
+
+
 def decode(data: bytes) -> str:
-    """UTF-8 with replacement; UTF-16 when the file says so with a BOM."""
+    """The text of ``data``: UTF-8, UTF-16 with a BOM, or (when the bytes are not
+    UTF-8) a detected CJK encoding or cp1252.
+
+    A file that is mostly UTF-8 with a few stray bytes (more valid multi-byte
+    sequences than invalid bytes) stays UTF-8, the stray bytes replaced.
+    """
     if data.startswith(_UTF16_BOMS):
         return data.decode("utf-16", "replace")
-    text = data.decode("utf-8", "replace")
-    return text.removeprefix("\ufeff")
+    try:
+        return data.decode("utf-8").removeprefix("\ufeff")
+    except UnicodeDecodeError:
+        pass
+    text = data.decode("utf-8", "replace").removeprefix("\ufeff")
+    invalid = text.count("\ufffd")
+    valid = sum(1 for ch in text if ord(ch) > 127) - invalid
+    if valid > invalid:
+        return text
+    encoding = _detect_cjk(data)
+    if encoding:
+        return data.decode(encoding, "replace")
+    try:
+        return data.decode("cp1252")
+    except UnicodeDecodeError:  # five bytes cp1252 leaves undefined
+        return data.decode("latin-1")
+
+
+def _detect_cjk(data: bytes) -> str | None:
+    try:
+        from charset_normalizer import from_bytes
+    except ImportError:  # pragma: no cover - a dependency of ours
+        return None
+    best = from_bytes(data[:_DETECT_BYTES]).best()
+    if best is None:
+        return None
+    encoding = str(best.encoding).lower().replace("-", "_")
+    return encoding if encoding in _CJK else None
 
 
 def looks_like_text(head: bytes, *, complete: bool) -> bool:
@@ -62,6 +107,11 @@ def looks_like_text(head: bytes, *, complete: bool) -> bool:
 
 
 def read_text(path: str, options: ParseOptions) -> str:
+    return decode(read_bytes(path, options))
+
+
+def read_bytes(path: str, options: ParseOptions) -> bytes:
+    """The file's bytes, up to ``max_text_bytes`` (ParseFailed beyond)."""
     # O_NONBLOCK: opening a FIFO (which an empty head would let through) must
     # not wait for a writer.  It does not affect reads of regular files.
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
@@ -71,12 +121,12 @@ def read_text(path: str, options: ParseOptions) -> str:
         data = f.read(options.max_text_bytes + 1)
     if len(data) > options.max_text_bytes:
         raise ParseFailed(f"too much text (>{options.max_text_bytes} bytes)")
-    return decode(data)
+    return data
 
 
 class TextParser(Parser):
     id = "text"
-    version = 1
+    version = 2
     priority = 10.0
 
     extensions: ClassVar[frozenset[str]] = TEXT_EXTENSIONS
@@ -90,7 +140,7 @@ class TextParser(Parser):
 
 class SniffedTextParser(Parser):
     id = "text-sniff"
-    version = 1
+    version = 2
     priority = -100.0
 
     def accepts(self, info: FileInfo) -> bool:

@@ -10,11 +10,16 @@ Three attacks are stopped here, before a library decompresses anything:
   because CPython's ``zipfile`` never returns more bytes than the header
   declares (and fails on the CRC otherwise), and the libraries we hand the
   container to (openpyxl, python-pptx, mammoth) all read through ``zipfile``;
-* XML entity bombs: an XML part that declares a DOCTYPE (and so could declare
-  entities) is refused.  OOXML parts never need one; (X)HTML parts of an EPUB
-  may carry the plain XHTML DOCTYPE, but never an internal subset or an
-  entity declaration.  Only each part's prolog is decompressed: expat stops
-  at the root element.
+* XML entity bombs and external entities: an XML part that declares a
+  DOCTYPE (and so could declare entities) is refused.  OOXML parts never need
+  one.  (X)HTML parts, and every XML part of a container opened with
+  ``public_doctypes=True`` (EPUB: its NCX and OPF carry
+  ``<!DOCTYPE ncx PUBLIC "-//NISO//DTD ncx 2005-1//EN" "http://...">``), may
+  carry a plain DOCTYPE naming a public DTD, but never an internal subset, an
+  entity declaration or a system identifier that is a local file or relative
+  path (an external DTD that a resolving parser would load).  No parser here
+  fetches DTDs.  Only each part's prolog is decompressed: expat stops at the
+  root element.
 """
 
 from __future__ import annotations
@@ -72,8 +77,13 @@ class _Doctype(Exception):
     pass
 
 
-def check_container(path: str, info: FileInfo, options: ParseOptions) -> None:
-    """Raise ParseFailed (or EncryptedDocument) unless ``path`` is a zip safe to open."""
+def check_container(
+    path: str, info: FileInfo, options: ParseOptions, *, public_doctypes: bool = False
+) -> None:
+    """Raise ParseFailed (or EncryptedDocument) unless ``path`` is a zip safe to open.
+
+    ``public_doctypes`` lets XML parts carry a DOCTYPE without an internal subset
+    (EPUB 2 packages declare one in every NCX and often in the OPF)."""
     head = info.head
     if head.startswith(OLE_MAGIC):
         if info.extension in OOXML_EXTENSIONS:
@@ -88,9 +98,9 @@ def check_container(path: str, info: FileInfo, options: ParseOptions) -> None:
             for member in members:
                 lower = member.filename.lower()
                 if lower.endswith(_XML_SUFFIXES):
-                    _check_xml_prolog(archive, member, html=False)
+                    _check_xml_prolog(archive, member, html=False, doctype=public_doctypes)
                 elif lower.endswith(_HTML_SUFFIXES):
-                    _check_xml_prolog(archive, member, html=True)
+                    _check_xml_prolog(archive, member, html=True, doctype=True)
     except ParseFailed:
         raise
     except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError) as exc:
@@ -120,17 +130,29 @@ def _check_sizes(members: list[zipfile.ZipInfo], options: ParseOptions) -> None:
                 )
 
 
-def _check_xml_prolog(archive: zipfile.ZipFile, member: zipfile.ZipInfo, *, html: bool) -> None:
+def _remote_or_absent(sysid: str | None) -> bool:
+    """A DOCTYPE system identifier no local file can hide behind: none, or an
+    http(s) URL (the public DTDs of XHTML, NCX, OPF)."""
+    return sysid is None or sysid.lower().startswith(("http://", "https://"))
+
+
+def _check_xml_prolog(
+    archive: zipfile.ZipFile, member: zipfile.ZipInfo, *, html: bool, doctype: bool
+) -> None:
     parser = expat.ParserCreate()
 
     def on_doctype(
-        _name: str, _sysid: str | None, _pubid: str | None, has_internal_subset: bool
+        _name: str, sysid: str | None, _pubid: str | None, has_internal_subset: bool
     ) -> None:
-        if has_internal_subset or not html:
-            raise _Doctype
+        if has_internal_subset:
+            raise _Doctype("declares a DOCTYPE with an internal subset (entity expansion refused)")
+        if not doctype:
+            raise _Doctype("declares a DOCTYPE (entity expansion refused)")
+        if not _remote_or_absent(sysid):
+            raise _Doctype(f"declares a DOCTYPE naming a local DTD {sysid!r} (refused)")
 
     def on_entity(*_args: object) -> None:
-        raise _Doctype
+        raise _Doctype("declares an entity (entity expansion refused)")
 
     def on_start(*_args: object) -> None:
         raise _RootReached
@@ -149,10 +171,8 @@ def _check_xml_prolog(archive: zipfile.ZipFile, member: zipfile.ZipInfo, *, html
             parser.Parse(b"", True)
     except _RootReached:
         return
-    except _Doctype:
-        raise ParseFailed(
-            f"XML part {member.filename!r} declares a DOCTYPE (entity expansion refused)"
-        ) from None
+    except _Doctype as exc:
+        raise ParseFailed(f"XML part {member.filename!r} {exc}") from None
     except expat.ExpatError as exc:
         if html:
             return  # HTML parsers are lenient; only declarations matter here

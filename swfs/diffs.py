@@ -63,6 +63,11 @@ labelled ``--- a/report.pdf#page-0007.md`` / ``+++ b/report.pdf#page-0007.md``.
 Units are aligned by content, so an inserted page is one added unit and the
 pages after it are one line saying they are unchanged under new names.
 
+**CSV and TSV** (``table_diff``): one line per changed cell, with the row
+and the column's name, ``data.csv row 12 [amount]: 10 -> 12``; added and
+removed rows and columns (see ``table_diff``).  Line endings and quoting do
+not count.
+
 **Binaries** (``binary_line``): ``Binary files a/x and b/x differ (1200 -> 1350
 bytes, b3:1a2b3c4d -> b3:9f8e7d6c)``.
 """
@@ -70,6 +75,8 @@ bytes, b3:1a2b3c4d -> b3:9f8e7d6c)``.
 from __future__ import annotations
 
 import bisect
+import csv
+import functools
 import itertools
 import logging
 import math
@@ -81,6 +88,7 @@ from difflib import SequenceMatcher
 from parsers import cells
 from parsers.cells import Cell, sheet_ref
 from parsers.cells import parse_cell_lines as parse_cell_lines  # re-exported
+from parsers.delimited import Table, column_name, read_table
 
 log = logging.getLogger(__name__)
 
@@ -825,3 +833,161 @@ def spreadsheet_diff(
     body = _sheets_body(old_sheets or (), new_sheets or ())
     note = "(no cell changes; the file differs in formatting or other content)"
     return _finish(header, _or_note(body, note), max_lines)
+
+
+# -- delimited tables (CSV, TSV)
+
+LIST_ROWS = 20
+# A side with more text than this is not read into cells (a cell costs about
+# 60 bytes as a Python string): its units are diffed as text instead.
+TABLE_MAX_CHARS = 32 * 1024 * 1024
+
+
+def table_from_units(units: Units, extension: str) -> Table | None:
+    """The records of a CSV/TSV view: parsed from ``content.txt`` (a small
+    file, shown as it is) or read back from its row units (``rows-*.md``).
+    None when the text is not a table the csv module accepts."""
+    if len(units) == 1 and units[0][0] == "content.txt":
+        try:
+            return read_table(units[0][1], extension)
+        except csv.Error:
+            return None
+    columns: list[str] | None = None
+    rows: list[list[str]] = []
+    for name, text in units:
+        if not name.startswith("rows-"):
+            return None
+        lines = text.split("\n")
+        if len(lines) < 2 or not lines[0].startswith("| "):
+            return None
+        if columns is None:
+            columns = _md_cells(lines[0])[1:]
+        for line in lines[2:]:
+            if line.startswith("| "):
+                rows.append(_md_cells(line)[1:])
+    if columns is None:
+        return None
+    width = len(columns)
+    rows = [r + [""] * (width - len(r)) for r in rows]
+    letters = [column_name(i) for i in range(width)]
+    return Table(columns, rows, has_header=columns != letters)
+
+
+def _md_cells(line: str) -> list[str]:
+    """The cells of one row line, as escaped in the unit: cells never hold an
+    unescaped '|', so ' | ' only separates them."""
+    return line[2:-2].split(" | ")
+
+
+def table_diff(
+    rel: str,
+    old: Table | None,
+    new: Table | None,
+    *,
+    old_hash: str | None,
+    new_hash: str | None,
+    max_lines: int = DEFAULT_MAX_LINES,
+    old_rel: str | None = None,
+) -> str:
+    """A cell-level diff of a CSV/TSV file.  ``None`` is a missing side.
+
+    Columns are matched by header name when both sides have unique names,
+    else by position.  Rows are aligned by content (so an inserted row is one
+    added row, not a change of every row below it); rows in a changed block
+    are paired in order and compared cell by cell::
+
+        data.csv row 12 [amount]: 10 -> 12
+        data.csv row 13 (was row 12) [amount]: 10 -> 12
+        data.csv row 41 added: id=41; name=Zed; amount=5
+        data.csv old row 7 removed: id=7; name=Ann; amount=3
+        data.csv rows 100-5099 added (5000 rows, not listed)
+        data.csv column added: discount
+        data.csv header [C]: amount -> total
+
+    Line endings, quoting and encoding do not count: a CRLF rewrite of the
+    same records has no body lines.
+    """
+    header = diff_header(
+        old_rel or rel,
+        rel,
+        old_hash=old_hash,
+        new_hash=new_hash,
+        added=old is None,
+        deleted=new is None,
+    )
+    empty = Table([], [], has_header=False)
+    body = _table_body(rel, old or empty, new or empty)
+    note = "(no cell changes; the file differs in line endings, quoting or encoding)"
+    return _finish(header, _or_note(body, note), max_lines)
+
+
+def _column_pairs(old: Table, new: Table) -> tuple[list[tuple[int, int]], list[str]]:
+    """(old index, new index) of the columns both sides have, and the lines
+    for the columns only one side has (or whose header changed)."""
+    lines: list[str] = []
+    by_name = (
+        old.has_header
+        and new.has_header
+        and len(set(old.columns)) == len(old.columns)
+        and len(set(new.columns)) == len(new.columns)
+    )
+    if by_name:
+        new_index = {name: j for j, name in enumerate(new.columns)}
+        old_names = set(old.columns)
+        pairs = [(i, new_index[n]) for i, n in enumerate(old.columns) if n in new_index]
+        lines += [f"column removed: {n}" for n in old.columns if n not in new_index]
+        lines += [f"column added: {n}" for n in new.columns if n not in old_names]
+        return pairs, lines
+    shared = min(len(old.columns), len(new.columns))
+    for i in range(shared):
+        if old.columns[i] != new.columns[i] and (old.has_header or new.has_header):
+            lines.append(f"header [{column_name(i)}]: {old.columns[i]} -> {new.columns[i]}")
+    lines += [f"column removed: {n}" for n in old.columns[shared:]]
+    lines += [f"column added: {n}" for n in new.columns[shared:]]
+    return [(i, i) for i in range(shared)], lines
+
+
+def _table_body(rel: str, old: Table, new: Table) -> Iterator[str]:
+    pairs, column_lines = _column_pairs(old, new)
+    for line in column_lines:
+        yield f"{rel} {line}"
+    old_keys = [tuple(row[i] for i, _ in pairs) for row in old.rows]
+    new_keys = [tuple(row[j] for _, j in pairs) for row in new.rows]
+    for tag, i1, i2, j1, j2 in _opcodes(old_keys, new_keys):
+        if tag == "equal":
+            continue
+        paired = min(i2 - i1, j2 - j1)
+        for k in range(paired):
+            yield from _row_cells(rel, pairs, new.columns, old, i1 + k, new, j1 + k)
+        yield from _rows_block(rel, old, range(i1 + paired, i2), removed=True)
+        yield from _rows_block(rel, new, range(j1 + paired, j2), removed=False)
+
+
+def _row_cells(
+    rel: str,
+    pairs: list[tuple[int, int]],
+    names: list[str],
+    old: Table,
+    i: int,
+    new: Table,
+    j: int,
+) -> Iterator[str]:
+    where = f"row {j + 1}" if i == j else f"row {j + 1} (was row {i + 1})"
+    for oi, nj in pairs:
+        a, b = old.rows[i][oi], new.rows[j][nj]
+        if a != b:
+            yield f"{rel} {where} [{names[nj]}]: {a or EMPTY} -> {b or EMPTY}"
+
+
+def _rows_block(rel: str, table: Table, indices: range, *, removed: bool) -> Iterator[str]:
+    if not indices:
+        return
+    what = "removed" if removed else "added"
+    old = "old " if removed else ""
+    if len(indices) > LIST_ROWS:
+        first, last = indices[0] + 1, indices[-1] + 1
+        yield f"{rel} {old}rows {first}-{last} {what} ({len(indices)} rows, not listed)"
+        return
+    for k in indices:
+        cells = "; ".join(f"{n}={v}" for n, v in zip(table.columns, table.rows[k], strict=False))
+        yield f"{rel} {old}row {k + 1} {what}: {cells}"

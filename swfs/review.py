@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+import posixpath
 from collections import defaultdict
 from typing import Any
 
@@ -22,7 +23,7 @@ from .workspace import Workspace
 log = logging.getLogger(__name__)
 
 _SPREADSHEET = ("xlsx", "spreadsheet")
-_TEXT = ("text",)
+_TEXT = ("text", "csv")
 
 
 def changes(ws: Workspace) -> list[ReviewEntry]:
@@ -165,6 +166,16 @@ def _render(
             max_lines=max_lines,
             old_rel=old_rel,
         )
+    elif kind == "csv" and (table := _tables(e.rel, old_units, new_units)) is not None:
+        text = diffs.table_diff(
+            e.rel,
+            table[0] if old is not None else None,
+            table[1] if new is not None else None,
+            old_hash=old_hash,
+            new_hash=new_hash,
+            max_lines=max_lines,
+            old_rel=old_rel,
+        )
     elif kind in _TEXT and len(old_units or new_units or []) <= 1:
         text = diffs.text_diff(
             old_rel if old else None,
@@ -186,6 +197,29 @@ def _render(
             old_rel=old_rel,
         )
     return text, True
+
+
+def _tables(
+    rel: str,
+    old_units: list[tuple[str, str, str]] | None,
+    new_units: list[tuple[str, str, str]] | None,
+) -> tuple[diffs.Table | None, diffs.Table | None] | None:
+    """Both sides of a CSV/TSV as tables, or None when a side is not one the
+    csv module reads, or too big to hold as cells here (then its units are
+    diffed line by line)."""
+    ext = posixpath.splitext(rel)[1].lower()
+    sides: list[diffs.Table | None] = []
+    for units in (old_units, new_units):
+        if units is None:
+            sides.append(None)
+            continue
+        if sum(len(t) for _, _, t in units) > diffs.TABLE_MAX_CHARS:
+            return None
+        table = diffs.table_from_units([(n, t) for n, _, t in units], ext)
+        if table is None:
+            return None
+        sides.append(table)
+    return sides[0], sides[1]
 
 
 def _sheets(units: list[tuple[str, str, str]] | None) -> list[tuple[str, str]]:

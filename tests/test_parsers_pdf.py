@@ -254,3 +254,48 @@ def test_image_only_page_in_a_text_pdf(tmp_path: pathlib.Path) -> None:
     assert unit(units, "page=1") == "Caption of figure 1\n"
     assert unit(units, "page=3") == "[swfs: no text on this page (1 image)]\n"
     assert "no text found" not in unit(units, "page=2")
+
+
+def test_table_benchmark_documents(tmp_path: pathlib.Path) -> None:
+    """bench.pdftables measures what it says: its ruled pages give table rows,
+    its text pages none; FIND_TABLES is restored afterwards.  No timing."""
+    from bench import pdftables
+
+    docs = pdftables.make_docs(tmp_path, 10)
+    _, ruled = parse(docs["ruled"])
+    assert all("| Region 4 | " in u.text for u in ruled)
+    _, text = parse(docs["text"])
+    assert not any("| --- |" in u.text for u in text)
+    _, mixed = parse(docs["mixed"])
+    assert ["| --- |" in u.text for u in mixed] == [n % 10 == 0 for n in range(10)]
+    figures = pdftables.measure(pages=3, rounds=1)
+    assert sorted(figures) == ["mixed", "ruled", "text"]
+    assert all(off > 0 and on > 0 and ratio > 0 for off, on, ratio in figures.values())
+    assert pdf.FIND_TABLES is True
+
+
+def test_table_on_a_rotated_page(tmp_path: pathlib.Path) -> None:
+    """Words and drawings are placed in the same space on a page shown rotated."""
+    import pymupdf
+
+    doc = pymupdf.open(str(table_pdf(tmp_path)))
+    doc[0].set_rotation(90)
+    path = tmp_path / "rotated.pdf"
+    doc.save(str(path))
+    _, units = parse(path)
+    text = unit(units, "page=1")
+    assert "| North | 1,200 | 1,350 |" in text
+    assert text.count("North") == 1
+
+
+@pytest.mark.parametrize("limit", ["_PDFMINER_MAX_BYTES", "_PDFMINER_SECONDS"])
+def test_second_reader_is_bounded(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, limit: str
+) -> None:
+    """Past its size or time bound pdfminer gives up, and MuPDF's reason is
+    the one reported (not the worker's timeout)."""
+    path = tmp_path / "kids.pdf"
+    path.write_bytes(docgen._pdf_from_objects(REFUSED["kids-not-array.pdf"]))
+    monkeypatch.setattr(pdf, limit, -1)
+    with pytest.raises(ParseFailed, match="^broken PDF: malformed page tree"):
+        parse(path)
