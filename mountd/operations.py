@@ -674,8 +674,13 @@ class Operations(pyfuse3.Operations):
             names = [n for n, _ in entries]
             found = [table.find_key((dev, i)) for _, i in entries]
             if node is table.root:
-                names = sorted(RESERVED) + names
-                found = [table.find_synthetic(Tree(n), "") for n in sorted(RESERVED)] + found
+                # .versions is reachable by name but listed only on request, so
+                # a recursive search from the root skips every old version.
+                shown = sorted(RESERVED)
+                if self.options.versions == "hidden":
+                    shown.remove(".versions")
+                names = shown + names
+                found = [table.find_synthetic(Tree(n), "") for n in shown] + found
         inos = tuple(None if n is None else n.ino for n in found)
         return [".", "..", *names], (self._parent_ino(node), tuple(names), inos)
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Literal
 
 StalePolicy = Literal["serve", "wait"]
+VersionsPolicy = Literal["hidden", "visible"]
 
 FUSE_CONF = Path("/etc/fuse.conf")
 
@@ -25,9 +26,14 @@ def may_allow_other(conf: Path = FUSE_CONF) -> bool:
 
 @dataclass(frozen=True)
 class MountOptions:
-    stale: StalePolicy = "serve"
-    stale_wait: float = 10.0  # seconds a stale read may wait with stale='wait'
-    pending_wait: float = 10.0  # seconds a read of a pending view waits for its parse
+    # A read of a stale view waits this long for its re-parse, then serves the
+    # prior view marked stale ('serve': at once, as it is).
+    stale: StalePolicy = "wait"
+    stale_wait: float = 2.0
+    pending_wait: float = 10.0  # seconds a read of a pending unit waits for its parse
+    # 'hidden': the root lists no .versions (it works by path), so a recursive
+    # search from the root does not find every old version (ZFS snapdir=hidden).
+    versions: VersionsPolicy = "hidden"
     allow_other: bool | None = None  # None: whenever the mounting user may
     entry_timeout: float = 60.0  # kernel dentry cache, native tree
     attr_timeout: float = 60.0  # kernel attribute cache, native tree
@@ -41,6 +47,8 @@ class MountOptions:
     def __post_init__(self) -> None:
         if self.stale not in ("serve", "wait"):
             raise ValueError(f"stale policy must be 'serve' or 'wait', not {self.stale!r}")
+        if self.versions not in ("hidden", "visible"):
+            raise ValueError(f"versions must be 'hidden' or 'visible', not {self.versions!r}")
         for name in ("stale_wait", "pending_wait", "entry_timeout", "attr_timeout", "poll_window"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must not be negative")

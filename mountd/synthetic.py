@@ -33,6 +33,7 @@ from swfs.api import (
     ReviewEntry,
     Version,
 )
+from swfs.views import header_line, render_unit
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +43,8 @@ INDEX_TTL = 2.0  # seconds a cached listing is trusted without a change event
 REBUILD_EVERY = 0.5  # seconds between rebuilds for lookups that hit the cached listing
 VIEW_CACHE = 16  # parsed views kept (a listing stats every unit of one view)
 SNAPSHOTS = "@snapshots"
+PENDING = "pending.md"  # the one unit of a view not parsed yet
+PENDING_KEPT = 60.0  # seconds a listed pending.md stays readable after its parse ended
 
 
 @dataclass(frozen=True)
@@ -191,6 +194,7 @@ class ParsedTree(Base):
     def __init__(self, engine: EngineAPI, gen: Generation, options: MountOptions) -> None:
         super().__init__(engine, gen, options)
         self._index = _Cached(gen, lambda: _Index(str(p) for p in engine.parsed_paths()))
+        self._pending_listed: dict[str, float] = {}  # rel -> when a listing showed pending.md
         # rel -> (generation, time, view, its units by name)
         self._views: OrderedDict[
             str, tuple[int, float, ParsedView | None, dict[str, RenderedUnit]]
@@ -224,9 +228,10 @@ class ParsedTree(Base):
         _, _, view, units = self._cached(rel)
         return view, units.get(name)
 
-    async def settle(self, rel: str) -> None:
-        """Wait for a pending (or, with --stale=wait, a stale) view of ``rel`` as
-        long as the mount allows."""
+    async def settle(self, rel: str, *, pending: bool = True) -> None:
+        """Wait for a stale view of ``rel`` (unless the mount serves stale
+        views at once) and, with ``pending``, for a pending one, each as long
+        as the mount allows."""
         fresh = self.engine.freshness(RelPath(rel))
         if fresh is None:
             view = self.cached_view(rel)
@@ -234,7 +239,7 @@ class ParsedTree(Base):
                 return
             fresh = view.freshness
         limit = None
-        if fresh is Freshness.PENDING:
+        if fresh is Freshness.PENDING and pending:
             limit = self.options.pending_wait
         elif fresh is Freshness.STALE and self.options.stale == "wait":
             limit = self.options.stale_wait
@@ -268,13 +273,14 @@ class ParsedTree(Base):
             return None
         rel, unit_name = loc
         if unit_name is None:
-            # A view's directory exists whatever its state: no need to load it.
-            if wait:
-                await self.settle(rel)
+            # A view's directory exists whatever its state: nothing to wait for.
             return Entry(True, self.access(rel), mtime_ns=self.gen.changed_ns(rel))
-        if wait:
+        if wait and unit_name != PENDING:
+            # pending.md answers at once: it says how far the parse has got.
             await self.settle(rel)
         view, unit = self._unit(rel, unit_name)
+        if view is not None and unit is None and unit_name == PENDING:
+            unit = self._listed_pending(rel, view)
         if view is None or unit is None:
             return None
         return Entry(
@@ -285,6 +291,31 @@ class ParsedTree(Base):
             xattrs=view_xattrs(view, unit.locator),
             data=unit.content,
         )
+
+    def _listed_pending(self, rel: str, view: ParsedView) -> RenderedUnit | None:
+        """A pending.md that a listing showed shortly before the parse ended:
+        it stays readable (a note pointing at the units) rather than vanish
+        between the listing and the open."""
+        listed = self._pending_listed.get(rel)
+        if listed is None or time.monotonic() - listed > PENDING_KEPT:
+            self._pending_listed.pop(rel, None)
+            return None
+        head = header_line(
+            rel=rel,
+            unit=PENDING,
+            locator=f"{rel}#pending",
+            source_hash=view.source_hash,
+            freshness=view.freshness,
+            current_hash=view.current_hash,
+            parser=view.parser,
+        )
+        names = ", ".join(u.name for u in view.units[:5])
+        more = ", ..." if len(view.units) > 5 else ""
+        text = (
+            f"swfs has parsed {rel} ({view.freshness}) since this folder was listed; "
+            f"list it again for its units: {names}{more}\n"
+        )
+        return RenderedUnit(name=PENDING, locator=f"{rel}#pending", content=render_unit(head, text))
 
     async def xattrs(self, path: str) -> Mapping[str, str]:
         loc = self._locate(path)
@@ -304,8 +335,18 @@ class ParsedTree(Base):
         rel, unit_name = loc
         if unit_name is not None:
             return []
-        view = await self.view(rel)
-        return [] if view is None else [u.name for u in view.units]
+        # A stale view is waited for (briefly, as a read would), a pending one
+        # is listed at once: its pending.md says how far the parse has got.
+        await self.settle(rel, pending=False)
+        view = self.cached_view(rel)
+        if view is None:
+            return []
+        names = [u.name for u in view.units]
+        if PENDING in names:
+            self._pending_listed[rel] = time.monotonic()
+            while len(self._pending_listed) > 4096:
+                self._pending_listed.pop(next(iter(self._pending_listed)))
+        return names
 
 
 # -- .review

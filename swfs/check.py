@@ -18,7 +18,7 @@ from typing import Any
 
 from .api import RelPath
 from .fsutil import hash_file
-from .store import FileRecord, loads, pdecode, pkey, stat_signature
+from .store import FileRecord, Store, loads, pdecode, pkey, stat_signature
 from .views import short_hash
 from .workspace import Workspace
 
@@ -92,7 +92,8 @@ def _readable_files(ws: Workspace) -> dict[str, FileRecord]:
     with ws.store.read() as txn:
         for key, raw in txn.cursor(db=ws.store.dbs["files"]):
             try:
-                out[pdecode(key)] = FileRecord.decode(raw)
+                # A long path's key is its digest: the record carries the path.
+                out[Store._file_path(key, raw)] = FileRecord.decode(raw)
             except (ValueError, KeyError, TypeError):
                 continue
     return out

@@ -420,15 +420,17 @@ native files (read and write them as usual) there are three read-only trees:
                       (a section's header gives its heading path).
   .review/            SUMMARY.md and ALL.diff: what changed since the
                       baseline (cell-level for spreadsheets); <path>.diff each.
-  .versions/<path>/   every recorded version of a file, NNNN-<hash>.<ext>.
+  .versions/<path>/   every recorded version of a file, NNNN-<hash>.<ext>
+                      (not listed by `ls` of the root; open it by path).
 
 Each .parsed file starts with a header line
   <!-- swfs source=... unit=... hash=... freshness=current|stale|pending|failed ... -->
 A `stale` view describes an older version of the file; it is re-parsed in the
-background after every write.  Run `swfs sync .` to wait until every view is
-current, or read the xattr `user.sw.freshness` (getfattr -n user.sw.freshness
-FILE).  `swfs diff .` prints the review, `swfs versions . PATH` the history,
-`swfs restore . PATH@N` brings a version back.
+background after every write, and a read waits briefly for that.  Run
+`swfs sync .` to wait until every view is current, or read the xattr
+`user.sw.freshness` (getfattr -n user.sw.freshness FILE).  `swfs diff .`
+prints the review, `swfs versions . PATH` the history, `swfs restore . PATH@N`
+brings a version back.
 """
 
 
@@ -483,14 +485,29 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument(
         "--stale",
         choices=("serve", "wait"),
-        default="serve",
-        help="stale reads: serve the prior view marked stale, or wait for the new one",
+        default="wait",
+        help="stale reads: wait (up to --stale-wait) for the re-parse, or serve the "
+        "prior view marked stale at once",
+    )
+    sp.add_argument(
+        "--stale-wait",
+        type=float,
+        default=2.0,
+        metavar="SECONDS",
+        help="seconds a read of a stale view waits for its re-parse before it is "
+        "served marked stale (default 2)",
     )
     sp.add_argument(
         "--wait-timeout",
         type=float,
         default=10.0,
-        help="seconds a read waits for a pending (or, with --stale=wait, stale) view",
+        help="seconds a read of a pending unit waits for its first parse",
+    )
+    sp.add_argument(
+        "--versions",
+        choices=("hidden", "visible"),
+        default="hidden",
+        help="whether the mount root lists .versions (it works by path either way)",
     )
     sp.add_argument("--no-allow-other", action="store_true", help="do not mount with allow_other")
     sp.add_argument(

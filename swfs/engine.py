@@ -143,6 +143,16 @@ class Engine(Workspace):
         with suppress(trio.RunFinishedError):
             token.run_sync_soon(lambda: queue.submit(rel, front=front))
 
+    def parse_progress(self, rel: str) -> str:
+        queue = self.queue
+        where = None if queue is None else queue.progress(rel)
+        if where is None:
+            return "not queued yet" if queue is not None else "no parse is running (no daemon)"
+        state, secs = where
+        if state == "parsing":
+            return f"parsing since {secs:.0f} s"
+        return f"queued, {len(queue or ())} file(s) in the queue"
+
     # -- review (EngineAPI)
     def review(self) -> Sequence[ReviewEntry]:
         # SUMMARY.md, ALL.diff, every <rel>.diff and their access bits all ask

@@ -33,14 +33,18 @@ def mount_workspace(args: argparse.Namespace, config: Config) -> int:
         raise MountError(f"{args.mountpoint}: the mount point must not be inside {src}")
     store = Path(args.store).resolve() if args.store else src / STORE_NAME
     config = dataclasses.replace(config, rescan_interval=args.rescan_interval)
-    options = MountOptions(
-        stale=args.stale,
-        stale_wait=args.wait_timeout,
-        pending_wait=args.wait_timeout,
-        allow_other=False if args.no_allow_other else None,
-        poll_window=max(0.0, args.poll_us) / 1e6,
-        debug=args.debug,
-    )
+    try:
+        options = MountOptions(
+            stale=args.stale,
+            stale_wait=args.stale_wait,
+            pending_wait=args.wait_timeout,
+            versions=args.versions,
+            allow_other=False if args.no_allow_other else None,
+            poll_window=max(0.0, args.poll_us) / 1e6,
+            debug=args.debug,
+        )
+    except ValueError as exc:
+        raise MountError(f"bad mount option: {exc}") from None
 
     def factory() -> AbstractContextManager[Engine]:
         return Engine.open(src, store, config=config)

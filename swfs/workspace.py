@@ -747,13 +747,34 @@ class Workspace:
             cached = self._view_cache.get(key)
             if cached is not None:
                 self._view_cache.move_to_end(key)
-                return cached
+                return self._with_progress(cached)
         view = self._build_view(rel, rec, freshness)
         with self._view_lock:
             self._view_cache[key] = view
             while len(self._view_cache) > _VIEW_CACHE:
                 self._view_cache.popitem(last=False)
-        return view
+        return self._with_progress(view)
+
+    def _with_progress(self, view: ParsedView) -> ParsedView:
+        """``view`` with its pending.md saying how far the parse has got now."""
+        if not any(u.name == "pending.md" for u in view.units):
+            return view
+        units = []
+        for u in view.units:
+            if u.name == "pending.md":
+                head, _, _ = u.content.partition(b"\n")
+                text = (
+                    f"swfs has not parsed {view.rel} yet: {self.parse_progress(view.rel)}.\n"
+                    "`swfs sync` waits for it; reading a unit by name waits for it too.\n"
+                )
+                u = dataclasses.replace(u, content=head + b"\n" + text.encode("utf-8", "replace"))
+            units.append(u)
+        return dataclasses.replace(view, units=tuple(units))
+
+    def parse_progress(self, rel: str) -> str:
+        """How far the parse of ``rel`` has got, in words (the daemon's engine
+        knows its queue; a workspace without one does not)."""
+        return "no parse is running (no daemon)"
 
     def _build_view(self, rel: str, rec: FileRecord, freshness: Freshness) -> ParsedView:
         source_hash: str | None = None
@@ -776,11 +797,7 @@ class Workspace:
                 raw_units = [tuple(u) for u in record["units"]]
         if freshness == Freshness.PENDING or (freshness == Freshness.STALE and not raw_units):
             raw_units = [
-                (
-                    "pending.md",
-                    "pending",
-                    f"swfs has not parsed {rel} yet; `swfs sync` waits for it.\n",
-                )
+                ("pending.md", "pending", "")  # text: _with_progress
             ]
         units = []
         for name, locator, text in raw_units:

@@ -74,7 +74,22 @@ class SlowParser(_Evil):
             return [Unit("content.txt", f.read(), "content")]
 
 
+class GatedParser(_Evil):
+    """A correct text parser that finishes only once a file ``<name>.go``
+    exists beside its input: a test decides when a pending view turns current."""
+
+    id = "gated-text"
+    ext = ".gated"
+
+    def parse(self, path: str, info: FileInfo, options: ParseOptions) -> list[Unit]:
+        go = os.path.realpath(path) + ".go"  # path is /proc/self/fd/N
+        while not os.path.exists(go):
+            time.sleep(0.05)
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return [Unit("content.txt", f.read(), "content")]
+
+
 SPEC = ",".join(
     f"tests.evilparsers:{c.__name__}"
-    for c in (CrashParser, HangParser, HogParser, BuggyParser, SlowParser)
+    for c in (CrashParser, HangParser, HogParser, BuggyParser, SlowParser, GatedParser)
 )

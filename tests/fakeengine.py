@@ -280,7 +280,12 @@ class FakeEngine:
             return None
         fresh = self._freshness(rel, rec)
         if fresh is Freshness.PENDING:
-            return ParsedView(rel, fresh, rec.hash, None, None, None, ())
+            # As the real engine: one pending.md until the parse is done.
+            header = f'<!-- swfs source="{rel}" unit="pending.md" freshness="pending" -->\n'
+            note = RenderedUnit(
+                "pending.md", f"{rel}#pending", header.encode() + b"not parsed yet\n"
+            )
+            return ParsedView(rel, fresh, rec.hash, None, None, None, (note,))
         source: Hash | None
         if fresh is Freshness.STALE:
             text, source = b"old text\n", _hash(b"old text\n")

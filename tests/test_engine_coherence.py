@@ -333,3 +333,16 @@ def test_check_accepts_a_touched_file_and_a_stale_view(engine: Engine) -> None:
     engine.check_file(RelPath("notes/readme.md"))  # stale: claims nothing current
     assert engine.freshness(RelPath("notes/readme.md")) is Freshness.STALE
     assert run_checks(engine) == []
+
+
+def test_check_views_handles_paths_longer_than_a_store_key(engine: Engine) -> None:
+    deep = engine.src / ("d" * 200) / ("e" * 200)
+    deep.mkdir(parents=True)
+    (deep / "long.txt").write_text("long\n")
+    engine.scan()
+    trio.run(engine.drain)
+    assert run_checks(engine) == []
+    (deep / "long.txt").write_text("longer now\n")
+    problems = run_checks(engine)
+    assert [p.check for p in problems] == ["views"]
+    assert "long.txt: its view claims current" in problems[0].message

@@ -88,7 +88,12 @@ def test_listing_parsed_does_not_wait_for_each_view(mount_tree: MountFactory) ->
     assert sorted(os.listdir(m.mnt / ".parsed")) == ["b.txt", "pending.txt"]
     subprocess.run(["ls", "-l", str(m.mnt / ".parsed")], check=True, capture_output=True)
     assert m.calls("wait_view") == []
-    assert os.listdir(m.mnt / ".parsed/pending.txt") == ["content.txt"]
+    # A pending view lists at once, its pending.md opens at once too...
+    assert os.listdir(m.mnt / ".parsed/pending.txt") == ["pending.md"]
+    assert "not parsed yet" in (m.mnt / ".parsed/pending.txt/pending.md").read_text()
+    assert m.calls("wait_view") == []
+    # ...and a unit asked for by name waits for the parse.
+    assert "fresh" in (m.mnt / ".parsed/pending.txt/content.txt").read_text()
     assert m.calls("wait_view") == [["wait_view", "pending.txt"]]
 
 

@@ -136,17 +136,23 @@ def test_openpyxl_edit_in_place_goes_current_with_review_and_versions(ws: RealMo
 
 
 def test_stale_view_is_served_marked_then_turns_current(ws: RealMount) -> None:
-    slow = ws.mnt / "notes.slow"
-    slow.write_text("first version\n")
+    """A read of a stale view waits (--stale-wait, 2 s) for the re-parse; past
+    that bound it gets the prior view, marked stale."""
+    go = ws.src / "notes.gated.go"  # the gated test parser finishes once this exists
+    go.write_text("")
+    gated = ws.mnt / "notes.gated"
+    gated.write_text("first version\n")
     swfs("sync", ws.mnt)
-    unit = ws.mnt / ".parsed" / "notes.slow" / "content.txt"
+    unit = ws.mnt / ".parsed" / "notes.gated" / "content.txt"
     assert "first version" in unit.read_text()
-    slow.write_text("second version\n")
-    text = unit.read_text()  # the slow parser takes 2 s: the prior view, marked stale
+    go.unlink()
+    gated.write_text("second version\n")
+    text = unit.read_text()  # the re-parse waits for the test: the prior view, marked
     assert 'freshness="stale"' in text.splitlines()[0]
     assert "first version" in text
-    assert os.getxattr(slow, "user.sw.freshness") == b"stale"
+    assert os.getxattr(gated, "user.sw.freshness") == b"stale"
     assert os.getxattr(unit, "user.sw.freshness") == b"stale"
+    go.write_text("")
     swfs("sync", ws.mnt)
     text = unit.read_text()
     assert 'freshness="current"' in text.splitlines()[0]
