@@ -347,8 +347,9 @@ class Operations(pyfuse3.Operations):
             mtime_ns=attr.st_mtime_ns if fields.update_mtime else None,
         )
         if change == SetAttr():
-            # Nothing but the change time: chown(f, -1, -1) (the kernel sends it
-            # without FATTR_CTIME unless it keeps times itself).
+            # Nothing but the change time: chown(f, -1, -1) on a file without
+            # set-id bits (the kernel sends no FATTR_CTIME unless it keeps
+            # times itself).
             change = SetAttr(ctime=True)
         rel = self._path(node)
         st = await self.native.setattr(rel, native_fh, change, _kept(node))
