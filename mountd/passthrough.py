@@ -445,19 +445,23 @@ class Passthrough:
             os.link(old_name, name, src_dir_fd=ofd, dst_dir_fd=nfd, follow_symlinks=False)
             return os.stat(name, dir_fd=nfd, follow_symlinks=False)
 
-    async def unlink(self, parent: str, name: str) -> None:
+    async def unlink(self, parent: str, name: str) -> bool:
+        """True when that was the file's last name (its inode is free now,
+        unless a descriptor or the blob store still holds it)."""
         rel = join(parent, name)
         if self.is_hidden(rel):
             raise _err(errno.ENOENT)
 
-        def unlink() -> None:  # one trip to a worker thread, not two
+        def unlink() -> bool:  # one trip to a worker thread, not two
             self.engine.preserve_inode(RelPath(rel))
             with dir_fd(self.root_fd, parent) as pfd:
+                last = os.stat(name, dir_fd=pfd, follow_symlinks=False).st_nlink <= 1
                 os.unlink(name, dir_fd=pfd)
             self.engine.record_unlink(RelPath(rel))
+            return last
 
         with self.working(rel):
-            await self.slow(unlink)
+            return await self.slow(unlink)
 
     async def rmdir(self, parent: str, name: str) -> None:
         if self.is_hidden(join(parent, name)):
