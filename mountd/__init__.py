@@ -17,15 +17,22 @@ Modules, outermost first:
                 ``record_write`` on close/fsync/release, ``preserve_inode`` /
                 ``record_unlink`` / ``record_rename`` around unlink and rename).
 ``synthetic``   the read-only ``.parsed``, ``.review`` and ``.versions`` trees.
-``nodes``       the inode table (native nodes keyed by backing identity, so
-                hard links share an inode; generated nodes by path).
+``nodes``       the inode table (native nodes keyed by backing identity and
+                numbered by the backing inode number, so hard links share an
+                inode and ``st_ino`` survives renames and forgets; generated
+                nodes by path).
 ``options``     ``MountOptions``.
 ``fsutil``      openat2, renameat2 and utimensat through ctypes.
 
 Semantics worth knowing:
 
-- Kernel caches are on (60 s for native entries and attributes, 1 s for the
-  generated trees); engine change events invalidate them from a worker thread.
+- Kernel caches are on (60 s for entries and attributes, native and
+  generated); engine change events invalidate them from a worker thread.
+- Changes made in SRC behind the mount reach the engine through the change
+  feed (``swfs.changefeed``, inotify, started by ``launch``), which also hands
+  the changed paths to ``Operations.changed_behind`` so the kernel drops what
+  it keeps of them and of their directories.  The engine's periodic rescan is
+  the backstop.
 - An open of a native file asks the engine to ``check_file`` it first, so
   changes made behind the mount are recorded before anyone reads or writes.
 - A write is recorded when the writer closes the file (FUSE flush, which the

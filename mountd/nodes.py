@@ -64,6 +64,12 @@ class Node:
     size: int = -1  # generated: the size last reported to the kernel
     is_dir: bool = False  # generated: a directory, as last reported to the kernel
     kept: object = None  # native files: passthrough.Kept, shared by open handles
+    # Native: bumped when the backing inode number comes back for a new file
+    # while the kernel may still hold the old one (a removed directory some
+    # process sits in): the kernel then drops the dead inode instead of
+    # taking the new directory for it.
+    generation: int = 0
+    gone: bool = False  # the backing file was removed through the mount
 
     @property
     def native(self) -> bool:
@@ -128,6 +134,9 @@ class InodeTable:
         if node is None:
             node = Node(self._native_ino(key), Tree.NATIVE, key)
             self._add(node)
+        elif node.gone:
+            node.gone = False
+            node.generation += 1
         self.add_link(node, link)
         return node
 
@@ -181,6 +190,14 @@ class InodeTable:
         if nb is not None:
             self.add_link(nb, a)
             nb.opens -= 1
+
+    def removed(self, link: Link) -> None:
+        """The file at ``link`` was removed, and its backing inode with it: a
+        new file may get its number."""
+        node = self._by_link.get(link)
+        if node is not None:
+            node.gone = True
+        self.remove_link(link)
 
     def find_key(self, key: Hashable) -> Node | None:
         """The live native node of backing file ``key``, if any."""

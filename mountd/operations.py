@@ -188,7 +188,7 @@ class Operations(pyfuse3.Operations):
     def _native_attr(self, node: Node, st: os.stat_result) -> pyfuse3.EntryAttributes:
         a = pyfuse3.EntryAttributes()
         a.st_ino = node.ino
-        a.generation = 0
+        a.generation = node.generation
         a.entry_timeout = self.options.entry_timeout
         a.attr_timeout = self.options.attr_timeout
         a.st_mode = st.st_mode
@@ -347,8 +347,9 @@ class Operations(pyfuse3.Operations):
             mtime_ns=attr.st_mtime_ns if fields.update_mtime else None,
         )
         if change == SetAttr():
-            # Nothing but the change time: chown(f, -1, -1) (the kernel sends it
-            # without FATTR_CTIME unless it keeps times itself).
+            # Nothing but the change time: chown(f, -1, -1) on a file without
+            # set-id bits (the kernel sends no FATTR_CTIME unless it keeps
+            # times itself).
             change = SetAttr(ctime=True)
         rel = self._path(node)
         st = await self.native.setattr(rel, native_fh, change, _kept(node))
@@ -435,14 +436,16 @@ class Operations(pyfuse3.Operations):
     @handler
     async def unlink(self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
         parent, n = self._node(parent_inode), os.fsdecode(name)
-        await self.native.unlink(self._writable_parent(parent, n), n)
-        self.table.remove_link((parent.ino, n))
+        if await self.native.unlink(self._writable_parent(parent, n), n):
+            self.table.removed((parent.ino, n))
+        else:
+            self.table.remove_link((parent.ino, n))
 
     @handler
     async def rmdir(self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
         parent, n = self._node(parent_inode), os.fsdecode(name)
         await self.native.rmdir(self._writable_parent(parent, n), n)
-        self.table.remove_link((parent.ino, n))
+        self.table.removed((parent.ino, n))  # a directory has no other names
 
     @handler
     async def rename(

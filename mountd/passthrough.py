@@ -98,7 +98,7 @@ class SetAttr:
     atime_ns: int | None = None
     mtime_ns: int | None = None
     # Only the change time moves (chown(f, -1, -1): the kernel forwards it as
-    # a request that sets nothing), as the backing file system would do it.
+    # a request that sets nothing), as on the backing file system.
     ctime: bool = False
 
 
@@ -217,7 +217,9 @@ class Passthrough:
                     os.fchmod(fh.fd, stat.S_IMODE(change.mode))
                 else:
                     self._chmod_nofollow(pfd, target, stat.S_IMODE(change.mode))
-            if change.uid is not None or change.gid is not None or change.ctime:
+            if change.ctime:
+                self._touch_ctime(pfd, target, fh)
+            if change.uid is not None or change.gid is not None:
                 uid = -1 if change.uid is None else change.uid
                 gid = -1 if change.gid is None else change.gid
                 if fh is not None:
@@ -232,6 +234,19 @@ class Passthrough:
             if fh is not None:
                 return os.fstat(fh.fd)
             return os.stat(target, dir_fd=pfd, follow_symlinks=False)
+
+    def _touch_ctime(self, pfd: int, name: str, fh: NativeHandle | None) -> None:
+        """Move only the change time.  A chmod to the mode the file has: unlike
+        chown(-1, -1), it never clears set-id bits (the daemon may set them)."""
+        if fh is not None:
+            os.fchmod(fh.fd, stat.S_IMODE(os.fstat(fh.fd).st_mode))
+            return
+        st = os.stat(name, dir_fd=pfd, follow_symlinks=False)
+        if stat.S_ISLNK(st.st_mode):
+            # No mode of its own and no set-id bits to lose.
+            os.chown(name, -1, -1, dir_fd=pfd, follow_symlinks=False)
+        else:
+            self._chmod_nofollow(pfd, name, stat.S_IMODE(st.st_mode))
 
     @staticmethod
     def _chmod_nofollow(pfd: int, name: str, mode: int) -> None:
@@ -430,19 +445,23 @@ class Passthrough:
             os.link(old_name, name, src_dir_fd=ofd, dst_dir_fd=nfd, follow_symlinks=False)
             return os.stat(name, dir_fd=nfd, follow_symlinks=False)
 
-    async def unlink(self, parent: str, name: str) -> None:
+    async def unlink(self, parent: str, name: str) -> bool:
+        """True when that was the file's last name (its inode is free now,
+        unless a descriptor or the blob store still holds it)."""
         rel = join(parent, name)
         if self.is_hidden(rel):
             raise _err(errno.ENOENT)
 
-        def unlink() -> None:  # one trip to a worker thread, not two
+        def unlink() -> bool:  # one trip to a worker thread, not two
             self.engine.preserve_inode(RelPath(rel))
             with dir_fd(self.root_fd, parent) as pfd:
+                last = os.stat(name, dir_fd=pfd, follow_symlinks=False).st_nlink <= 1
                 os.unlink(name, dir_fd=pfd)
             self.engine.record_unlink(RelPath(rel))
+            return last
 
         with self.working(rel):
-            await self.slow(unlink)
+            return await self.slow(unlink)
 
     async def rmdir(self, parent: str, name: str) -> None:
         if self.is_hidden(join(parent, name)):

@@ -360,7 +360,9 @@ class Store:
         """The status of a parse record without decoding its units."""
         key = parse_key(h, parser)
         if txn is None:
-            with self.read() as t:
+            # Every open in .parsed asks this: a buffer into the map, not a
+            # copy of a record that holds every unit of a 24,000-page PDF.
+            with self.env.begin(write=False, buffers=True) as t:
                 return self._status_of(t.get(key, db=self.dbs["parses"]))
         return self._status_of(txn.get(key, db=self.dbs["parses"]))
 
@@ -378,7 +380,9 @@ class Store:
         return str(loads(raw)["status"])
 
     def has_parse(self, txn: lmdb.Transaction, h: str, parser: str) -> bool:
-        return txn.get(parse_key(h, parser), db=self.dbs["parses"]) is not None
+        # A cursor finds the key without copying the (possibly huge) record.
+        with txn.cursor(db=self.dbs["parses"]) as cur:
+            return bool(cur.set_key(parse_key(h, parser)))
 
     def put_parse(self, h: str, parser: str, record: dict[str, Any]) -> None:
         data = dumps(record)

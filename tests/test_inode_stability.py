@@ -159,3 +159,35 @@ def test_chown_to_the_same_owner_updates_ctime(dirs: tuple[Path, Path], kind: st
     assert after.st_ctime_ns > before.st_ctime_ns
     assert (after.st_uid, after.st_gid) == (before.st_uid, before.st_gid)
     assert stat.S_IFMT(after.st_mode) == stat.S_IFMT(before.st_mode)
+
+
+def test_a_directory_made_again_under_a_removed_ones_number_works(
+    dirs: tuple[Path, Path],
+) -> None:
+    """A directory removed while a process sits in it lives on in the kernel;
+    the backing file system may give the next new directory its inode number.
+    That new directory must not be taken for the removed one (mkdir inside it
+    failed with ENOENT, as in a dead directory)."""
+    base = dirs[0]
+    here = os.getcwd()
+    reused = 0
+    try:
+        for _ in range(50):
+            d = base / "d"
+            d.mkdir()
+            os.chdir(d)  # pins the kernel's inode; the daemon holds nothing of it
+            ino = os.stat(".").st_ino
+            d.rmdir()
+            d.mkdir()
+            reused += os.stat(d).st_ino == ino
+            (d / "e").mkdir()
+            (d / "e" / "f").write_text("x")
+            assert (d / "e" / "f").read_text() == "x"
+            os.chdir(here)
+            (d / "e" / "f").unlink()
+            (d / "e").rmdir()
+            d.rmdir()
+    finally:
+        os.chdir(here)
+    if not reused:
+        pytest.skip("the backing file system never reused an inode number here")
