@@ -76,7 +76,6 @@ from __future__ import annotations
 
 import bisect
 import csv
-import functools
 import itertools
 import logging
 import math
