@@ -92,6 +92,20 @@ def all_parsers() -> list[Parser]:
     return list(_instances())
 
 
+def fingerprint() -> str:
+    """Every parser's key, and whether the tools some of them run are there.
+
+    A file record names the parser key its file was given when it was last
+    hashed; when this changes (swfs upgraded, LibreOffice installed), the
+    engine re-examines every file, so none keeps an old parser's verdict.
+    """
+    from parsers import soffice
+
+    keys = sorted(p.key() for p in _instances())
+    keys.append(f"soffice={'yes' if soffice.program() else 'no'}")
+    return ",".join(keys)
+
+
 def extension_of(rel: str) -> str:
     """Lowercase extension of the last path component, with the dot; '' when none."""
     base = posixpath.basename(rel)

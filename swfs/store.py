@@ -16,7 +16,9 @@ digest, and its value then carries the path (``"path"`` in a file record;
 
 ``meta``
     ``format_version`` -> int.  ``baseline`` -> manifest (see below).
-    ``baseline_at`` -> float.  ``created_at`` -> float.
+    ``baseline_at`` -> float.  ``created_at`` -> float.  ``parsers`` -> str,
+    ``parsers.registry.fingerprint()`` at the last scan: when it differs, the
+    next scan re-examines every file so that each gets the present parser key.
 ``files``  path -> file record: the stat signature as ASCII
     ``size,mtime_ns,ctime_ns,ino``, a newline, then
     ``{"h": hash, "s": size, "m": mtime_ns, "c": ctime_ns, "i": ino,

@@ -247,10 +247,16 @@ class Workspace:
         seen: set[str] = set()
         todo: list[str] = []
         busy = self._busy_paths()
+        # New parsers (an upgrade, LibreOffice installed) re-examine every
+        # file once: a record keeps the parser key it got when it was hashed.
+        parsers_now = registry.fingerprint()
+        reselect = bool(known) and self.store.get_meta("parsers") != parsers_now
+        if reselect:
+            log.info("parsers changed since the last scan: re-examining every file")
         for rel, st in self.walk():
             seen.add(rel)
             sig = signature_bytes(st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
-            if known.get(rel) != sig and rel not in busy:
+            if (reselect or known.get(rel) != sig) and rel not in busy:
                 todo.append(rel)
         stats.files = len(seen)
         first = self.store.get_meta("baseline") is None
@@ -293,6 +299,8 @@ class Workspace:
                 self._bump(txn)
         if first:
             self.set_baseline()
+        if self.store.get_meta("parsers") != parsers_now:
+            self.store.put_meta("parsers", parsers_now)
         for rel, _ in results:
             self._changed(rel)
         for rel in gone:

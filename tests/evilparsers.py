@@ -93,3 +93,14 @@ SPEC = ",".join(
     f"tests.evilparsers:{c.__name__}"
     for c in (CrashParser, HangParser, HogParser, BuggyParser, SlowParser, GatedParser)
 )
+
+
+class UpgradedTextParser(_Evil):
+    """Not evil: a newer reader of ``.txt``, as an upgrade would install."""
+
+    id = "text-upgraded"
+    ext = ".txt"
+
+    def parse(self, path: str, info: FileInfo, options: ParseOptions) -> list[Unit]:
+        with open(path, encoding="utf-8") as f:
+            return [Unit(name="content.txt", text="upgraded: " + f.read(), locator="content")]

@@ -296,3 +296,42 @@ def test_format_1_store_is_upgraded_when_opened(tmp_path: Path) -> None:
         assert store.file_signatures() == {"a.txt": b"5,7,8,9"}
     finally:
         store.close()
+
+
+def test_new_parsers_reexamine_unchanged_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A parser added or upgraded after a file was indexed re-parses it even
+    though its bytes did not change: a record must not keep an old parser's
+    verdict (a failure it no longer makes) for as long as the file sits."""
+    from parsers import registry
+    from tests import evilparsers
+
+    src = tmp_path / "ws"
+    src.mkdir()
+    (src / "notes.txt").write_text("alpha\n")
+    with Engine.open(src) as eng:
+        trio.run(eng.drain)
+        before = eng.store.get_file("notes.txt")
+        versions = len(eng.store.get_versions("notes.txt"))
+    assert before is not None
+    assert before.parser is not None
+    assert before.parser.startswith("text@")
+    # Workers inherit the environment, so they see the new parser too.
+    monkeypatch.setenv(registry.EXTRA_ENV, "tests.evilparsers:UpgradedTextParser")
+    registry._instances.cache_clear()
+    try:
+        with Engine.open(src) as eng:
+            trio.run(eng.drain)
+            after = eng.store.get_file("notes.txt")
+            assert after is not None
+            assert after.parser == evilparsers.UpgradedTextParser.key()
+            assert after.hash == before.hash
+            assert len(eng.store.get_versions("notes.txt")) == versions
+            view = eng.parsed_view(RelPath("notes.txt"))
+            assert view is not None
+            assert view.freshness == Freshness.CURRENT
+            assert view.units[0].content.endswith(b"upgraded: alpha\n")
+    finally:
+        monkeypatch.delenv(registry.EXTRA_ENV)
+        registry._instances.cache_clear()
