@@ -12,8 +12,10 @@ Units.  A document without headings is one ``document.md`` (locator
 ``document``).  A document with headings is split at every heading into
 ``section-001.md``, ``section-002.md`` ... in document order, each with the
 heading path as its locator: ``h=Clause 7/7.2`` (the titles of the headings
-above and of its own, outermost first; the ``Title`` style is the outermost
-level).  Text before the first heading is ``section-000.md`` (locator
+above and of its own, outermost first).  A ``Title`` paragraph is shown as
+``# `` but opens no section and is in no path, as in Word's navigation pane,
+so the document's name does not prefix every locator.  Text before the first
+heading is ``section-000.md`` (locator
 ``preamble``).  In a path, ``%`` and ``/`` inside a title are written ``%25``
 and ``%2F``, whitespace is collapsed and a title is cut at 80 characters.
 Headers and footers, which repeat on every page, are one more unit,
@@ -410,7 +412,7 @@ class _Reader:
             tag = child.tag
             if tag == W + "p":
                 level = self._level(child) if headings else None
-                if level is not None:
+                if level:  # a Title (level 0) is shown as "# " but opens no section
                     title = _title(self.inline(child, clean=True))
                     if title:
                         self._open_section(level, title)
