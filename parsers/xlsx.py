@@ -128,7 +128,6 @@ def _number_formats(wb: openpyxl.Workbook) -> list[cells.NumberFormat]:
 
 def _cell_parser() -> type[Any] | None:
     try:
-        from openpyxl.cell.text import Text
         from openpyxl.utils.datetime import from_excel, from_ISO8601
         from openpyxl.worksheet._reader import (
             FORMULA_TAG,
@@ -139,6 +138,21 @@ def _cell_parser() -> type[Any] | None:
         )
     except ImportError:  # a future openpyxl moved its internals: use the public path
         return None
+
+    text_tag = INLINE_STRING.replace("}is", "}t")
+    run_tag = INLINE_STRING.replace("}is", "}r")
+
+    def _inline_text(element: Any) -> str:
+        """The text of an inline string: its <t>, or its runs' <t> (not the
+        phonetic runs).  openpyxl's Text object does the same at several
+        times the cost, and openpyxl writes every string inline."""
+        parts = []
+        for child in element:
+            if child.tag == text_tag:
+                parts.append(child.text or "")
+            elif child.tag == run_tag:
+                parts.extend(t.text or "" for t in child if t.tag == text_tag)
+        return "".join(parts)
 
     class CellParser(WorkSheetParser):
         """Cells as (row, column, value, formula, style index)."""
@@ -159,7 +173,7 @@ def _cell_parser() -> type[Any] | None:
             if data_type == "inlineStr":
                 child = element.find(INLINE_STRING)
                 if child is not None:
-                    value = Text.from_tree(child).content
+                    value = _inline_text(child)
             else:
                 raw = element.findtext(VALUE_TAG, None) or None
                 if raw is not None:

@@ -36,6 +36,7 @@ MAX_WORKBOOK_CELLS = 200_000
 MAX_FORMULAS = 5_000
 TIME_BUDGET_S = 20.0
 
+_VOLATILE = re.compile(r"\b(TODAY|NOW|RAND|RANDBETWEEN|RANDARRAY)\s*\(", re.IGNORECASE)
 _UNKNOWN = re.compile(r"Function (\w[\w.]*) is not implemented")
 
 
@@ -125,7 +126,17 @@ def _compiler(stream: IO[bytes]) -> Any:
     from pycel import ExcelCompiler
 
     wb = openpyxl.load_workbook(stream, keep_links=False)
-    return ExcelCompiler(excel=wb)
+    compiler = ExcelCompiler(excel=wb)
+    # Tracing each value's precedents for volatile functions is only needed
+    # when the workbook has one at all.
+    compiler.swfs_has_volatile = any(
+        isinstance(c.value, str) and _VOLATILE.search(c.value)
+        for ws in wb.worksheets
+        for row in ws.iter_rows()
+        for c in row
+        if c.data_type == "f"
+    )
+    return compiler
 
 
 def _one(compiler: Any, cell: Pending, epoch: datetime.datetime) -> str:
@@ -146,7 +157,29 @@ def _one(compiler: Any, cell: Pending, epoch: datetime.datetime) -> str:
         if m:
             return cells.not_computed(f"{m[1]} unsupported")
         return cells.not_computed(describe(exc).split(" Traceback", 1)[0])
+    volatile = _volatile(compiler, address)
+    if volatile:
+        # The value depends on when it is computed; a parse is kept for as
+        # long as the file's bytes stay the same, so it would soon be wrong.
+        return cells.not_computed(f"{volatile} changes with every calculation")
     return cells.computed(_shown(value, cell.fmt, epoch))
+
+
+def _volatile(compiler: Any, address: str) -> str | None:
+    """The first volatile function (TODAY, NOW, RAND...) the cell's value
+    depends on, through any chain of cells; None when there is none."""
+    import networkx
+
+    node = compiler.cell_map.get(address)
+    if node is None or not getattr(compiler, "swfs_has_volatile", True):
+        return None
+    for cell in (node, *networkx.ancestors(compiler.dep_graph, node)):
+        formula = getattr(getattr(cell, "formula", None), "base_formula", None)
+        if formula:
+            m = _VOLATILE.search(formula)
+            if m:
+                return m[1].upper()
+    return None
 
 
 def _shown(value: Any, fmt: cells.NumberFormat, epoch: datetime.datetime) -> str:

@@ -184,6 +184,8 @@ def test_recomputed_formulas(tmp_path: pathlib.Path) -> None:
     ws["D4"] = "=B12/0"
     ws["D5"] = "=SUM(B1:B12)"
     ws["D5"].number_format = "0.0%"
+    ws["E1"] = "=TODAY()"  # its value depends on the day it is computed
+    ws["E2"] = "=E1+30"
     plan = wb.create_sheet("My Plan")
     plan["A1"] = "='Sheet1'!C12+1"
     path = tmp_path / "saved-by-openpyxl.xlsx"
@@ -198,6 +200,8 @@ def test_recomputed_formulas(tmp_path: pathlib.Path) -> None:
                 "Sheet1!D2 = =D3+1 -> ? (not computed: circular reference)",
                 "Sheet1!D4 = =B12/0 -> #DIV/0! (computed)",
                 "Sheet1!D5 = =SUM(B1:B12) -> 135000.0% (computed)",
+                "Sheet1!E1 = =TODAY() -> ? (not computed: TODAY changes with every calculation)",
+                "Sheet1!E2 = =E1+30 -> ? (not computed: TODAY changes with every calculation)",
             ],
             "sheet-My Plan.md": ["'My Plan'!A1 = ='Sheet1'!C12+1 -> 2701 (computed)"],
         },
