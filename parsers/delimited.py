@@ -251,6 +251,6 @@ class DelimitedParser(Parser):
             log.debug("csv: %s: %s, shown as text", info.name, exc)
             return content
         rows = shape.count - shape.header
-        if rows <= SPLIT_ROWS and len(data) <= SPLIT_BYTES:
+        if rows == 0 or (rows <= SPLIT_ROWS and len(data) <= SPLIT_BYTES):
             return content
         return row_units(text, shape, TextBudget(options.max_text_bytes))

@@ -456,10 +456,22 @@ def _text_with_tables(page: pymupdf.Page, grids: list[_Grid]) -> str:
 
 def _table_rows(cells: dict[tuple[int, int], list[str]]) -> list[list[str]]:
     """Cell texts by row, without rows and columns that are empty throughout
-    (double rules, padding columns)."""
+    (double rules, padding columns).  Two neighbouring columns that no row has
+    text in both of are one column split by an inset rule (a shaded header
+    cell drawn inside the grid): they are joined."""
     rows = sorted({r for r, _ in cells})
     cols = sorted({c for _, c in cells})
-    return [[" ".join(cells.get((r, c), ())) for c in cols] for r in rows]
+    filled = {c: {r for r, c2 in cells if c2 == c} for c in cols}
+    groups: list[list[int]] = []
+    for c in cols:
+        if groups and len(groups[-1]) == 1 and not filled[groups[-1][0]] & filled[c]:
+            groups[-1].append(c)
+        else:
+            groups.append([c])
+    return [
+        [" ".join(w for c in group for w in cells.get((r, c), ())) for group in groups]
+        for r in rows
+    ]
 
 
 def _cell(text: str) -> str:

@@ -310,3 +310,10 @@ def test_grep_through_the_mount_gives_the_row() -> None:
         diff = (ws.mnt / ".review" / "export.csv.diff").read_text()
         assert "(no cell changes; the file differs in line endings" in diff
         assert len(diff.splitlines()) < 5
+
+
+def test_large_file_without_records_stays_text(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "blank.csv"
+    path.write_bytes(b"\r\n" * 100_000)
+    kind, units = parse(path)
+    assert (kind, [u.name for u in units]) == ("csv", ["content.txt"])

@@ -299,3 +299,28 @@ def test_second_reader_is_bounded(
     monkeypatch.setattr(pdf, limit, -1)
     with pytest.raises(ParseFailed, match="^broken PDF: malformed page tree"):
         parse(path)
+
+
+def test_shaded_header_cells_inside_the_grid(tmp_path: pathlib.Path) -> None:
+    """Header cells shaded by a filled rectangle inset from the cell's sides
+    (as typesetting systems draw them): its sides must not split columns."""
+    import pymupdf
+
+    doc = pymupdf.open()
+    page = doc.new_page()
+    left, top, width, height = 72.0, 110.0, 140.0, 22.0
+    for c in range(3):
+        x = left + c * width
+        page.draw_rect(
+            pymupdf.Rect(x + 4, top, x + width - 4, top + height),
+            color=None,
+            fill=(0.8, 0.8, 0.8),
+        )
+    draw_table(page, ROWS, top=top, per_cell=False)
+    path = tmp_path / "shaded.pdf"
+    doc.save(str(path))
+    _, units = parse(path)
+    text = unit(units, "page=1")
+    assert "| Region | Q1 revenue | Q2 revenue |\n| --- | --- | --- |\n" in text
+    assert "| North | 1,200 | 1,350 |" in text
+    assert "|  |" not in text
