@@ -198,3 +198,22 @@ def test_the_watch_limit_leaves_the_rest_to_the_rescan(
         run_feed(src, act)
     assert "watch limit" in caplog.text
     assert "periodic rescan" in caplog.text
+
+
+def test_looking_at_a_file_leaves_its_access_time(src: Path) -> None:
+    """The feed has the engine hash a file within milliseconds of a change: a
+    utimensat behind the mount (or through it) must still read back as set."""
+    f = src / "d" / "a.txt"
+    f.write_text("changed, to be hashed again\n")
+    atime, mtime = 1_000_000_000_123, 2_000_000_000_456  # atime < mtime: relatime updates it
+    os.utime(f, ns=(atime, mtime))
+
+    async def act(ws: Recorder, feed: ChangeFeed) -> None:
+        os.utime(f, ns=(atime, mtime + 1000))
+        await until(
+            lambda: (rec := ws.get_record("d/a.txt")) is not None and rec.mtime_ns == mtime + 1000,
+            "the change recorded",
+        )
+
+    ws, _ = run_feed(src, act)
+    assert os.stat(f).st_atime_ns == atime
