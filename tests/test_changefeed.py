@@ -217,3 +217,21 @@ def test_looking_at_a_file_leaves_its_access_time(src: Path) -> None:
 
     ws, _ = run_feed(src, act)
     assert os.stat(f).st_atime_ns == atime
+
+
+def test_a_failing_callback_does_not_end_the_feed(src: Path) -> None:
+    calls = {"n": 0}
+
+    def broken(rels: list[str]) -> set[str]:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("a bug in the daemon's callback")
+        return set()
+
+    async def act(ws: Recorder, feed: ChangeFeed) -> None:
+        (src / "d" / "first.txt").write_text("1\n")
+        await until(lambda: calls["n"] >= 1, "the first batch")
+        (src / "d" / "second.txt").write_text("2\n")
+        await until(lambda: ws.get_record("d/second.txt") is not None, "the second file")
+
+    run_feed(src, act, skip=broken)
