@@ -211,10 +211,18 @@ class ChangeFeed:
                 count = await trio.to_thread.run_sync(self._watch_tree, "")
                 log.info("%s: watching %d directories for changes", self.src, count)
                 send, receive = trio.open_memory_channel[Event | None](CHANNEL)
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(self._read, send)
-                    nursery.start_soon(self._coalesce, receive)
-                    task_status.started()
+                try:
+                    async with trio.open_nursery() as nursery:
+                        nursery.start_soon(self._read, send)
+                        nursery.start_soon(self._coalesce, receive)
+                        task_status.started()
+                except Exception:
+                    # A bug here must not take the mount down: the rescan remains.
+                    log.exception(
+                        "%s: the change feed stopped; changes behind the mount are "
+                        "seen by the periodic rescan only",
+                        self.src,
+                    )
         finally:
             self._scope = None
             self._ino = None
@@ -400,14 +408,18 @@ class ChangeFeed:
                 rescan = False
 
     async def _handle(self, rels: list[str], dirs: list[str], rescan: bool) -> None:
-        if rels:
-            skip = self.skip(rels)
-            rels = [r for r in rels if r not in skip]
-        if not (rels or dirs or rescan):
-            return
-        self.batches += 1
-        found = await trio.to_thread.run_sync(self._record, rels, dirs, rescan)
-        self.changed(sorted(set(rels) | set(found)))
+        try:
+            if rels:
+                skip = self.skip(rels)
+                rels = [r for r in rels if r not in skip]
+            if not (rels or dirs or rescan):
+                return
+            self.batches += 1
+            found = await trio.to_thread.run_sync(self._record, rels, dirs, rescan)
+            self.changed(sorted(set(rels) | set(found)))
+        except Exception:
+            # One bad batch must not end the feed; the rescan covers its paths.
+            log.exception("%s: handling changes behind the mount failed", self.src)
 
     def _record(self, rels: list[str], dirs: list[str], rescan: bool) -> list[str]:
         """In a worker thread: watch new directories, have the engine record

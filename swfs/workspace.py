@@ -40,7 +40,7 @@ from .api import (
     Version,
 )
 from .blobs import BlobStore, HashMismatch
-from .fsutil import hash_fd
+from .fsutil import hash_fd, open_to_read
 from .ignore import IgnoreRules
 from .parsework import FAILED, OK, UNSUPPORTED, ParseOutcome, WorkerLimits
 from .store import FileRecord, Store, dumps, parse_key, signature_bytes, stat_signature
@@ -183,9 +183,7 @@ class Workspace:
         """*slow*: stat, hash and pick a parser for one file, without following
         symlinks.  None if it is not (or no longer) a regular file."""
         try:
-            fd = os.open(
-                self.abspath(rel), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-            )
+            fd = open_to_read(self.abspath(rel), os.O_NOFOLLOW | os.O_NONBLOCK)
         except OSError as exc:
             if exc.errno not in (errno.ENOENT, errno.ELOOP, errno.ENOTDIR, errno.ENXIO):
                 log.warning("%s: cannot read: %s", rel, exc.strerror)
@@ -568,7 +566,7 @@ class Workspace:
             if link:
                 self.blobs.link_in(path, expected=rec.hash)
             else:
-                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+                fd = open_to_read(path, os.O_NOFOLLOW)
                 try:
                     self.blobs.put_fd(fd, expected=rec.hash)
                 finally:

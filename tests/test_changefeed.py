@@ -198,3 +198,40 @@ def test_the_watch_limit_leaves_the_rest_to_the_rescan(
         run_feed(src, act)
     assert "watch limit" in caplog.text
     assert "periodic rescan" in caplog.text
+
+
+def test_looking_at_a_file_leaves_its_access_time(src: Path) -> None:
+    """The feed has the engine hash a file within milliseconds of a change: a
+    utimensat behind the mount (or through it) must still read back as set."""
+    f = src / "d" / "a.txt"
+    f.write_text("changed, to be hashed again\n")
+    atime, mtime = 1_000_000_000_123, 2_000_000_000_456  # atime < mtime: relatime updates it
+    os.utime(f, ns=(atime, mtime))
+
+    async def act(ws: Recorder, feed: ChangeFeed) -> None:
+        os.utime(f, ns=(atime, mtime + 1000))
+        await until(
+            lambda: (rec := ws.get_record("d/a.txt")) is not None and rec.mtime_ns == mtime + 1000,
+            "the change recorded",
+        )
+
+    ws, _ = run_feed(src, act)
+    assert os.stat(f).st_atime_ns == atime
+
+
+def test_a_failing_callback_does_not_end_the_feed(src: Path) -> None:
+    calls = {"n": 0}
+
+    def broken(rels: list[str]) -> set[str]:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("a bug in the daemon's callback")
+        return set()
+
+    async def act(ws: Recorder, feed: ChangeFeed) -> None:
+        (src / "d" / "first.txt").write_text("1\n")
+        await until(lambda: calls["n"] >= 1, "the first batch")
+        (src / "d" / "second.txt").write_text("2\n")
+        await until(lambda: ws.get_record("d/second.txt") is not None, "the second file")
+
+    run_feed(src, act, skip=broken)
