@@ -39,9 +39,12 @@ Semantics worth knowing:
   kernel waits for), so an editor's temp file is recorded before it is renamed
   over the original; a bare O_TRUNC open is recorded on release.
 - Opening a generated file snapshots its bytes: a re-parse mid-read never
-  mixes two versions.  Only a lookup, readdir or open of a view waits for a
-  pending (or, with ``stale='wait'``, stale) view; listings and stat never do.
+  mixes two versions.  A readdir or open of a stale view waits (at most
+  ``stale_wait``, unless ``stale='serve'``) for its re-parse; a lookup or open
+  of a unit of a pending view waits (``pending_wait``) for the first parse,
+  but its directory and ``pending.md`` answer at once; stat never waits.
 - Names at the mount root that SRC also has (``.parsed``, ``.review``,
   ``.versions``) are shadowed by the generated trees; ``.swfs`` (and a store
-  placed inside SRC) is hidden and cannot be created.
+  placed inside SRC) is hidden and cannot be created.  The root's listing
+  leaves ``.versions`` out unless ``versions='visible'``; it works by name.
 """
