@@ -564,9 +564,9 @@ def test_grep_through_the_mount_finds_legacy_text_with_its_locator(
         assert found[0].startswith(f"{m.mnt}/.parsed/deck.ppt/slide-002.md:")
         unit = m.mnt / ".parsed" / "deck.ppt" / "slide-002.md"
         assert os.getxattr(unit, "user.sw.locator") == b"deck.ppt#slide=2"
-        document = (m.mnt / ".parsed" / "report.doc" / "document.md").read_text()
+        document = (m.mnt / ".parsed" / "report.doc" / "section-001.md").read_text()
         header, _, body = document.partition("\n")
-        assert 'locator="report.doc#document"' in header
+        assert f'locator="report.doc#h={HEADING}"' in header
         assert 'freshness="current"' in header
         assert FACT in body
         assert "Churn fell" not in body
