@@ -42,7 +42,8 @@ Semantics worth knowing:
   mixes two versions.  A readdir or open of a stale view waits (at most
   ``stale_wait``, unless ``stale='serve'``) for its re-parse; a lookup or open
   of a unit of a pending view waits (``pending_wait``) for the first parse,
-  but its directory and ``pending.md`` answer at once; stat never waits.
+  a listing of its directory at most ``stale_wait``, and ``pending.md``
+  answers at once; stat never waits.
 - Names at the mount root that SRC also has (``.parsed``, ``.review``,
   ``.versions``) are shadowed by the generated trees; ``.swfs`` (and a store
   placed inside SRC) is hidden and cannot be created.  The root's listing

@@ -228,10 +228,11 @@ class ParsedTree(Base):
         _, _, view, units = self._cached(rel)
         return view, units.get(name)
 
-    async def settle(self, rel: str, *, pending: bool = True) -> None:
+    async def settle(self, rel: str, *, pending: bool = True, brief: bool = False) -> None:
         """Wait for a stale view of ``rel`` (unless the mount serves stale
         views at once) and, with ``pending``, for a pending one, each as long
-        as the mount allows."""
+        as the mount allows; ``brief`` bounds a pending wait by the stale
+        wait instead."""
         fresh = self.engine.freshness(RelPath(rel))
         if fresh is None:
             view = self.cached_view(rel)
@@ -241,6 +242,8 @@ class ParsedTree(Base):
         limit = None
         if fresh is Freshness.PENDING and pending:
             limit = self.options.pending_wait
+            if brief:
+                limit = min(limit, self.options.stale_wait)
         elif fresh is Freshness.STALE and self.options.stale == "wait":
             limit = self.options.stale_wait
         if limit:
@@ -335,9 +338,11 @@ class ParsedTree(Base):
         rel, unit_name = loc
         if unit_name is not None:
             return []
-        # A stale view is waited for (briefly, as a read would), a pending one
-        # is listed at once: its pending.md says how far the parse has got.
-        await self.settle(rel, pending=False)
+        # A stale or pending view is waited for briefly (the file goes to the
+        # front of the queue), so that `grep -rn` right after a mount or a save
+        # finds the text; a parse that takes longer is listed as pending.md,
+        # which says how far it has got.
+        await self.settle(rel, brief=True)
         view = self.cached_view(rel)
         if view is None:
             return []
