@@ -164,20 +164,32 @@ def test_kill_9_during_a_burst_of_writes_and_reparses(request: pytest.FixtureReq
         journals = [m.root / f"journal-{i}.jsonl" for i in range(4)]
         procs = [spawn("writer", m, j, i, 30) for i, j in enumerate(journals)]
         try:
-            time.sleep(4)  # writes and re-parses in full swing
-            # Every version the daemon shows now must survive the kill.
+            # Kill once writes and re-parses are in full swing: poll for it (on
+            # a loaded machine the writers may take seconds to start).
+            # Every version the daemon shows then must survive the kill.
             recorded: dict[tuple[str, str], str] = {}
-            for i in range(4):
-                for name in (
-                    f"shared-{i}.slow",
-                    f"shared-{i}.csv",
-                    f"w{i}-0001.txt",
-                    f"big-{i}.bin",
-                ):
-                    vdir = m.mnt / ".versions" / name
-                    with contextlib.suppress(FileNotFoundError):
-                        for v in os.listdir(vdir):
-                            recorded[(name, v)] = os.getxattr(vdir / v, "user.sw.hash").decode()
+            deadline = time.monotonic() + 60
+            while True:
+                for i in range(4):
+                    for name in (
+                        f"shared-{i}.slow",
+                        f"shared-{i}.csv",
+                        f"w{i}-0001.txt",
+                        f"big-{i}.bin",
+                    ):
+                        vdir = m.mnt / ".versions" / name
+                        with contextlib.suppress(FileNotFoundError):
+                            for v in os.listdir(vdir):
+                                recorded[(name, v)] = os.getxattr(vdir / v, "user.sw.hash").decode()
+                # Counted as text: a writer may be mid-line.
+                closed = sum(
+                    j.read_text().count('"op": "new"') + j.read_text().count('"op": "done"')
+                    for j in journals
+                    if j.exists()
+                )
+                if (len(recorded) >= 8 and closed > 40) or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
             os.kill(m.proc.pid, signal.SIGKILL)
             m.proc.wait(10)
             lazy_unmount(m.mnt)
