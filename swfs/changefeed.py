@@ -415,31 +415,41 @@ class ChangeFeed:
             if not (rels or dirs or rescan):
                 return
             self.batches += 1
-            found = await trio.to_thread.run_sync(self._record, rels, dirs, rescan)
+            found = await trio.to_thread.run_sync(self._watch_new, dirs, rescan)
+            if found:
+                # A file in a new directory may be one the daemon is creating
+                # right now: it records that itself, and a check here could
+                # record its empty first state as a version of its own.
+                skip = self.skip(found)
+                found = [r for r in found if r not in skip]
+            await trio.to_thread.run_sync(self._record, [*rels, *found], rescan)
             self.changed(sorted(set(rels) | set(found)))
         except Exception:
             # One bad batch must not end the feed; the rescan covers its paths.
             log.exception("%s: handling changes behind the mount failed", self.src)
 
-    def _record(self, rels: list[str], dirs: list[str], rescan: bool) -> list[str]:
-        """In a worker thread: watch new directories, have the engine record
-        what changed.  Returns the paths found in new directories."""
+    def _watch_new(self, dirs: list[str], rescan: bool) -> list[str]:
+        """In a worker thread: watch new directories; the files found in them
+        (none when a rescan will look at everything anyway)."""
         found: list[str] = []
         for top in dirs:
             self._watch_tree(top)
             if not rescan:
                 found += self._files_below(top)
+        return found
+
+    def _record(self, rels: list[str], rescan: bool) -> None:
+        """In a worker thread: have the engine record what changed."""
         if rescan:
             try:
                 self.engine.scan()
             except Exception:
                 log.exception("%s: rescan after lost or moved events failed", self.src)
-        for rel in [*rels, *found]:
+        for rel in rels:
             try:
                 self.engine.check_file(RelPath(rel))
             except Exception:
                 log.exception("%s: recording a change made behind the mount failed", rel)
-        return found
 
     def _files_below(self, top: str) -> list[str]:
         out = []

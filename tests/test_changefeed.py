@@ -148,6 +148,21 @@ def test_paths_the_daemon_writes_are_left_to_it(src: Path) -> None:
     assert "d/a.txt" not in ws.checked
 
 
+def test_a_file_the_daemon_creates_in_a_new_directory_is_left_to_it(src: Path) -> None:
+    """The walk of a new directory must not record a file the daemon is
+    still writing: its empty first state would become a version of its own."""
+
+    async def act(ws: Recorder, feed: ChangeFeed) -> None:
+        new = src / "new" / "sub"
+        new.mkdir(parents=True)
+        (new / "inner.txt").write_text("")  # created, not yet written
+        (new / "marker.txt").write_text("m\n")
+        await until(lambda: ws.get_record("new/sub/marker.txt") is not None, "the marker")
+
+    ws, _ = run_feed(src, act, skip=lambda rels: {r for r in rels if r.endswith("inner.txt")})
+    assert "new/sub/inner.txt" not in ws.checked
+
+
 def test_lost_events_mean_a_rescan(src: Path) -> None:
     ws = Recorder(src)
     try:
