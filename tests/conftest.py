@@ -9,7 +9,11 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import pytest
+import trio
 
+from swfs.engine import Engine
+from swfs.samples import build_sample_workspace
+from swfs.workspace import Config
 from tests.mountutil import Mount, cleanup_dir, start, workdir
 
 MountFactory = Callable[..., Mount]
@@ -63,3 +67,14 @@ def mount_tree() -> Iterator[MountFactory]:
         m.stop()
     for d in dirs:
         cleanup_dir(d)
+
+
+@pytest.fixture
+def sample(tmp_path: Path) -> Iterator[Engine]:
+    """The engine over the demo's sample workspace, indexed."""
+    src = tmp_path / "ws"
+    src.mkdir()
+    build_sample_workspace(src)
+    with Engine.open(src, config=Config(rescan_interval=0)) as eng:
+        trio.run(eng.drain)
+        yield eng

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -134,6 +135,38 @@ def workspace(
         if m is not None:
             m.stop()
         lazy_unmount(mnt)
+        if not mounted_swfs(mnt):
+            shutil.rmtree(root, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def full_store_mount(seed: int) -> Iterator[tuple[RealMount, bytes]]:
+    """A mount whose store (``--store``) is a 4 MiB tmpfs, over SRC holding
+    ``big.bin`` (6 MiB of random bytes, which the store cannot keep) and
+    ``small.txt``; yields the mount and big.bin's bytes.  Needs root."""
+    from tests.tmpfs import small_tmpfs
+
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    root = workdir()
+    src, mnt, store = root / "src", root / "mnt", root / "store"
+    for d in (src, mnt, store):
+        d.mkdir()
+    original = random.Random(seed).randbytes(6 * 1024 * 1024)
+    (src / "big.bin").write_bytes(original)
+    (src / "small.txt").write_text("small\n")
+    m: RealMount | None = None
+    try:
+        with small_tmpfs(store, "4m", mode="0700"):
+            try:
+                m = start_mount(src, mnt, "--store", str(store))
+                swfs("sync", mnt)
+                yield m, original
+            finally:
+                if m is not None:
+                    m.stop()
+                lazy_unmount(mnt)
+    finally:
         if not mounted_swfs(mnt):
             shutil.rmtree(root, ignore_errors=True)
 

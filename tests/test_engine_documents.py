@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import shutil
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import openpyxl
@@ -16,19 +15,9 @@ import trio
 from swfs.api import ChangeStatus, Freshness, RelPath
 from swfs.engine import Engine
 from swfs.parsework import WorkerLimits
-from swfs.samples import build_sample_workspace, set_cached_values
+from swfs.samples import set_cached_values
 from swfs.workspace import Config
 from tests import docgen
-
-
-@pytest.fixture
-def sample(tmp_path: Path) -> Iterator[Engine]:
-    src = tmp_path / "ws"
-    src.mkdir()
-    build_sample_workspace(src)
-    with Engine.open(src, config=Config(rescan_interval=0)) as eng:
-        trio.run(eng.drain)
-        yield eng
 
 
 def unit_text(eng: Engine, rel: str, name: str) -> str:

@@ -4,27 +4,14 @@ is still in the parsed view, marked as computed, and in the review diff."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import openpyxl
-import pytest
 import trio
 
 from swfs.api import Freshness, RelPath
 from swfs.engine import Engine
-from swfs.samples import build_sample_workspace
 from swfs.workspace import Config
-
-
-@pytest.fixture
-def sample(tmp_path: Path) -> Iterator[Engine]:
-    src = tmp_path / "ws"
-    src.mkdir()
-    build_sample_workspace(src)
-    with Engine.open(src, config=Config(rescan_interval=0)) as eng:
-        trio.run(eng.drain)
-        yield eng
 
 
 def grep(eng: Engine, rel: str, needle: str) -> list[str]:

@@ -14,7 +14,6 @@ import errno
 import json
 import os
 import random
-import shutil
 import signal
 import subprocess
 import sys
@@ -24,12 +23,12 @@ from pathlib import Path
 
 import pytest
 
-from mountd.launch import mounted_swfs
-from tests.mountutil import lazy_unmount, workdir
+from tests.mountutil import lazy_unmount
 from tests.realmount import (
     REPO,
     RealMount,
     descendants,
+    full_store_mount,
     needs_fuse,
     report_count,
     start_mount,
@@ -37,7 +36,6 @@ from tests.realmount import (
     vm_rss_kib,
     workspace,
 )
-from tests.tmpfs import small_tmpfs
 
 pytestmark = [pytest.mark.mount, needs_fuse]
 
@@ -237,61 +235,37 @@ def test_kill_9_during_a_burst_of_writes_and_reparses(request: pytest.FixtureReq
 
 @pytest.mark.timeout(120)
 def test_store_on_a_full_filesystem_fails_writes_loudly(request: pytest.FixtureRequest) -> None:
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    root = workdir()
-    src, mnt, store = root / "src", root / "mnt", root / "store"
-    for d in (src, mnt, store):
-        d.mkdir()
-    original = random.Random(5).randbytes(6 * 1024 * 1024)
-    (src / "big.bin").write_bytes(original)
-    (src / "small.txt").write_text("small\n")
-    m: RealMount | None = None
-    try:
-        with small_tmpfs(store, "4m", mode="0700"):
-            try:
-                m = start_mount(src, mnt, "--store", str(store))
-                swfs("sync", mnt)
-                failed_with = 0
-                try:
-                    with open(mnt / "big.bin", "r+b") as f:
-                        f.seek(1024)
-                        f.write(b"overwritten in place" * 1000)
-                except OSError as exc:
-                    failed_with = exc.errno or -1
-                assert m.alive(), m.log()[-2000:]
-                outcome = (
-                    errno.errorcode.get(failed_with, "write succeeded") if failed_with else "ok"
-                )
-                report_count(request.config, f"full store: in-place overwrite -> {outcome}", 1)
-                if failed_with:
-                    assert failed_with == errno.ENOSPC, errno.errorcode.get(failed_with)
-                    # Nothing was overwritten that history could not keep.
-                    assert (src / "big.bin").read_bytes() == original
-                else:
-                    # The write went through: then the old bytes must be kept somewhere.
-                    hashes = [
-                        os.getxattr(v, "user.sw.hash").decode()
-                        for v in (mnt / ".versions" / "big.bin").iterdir()
-                    ]
-                    want = blake3_hex(original)
-                    assert want in hashes
-                    kept = next(
-                        v for v in (mnt / ".versions" / "big.bin").iterdir() if want in str(v)
-                    )
-                    assert blake3_hex(kept.read_bytes()) == want
-                # The mount still answers, small writes still work, the store checks clean.
-                assert (mnt / "small.txt").read_text() == "small\n"
-                (mnt / "other.txt").write_text("still writable\n")
-                assert os.listdir(mnt / ".versions")
-                swfs("check", mnt)
-            finally:
-                if m is not None:
-                    m.stop()
-                lazy_unmount(mnt)
-    finally:
-        if not mounted_swfs(mnt):
-            shutil.rmtree(root, ignore_errors=True)
+    with full_store_mount(5) as (m, original):
+        src, mnt = m.src, m.mnt
+        failed_with = 0
+        try:
+            with open(mnt / "big.bin", "r+b") as f:
+                f.seek(1024)
+                f.write(b"overwritten in place" * 1000)
+        except OSError as exc:
+            failed_with = exc.errno or -1
+        assert m.alive(), m.log()[-2000:]
+        outcome = errno.errorcode.get(failed_with, "write succeeded") if failed_with else "ok"
+        report_count(request.config, f"full store: in-place overwrite -> {outcome}", 1)
+        if failed_with:
+            assert failed_with == errno.ENOSPC, errno.errorcode.get(failed_with)
+            # Nothing was overwritten that history could not keep.
+            assert (src / "big.bin").read_bytes() == original
+        else:
+            # The write went through: then the old bytes must be kept somewhere.
+            hashes = [
+                os.getxattr(v, "user.sw.hash").decode()
+                for v in (mnt / ".versions" / "big.bin").iterdir()
+            ]
+            want = blake3_hex(original)
+            assert want in hashes
+            kept = next(v for v in (mnt / ".versions" / "big.bin").iterdir() if want in str(v))
+            assert blake3_hex(kept.read_bytes()) == want
+        # The mount still answers, small writes still work, the store checks clean.
+        assert (mnt / "small.txt").read_text() == "small\n"
+        (mnt / "other.txt").write_text("still writable\n")
+        assert os.listdir(mnt / ".versions")
+        swfs("check", mnt)
 
 
 # -- many agents at once -------------------------------------------------------------------

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import errno
 import os
-import random
-import shutil
 import subprocess
 import time
 from collections.abc import Callable
@@ -16,11 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from mountd.launch import mounted_swfs
 from swfs.fsutil import hash_file
-from tests.mountutil import errno_of, lazy_unmount, workdir
-from tests.realmount import RealMount, needs_fuse, start_mount, swfs, workspace
-from tests.tmpfs import small_tmpfs
+from tests.mountutil import errno_of
+from tests.realmount import full_store_mount, needs_fuse, swfs, workspace
 
 pytestmark = [pytest.mark.mount, needs_fuse]
 
@@ -43,68 +39,48 @@ def header(path: Path) -> str:
 
 @pytest.mark.timeout(180)
 def test_a_write_the_full_store_cannot_keep_fails_and_the_file_keeps_its_bytes() -> None:
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    root = workdir()
-    src, mnt, store = root / "src", root / "mnt", root / "store"
-    for d in (src, mnt, store):
-        d.mkdir()
-    original = random.Random(12).randbytes(6 * 1024 * 1024)
-    (src / "big.bin").write_bytes(original)
-    (src / "small.txt").write_text("small\n")
-    m: RealMount | None = None
-    try:
-        with small_tmpfs(store, "4m", mode="0700"):
+    with full_store_mount(12) as (m, original):
+        src, mnt = m.src, m.mnt
+        big = mnt / "big.bin"
+
+        def overwrite_in_place() -> None:
+            with open(big, "r+b") as f:
+                f.seek(1024)
+                f.write(b"overwritten in place" * 1000)
+
+        def truncate_open() -> None:
+            with open(big, "wb") as f:
+                f.write(b"replaced")
+
+        def editor_save() -> None:
+            tmp = mnt / "big.bin.tmp"
+            tmp.write_bytes(b"an editor's new version")
             try:
-                m = start_mount(src, mnt, "--store", str(store))
-                swfs("sync", mnt)
-                big = mnt / "big.bin"
-
-                def overwrite_in_place() -> None:
-                    with open(big, "r+b") as f:
-                        f.seek(1024)
-                        f.write(b"overwritten in place" * 1000)
-
-                def truncate_open() -> None:
-                    with open(big, "wb") as f:
-                        f.write(b"replaced")
-
-                def editor_save() -> None:
-                    tmp = mnt / "big.bin.tmp"
-                    tmp.write_bytes(b"an editor's new version")
-                    try:
-                        os.replace(tmp, big)
-                    finally:
-                        if tmp.exists():
-                            tmp.unlink()
-
-                for how in (
-                    overwrite_in_place,
-                    truncate_open,
-                    lambda: os.truncate(big, 10),
-                    editor_save,
-                    lambda: os.unlink(big),
-                ):
-                    code = errno_of(how)
-                    assert code in (errno.ENOSPC, errno.EIO), (how, errno.errorcode.get(code, code))
-                    assert (src / "big.bin").read_bytes() == original, how
-                assert m.alive(), m.log()[-2000:]
-                # The history still names the original bytes as the file's last version.
-                versions = sorted(os.listdir(mnt / ".versions" / "big.bin"))
-                assert len(versions) == 1
-                assert os.getxattr(mnt / "big.bin", "user.sw.hash") == os.getxattr(
-                    mnt / ".versions" / "big.bin" / versions[0], "user.sw.hash"
-                )
-                # What the store can keep is still written.
-                (mnt / "small.txt").write_text("small, edited\n")
-                assert (src / "small.txt").read_text() == "small, edited\n"
+                os.replace(tmp, big)
             finally:
-                if m is not None:
-                    m.stop()
-                lazy_unmount(mnt)
-    finally:
-        if not mounted_swfs(mnt):
-            shutil.rmtree(root, ignore_errors=True)
+                if tmp.exists():
+                    tmp.unlink()
+
+        for how in (
+            overwrite_in_place,
+            truncate_open,
+            lambda: os.truncate(big, 10),
+            editor_save,
+            lambda: os.unlink(big),
+        ):
+            code = errno_of(how)
+            assert code in (errno.ENOSPC, errno.EIO), (how, errno.errorcode.get(code, code))
+            assert (src / "big.bin").read_bytes() == original, how
+        assert m.alive(), m.log()[-2000:]
+        # The history still names the original bytes as the file's last version.
+        versions = sorted(os.listdir(mnt / ".versions" / "big.bin"))
+        assert len(versions) == 1
+        assert os.getxattr(mnt / "big.bin", "user.sw.hash") == os.getxattr(
+            mnt / ".versions" / "big.bin" / versions[0], "user.sw.hash"
+        )
+        # What the store can keep is still written.
+        (mnt / "small.txt").write_text("small, edited\n")
+        assert (src / "small.txt").read_text() == "small, edited\n"
 
 
 # -- hard links -------------------------------------------------------------------------
