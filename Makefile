@@ -21,8 +21,8 @@ test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow $(PYTEST_ARGS)
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check swfs parsers mountd tests bench
-	$(VENV)/bin/ruff format --check swfs parsers mountd tests bench
+	$(VENV)/bin/ruff check cli swfs parsers mountd tests bench
+	$(VENV)/bin/ruff format --check cli swfs parsers mountd tests bench
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy

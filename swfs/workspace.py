@@ -844,6 +844,22 @@ class Workspace:
                 out[self._freshness(rec, txn).value] += 1
         return {"files": files, **out}
 
+    def failures(self) -> list[tuple[str, str]]:
+        """(path, error) of every file whose present hash failed to parse."""
+        out = []
+        with self.store.read() as txn:
+            for rel, rec in self.store.iter_files(txn):
+                if self._freshness(rec, txn) == Freshness.FAILED:
+                    parse = self.store.get_parse(rec.hash, rec.parser or "", txn)
+                    out.append((rel, (parse or {}).get("error") or "parse failed"))
+        return out
+
+    def not_preserved(self) -> int:
+        """How many files keep hashes only (too large, or in .swfsignore)."""
+        return sum(
+            1 for rel, rec in self.store.all_files().items() if not self._keeps_bytes(rel, rec.size)
+        )
+
     def content_counts(self) -> dict[str, int]:
         """Pages, slides, sheets and spreadsheet cells in the parses of the
         files as they are now: what indexing throughput is measured in.

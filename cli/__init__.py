@@ -1,0 +1,64 @@
+"""The ``swfs`` command line, above both the engine (``swfs``) and the daemon
+(``mountd``).
+
+Every error names the path and the cause and exits non-zero without a
+traceback.  Each command module registers its subcommands with
+``register(commands)``; add a module to ``_MODULES`` to add commands.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+from swfs.control import ControlError, ControlUnavailable
+from swfs.store import StoreError
+from swfs.workspace import WorkspaceError
+
+from . import commands, mount, prompt
+from .base import CLIError, Commands
+from .mount import MountError
+
+_MODULES = (mount, commands, prompt)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="swfs", description="A versioned workspace filesystem for AI agents."
+    )
+    p.add_argument("-v", "--verbose", action="count", default=0, help="more logging")
+    c = Commands(p.add_subparsers(dest="command", required=True, metavar="COMMAND"))
+    for module in _MODULES:
+        module.register(c)
+    return p
+
+
+def die(message: str, code: int = 1) -> NoReturn:
+    sys.stderr.write(f"swfs: error: {message}\n")
+    raise SystemExit(code)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    # Behave like a Unix tool when piped into head: exit quietly.
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    args = build_parser().parse_args(argv)
+    level = logging.WARNING - 10 * min(args.verbose, 2)
+    logging.basicConfig(level=level, format="swfs: %(levelname)s: %(message)s")
+    try:
+        code = args.fn(args)
+    except CLIError as exc:
+        die(str(exc), exc.code)
+    except (WorkspaceError, StoreError, ControlError, MountError) as exc:
+        die(str(exc))
+    except ControlUnavailable as exc:
+        die(f"{exc}: the daemon is not answering")
+    except OSError as exc:
+        where = exc.filename or ""
+        die(f"{where}: {exc.strerror or exc}" if where else str(exc))
+    except KeyboardInterrupt:
+        die("interrupted", 130)
+    raise SystemExit(code)

@@ -1,0 +1,149 @@
+"""What every command shares: the target, the error type, progress, paths."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import sys
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from swfs import control
+from swfs.api import XATTR_PREFIX, RelPath
+from swfs.control import ControlError, ControlUnavailable
+from swfs.parsework import WorkerLimits
+from swfs.workspace import STORE_NAME, Config
+
+if TYPE_CHECKING:
+    from swfs.engine import Engine
+
+
+class CLIError(Exception):
+    """An error for the user: printed as one line, exits with ``code``."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True)
+class Target:
+    src: Path
+    store: Path
+    mounted: bool
+
+
+def resolve_target(target: str, store: str | None = None) -> Target:
+    """TARGET is a workspace folder or its mount point.  Nothing is created."""
+    path = Path(target)
+    if not path.exists():
+        raise CLIError(f"{target}: no such file or directory")
+    if not path.is_dir():
+        raise CLIError(f"{target}: not a directory")
+    try:
+        src = os.getxattr(path, XATTR_PREFIX + "source").decode("utf-8", "surrogateescape")
+        store_dir = os.getxattr(path, XATTR_PREFIX + "store").decode("utf-8", "surrogateescape")
+        return Target(Path(src), Path(store_dir), True)
+    except OSError:
+        pass
+    src_path = path.resolve()
+    store_path = Path(store).resolve() if store else src_path / STORE_NAME
+    mounted = False
+    if (store_path / control.SOCKET_NAME).exists():
+        try:
+            control.request(store_path, "ping", io_timeout=5)
+            mounted = True
+        except (ControlUnavailable, ControlError, OSError):
+            mounted = False
+    return Target(src_path, store_path, mounted)
+
+
+def config_from(args: argparse.Namespace) -> Config:
+    limits = WorkerLimits(
+        timeout=getattr(args, "parse_timeout", None) or WorkerLimits.timeout,
+        memory_mb=getattr(args, "parse_memory", None) or WorkerLimits.memory_mb,
+        workers=getattr(args, "workers", None) or WorkerLimits().workers,
+    )
+    return Config(limits=limits)
+
+
+def open_engine(t: Target, args: argparse.Namespace) -> AbstractContextManager[Engine]:
+    from swfs.engine import Engine
+
+    return Engine.open(t.src, t.store, config=config_from(args))
+
+
+def workspace_rel(t: Target, path: str) -> RelPath:
+    """PATH as given (relative to TARGET, or absolute under it) -> workspace rel."""
+    p = Path(path)
+    if p.is_absolute():
+        try:
+            return RelPath(p.relative_to(t.src).as_posix())
+        except ValueError:
+            raise CLIError(f"{path}: not inside the workspace {t.src}") from None
+    parts = [x for x in p.as_posix().split("/") if x not in ("", ".")]
+    if ".." in parts:
+        raise CLIError(f"{path}: '..' is not allowed in workspace paths")
+    return RelPath("/".join(parts))
+
+
+def when(t: float) -> str:
+    return datetime.datetime.fromtimestamp(t, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class Progress:
+    """A one-line progress bar on a terminal; silent otherwise."""
+
+    def __init__(self, label: str, stream: Any = None) -> None:
+        self.label = label
+        self.stream = stream or sys.stderr
+        self.enabled = self.stream.isatty()
+        self._last = 0.0
+
+    def __call__(self, done: int, total: int) -> None:
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if done < total and now - self._last < 0.1:
+            return
+        self._last = now
+        width = 30
+        filled = width * done // total if total else width
+        bar = "#" * filled + "." * (width - filled)
+        self.stream.write(f"\r{self.label} [{bar}] {done}/{total}")
+        if done >= total:
+            self.stream.write("\n")
+        self.stream.flush()
+
+
+Command = Callable[[argparse.Namespace], int]
+
+
+class Commands:
+    """Adds subcommands; each command module has ``register(commands)``."""
+
+    def __init__(self, sub: Any) -> None:
+        self.sub = sub
+
+    def add(
+        self, name: str, fn: Command, help_: str, target: str | None = "target"
+    ) -> argparse.ArgumentParser:
+        sp: argparse.ArgumentParser = self.sub.add_parser(name, help=help_, description=help_)
+        if target:
+            sp.add_argument(
+                target, metavar=target.upper(), help="workspace folder or its mount point"
+            )
+            sp.add_argument("--store", help="store directory (default: SRC/.swfs)")
+        sp.set_defaults(fn=fn)
+        return sp
+
+    @staticmethod
+    def parse_opts(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--workers", type=int, help="parse worker processes (default: cores)")
+        sp.add_argument("--parse-timeout", type=float, help="seconds per file (default 120)")
+        sp.add_argument("--parse-memory", type=int, help="MiB per parse worker (default 3072)")

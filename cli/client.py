@@ -1,0 +1,93 @@
+"""One client for the commands that change or wait on a workspace's state.
+
+While a workspace is mounted its daemon owns the state, so these go through
+its control socket (the daemon records them and invalidates the kernel's
+caches); otherwise the engine is opened here.  A command asks for a client
+and never branches on which one it got.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import trio
+
+from swfs import control
+from swfs.api import RelPath
+from swfs.engine import Engine
+
+from .base import Progress, Target, open_engine
+
+
+@dataclass(frozen=True)
+class SyncResult:
+    current: bool
+    counts: dict[str, int]
+
+
+class Client(Protocol):
+    def sync(self, timeout: float) -> SyncResult: ...
+    def baseline(self) -> int: ...
+    def snapshot(self, name: str) -> int: ...
+    def restore(self, rel: RelPath, number: int) -> int: ...
+
+
+class DaemonClient:
+    def __init__(self, t: Target) -> None:
+        self.store = t.store
+
+    def _call(self, op: str, io_timeout: float, **args: Any) -> Any:
+        return control.request(self.store, op, io_timeout=io_timeout, **args)
+
+    def sync(self, timeout: float) -> SyncResult:
+        r = self._call("sync", timeout + 5, timeout=timeout)
+        return SyncResult(bool(r["current"]), r["counts"])
+
+    def baseline(self) -> int:
+        return int(self._call("baseline", 600)["files"])
+
+    def snapshot(self, name: str) -> int:
+        return int(self._call("snapshot", 3600, name=name)["files"])
+
+    def restore(self, rel: RelPath, number: int) -> int:
+        return int(self._call("restore", 600, path=rel, version=number)["version"])
+
+
+class LocalClient:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def sync(self, timeout: float) -> SyncResult:
+        self.engine.scan()
+
+        async def drain() -> None:
+            with trio.move_on_after(timeout):
+                await self.engine.drain(Progress("parsing"), scan=False)
+
+        trio.run(drain)
+        counts = self.engine.counts()
+        return SyncResult(not (counts["pending"] or counts["stale"]), counts)
+
+    def baseline(self) -> int:
+        self.engine.scan()
+        return self.engine.set_baseline()
+
+    def snapshot(self, name: str) -> int:
+        return self.engine.snapshot(name)
+
+    def restore(self, rel: RelPath, number: int) -> int:
+        self.engine.check_file(rel)
+        return self.engine.restore(rel, number).number
+
+
+@contextmanager
+def connect(t: Target, args: argparse.Namespace) -> Iterator[Client]:
+    if t.mounted:
+        yield DaemonClient(t)
+        return
+    with open_engine(t, args) as engine:
+        yield LocalClient(engine)

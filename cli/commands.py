@@ -1,0 +1,299 @@
+"""The workspace commands: index, status, sync, show, diff, versions,
+restore, baseline, snapshot, log, check.
+
+Read-only commands read the store directly (LMDB allows readers beside a
+running daemon); those that change or wait on the state use a client.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from functools import partial
+from typing import Any
+
+import trio
+
+from swfs.api import Freshness
+
+from .base import CLIError, Commands, Progress, open_engine, resolve_target, when, workspace_rel
+from .client import connect
+
+log = logging.getLogger(__name__)
+
+
+# ------------------------------------------------------------------ commands
+def cmd_index(args: argparse.Namespace) -> int:
+    t = resolve_target(args.src, args.store)
+    if t.mounted:
+        with connect(t, args) as client:
+            _print_counts(client.sync(args.timeout).counts)
+        return 0
+    t0 = time.monotonic()
+    with open_engine(t, args) as engine:
+        scan_progress = Progress("hashing")
+        stats = engine.scan(progress=scan_progress)
+        counts = engine.counts()
+        if counts["pending"] or counts["stale"]:
+            trio.run(partial(engine.drain, Progress("parsing"), scan=False))
+            counts = engine.counts()
+    secs = time.monotonic() - t0
+    rate = counts["files"] / secs if secs > 0 else 0.0
+    print(
+        f"indexed {counts['files']} files in {secs:.1f} s ({rate:.0f} files/s; "
+        f"{stats.hashed} hashed): {counts['current']} current, {counts['failed']} failed, "
+        f"{counts['unsupported']} unsupported, {counts['pending']} pending"
+    )
+    return 0
+
+
+def _print_counts(counts: dict[str, int]) -> None:
+    print(
+        f"{counts['files']} files: " + ", ".join(f"{counts[f.value]} {f.value}" for f in Freshness)
+    )
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    t = resolve_target(args.target, args.store)
+    with open_engine(t, args) as engine:
+        if not t.mounted:
+            engine.scan()
+        counts = engine.counts()
+        content = engine.content_counts()
+        failed = engine.failures()
+        blob_bytes = engine.blobs.total_bytes()
+        not_kept = engine.not_preserved()
+    info: dict[str, Any] = {
+        **counts,
+        "mounted": t.mounted,
+        "source": str(t.src),
+        "store": str(t.store),
+        "queue": counts["pending"] + counts["stale"],
+        "content": content,
+        "blob_bytes": blob_bytes,
+        "not_preserved": not_kept,
+        "failures": [{"path": p, "error": e} for p, e in failed],
+    }
+    if args.json:
+        print(json.dumps(info, ensure_ascii=False))
+        return 0
+    print(f"workspace {t.src} ({'mounted' if t.mounted else 'not mounted'}; store {t.store})")
+    _print_counts(counts)
+    print(
+        f"content: {content['pages']} pages, {content['slides']} slides, "
+        f"{content['sheets']} sheets with {content['cells']} cells"
+    )
+    print(f"queue: {info['queue']} to parse; preserved bytes: {blob_bytes} in the blob store")
+    if not_kept:
+        print(f"{not_kept} files keep hashes only (too large or in .swfsignore)")
+    for p, e in failed:
+        print(f"failed: {p}: {e}")
+    return 0
+
+
+def cmd_sync(args: argparse.Namespace) -> int:
+    t = resolve_target(args.target, args.store)
+    with connect(t, args) as client:
+        result = client.sync(args.timeout)
+    _print_counts(result.counts)
+    if not result.current:
+        raise CLIError(f"{args.target}: views still not current after {args.timeout:g} s")
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    t = resolve_target(args.target, args.store)
+    rel = workspace_rel(t, args.path)
+    with open_engine(t, args) as engine:
+        if not t.mounted:
+            state = engine.check_file(rel)
+            if state is None:
+                raise CLIError(f"{rel}: no such file in the workspace")
+            if state.freshness in (Freshness.PENDING, Freshness.STALE):
+                trio.run(engine.drain)
+        view = engine.parsed_view(rel)
+        if view is None:
+            state = engine.file_state(rel)
+            if state is None:
+                raise CLIError(f"{rel}: no such file in the workspace")
+            raise CLIError(f"{rel}: unsupported format: no parsed view")
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "path": rel,
+                    "freshness": view.freshness.value,
+                    "current_hash": view.current_hash,
+                    "source_hash": view.source_hash,
+                    "parser": view.parser,
+                    "error": view.error,
+                    "units": [
+                        {
+                            "name": u.name,
+                            "locator": u.locator,
+                            "text": u.content.decode("utf-8", "replace"),
+                        }
+                        for u in view.units
+                    ],
+                },
+                ensure_ascii=False,
+            )
+        )
+        return 0
+    out = sys.stdout.buffer
+    for unit in view.units:
+        out.write(
+            f"==> .parsed/{rel}/{unit.name} ({unit.locator}, {view.freshness}) <==\n".encode(
+                "utf-8", "surrogateescape"
+            )
+        )
+        out.write(unit.content)
+        out.write(b"\n")
+    out.flush()
+    return 0 if view.freshness != Freshness.FAILED else 1
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    from swfs import review
+
+    t = resolve_target(args.target, args.store)
+    with open_engine(t, args) as engine:
+        if not t.mounted:
+            engine.scan()
+            trio.run(engine.drain)
+        entries = review.changes(engine)
+        if args.path:
+            rel = workspace_rel(t, args.path)
+            entries = [e for e in entries if rel in (e.rel, e.old_rel)]
+            if not entries:
+                print(f"{rel}: unchanged since the baseline")
+                return 0
+        render = review.summary if args.summary else review.all_diff
+        text = render(engine, entries)
+    sys.stdout.buffer.write(text.encode("utf-8", "surrogateescape"))
+    return 0
+
+
+def cmd_versions(args: argparse.Namespace) -> int:
+    t = resolve_target(args.target, args.store)
+    rel = workspace_rel(t, args.path)
+    with open_engine(t, args) as engine:
+        if not t.mounted:
+            engine.check_file(rel)
+        versions = engine.versions(rel)
+    if not versions:
+        raise CLIError(f"{rel}: no recorded versions")
+    if args.json:
+        for v in versions:
+            print(
+                json.dumps(
+                    {
+                        "number": v.number,
+                        "hash": v.hash,
+                        "recorded_at": v.recorded_at,
+                        "cause": v.cause.value,
+                        "size": v.size,
+                        "available": v.available,
+                    }
+                )
+            )
+        return 0
+    for v in versions:
+        at = when(v.recorded_at)
+        kept = "" if v.available else "  (hash only: bytes not kept)"
+        print(f"{v.number:4d}  b3:{v.hash[:16]}  {at}  {v.cause.value:<8} {v.size or 0:>10}{kept}")
+    return 0
+
+
+def cmd_restore(args: argparse.Namespace) -> int:
+    t = resolve_target(args.target, args.store)
+    path, sep, number = args.spec.rpartition("@")
+    if not sep or not number.isdigit():
+        raise CLIError(f"{args.spec}: expected PATH@N (a version number from `swfs versions`)", 2)
+    rel = workspace_rel(t, path)
+    with connect(t, args) as client:
+        new = client.restore(rel, int(number))
+    print(f"{rel}: restored version {number} as version {new}")
+    return 0
+
+
+def cmd_baseline(args: argparse.Namespace) -> int:
+    t = resolve_target(args.target, args.store)
+    with connect(t, args) as client:
+        files = client.baseline()
+    print(f"baseline: the present state of {files} files is the new baseline")
+    return 0
+
+
+def cmd_snapshot(args: argparse.Namespace) -> int:
+    t = resolve_target(args.target, args.store)
+    with connect(t, args) as client:
+        files = client.snapshot(args.name)
+    print(f"snapshot {args.name}: {files} files")
+    return 0
+
+
+def cmd_log(args: argparse.Namespace) -> int:
+    t = resolve_target(args.target, args.store)
+    with open_engine(t, args) as engine:
+        events = list(engine.store.iter_journal())
+    if args.limit:
+        events = events[-args.limit :]
+    for seq, ev in events:
+        if args.json:
+            print(json.dumps({"seq": seq, **ev}, ensure_ascii=False))
+            continue
+        fields = " ".join(f"{k}={v}" for k, v in ev.items() if k not in ("t", "ev"))
+        print(f"{seq:6d}  {when(ev['t'])}  {ev['ev']:<9} {fields}")
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from swfs.check import run_checks
+
+    t = resolve_target(args.target, args.store)
+    with open_engine(t, args) as engine:
+        problems = run_checks(engine, repair=args.repair)
+    for p in problems:
+        print(f"{p.check}: {p.message}" + (" (repaired)" if p.repaired else ""))
+    left = [p for p in problems if not p.repaired]
+    if left:
+        raise CLIError(f"{len(left)} problem(s) found in {t.store}")
+    print(f"store {t.store}: ok" if not problems else f"store {t.store}: repaired")
+    return 0
+
+
+# ---------------------------------------------------------------- register
+def register(c: Commands) -> None:
+    sp = c.add("index", cmd_index, "scan and parse SRC without mounting", target="src")
+    sp.add_argument("--timeout", type=float, default=3600.0, help=argparse.SUPPRESS)
+    c.parse_opts(sp)
+    sp = c.add("status", cmd_status, "counts by freshness, queue, store size")
+    sp.add_argument("--json", action="store_true", help="one JSON object")
+    sp = c.add("sync", cmd_sync, "wait until every view is current")
+    sp.add_argument("--timeout", type=float, default=600.0, help="seconds (default 600)")
+    c.parse_opts(sp)
+    sp = c.add("show", cmd_show, "the parsed units of one file, with freshness")
+    sp.add_argument("path", metavar="PATH")
+    sp.add_argument("--json", action="store_true")
+    c.parse_opts(sp)
+    sp = c.add("diff", cmd_diff, "the review against the baseline")
+    sp.add_argument("path", metavar="PATH", nargs="?")
+    sp.add_argument("--summary", action="store_true", help="only the list of changed paths")
+    c.parse_opts(sp)
+    sp = c.add("versions", cmd_versions, "the recorded versions of a file")
+    sp.add_argument("path", metavar="PATH")
+    sp.add_argument("--json", action="store_true")
+    sp = c.add("restore", cmd_restore, "bring back version N of PATH (PATH@N)")
+    sp.add_argument("spec", metavar="PATH@N")
+    c.add("baseline", cmd_baseline, "accept the present state as the new baseline")
+    sp = c.add("snapshot", cmd_snapshot, "name the present state (keeps all its bytes)")
+    sp.add_argument("name", metavar="NAME")
+    sp = c.add("log", cmd_log, "the journal of state transitions")
+    sp.add_argument("--json", action="store_true", help="one JSON object per line")
+    sp.add_argument("-n", "--limit", type=int, default=0, help="only the last N events")
+    sp = c.add("check", cmd_check, "verify the store's invariants")
+    sp.add_argument("--repair", action="store_true", help="fix what can be fixed")

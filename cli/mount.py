@@ -1,0 +1,133 @@
+"""``swfs mount`` / ``swfs umount``: the command line's bridge to the daemon in mountd."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+from contextlib import AbstractContextManager
+from pathlib import Path
+
+from swfs.workspace import STORE_NAME, Config
+
+from .base import Commands, config_from
+
+
+class MountError(Exception):
+    """Mounting or unmounting failed; names the path and the cause."""
+
+
+def mount_workspace(args: argparse.Namespace, config: Config) -> int:
+    # Imported here: pyfuse3 is not needed by the other commands.
+    from mountd import launch
+    from mountd.launch import mount
+    from mountd.options import MountOptions
+    from swfs.engine import Engine
+
+    src = Path(args.src).resolve()
+    mnt = Path(args.mountpoint).resolve()
+    if not src.is_dir():
+        raise MountError(f"{args.src}: not a directory")
+    if not mnt.is_dir():
+        raise MountError(f"{args.mountpoint}: not a directory")
+    if mnt == src or src in mnt.parents:
+        raise MountError(f"{args.mountpoint}: the mount point must not be inside {src}")
+    store = Path(args.store).resolve() if args.store else src / STORE_NAME
+    config = dataclasses.replace(config, rescan_interval=args.rescan_interval)
+    try:
+        options = MountOptions(
+            stale=args.stale,
+            stale_wait=args.stale_wait,
+            pending_wait=args.wait_timeout,
+            versions=args.versions,
+            allow_other=False if args.no_allow_other else None,
+            poll_window=max(0.0, args.poll_us) / 1e6,
+            debug=args.debug,
+        )
+    except ValueError as exc:
+        raise MountError(f"bad mount option: {exc}") from None
+
+    def factory() -> AbstractContextManager[Engine]:
+        return Engine.open(src, store, config=config)
+
+    store.mkdir(mode=0o700, parents=True, exist_ok=True)
+    log_file = None if args.foreground else store / "daemon.log"
+    try:
+        mount(factory, src, mnt, options, foreground=args.foreground, log_file=log_file)
+    except launch.MountError as exc:
+        raise MountError(str(exc)) from None
+    return 0
+
+
+def unmount_workspace(args: argparse.Namespace) -> int:
+    from mountd import launch
+
+    mnt = Path(args.mountpoint)
+    if not os.path.ismount(mnt):
+        raise MountError(f"{args.mountpoint}: not mounted")
+    try:
+        launch.unmount(mnt, lazy=args.lazy)
+    except launch.MountError as exc:
+        raise MountError(str(exc)) from None
+    return 0
+
+
+def cmd_mount(args: argparse.Namespace) -> int:
+    return mount_workspace(args, config_from(args))
+
+
+def cmd_umount(args: argparse.Namespace) -> int:
+    return unmount_workspace(args)
+
+
+def register(c: Commands) -> None:
+    sp = c.add("mount", cmd_mount, "mount SRC at MNT (daemonizes once ready)", target="src")
+    sp.add_argument("mountpoint", metavar="MNT")
+    sp.add_argument("-f", "--foreground", action="store_true", help="stay in front, log to stderr")
+    sp.add_argument(
+        "--stale",
+        choices=("serve", "wait"),
+        default="wait",
+        help="stale reads: wait (up to --stale-wait) for the re-parse, or serve the "
+        "prior view marked stale at once",
+    )
+    sp.add_argument(
+        "--stale-wait",
+        type=float,
+        default=2.0,
+        metavar="SECONDS",
+        help="seconds a read of a stale view waits for its re-parse before it is "
+        "served marked stale (default 2)",
+    )
+    sp.add_argument(
+        "--wait-timeout",
+        type=float,
+        default=10.0,
+        help="seconds a read of a pending unit waits for its first parse",
+    )
+    sp.add_argument(
+        "--versions",
+        choices=("hidden", "visible"),
+        default="hidden",
+        help="whether the mount root lists .versions (it works by path either way)",
+    )
+    sp.add_argument("--no-allow-other", action="store_true", help="do not mount with allow_other")
+    sp.add_argument(
+        "--rescan-interval",
+        type=float,
+        default=30.0,
+        help="seconds between scans for changes made behind the mount",
+    )
+    sp.add_argument(
+        "--poll-us",
+        type=float,
+        default=500.0,
+        help="microseconds the daemon keeps polling for the next request after one "
+        "(saves a wake-up per request in tree walks; 0: always sleep)",
+    )
+    sp.add_argument("--debug", action="store_true", help="log every request")
+    c.parse_opts(sp)
+    sp = c.sub.add_parser("umount", help="unmount MNT", description="unmount MNT")
+    sp.add_argument("mountpoint", metavar="MNT")
+    sp.add_argument("-z", "--lazy", action="store_true", help="lazy unmount")
+    sp.set_defaults(fn=cmd_umount)

@@ -1,3 +1,0 @@
-from swfs.cli import main
-
-main()
