@@ -22,6 +22,7 @@ from typing import Generic, Protocol, TypeVar
 
 from mountd.nodes import Tree
 from mountd.options import MountOptions
+from swfs import hashform
 from swfs.api import (
     Access,
     EngineAPI,
@@ -433,7 +434,7 @@ class ReviewTree(Base):
 
 def version_name(rel: str, v: Version) -> str:
     ext = posixpath.splitext(posixpath.basename(rel))[1]
-    return f"{v.number:04d}-{v.hash[:8]}{ext}"
+    return f"{v.number:04d}-{hashform.short(v.hash)}{ext}"
 
 
 def iso(t: float) -> str:

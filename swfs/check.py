@@ -18,8 +18,8 @@ from typing import Any
 
 from .api import RelPath
 from .fsutil import hash_file
+from .hashform import label as short_hash
 from .store import FileRecord, Store, loads, pdecode, pkey, stat_signature
-from .views import short_hash
 from .workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -118,7 +118,7 @@ def check_versions(ws: Workspace, repair: bool) -> list[Problem]:
                 problems.append(
                     Problem(
                         "versions",
-                        f"{rel}: current content b3:{rec.hash[:16]} is not its "
+                        f"{rel}: current content {short_hash(rec.hash)} is not its "
                         "last recorded version",
                         repair,
                     )
@@ -213,7 +213,7 @@ def check_blobs(ws: Workspace, repair: bool) -> list[Problem]:
             if not ws.blobs.has(entry[0]):
                 problems.append(
                     Problem(
-                        "blobs", f"snapshot {name}: bytes of {rel} (b3:{entry[0][:16]}) missing"
+                        "blobs", f"snapshot {name}: bytes of {rel} ({short_hash(entry[0])}) missing"
                     )
                 )
     return problems
@@ -224,7 +224,8 @@ def check_orphans(ws: Workspace, repair: bool) -> list[Problem]:
     refs = _referenced(ws)
     orphans = [h for h in ws.blobs.iter_hashes() if h not in refs]
     problems = [
-        Problem("orphans", f"blob b3:{h[:16]} is referenced by nothing", repair) for h in orphans
+        Problem("orphans", f"blob {short_hash(h)} is referenced by nothing", repair)
+        for h in orphans
     ]
     if repair:
         for h in orphans:

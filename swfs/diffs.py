@@ -14,7 +14,7 @@ Every file's diff starts with git-style header lines::
     deleted file mode 100644        (deleted files only)
     rename from <old path>          (when the path changed)
     rename to <new path>
-    index <old hash8>..<new hash8>  (00000000 for a missing side)
+    index <old>..<new>              (16 hex digits each, zeros for a missing side)
 
 **Text files** (``text_diff``): a unified diff like ``git diff``, ``--- a/x``,
 ``+++ b/x`` (``/dev/null`` for a missing side), hunks of ``context`` lines and
@@ -69,7 +69,8 @@ removed rows and columns (see ``table_diff``).  Line endings and quoting do
 not count.
 
 **Binaries** (``binary_line``): ``Binary files a/x and b/x differ (1200 -> 1350
-bytes, b3:1a2b3c4d -> b3:9f8e7d6c)``.
+bytes, b3:1a2b3c4d5e6f7081 -> b3:9f8e7d6c5b4a3921)``.  Hashes are
+written as ``swfs.hashform`` says, as everywhere else.
 """
 
 from __future__ import annotations
@@ -89,6 +90,8 @@ from parsers.cells import Cell, sheet_ref
 from parsers.cells import parse_cell_lines as parse_cell_lines  # re-exported
 from parsers.delimited import Table, column_name, read_table
 
+from . import hashform
+
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_LINES = 2000
@@ -102,16 +105,11 @@ KEEP_LINES = 10_000
 MATCH_WORK = 400_000_000
 FILE_MODE = "100644"
 EMPTY = "(empty)"
-NO_HASH = "00000000"
 
 Units = Sequence[tuple[str, str]]
 
 
 # -- shared pieces
-
-
-def short_hash(h: str | None) -> str:
-    return h[:8] if h else NO_HASH
 
 
 def diff_header(
@@ -135,7 +133,7 @@ def diff_header(
         lines.append(f"deleted file mode {FILE_MODE}")
     elif old_name != new_name:
         lines += [f"rename from {old_name}", f"rename to {new_name}"]
-    lines.append(f"index {short_hash(old_hash)}..{short_hash(new_hash)}")
+    lines.append(f"index {hashform.index_part(old_hash)}..{hashform.index_part(new_hash)}")
     return lines
 
 
@@ -289,13 +287,55 @@ def text_diff(
     )
     old_lines = _split_lines(old_text or "")
     new_lines = _split_lines(new_text or "")
-    if old_lines == new_lines and old_text is not None and new_text is not None:
-        return _finish(header, (), max_lines)
+    if old_text is not None and new_text is not None:
+        if old_lines == new_lines:
+            if old_hash == new_hash:
+                return _finish(header, (), max_lines)
+            return _finish(header, [SAME_TEXT_NOTE], max_lines)
+        eol = line_endings_only(old_text, new_text)
+        if eol is not None:
+            return _finish(header, [eol], max_lines)
     old_name = old_rel if old_rel is not None else new_rel
     new_name = new_rel if new_rel is not None else old_rel
     header.append("--- /dev/null" if old_text is None else f"--- a/{old_name}")
     header.append("+++ /dev/null" if new_text is None else f"+++ b/{new_name}")
     return _finish(header, _hunks(old_lines, new_lines, context), max_lines)
+
+
+SAME_TEXT_NOTE = "(no text changes; the bytes differ in encoding or byte-order mark)"
+
+
+def _eol_style(text: str) -> str:
+    crlf = text.count("\r\n")
+    lf = text.count("\n") - crlf
+    cr = text.count("\r") - crlf
+    styles = [name for name, n in (("CRLF", crlf), ("LF", lf), ("CR", cr)) if n]
+    if not styles:
+        return "no line breaks"
+    return styles[0] if len(styles) == 1 else "mixed " + "/".join(styles)
+
+
+def line_endings_only(old_text: str, new_text: str) -> str | None:
+    """One line saying that only line endings changed (a CRLF <-> LF rewrite),
+    or None when anything else did too.  A trailing line ending added or
+    removed is a change of its own, as git counts it."""
+
+    def norm(t: str) -> str:
+        return t.replace("\r\n", "\n").replace("\r", "\n")
+
+    if old_text == new_text or norm(old_text) != norm(new_text):
+        return None
+    pairs = itertools.zip_longest(_eol_list(old_text), _eol_list(new_text))
+    changed = sum(1 for a, b in pairs if a != b)
+    return (
+        f"(line endings only: {_eol_style(old_text)} -> {_eol_style(new_text)}, "
+        f"{_plural(changed, 'line')}; no other change)"
+    )
+
+
+def _eol_list(text: str) -> list[str]:
+    """The line ending of each line of ``text``, in order."""
+    return re.findall(r"\r\n|\n|\r", text)
 
 
 # -- binaries
@@ -314,7 +354,7 @@ def binary_line(
     a = "/dev/null" if old_size is None else f"a/{old_rel or rel}"
     b = "/dev/null" if new_size is None else f"b/{rel}"
     sizes = f"{_or_none(old_size)} -> {_or_none(new_size)} bytes"
-    hashes = f"{_b3(old_hash)} -> {_b3(new_hash)}"
+    hashes = f"{hashform.label(old_hash)} -> {hashform.label(new_hash)}"
     return f"Binary files {a} and {b} differ ({sizes}, {hashes})\n"
 
 
@@ -349,10 +389,6 @@ def binary_diff(
 
 def _or_none(size: int | None) -> str:
     return "none" if size is None else str(size)
-
-
-def _b3(h: str | None) -> str:
-    return f"b3:{h[:8]}" if h else "none"
 
 
 # -- parsed units (PDF pages, slides, documents)

@@ -8,8 +8,9 @@ Every unit starts with one header line stating provenance and freshness::
 
 (one line in the file).  Attribute order is fixed.  ``hash`` is the content
 hash the text was made from and ``current`` the file's present hash, both as
-``b3:`` plus the first 16 hex digits of the blake3 hash (the full hashes are
-in the ``user.sw.source_hash`` / ``user.sw.current_hash`` xattrs).  Values are
+``b3:`` plus the first 16 hex digits of the blake3 hash, as everywhere in
+text (``swfs.hashform``; the full hashes are in the ``user.sw.source_hash``
+/ ``user.sw.current_hash`` xattrs).  Values are
 escaped so the line stays one well-formed comment: ``&`` ``"`` ``<`` ``>``
 and newlines become ``&amp;`` ``&quot;`` ``&lt;`` ``&gt;`` ``&#10;``.
 ``freshness`` is one of current, stale, pending, failed.
@@ -17,13 +18,10 @@ and newlines become ``&amp;`` ``&quot;`` ``&lt;`` ``&gt;`` ``&#10;``.
 
 from __future__ import annotations
 
+from . import hashform
 from .api import Freshness
 
-HASH_PREFIX_LEN = 16
-
-
-def short_hash(h: str | None) -> str:
-    return f"b3:{h[:HASH_PREFIX_LEN]}" if h else "none"
+short_hash = hashform.label
 
 
 def _esc(value: str) -> str:

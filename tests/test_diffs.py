@@ -25,8 +25,8 @@ from swfs.diffs import (
     units_diff,
 )
 
-H_OLD = "1a2b3c4d" + "0" * 56
-H_NEW = "9f8e7d6c" + "f" * 56
+H_OLD = "1a2b3c4d5e6f7081" + "0" * 48
+H_NEW = "9f8e7d6c5b4a3921" + "f" * 48
 
 
 def body(diff: str) -> list[str]:
@@ -104,7 +104,7 @@ def test_text_headers_modified() -> None:
     out = text_diff("notes.md", "notes.md", "a\n", "b\n", old_hash=H_OLD, new_hash=H_NEW)
     assert out.splitlines()[:4] == [
         "diff --git a/notes.md b/notes.md",
-        "index 1a2b3c4d..9f8e7d6c",
+        "index 1a2b3c4d5e6f7081..9f8e7d6c5b4a3921",
         "--- a/notes.md",
         "+++ b/notes.md",
     ]
@@ -116,7 +116,7 @@ def test_text_headers_added_deleted_renamed() -> None:
     assert added.splitlines()[:5] == [
         "diff --git a/new.txt b/new.txt",
         "new file mode 100644",
-        "index 00000000..9f8e7d6c",
+        "index 0000000000000000..9f8e7d6c5b4a3921",
         "--- /dev/null",
         "+++ b/new.txt",
     ]
@@ -124,7 +124,7 @@ def test_text_headers_added_deleted_renamed() -> None:
     assert deleted.splitlines()[:5] == [
         "diff --git a/old.txt b/old.txt",
         "deleted file mode 100644",
-        "index 1a2b3c4d..00000000",
+        "index 1a2b3c4d5e6f7081..0000000000000000",
         "--- a/old.txt",
         "+++ /dev/null",
     ]
@@ -133,7 +133,7 @@ def test_text_headers_added_deleted_renamed() -> None:
         "diff --git a/a.txt b/b.txt",
         "rename from a.txt",
         "rename to b.txt",
-        "index 1a2b3c4d..9f8e7d6c",
+        "index 1a2b3c4d5e6f7081..9f8e7d6c5b4a3921",
         "--- a/a.txt",
         "+++ b/b.txt",
     ]
@@ -157,14 +157,15 @@ def test_text_bounded() -> None:
 def test_binary_line() -> None:
     line = binary_line("x.bin", old_size=1200, new_size=1350, old_hash=H_OLD, new_hash=H_NEW)
     assert line == (
-        "Binary files a/x.bin and b/x.bin differ (1200 -> 1350 bytes, b3:1a2b3c4d -> b3:9f8e7d6c)\n"
+        "Binary files a/x.bin and b/x.bin differ "
+        "(1200 -> 1350 bytes, b3:1a2b3c4d5e6f7081 -> b3:9f8e7d6c5b4a3921)\n"
     )
     added = binary_diff("x.bin", old_size=None, new_size=5, old_hash=None, new_hash=H_NEW)
     assert added.splitlines() == [
         "diff --git a/x.bin b/x.bin",
         "new file mode 100644",
-        "index 00000000..9f8e7d6c",
-        "Binary files /dev/null and b/x.bin differ (none -> 5 bytes, none -> b3:9f8e7d6c)",
+        "index 0000000000000000..9f8e7d6c5b4a3921",
+        "Binary files /dev/null and b/x.bin differ (none -> 5 bytes, none -> b3:9f8e7d6c5b4a3921)",
     ]
 
 
@@ -247,7 +248,7 @@ def test_paper_example_b12(tmp_path: Path) -> None:
     out = spreadsheet_diff("budget.xlsx", old, workbook_units(path), old_hash=H_OLD, new_hash=H_NEW)
     assert out.splitlines() == [
         "diff --git a/budget.xlsx b/budget.xlsx",
-        "index 1a2b3c4d..9f8e7d6c",
+        "index 1a2b3c4d5e6f7081..9f8e7d6c5b4a3921",
         "Sheet1!B12: 1200 -> 1350",
     ]
 
@@ -380,7 +381,7 @@ def test_spreadsheet_added_file() -> None:
     assert out.splitlines() == [
         "diff --git a/new.xlsx b/new.xlsx",
         "new file mode 100644",
-        "index 00000000..9f8e7d6c",
+        "index 0000000000000000..9f8e7d6c5b4a3921",
         "+ sheet S (1 cell)",
         "S!A1: (empty) -> 1",
     ]
@@ -399,7 +400,7 @@ def test_units_diff_labels_changed_unit() -> None:
     out = units_diff("report.pdf", old, new, old_hash=H_OLD, new_hash=H_NEW)
     assert out.splitlines() == [
         "diff --git a/report.pdf b/report.pdf",
-        "index 1a2b3c4d..9f8e7d6c",
+        "index 1a2b3c4d5e6f7081..9f8e7d6c5b4a3921",
         "--- a/report.pdf#page-0002.md",
         "+++ b/report.pdf#page-0002.md",
         "@@ -1,2 +1,2 @@",

@@ -119,8 +119,8 @@ def test_a_write_through_a_hard_link_reaches_every_name_at_once() -> None:
         readme_versions = sorted(os.listdir(m.mnt / ".versions" / "notes" / "readme.md"))
         link_versions = sorted(os.listdir(m.mnt / ".versions" / "notes" / "hardlink.md"))
         assert len(readme_versions) == 2
-        assert readme_versions[-1].startswith(f"0002-{new[:8]}")
-        assert link_versions[-1].split("-", 1)[1].startswith(new[:8])
+        assert readme_versions[-1].startswith(f"0002-{new[:16]}")
+        assert link_versions[-1].split("-", 1)[1].startswith(new[:16])
         out = swfs("check", m.mnt)
         assert "ok" in out.stdout
         swfs("sync", m.mnt)

@@ -145,7 +145,7 @@ def test_versions_tree(mount_tree: MountFactory) -> None:
     (m.mnt / "r.txt").write_text("v2\n")
     vdir = m.mnt / ".versions/r.txt"
     names = sorted(os.listdir(vdir))
-    v1, v2 = h(b"v1\n")[:8], h(b"v2\n")[:8]
+    v1, v2 = h(b"v1\n")[:16], h(b"v2\n")[:16]
     assert names == [f"0001-{v1}.txt", f"0002-{v2}.txt"]
     first = vdir / names[0]
     assert first.read_bytes() == b"v1\n"
@@ -157,7 +157,7 @@ def test_versions_tree(mount_tree: MountFactory) -> None:
     assert os.getxattr(first, "user.sw.cause") == b"baseline"
     assert os.getxattr(vdir / names[1], "user.sw.cause") == b"write"
     assert os.getxattr(first, "user.sw.recorded_at").decode().startswith("20")
-    mk = h(b"all:\n")[:8]
+    mk = h(b"all:\n")[:16]
     assert os.listdir(m.mnt / ".versions/Makefile") == [f"0001-{mk}"]
     # A current version without a kept blob is served from the native file.
     (cur,) = os.listdir(m.mnt / ".versions/noblob.txt")

@@ -128,7 +128,7 @@ def test_openpyxl_edit_in_place_goes_current_with_review_and_versions(ws: RealMo
     assert "budget.xlsx" in (ws.mnt / ".review" / "SUMMARY.md").read_text()
     assert "Sheet1!B12: 1200 -> 1350" in (ws.mnt / ".review" / "ALL.diff").read_text()
     versions = sorted(os.listdir(ws.mnt / ".versions" / "budget.xlsx"))
-    assert versions == [f"0001-{original[:8]}.xlsx", f"0002-{new[:8]}.xlsx"]
+    assert versions == [f"0001-{original[:16]}.xlsx", f"0002-{new[:16]}.xlsx"]
     old = ws.mnt / ".versions" / "budget.xlsx" / versions[0]
     assert hash_file(old) == original
     assert os.getxattr(old, "user.sw.hash").decode() == original
