@@ -10,14 +10,14 @@ from __future__ import annotations
 import datetime
 import logging
 import posixpath
-from collections import defaultdict
+from collections import Counter, defaultdict
 from typing import Any
 
 from parsers import cells
 
 from . import diffs
 from .api import ChangeStatus, Hash, RelPath, ReviewEntry
-from .views import short_hash
+from .hashform import label as short_hash
 from .workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -27,7 +27,9 @@ _TEXT = ("text", "csv")
 
 
 def changes(ws: Workspace) -> list[ReviewEntry]:
-    """Added, modified, deleted and renamed paths; renames are found by hash."""
+    """Added, modified, deleted and renamed paths.  A rename is found by hash
+    (the same bytes under a new path) or, for a file moved and then edited,
+    by the similarity of its parsed text (see ``_similar_pairs``)."""
     base = ws.baseline_manifest()
     cur = {rel: rec.manifest_entry() for rel, rec in ws.store.all_files().items()}
     added = [rel for rel in cur if rel not in base]
@@ -53,6 +55,23 @@ def changes(ws: Workspace) -> list[ReviewEntry]:
             )
         else:
             out.append(ReviewEntry(RelPath(rel), ChangeStatus.ADDED, None, Hash(cur[rel][0])))
+    unmatched_added: list[str] = [e.rel for e in out if e.status == ChangeStatus.ADDED]
+    unmatched_deleted = [rel for rel in deleted if rel not in renamed_from]
+    moved = _similar_pairs(ws, base, cur, unmatched_deleted, unmatched_added)
+    if moved:
+        renamed_to = {new for _, new in moved}
+        out = [e for e in out if e.rel not in renamed_to]
+    for old, new in moved:
+        renamed_from.add(old)
+        out.append(
+            ReviewEntry(
+                RelPath(new),
+                ChangeStatus.RENAMED,
+                Hash(base[old][0]),
+                Hash(cur[new][0]),
+                RelPath(old),
+            )
+        )
     for rel in deleted:
         if rel not in renamed_from:
             out.append(ReviewEntry(RelPath(rel), ChangeStatus.DELETED, Hash(base[rel][0]), None))
@@ -63,6 +82,87 @@ def changes(ws: Workspace) -> list[ReviewEntry]:
             )
     out.sort(key=lambda e: e.rel)
     return out
+
+
+# A deleted and an added file with the same extension whose parsed texts
+# share at least this fraction of their lines are one renamed file (git's
+# default rename threshold, -M50%).
+RENAME_SIMILARITY = 0.5
+# Bounds on the work of finding moved-and-edited files: pairs compared, and
+# characters of parsed text read per file.
+RENAME_MAX_PAIRS = 2500
+RENAME_MAX_CHARS = 4 * 1024 * 1024
+_line_counts: dict[tuple[str, str], Counter[str] | None] = {}
+
+
+def _similar_pairs(
+    ws: Workspace,
+    base: dict[str, list[Any]],
+    cur: dict[str, list[Any]],
+    deleted: list[str],
+    added: list[str],
+) -> list[tuple[str, str]]:
+    """(old path, new path) of deleted and added files that are one file
+    moved and edited: same extension, parsed text at least
+    ``RENAME_SIMILARITY`` alike (shared lines, counted with multiplicity,
+    over all lines).  Best pairs first, each file in one pair at most.
+    Files without parsed text (binaries, parses not there yet) are never
+    paired: their bytes would have to be compared."""
+    pairs = [
+        (old, new)
+        for old in deleted
+        for new in added
+        if posixpath.splitext(old)[1].lower() == posixpath.splitext(new)[1].lower()
+    ]
+    if not pairs or len(pairs) > RENAME_MAX_PAIRS:
+        return []
+    scored = []
+    for old, new in pairs:
+        a = _lines(ws, base[old])
+        b = _lines(ws, cur[new])
+        if not a or not b:
+            continue
+        total = sum(a.values()) + sum(b.values())
+        score = 2 * sum((a & b).values()) / total
+        if score >= RENAME_SIMILARITY:
+            # Same file name breaks ties: a move keeps it more often than not.
+            same_name = posixpath.basename(old) == posixpath.basename(new)
+            scored.append((score, same_name, old, new))
+    scored.sort(key=lambda x: (-x[0], not x[1], x[2], x[3]))
+    taken: set[str] = set()
+    out = []
+    for _, _, old, new in scored:
+        if old in taken or new in taken:
+            continue
+        taken.update((old, new))
+        out.append((old, new))
+    return out
+
+
+def _lines(ws: Workspace, side: list[Any]) -> Counter[str] | None:
+    """The lines of a file version's parsed text, counted; cached by
+    (hash, parser), which fixes the text."""
+    h, parser = side[0], side[5]
+    if not h or not parser:
+        return None
+    key = (h, parser)
+    if key in _line_counts:
+        return _line_counts[key]
+    units = ws.parse_units(h, parser)
+    if units is None:
+        return None  # not parsed yet: not cached, it may be soon
+    counts: Counter[str] = Counter()
+    size = 0
+    for _, _, text in units:
+        size += len(text)
+        if size > RENAME_MAX_CHARS:
+            break
+        counts.update(line for line in text.split("\n") if line.strip())
+    result = counts if size <= RENAME_MAX_CHARS else None
+    if len(_line_counts) > 256:
+        _line_counts.clear()
+    _line_counts[key] = result
+    return result
 
 
 def summary(ws: Workspace, entries: list[ReviewEntry]) -> str:
@@ -106,7 +206,7 @@ def file_diff(ws: Workspace, e: ReviewEntry) -> str:
     old_rel = e.old_rel or e.rel
     key = "|".join(
         [
-            "v1",
+            "v2",
             old[0] if old else "-",
             str(old[5]) if old else "-",
             new[0] if new else "-",
@@ -140,13 +240,22 @@ def _render(
     max_lines = ws.config.diff_max_lines
     parser = (new or old or [None] * 6)[5]
     kind = parser.split("@", 1)[0] if parser else None
+    if old is not None and new is not None and old_hash == new_hash:
+        # Moved, not changed: the header says so; there is nothing to show.
+        header = diffs.diff_header(old_rel, e.rel, old_hash=old_hash, new_hash=new_hash)
+        return "".join(line + "\n" for line in header), True
     old_units = _units(ws, old)
     new_units = _units(ws, new)
     missing = (old is not None and old_units is None) or (new is not None and new_units is None)
     if kind is None or missing:
-        note = ""
+        notes: list[str] = []
+        final = True
         if kind is not None:
-            note = "  (no parsed text for one side yet: `swfs sync`, then look again)"
+            for which, side, units in (("baseline", old, old_units), ("current", new, new_units)):
+                if side is not None and units is None:
+                    note, side_final = _no_text(ws, which, side)
+                    notes.append(note)
+                    final = final and side_final
         line = diffs.binary_line(
             e.rel,
             old_rel=old_rel,
@@ -155,7 +264,7 @@ def _render(
             old_hash=old_hash,
             new_hash=new_hash,
         )
-        return line.rstrip("\n") + note + "\n", kind is None
+        return line.rstrip("\n") + "".join(f"  ({n})" for n in notes) + "\n", final
     if kind in _SPREADSHEET:
         text = diffs.spreadsheet_diff(
             e.rel,
@@ -180,8 +289,8 @@ def _render(
         text = diffs.text_diff(
             old_rel if old else None,
             e.rel if new else None,
-            old_units[0][2] if old_units else "",
-            new_units[0][2] if new_units else "",
+            (old_units[0][2] if old_units else "") if old is not None else None,
+            (new_units[0][2] if new_units else "") if new is not None else None,
             old_hash=old_hash,
             new_hash=new_hash,
             max_lines=max_lines,
@@ -197,6 +306,25 @@ def _render(
             old_rel=old_rel,
         )
     return text, True
+
+
+def _no_text(ws: Workspace, which: str, side: list[Any]) -> tuple[str, bool]:
+    """Why one side of a diff has no parsed text, and whether that is final
+    (a failed parse stays failed for that content and parser version)."""
+    h, parser = side[0], side[5]
+    status = ws.store.parse_status(h, parser)
+    if status is None:
+        if which == "current":
+            return "the current version is not parsed yet: `swfs sync`, then look again", False
+        return (
+            f"the baseline version ({short_hash(h)}) has no parsed text in the cache, "
+            "so only sizes and hashes are compared"
+        ), False
+    record = ws.store.get_parse(h, parser) or {}
+    error = record.get("error") or status
+    if status == "failed":
+        return f"the {which} version could not be parsed ({parser}): {error}", True
+    return f"the {which} version has no parsed text ({status}): {error}", True
 
 
 def _tables(
