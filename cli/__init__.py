@@ -9,6 +9,7 @@ traceback.  Each command module registers its subcommands with
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import logging
 import signal
 import sys
@@ -31,10 +32,24 @@ def build_parser() -> argparse.ArgumentParser:
         prog="swfs", description="A versioned workspace filesystem for AI agents."
     )
     p.add_argument("-v", "--verbose", action="count", default=0, help="more logging")
+    p.add_argument("--version", action="version", version=f"swfs {_version()}")
     c = Commands(p.add_subparsers(dest="command", required=True, metavar="COMMAND"))
     for module in _MODULES:
         module.register(c)
     return p
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("swfs")
+    except importlib.metadata.PackageNotFoundError:
+        return "(not installed)"
+
+
+def _error_code(args: argparse.Namespace) -> int:
+    # A command whose exit status 1 means something else (diff --exit-code)
+    # sets args.error_code for its errors.
+    return int(getattr(args, "error_code", 1))
 
 
 def die(message: str, code: int = 1) -> NoReturn:
@@ -53,12 +68,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     except CLIError as exc:
         die(str(exc), exc.code)
     except (WorkspaceError, StoreError, ControlError, MountError) as exc:
-        die(str(exc))
+        die(str(exc), _error_code(args))
     except ControlUnavailable as exc:
-        die(f"{exc}: the daemon is not answering")
+        die(f"{exc}: the daemon is not answering", _error_code(args))
     except OSError as exc:
         where = exc.filename or ""
-        die(f"{where}: {exc.strerror or exc}" if where else str(exc))
+        message = f"{where}: {exc.strerror or exc}" if where else str(exc)
+        die(message, _error_code(args))
     except KeyboardInterrupt:
         die("interrupted", 130)
     raise SystemExit(code)

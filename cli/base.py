@@ -17,6 +17,7 @@ from swfs import control
 from swfs.api import XATTR_PREFIX, RelPath
 from swfs.control import ControlError, ControlUnavailable
 from swfs.parsework import WorkerLimits
+from swfs.store import Store
 from swfs.workspace import STORE_NAME, Config
 
 if TYPE_CHECKING:
@@ -72,9 +73,25 @@ def config_from(args: argparse.Namespace) -> Config:
     return Config(limits=limits)
 
 
-def open_engine(t: Target, args: argparse.Namespace) -> AbstractContextManager[Engine]:
+def require_workspace(t: Target) -> None:
+    """Refuse a folder that is not a workspace yet: only ``index`` and
+    ``mount`` make one, so no other command leaves a store behind."""
+    if t.mounted or Store.exists(t.store):
+        return
+    raise CLIError(
+        f"{t.src}: not an swfs workspace (no store at {t.store}); "
+        f"`swfs index {t.src}` or `swfs mount {t.src} MNT` makes one"
+    )
+
+
+def open_engine(
+    t: Target, args: argparse.Namespace, *, create: bool = False
+) -> AbstractContextManager[Engine]:
+    """The engine of ``t``; unless ``create``, only if its store exists."""
     from swfs.engine import Engine
 
+    if not create:
+        require_workspace(t)
     return Engine.open(t.src, t.store, config=config_from(args))
 
 

@@ -13,14 +13,27 @@ import logging
 import sys
 import time
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
-from swfs.api import Freshness
+from swfs import hashform
+from swfs.api import Freshness, RelPath, ReviewEntry
 
-from .base import CLIError, Commands, Progress, open_engine, resolve_target, when, workspace_rel
+from .base import (
+    CLIError,
+    Commands,
+    Progress,
+    Target,
+    open_engine,
+    resolve_target,
+    when,
+    workspace_rel,
+)
 from .client import connect
+
+if TYPE_CHECKING:
+    from swfs.engine import Engine
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +46,7 @@ def cmd_index(args: argparse.Namespace) -> int:
             _print_counts(client.sync(args.timeout).counts)
         return 0
     t0 = time.monotonic()
-    with open_engine(t, args) as engine:
+    with open_engine(t, args, create=True) as engine:
         scan_progress = Progress("hashing")
         stats = engine.scan(progress=scan_progress)
         counts = engine.counts()
@@ -157,6 +170,18 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
+    if not args.exit_code:
+        return _diff(args)
+    # With --exit-code, 1 means "there are changes": trouble is 2.
+    args.error_code = 2
+    try:
+        return _diff(args)
+    except CLIError as exc:
+        exc.code = 2 if exc.code == 1 else exc.code
+        raise
+
+
+def _diff(args: argparse.Namespace) -> int:
     from swfs import review
 
     t = resolve_target(args.target, args.store)
@@ -165,16 +190,56 @@ def cmd_diff(args: argparse.Namespace) -> int:
             engine.scan()
             trio.run(engine.drain)
         entries = review.changes(engine)
-        if args.path:
-            rel = workspace_rel(t, args.path)
-            entries = [e for e in entries if rel in (e.rel, e.old_rel)]
-            if not entries:
-                print(f"{rel}: unchanged since the baseline")
-                return 0
-        render = review.summary if args.summary else review.all_diff
-        text = render(engine, entries)
+        rel = workspace_rel(t, args.path) if args.path else None
+        if rel:  # '' (the root) is everything
+            entries = [e for e in entries if _under(e.rel, rel) or _under(e.old_rel, rel)]
+            if not entries and not _known(engine, t, rel):
+                raise CLIError(f"{rel}: no such file in the workspace or its baseline")
+        if args.json:
+            text = _diff_json(engine, entries, with_diffs=not args.summary)
+        elif not entries and rel:
+            text = f"{rel}: unchanged since the baseline\n"
+        else:
+            render = review.summary if args.summary else review.all_diff
+            text = render(engine, entries)
     sys.stdout.buffer.write(text.encode("utf-8", "surrogateescape"))
-    return 0
+    return 1 if args.exit_code and entries else 0
+
+
+def _under(path: str | None, rel: str) -> bool:
+    """``path`` is ``rel`` or inside the directory ``rel``."""
+    return path is not None and (path == rel or path.startswith(rel + "/"))
+
+
+def _known(engine: Engine, t: Target, rel: str) -> bool:
+    """Is ``rel`` a file or directory the workspace has now or had at the
+    baseline?"""
+    if engine.file_state(RelPath(rel)) is not None:
+        return True
+    base = engine.baseline_manifest()
+    if rel in base or any(p.startswith(rel + "/") for p in base):
+        return True
+    return (t.src / rel).is_dir()
+
+
+def _diff_json(engine: Engine, entries: list[ReviewEntry], *, with_diffs: bool) -> str:
+    from swfs import review
+
+    at = engine.store.get_meta("baseline_at")
+    changes = []
+    for e in entries:
+        item: dict[str, Any] = {
+            "path": e.rel,
+            "status": e.status.value,
+            "old_path": e.old_rel,
+            "baseline_hash": e.baseline_hash,
+            "current_hash": e.current_hash,
+        }
+        if with_diffs:
+            item["diff"] = review.file_diff(engine, e)
+        changes.append(item)
+    doc = {"baseline_at": at, "changes": changes}
+    return json.dumps(doc, ensure_ascii=False) + "\n"
 
 
 def cmd_versions(args: argparse.Namespace) -> int:
@@ -201,10 +266,15 @@ def cmd_versions(args: argparse.Namespace) -> int:
                 )
             )
         return 0
+    width = len(hashform.label(versions[0].hash))
+    print(f"{'N':>4}  {'HASH':<{width}}  {'RECORDED (UTC)':<20}  {'CAUSE':<8} {'BYTES':>10}")
     for v in versions:
         at = when(v.recorded_at)
         kept = "" if v.available else "  (hash only: bytes not kept)"
-        print(f"{v.number:4d}  b3:{v.hash[:16]}  {at}  {v.cause.value:<8} {v.size or 0:>10}{kept}")
+        print(
+            f"{v.number:4d}  {hashform.label(v.hash)}  {at:<20}  {v.cause.value:<8} "
+            f"{v.size or 0:>10}{kept}"
+        )
     return 0
 
 
@@ -214,10 +284,29 @@ def cmd_restore(args: argparse.Namespace) -> int:
     if not sep or not number.isdigit():
         raise CLIError(f"{args.spec}: expected PATH@N (a version number from `swfs versions`)", 2)
     rel = workspace_rel(t, path)
+    _require_tracked(t, args, rel)
     with connect(t, args) as client:
         new = client.restore(rel, int(number))
     print(f"{rel}: restored version {number} as version {new}")
     return 0
+
+
+def _require_tracked(t: Target, args: argparse.Namespace, rel: RelPath) -> None:
+    """A path swfs never recorded a version of cannot be restored: say why."""
+    with open_engine(t, args) as engine:
+        if engine.versions(rel):
+            return
+    path = t.src / rel
+    if not path.exists() and not path.is_symlink():
+        raise CLIError(f"{rel}: no such file in the workspace, and no recorded versions")
+    if path.is_dir():
+        raise CLIError(f"{rel}: is a directory; restore takes one file (PATH@N)")
+    if not path.is_file() or path.is_symlink():
+        raise CLIError(f"{rel}: untracked: not a regular file, so swfs keeps no versions of it")
+    raise CLIError(
+        f"{rel}: untracked: swfs has recorded no version of it "
+        "(new since the last scan: `swfs sync` records it)"
+    )
 
 
 def cmd_baseline(args: argparse.Namespace) -> int:
@@ -246,9 +335,16 @@ def cmd_log(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps({"seq": seq, **ev}, ensure_ascii=False))
             continue
-        fields = " ".join(f"{k}={v}" for k, v in ev.items() if k not in ("t", "ev"))
+        fields = " ".join(f"{k}={_field(v)}" for k, v in ev.items() if k not in ("t", "ev"))
         print(f"{seq:6d}  {when(ev['t'])}  {ev['ev']:<9} {fields}")
     return 0
+
+
+def _field(value: Any) -> Any:
+    """A journal field as text: hashes in the short form (--json keeps them whole)."""
+    if isinstance(value, str) and hashform.is_full(value):
+        return hashform.label(value)
+    return value
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -283,6 +379,17 @@ def register(c: Commands) -> None:
     sp = c.add("diff", cmd_diff, "the review against the baseline")
     sp.add_argument("path", metavar="PATH", nargs="?")
     sp.add_argument("--summary", action="store_true", help="only the list of changed paths")
+    sp.add_argument(
+        "--json",
+        action="store_true",
+        help="one JSON object: baseline_at and changes (path, status, old_path, full "
+        "baseline_hash and current_hash, and the diff unless --summary)",
+    )
+    sp.add_argument(
+        "--exit-code",
+        action="store_true",
+        help="exit 1 when there are changes, 0 when none (as git diff); 2 on errors",
+    )
     c.parse_opts(sp)
     sp = c.add("versions", cmd_versions, "the recorded versions of a file")
     sp.add_argument("path", metavar="PATH")

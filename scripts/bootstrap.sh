@@ -10,6 +10,8 @@ command -v fusermount3 >/dev/null 2>&1 || need_debs="$need_debs fuse3"
 pkg-config --exists fuse3 2>/dev/null || need_debs="$need_debs libfuse3-dev"
 command -v pkg-config >/dev/null 2>&1 || need_debs="$need_debs pkg-config"
 command -v patch >/dev/null 2>&1 || need_debs="$need_debs patch"
+# getfattr reads the user.sw.* xattrs; `swfs prompt` tells agents to use it.
+command -v getfattr >/dev/null 2>&1 || need_debs="$need_debs attr"
 # LibreOffice headless reads .doc/.ppt/.rtf/.odt/.odp (parsers/soffice.py)
 # and converts the spreadsheet test fixtures to .xls/.ods.
 # The -nogui builds, without recommends, keep a fresh install to minutes:

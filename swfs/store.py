@@ -222,6 +222,11 @@ class Store:
         self._check_format()
 
     @staticmethod
+    def exists(root: Path) -> bool:
+        """Whether ``root`` holds a store (checked without creating anything)."""
+        return (root / "db").is_dir()
+
+    @staticmethod
     def _current_data_size(dbdir: Path) -> int:
         try:
             return (dbdir / "data.mdb").stat().st_size
