@@ -93,6 +93,7 @@ RENAME_SIMILARITY = 0.5
 RENAME_MAX_PAIRS = 2500
 RENAME_MAX_CHARS = 4 * 1024 * 1024
 _line_counts: dict[tuple[str, str], Counter[str] | None] = {}
+_scores: dict[tuple[str, str, str, str], float] = {}
 
 
 def _similar_pairs(
@@ -118,13 +119,8 @@ def _similar_pairs(
         return []
     scored = []
     for old, new in pairs:
-        a = _lines(ws, base[old])
-        b = _lines(ws, cur[new])
-        if not a or not b:
-            continue
-        total = sum(a.values()) + sum(b.values())
-        score = 2 * sum((a & b).values()) / total
-        if score >= RENAME_SIMILARITY:
+        score = _similarity(ws, base[old], cur[new])
+        if score is not None and score >= RENAME_SIMILARITY:
             # Same file name breaks ties: a move keeps it more often than not.
             same_name = posixpath.basename(old) == posixpath.basename(new)
             scored.append((score, same_name, old, new))
@@ -137,6 +133,28 @@ def _similar_pairs(
         taken.update((old, new))
         out.append((old, new))
     return out
+
+
+def _similarity(ws: Workspace, old: list[Any], new: list[Any]) -> float | None:
+    """Shared lines over all lines of two versions' parsed texts, or None
+    when a side has none.  Cached by the pair of hashes: the change set is
+    recomputed after every write, the pairs mostly stay the same."""
+    key = (old[0], old[5], new[0], new[5])
+    if key in _scores:
+        return _scores[key]
+    a = _lines(ws, old)
+    b = _lines(ws, new)
+    if not a or not b:
+        return None  # not cached: a parse may still come
+    size_a, size_b = a.total(), b.total()
+    if 2 * min(size_a, size_b) < RENAME_SIMILARITY * (size_a + size_b):
+        score = 0.0  # too different in length to reach the threshold
+    else:
+        score = 2 * (a & b).total() / (size_a + size_b)
+    if len(_scores) > 4096:
+        _scores.clear()
+    _scores[key] = score
+    return score
 
 
 def _lines(ws: Workspace, side: list[Any]) -> Counter[str] | None:
