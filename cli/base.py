@@ -37,6 +37,7 @@ class Target:
     src: Path
     store: Path
     mounted: bool
+    mount_point: Path | None = None  # when TARGET was given as the mount point
 
 
 def resolve_target(target: str, store: str | None = None) -> Target:
@@ -49,7 +50,7 @@ def resolve_target(target: str, store: str | None = None) -> Target:
     try:
         src = os.getxattr(path, XATTR_PREFIX + "source").decode("utf-8", "surrogateescape")
         store_dir = os.getxattr(path, XATTR_PREFIX + "store").decode("utf-8", "surrogateescape")
-        return Target(Path(src), Path(store_dir), True)
+        return Target(Path(src), Path(store_dir), True, path.absolute())
     except OSError:
         pass
     src_path = path.resolve()
@@ -99,10 +100,10 @@ def workspace_rel(t: Target, path: str) -> RelPath:
     """PATH as given (relative to TARGET, or absolute under it) -> workspace rel."""
     p = Path(path)
     if p.is_absolute():
-        try:
-            return RelPath(p.relative_to(t.src).as_posix())
-        except ValueError:
-            raise CLIError(f"{path}: not inside the workspace {t.src}") from None
+        for root in (t.src, t.mount_point):
+            if root is not None and p.is_relative_to(root):
+                return RelPath(p.relative_to(root).as_posix())
+        raise CLIError(f"{path}: not inside the workspace {t.src}")
     parts = [x for x in p.as_posix().split("/") if x not in ("", ".")]
     if ".." in parts:
         raise CLIError(f"{path}: '..' is not allowed in workspace paths")

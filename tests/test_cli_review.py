@@ -354,6 +354,15 @@ def _check_one_notation(mnt: Path) -> None:
     assert f"| modified | notes.txt | b3:{old[:16]} | b3:{short} |" in summary
     assert f"index {old[:16]}..{short}\n" in (mnt / ".review/notes.txt.diff").read_text()
     assert f"b3:{short}" in swfs("versions", mnt, "notes.txt").stdout
+    # A path may be given under the mount point as well as relative to it.
+    assert (
+        swfs("versions", mnt, mnt / "notes.txt").stdout == swfs("versions", mnt, "notes.txt").stdout
+    )
+    # `swfs diff MNT nonexistent`, as the trial ran it, through the mount.
+    missing = swfs("diff", mnt, "nonexistent", check=False)
+    assert missing.returncode == 1
+    assert "nonexistent: no such file" in missing.stderr
+    assert swfs("diff", mnt, "--exit-code", check=False).returncode == 1
     (change,) = json.loads(swfs("diff", mnt, "--json").stdout)["changes"]
     assert change["current_hash"] == full
     assert os.getxattr(mnt / ".review/notes.txt.diff", "user.sw.current_hash").decode() == full
