@@ -12,6 +12,7 @@ import argparse
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Protocol
 
 import trio
@@ -74,6 +75,9 @@ class LocalClient:
 
     def baseline(self) -> int:
         self.engine.scan()
+        # Parse what the baseline will name while its bytes are at hand: a
+        # review diff needs the baseline's text after the file changes.
+        trio.run(partial(self.engine.drain, Progress("parsing"), scan=False))
         return self.engine.set_baseline()
 
     def snapshot(self, name: str) -> int:

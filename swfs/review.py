@@ -293,6 +293,13 @@ def _render(
             max_lines=max_lines,
             old_rel=old_rel,
         )
+    elif kind == "csv" and (texts := _eol_rewrite(old_units, new_units)) is not None:
+        # Say exactly what changed where the whole text is at hand (a small
+        # file's content.txt); the cell-level diff could only say "no cell
+        # changes".
+        text = diffs.text_diff(
+            old_rel, e.rel, texts[0], texts[1], old_hash=old_hash, new_hash=new_hash
+        )
     elif kind == "csv" and (table := _tables(e.rel, old_units, new_units)) is not None:
         text = diffs.table_diff(
             e.rel,
@@ -324,6 +331,21 @@ def _render(
             old_rel=old_rel,
         )
     return text, True
+
+
+def _eol_rewrite(
+    old_units: list[tuple[str, str, str]] | None, new_units: list[tuple[str, str, str]] | None
+) -> tuple[str, str] | None:
+    """Both texts, when both sides are one ``content.txt`` that differ in
+    line endings only."""
+    if not old_units or not new_units or len(old_units) != 1 or len(new_units) != 1:
+        return None
+    (old_name, _, old_text), (new_name, _, new_text) = old_units[0], new_units[0]
+    if old_name != "content.txt" or new_name != "content.txt":
+        return None
+    if diffs.line_endings_only(old_text, new_text) is None:
+        return None
+    return old_text, new_text
 
 
 def _no_text(ws: Workspace, which: str, side: list[Any]) -> tuple[str, bool]:

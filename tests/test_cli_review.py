@@ -252,6 +252,13 @@ def test_line_ending_only_rewrites_are_one_line(ws: Path) -> None:
     assert body(ok("diff", ws, "a.txt")) == [
         "(line endings only: LF -> mixed CRLF/LF, 2 lines; no other change)"
     ]
+    # The same for a small CSV (its cells are not compared: nothing changed).
+    (ws / "data.csv").write_bytes(b"id,name\n1,Ann\n2,Bo\n")
+    ok("baseline", ws)
+    (ws / "data.csv").write_bytes(b"id,name\r\n1,Ann\r\n2,Bo\r\n")
+    assert body(ok("diff", ws, "data.csv")) == [
+        "(line endings only: LF -> CRLF, 3 lines; no other change)"
+    ]
     # A real change beside the line endings is a real diff.
     (ws / "a.txt").write_bytes(b"alpha\r\nBETA\r\ngamma\r\n")
     diff = ok("diff", ws, "a.txt")
