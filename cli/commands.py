@@ -240,14 +240,9 @@ def cmd_log(args: argparse.Namespace) -> int:
     t = resolve_target(args.target, args.store)
     with open_engine(t, args) as engine:
         events = list(engine.store.iter_journal())
-    if args.limit:
-        events = events[-args.limit :]
-    for seq, ev in events:
-        if args.json:
-            print(json.dumps({"seq": seq, **ev}, ensure_ascii=False))
-            continue
-        fields = " ".join(f"{k}={v}" for k, v in ev.items() if k not in ("t", "ev"))
-        print(f"{seq:6d}  {when(ev['t'])}  {ev['ev']:<9} {fields}")
+    from .lineage import print_log
+
+    print_log(events, t, args)  # with the access journal's reads, listings and writes
     return 0
 
 
@@ -295,5 +290,10 @@ def register(c: Commands) -> None:
     sp = c.add("log", cmd_log, "the journal of state transitions")
     sp.add_argument("--json", action="store_true", help="one JSON object per line")
     sp.add_argument("-n", "--limit", type=int, default=0, help="only the last N events")
+    sp.add_argument(
+        "--kind",
+        choices=("read", "list", "write", "state"),
+        help="only accesses of this kind (state: only the state transitions)",
+    )
     sp = c.add("check", cmd_check, "verify the store's invariants")
     sp.add_argument("--repair", action="store_true", help="fix what can be fixed")

@@ -43,6 +43,8 @@ class MountOptions:
     poll_window: float = 0.0005  # seconds the loop keeps polling after a request (mountd.poll)
     debug: bool = False
     max_tasks: int = 64  # concurrent FUSE requests
+    journal: bool = True  # record opens, reads, listings and writes (swfs.journal)
+    caller: int = 0  # pid of the process that ran `swfs mount` (the journal's job rule)
 
     def __post_init__(self) -> None:
         if self.stale not in ("serve", "wait"):
