@@ -8,6 +8,7 @@ import os
 from contextlib import AbstractContextManager
 from pathlib import Path
 
+from swfs.procinfo import ancestry
 from swfs.workspace import STORE_NAME, Config
 
 from .base import Commands, config_from
@@ -44,7 +45,7 @@ def mount_workspace(args: argparse.Namespace, config: Config) -> int:
             poll_window=max(0.0, args.poll_us) / 1e6,
             debug=args.debug,
             journal=not args.no_journal,
-            caller=os.getppid(),
+            callers=ancestry(os.getppid()),
         )
     except ValueError as exc:
         raise MountError(f"bad mount option: {exc}") from None

@@ -155,7 +155,7 @@ class Operations(pyfuse3.Operations):
             enabled=options.journal,
             file_hash=lambda rel: getattr(engine.file_state(RelPath(rel)), "hash", None),
             src=engine.src,
-            caller=options.caller,
+            callers=options.callers,
         )
         if isinstance(review := self.trees[Tree.REVIEW], ReviewTree):
             review.lineage = self.journal  # .review/LINEAGE.md

@@ -44,7 +44,9 @@ class MountOptions:
     debug: bool = False
     max_tasks: int = 64  # concurrent FUSE requests
     journal: bool = True  # record opens, reads, listings and writes (swfs.journal)
-    caller: int = 0  # pid of the process that ran `swfs mount` (the journal's job rule)
+    # (pid, start) of the process that ran `swfs mount` and its ancestors:
+    # where the journal's jobs end (swfs.procinfo)
+    callers: tuple[tuple[int, int], ...] = ()
 
     def __post_init__(self) -> None:
         if self.stale not in ("serve", "wait"):

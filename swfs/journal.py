@@ -164,7 +164,7 @@ class Journal:
         *,
         file_hash: Callable[[str], str | None],
         src: Path | None = None,
-        caller: int = 0,
+        callers: tuple[tuple[int, int], ...] = (),
         max_events: int = MAX_EVENTS,
         flush_seconds: float = FLUSH_SECONDS,
     ) -> None:
@@ -172,7 +172,7 @@ class Journal:
         self.path = self.store_dir / DB_NAME
         self.src = src
         self.file_hash = file_hash
-        self.procs = ProcCache(caller)
+        self.procs = ProcCache(callers)
         self.max_events = max_events
         self.flush_seconds = flush_seconds
         old = os.umask(0o077)
@@ -647,14 +647,14 @@ def open_journal(
     enabled: bool,
     file_hash: Callable[[str], str | None],
     src: Path | None = None,
-    caller: int = 0,
+    callers: tuple[tuple[int, int], ...] = (),
 ) -> Journal | NoJournal:
     """The mount's journal, started; ``NoJournal`` when recording is off or
     the journal cannot be opened (said in the log: the mount still serves)."""
     if not enabled:
         return NoJournal()
     try:
-        j = Journal(store_dir, file_hash=file_hash, src=src, caller=caller)
+        j = Journal(store_dir, file_hash=file_hash, src=src, callers=callers)
     except (OSError, sqlite3.Error) as exc:
         log.error("%s: access journal off: %s", Path(store_dir) / DB_NAME, exc)
         return NoJournal()

@@ -6,16 +6,16 @@ disk; a process seen in the last second is not read again (its pid cannot be
 reused that fast: the kernel hands pids out in order up to ``pid_max``).
 
 **The job rule** (which processes' reads count as inputs of a write, see
-``swfs.lineage``).  A process's ancestors are followed up to, not including,
-the first of: the process that ran ``swfs mount`` (the mount's caller, e.g.
-an agent's harness), a session leader (a terminal's login shell, a harness
-started with ``setsid``), or pid 1.  The outermost process reached is the
-*job root*: the ``bash -c`` a harness runs per command, or a command a
-terminal shell started.  Two processes are in the same job when they have
-the same job root and the same process group: every process of a
-``bash -c "..."`` (its pipelines, its subshells, the scripts it runs) is in
-one job; in an interactive shell, which gives each pipeline its own process
-group, each pipeline is a job of its own.
+``swfs.lineage``).  A process's ancestors are followed up to, not
+including, the first of: the process that ran ``swfs mount`` or one of its
+ancestors (the mount's callers, e.g. an agent's harness), a session leader
+(a terminal's login shell, a harness started with ``setsid``), or pid 1.
+The outermost process reached is the *job root*: the ``bash -c`` a harness
+runs per command, or a command a terminal shell started.  Two processes are
+in the same job when they have the same job root and the same process
+group: every process of a ``bash -c "..."`` (its pipelines, its subshells,
+the scripts it runs) is in one job; in an interactive shell, which gives
+each pipeline its own process group, each pipeline is a job of its own.
 """
 
 from __future__ import annotations
@@ -100,11 +100,11 @@ def read_uid(pid: int, proc_root: str = "/proc") -> int:
 class ProcCache:
     """Process lookups for the daemon's request handlers, cached for a second.
 
-    ``caller``: the pid of the process that ran ``swfs mount`` (0: unknown);
-    ancestry stops below it (see the module's job rule)."""
+    ``callers``: (pid, start) of the process that ran ``swfs mount`` and its
+    ancestors; ancestry stops below them (see the module's job rule)."""
 
-    def __init__(self, caller: int = 0, proc_root: str = "/proc") -> None:
-        self.caller = caller
+    def __init__(self, callers: tuple[tuple[int, int], ...] = (), proc_root: str = "/proc") -> None:
+        self.callers = dict(callers)
         self.proc_root = proc_root
         self._procs: dict[int, tuple[float, Proc]] = {}
         self._callers: dict[int, tuple[float, Caller]] = {}
@@ -157,5 +157,27 @@ class ProcCache:
         return c
 
     def _stops_above(self, p: Proc) -> bool:
-        """Is ``p`` a job root: its parent the mount's caller (or the end)?"""
-        return p.ppid in (0, 1) or p.ppid == self.caller or p.pid == p.sid or p.pid == self.caller
+        """Is ``p`` a job root: its parent one of the mount's callers, or p
+        one itself, a session leader, or a child of pid 1?"""
+        if p.ppid in (0, 1) or p.pid == p.sid or self._is_caller(p.pid, p.start):
+            return True
+        if p.ppid in self.callers:
+            parent = self.proc(p.ppid)
+            return parent is None or self._is_caller(parent.pid, parent.start)
+        return False
+
+    def _is_caller(self, pid: int, start: int) -> bool:
+        return self.callers.get(pid, -1) in (start, 0)
+
+
+def ancestry(pid: int, proc_root: str = "/proc") -> tuple[tuple[int, int], ...]:
+    """(pid, start) of ``pid`` and its ancestors, nearest first (``swfs mount``
+    records its own so the daemon knows where jobs end)."""
+    out: list[tuple[int, int]] = []
+    while pid > 1 and len(out) < MAX_DEPTH:
+        p = read_stat(pid, proc_root)
+        if p is None:
+            break
+        out.append((p.pid, p.start))
+        pid = p.ppid
+    return tuple(out)

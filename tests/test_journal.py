@@ -50,7 +50,7 @@ def test_job_rule(tmp_path: Path) -> None:
             (303, "cp", 300, 303, 300),  # the next command line
         ],
     )
-    pc = ProcCache(caller=10, proc_root=str(root))
+    pc = ProcCache(callers=((10, 1010),), proc_root=str(root))
     job = {pid: pc.caller_of(pid).job for pid in (100, 101, 102, 200, 201, 301, 302, 303)}
     assert job[100] == job[101] == job[102]
     assert job[200] == job[201] != job[101]
