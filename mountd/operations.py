@@ -504,8 +504,7 @@ class Operations(pyfuse3.Operations):
         node = self._node(inode)
         if node.native:
             fi = await self._open_native(node, flags, self._creds(ctx))
-            write = flags & os.O_ACCMODE != os.O_RDONLY or bool(flags & os.O_TRUNC)
-            self.journal.on_open(fi.fh, ctx.pid, self._path(node), write=write)
+            self.journal.on_open(fi.fh, ctx.pid, self._path(node), flags=flags)
             return fi
         if flags & os.O_ACCMODE != os.O_RDONLY or flags & os.O_TRUNC:
             raise fail(errno.EROFS)
@@ -597,7 +596,7 @@ class Operations(pyfuse3.Operations):
         direct = bool(flags & os.O_DIRECT)
         fi = pyfuse3.FileInfo(fh=self._add_handle(NativeOpen(node, fh, direct)))
         fi.direct_io = direct
-        self.journal.on_open(fi.fh, ctx.pid, join(pdir, n), write=True)
+        self.journal.on_open(fi.fh, ctx.pid, join(pdir, n), flags=flags)
         return fi, attr
 
     @handler

@@ -404,7 +404,7 @@ class ReviewTree(Base):
             data = self._content(ALL_DIFF, self.engine.review_all_diff)
             return None if data is None else self._file("", data, {})
         if path == LINEAGE and self.lineage is not None and self.lineage.enabled:
-            data = self.lineage.lineage_md(self.engine.review())
+            data = self.lineage.lineage_md(self._entries.get(fresh=False)[1].values())
             return Entry(False, self.lineage.access(), len(data), self.gen.last_ns, data=data)
         idx, by_diff = self._entries.get(fresh=False)
         if path not in by_diff and path not in idx.dirs:

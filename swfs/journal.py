@@ -108,6 +108,7 @@ class _Open:
     caller: Caller
     path: str
     event: Event | None = None  # the read event (reading handles)
+    readable: bool = False  # opened for writing and reading: a read makes the event
 
 
 def _merge(ranges: list[list[int]], off: int, end: int) -> None:
@@ -210,16 +211,29 @@ class Journal:
             self._new.append(ev)
 
     def on_open(
-        self, fh: int, pid: int, path: str, *, write: bool = False, xattrs: Mapping[str, str] = {}
+        self,
+        fh: int,
+        pid: int,
+        path: str,
+        *,
+        flags: int = os.O_RDONLY,
+        xattrs: Mapping[str, str] = {},
     ) -> None:
-        """A file opened (``write``: for writing; else for reading).  ``path``
-        is its path in the mount; ``xattrs`` a generated file's (source,
-        source_hash, locator)."""
+        """A file opened with ``flags``.  ``path`` is its path in the mount;
+        ``xattrs`` a generated file's (source, source_hash, locator)."""
         caller = self.procs.caller_of(pid)
         h = _Open(caller, path)
         self._open[fh] = h
-        if write:
+        mode = flags & os.O_ACCMODE
+        if mode != os.O_RDONLY or flags & os.O_TRUNC:
+            # Written: a read through it (O_RDWR) is recorded when it happens,
+            # of the bytes before this handle's writes are recorded.
+            h.readable = mode == os.O_RDWR and not flags & os.O_TRUNC
             return
+        h.event = self._read_event(caller, path, xattrs)
+        self._add(h.event)
+
+    def _read_event(self, caller: Caller, path: str, xattrs: Mapping[str, str]) -> Event:
         if path.startswith(PARSED + "/"):
             source = xattrs.get("source", "")
             hash_, locator = xattrs.get("source_hash"), xattrs.get("locator")
@@ -233,13 +247,17 @@ class Journal:
             source, hash_, locator = path, self.file_hash(path), None
         ev = Event(self._next(), time.time(), "read", "open", caller, path, source, hash_, locator)
         ev.closed = False
-        h.event = ev
-        self._add(ev)
+        return ev
 
     def on_read(self, fh: int, off: int, n: int) -> None:
         h = self._open.get(fh)
-        if h is None or h.event is None or n <= 0:
+        if h is None or n <= 0:
             return
+        if h.event is None:
+            if not h.readable:
+                return
+            h.event = self._read_event(h.caller, h.path, {})
+            self._add(h.event)
         with self._lock:
             _merge(h.event.ranges, off, off + n)
             self._dirty[h.event.seq] = h.event
@@ -347,16 +365,18 @@ class Journal:
 
     def flush(self) -> int:
         """Store what was recorded since the last flush; the number of rows."""
-        with self._lock:
+        with self._lock:  # only what the loop may change is copied under it
             new, self._new = self._new, []
             dirty = self._dirty
             self._dirty = {}
             # A new event is stored as it is now: its updates are in it.
-            rows = [self._row(ev) for ev in new]
             new_seqs = {ev.seq for ev in new}
-            updates = [self._row(ev) for s, ev in dirty.items() if s not in new_seqs]
-        if not rows and not updates:
+            changed = new + [ev for s, ev in dirty.items() if s not in new_seqs]
+            state = [([list(r) for r in ev.ranges], ev.closed) for ev in changed]
+        if not changed:
             return 0
+        stored = [self._row(ev, ranges, closed) for ev, (ranges, closed) in zip(changed, state, strict=True)]
+        rows, updates = stored[: len(new)], stored[len(new) :]
         callers = {ev.caller.proc.key: ev.caller for ev in new}
         # Line ranges need the file's bytes: read here, off the loop.
         rows = [self._with_lines(r) for r in rows]
@@ -375,12 +395,12 @@ class Journal:
             self.outputs_version += 1
         return len(rows) + len(updates)
 
-    def _row(self, ev: Event) -> tuple[Any, ...]:
+    def _row(self, ev: Event, ranges: list[list[int]], closed: bool) -> tuple[Any, ...]:
         detail = dict(ev.detail)
         if ev.kind == "read":
-            detail["ranges"] = [list(r) for r in ev.ranges]
-            detail["bytes"] = sum(e - s for s, e in ev.ranges)
-            if not ev.closed:
+            detail["ranges"] = ranges
+            detail["bytes"] = sum(e - s for s, e in ranges)
+            if not closed:
                 detail["open"] = True
         return (
             ev.seq,

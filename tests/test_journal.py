@@ -176,12 +176,12 @@ def test_lineage_rule(tmp_path: Path) -> None:
     procs.set(2, "A")
     j.on_open(1, 1, "a.txt")
     j.on_close(1)
-    j.on_open(2, 1, "t.txt", write=True)
+    j.on_open(2, 1, "t.txt", flags=os.O_WRONLY | os.O_CREAT)
     j.on_wrote(2, "t.txt")
     j.on_close(2)
     j.on_open(3, 2, "t.txt")
     j.on_close(3)
-    j.on_open(4, 2, "out.txt", write=True)
+    j.on_open(4, 2, "out.txt", flags=os.O_WRONLY | os.O_TRUNC)
     j.on_wrote(4, "out.txt")
     # job B reads b.txt: never an input of job A's writes
     procs.set(9, "B")
@@ -196,7 +196,7 @@ def test_lineage_rule(tmp_path: Path) -> None:
     procs.set(7, "C")
     j.on_open(8, 7, "b.txt")
     j.on_close(8)
-    j.on_open(10, 7, ".b.txt.swp", write=True)
+    j.on_open(10, 7, ".b.txt.swp", flags=os.O_WRONLY | os.O_CREAT)
     j.on_wrote(10, ".b.txt.swp")
     j.on_close(10)
     j.on_rename(7, ".b.txt.swp", "b.txt")
@@ -291,3 +291,28 @@ def test_prov_json_reads_back_with_the_prov_package() -> None:
     dot = lineage.to_dot(g)
     assert dot.count("->") == 2
     assert '"deliverables/summary.md\\n' in dot
+
+
+def test_read_write_handle_is_its_own_input_at_its_earlier_hash(tmp_path: Path) -> None:
+    hashes = {"db.bin": "0" * 64}
+    j = jmod.Journal(tmp_path, file_hash=hashes.get, src=tmp_path)
+    FakeCaller(j).set(5, "J")
+    j.on_open(1, 5, "db.bin", flags=os.O_RDWR)
+    j.on_read(1, 0, 4096)  # read before the write is recorded: the old bytes
+    hashes["db.bin"] = "1" * 64
+    j.on_wrote(1, "db.bin")
+    j.on_close(1)
+    j.on_open(2, 5, "log.txt", flags=os.O_RDWR | os.O_CREAT)  # written, never read
+    j.on_wrote(2, "log.txt")
+    j.on_close(2)
+    j.flush()
+    con = jmod.open_readonly(tmp_path)
+    g = lineage.build(lineage.outputs(con))
+    con.close()
+    db = [e for e in g.edges if e["to_path"] == "db.bin"]
+    assert [(e["from_path"], e["from_hash"], e["to_hash"]) for e in db] == [
+        ("db.bin", "0" * 64, "1" * 64)
+    ]
+    # Opened for reading and writing but never read: no read of itself.
+    assert not any(e["from_path"] == "log.txt" for e in g.edges)
+    j.close()
