@@ -375,7 +375,7 @@ class Journal:
             state = [([list(r) for r in ev.ranges], ev.closed) for ev in changed]
         if not changed:
             return 0
-        stored = [self._row(ev, ranges, closed) for ev, (ranges, closed) in zip(changed, state, strict=True)]
+        stored = [self._row(ev, *st) for ev, st in zip(changed, state, strict=True)]
         rows, updates = stored[: len(new)], stored[len(new) :]
         callers = {ev.caller.proc.key: ev.caller for ev in new}
         # Line ranges need the file's bytes: read here, off the loop.
