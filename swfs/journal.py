@@ -85,7 +85,7 @@ class JournalError(Exception):
     """The journal cannot be read (missing, not allowed, damaged)."""
 
 
-@dataclass
+@dataclass(slots=True)
 class Event:
     seq: int
     t: float
@@ -99,9 +99,10 @@ class Event:
     detail: dict[str, Any] = field(default_factory=dict)
     closed: bool = True
     ranges: list[list[int]] = field(default_factory=list)  # bytes read, [start, end)
+    stored: tuple[int, int, bool] | None = None  # (ranges, end, closed) when last stored
 
 
-@dataclass
+@dataclass(slots=True)
 class _Open:
     """What the journal keeps of an open handle."""
 
@@ -120,9 +121,10 @@ def _merge(ranges: list[list[int]], off: int, end: int) -> None:
             return
     ranges.append([off, end])
     if len(ranges) > MAX_RANGES:
-        ranges.sort()
-        merged: list[list[int]] = [ranges[0]]
-        for s, e in ranges[1:]:
+        # Never sort in place: the journal's thread may be copying the list.
+        ordered = sorted(ranges)
+        merged: list[list[int]] = [ordered[0]]
+        for s, e in ordered[1:]:
             if s <= merged[-1][1]:
                 merged[-1][1] = max(merged[-1][1], e)
             else:
@@ -187,7 +189,7 @@ class Journal:
         self._seq = max(row[0] or 0, orow[0] or 0)
         self._lock = threading.Lock()
         self._new: list[Event] = []
-        self._dirty: dict[int, Event] = {}
+        self._closed: list[Event] = []
         self._open: dict[int, _Open] = {}
         self._stored_procs: set[str] = set()
         self._wake = threading.Event()
@@ -206,9 +208,11 @@ class Journal:
         self._seq += 1
         return self._seq
 
+    # No locks here: each step is one operation on a list or dict, which the
+    # journal's thread only swaps out or copies whole.
+
     def _add(self, ev: Event) -> None:
-        with self._lock:
-            self._new.append(ev)
+        self._new.append(ev)
 
     def on_open(
         self,
@@ -258,9 +262,14 @@ class Journal:
                 return
             h.event = self._read_event(h.caller, h.path, {})
             self._add(h.event)
-        with self._lock:
-            _merge(h.event.ranges, off, off + n)
-            self._dirty[h.event.seq] = h.event
+        ranges = h.event.ranges
+        if ranges:
+            last = ranges[-1]
+            if last[0] <= off <= last[1]:  # the next sequential read
+                if off + n > last[1]:
+                    last[1] = off + n
+                return
+        _merge(ranges, off, off + n)
 
     def on_wrote(self, fh: int, path: str | None) -> None:
         """What handle ``fh`` wrote to ``path`` was recorded by the engine."""
@@ -275,9 +284,8 @@ class Journal:
         h = self._open.pop(fh, None)
         if h is None or h.event is None:
             return
-        with self._lock:
-            h.event.closed = True
-            self._dirty[h.event.seq] = h.event
+        h.event.closed = True
+        self._closed.append(h.event)
 
     def on_list(self, pid: int, path: str, names: list[str]) -> None:
         ev = Event(self._next(), time.time(), "list", "list", self.procs.caller_of(pid), path)
@@ -365,17 +373,35 @@ class Journal:
 
     def flush(self) -> int:
         """Store what was recorded since the last flush; the number of rows."""
-        with self._lock:  # only what the loop may change is copied under it
-            new, self._new = self._new, []
-            dirty = self._dirty
-            self._dirty = {}
-            # A new event is stored as it is now: its updates are in it.
-            new_seqs = {ev.seq for ev in new}
-            changed = new + [ev for s, ev in dirty.items() if s not in new_seqs]
-            state = [([list(r) for r in ev.ranges], ev.closed) for ev in changed]
+        with self._lock:  # one flush at a time (the thread, close())
+            return self._flush()
+
+    def _flush(self) -> int:
+        new = self._new
+        self._new = []
+        closed = self._closed
+        self._closed = []
+        reading = [h.event for h in list(self._open.values()) if h.event is not None]
+        # A new event is stored as it is now; one stored before, when it changed.
+        new_seqs = {ev.seq for ev in new}
+        changed = list(new)
+        for ev in closed + reading:
+            if ev.seq in new_seqs:
+                continue
+            ranges = ev.ranges
+            sig = (len(ranges), ranges[-1][1] if ranges else 0, ev.closed)
+            if sig != ev.stored:
+                new_seqs.add(ev.seq)
+                changed.append(ev)
         if not changed:
             return 0
-        stored = [self._row(ev, *st) for ev, st in zip(changed, state, strict=True)]
+        stored = []
+        for k, ev in enumerate(changed):
+            ranges, is_closed = [list(r) for r in ev.ranges], ev.closed
+            ev.stored = (len(ranges), ranges[-1][1] if ranges else 0, is_closed)
+            stored.append(self._row(ev, ranges, is_closed))
+            if k % 256 == 255:
+                time.sleep(0)  # let the daemon's loop have the interpreter
         rows, updates = stored[: len(new)], stored[len(new) :]
         callers = {ev.caller.proc.key: ev.caller for ev in new}
         # Line ranges need the file's bytes: read here, off the loop.
