@@ -33,7 +33,7 @@ from mountd.passthrough import (
 from mountd.poll import Poller
 from mountd.synthetic import Entry, Generation, ReviewTree, SyntheticTree, make_trees
 from swfs.api import XATTR_PREFIX, EngineAPI, RelPath
-from swfs.journal import open_journal
+from swfs.journal import hash_lookup, open_journal
 
 log = logging.getLogger(__name__)
 
@@ -153,7 +153,7 @@ class Operations(pyfuse3.Operations):
         self.journal = open_journal(
             engine.store_dir,
             enabled=options.journal,
-            file_hash=lambda rel: getattr(engine.file_state(RelPath(rel)), "hash", None),
+            file_hash=hash_lookup(engine),
             src=engine.src,
             callers=options.callers,
         )

@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from swfs.api import Access, ReviewEntry
+from swfs.api import Access, RelPath, ReviewEntry
 from swfs.procinfo import Caller, ProcCache, read_cmdline, read_stat
 
 log = logging.getLogger(__name__)
@@ -59,7 +59,7 @@ MAX_EVENTS = 1_000_000
 MAX_OUTPUTS = 200_000
 MAX_RANGES = 64
 MAX_NAMES = 10_000  # names of one listing kept
-TEXT_LINES_LIMIT = 64 * 1024 * 1024  # text files up to this size get line ranges
+TEXT_LINES_LIMIT = 16 * 1024 * 1024  # text files up to this size get line ranges
 KINDS = ("read", "list", "write")
 PARSED = ".parsed"
 VERSIONS = ".versions"
@@ -450,6 +450,7 @@ class Journal:
         if d.get("open"):
             return row
         lines = text_lines(self.src / source, d.get("ranges", []))
+        time.sleep(0)  # a file was read: let the daemon's loop have the interpreter
         if lines is None:
             return row
         d["lines"] = lines
@@ -685,6 +686,21 @@ def iter_events(
             "job": job,
         }
         yield out
+
+
+def hash_lookup(engine: Any) -> Callable[[str], str | None]:
+    """The hash the engine recorded for a file, in one store lookup (a
+    ``file_state`` also counts versions and asks for freshness)."""
+    store = getattr(engine, "store", None)
+    get_file = getattr(store, "get_file", None)
+    if get_file is not None:
+
+        def recorded(rel: str) -> str | None:
+            rec = get_file(rel)
+            return None if rec is None else str(rec.hash)
+
+        return recorded
+    return lambda rel: getattr(engine.file_state(RelPath(rel)), "hash", None)
 
 
 def open_journal(
