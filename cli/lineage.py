@@ -67,11 +67,14 @@ def _access_line(ev: dict[str, Any]) -> str:
     who = f"{p['name']}[{p['pid']}]"
     what = ev["path"]
     if ev["kind"] == "read":
-        where = ev.get("locator") or (
-            f"lines {ev['lines'][0]}-{ev['lines'][1]}"
-            if ev.get("lines")
-            else f"{ev['bytes']} bytes"
-        )
+        if ev.get("locator"):
+            where = ev["locator"]
+        elif lines := ev.get("lines"):
+            where = f"lines {lines[0]}-{lines[1]}"
+        elif ev.get("bytes"):
+            where = f"{ev['bytes']} bytes"
+        else:
+            where = "opened; read from the kernel's cache, if at all"
         what += f" ({where})"
     elif ev["kind"] == "list":
         what += f" ({ev['count']} names)"

@@ -649,9 +649,14 @@ def open_readonly(store_dir: Path) -> sqlite3.Connection:
 
 
 def iter_events(
-    con: sqlite3.Connection, *, kind: str | None = None, since: float | None = None
+    con: sqlite3.Connection,
+    *,
+    kind: str | None = None,
+    since: float | None = None,
+    until: float | None = None,
 ) -> Iterator[dict[str, Any]]:
-    """The stored events in order, each with its process, as JSON-ready dicts."""
+    """The stored events in order, each with its process, as JSON-ready dicts
+    (``since``/``until``: unix times, e.g. a tab's)."""
     where: list[str] = []
     args: list[Any] = []
     if kind is not None:
@@ -660,6 +665,9 @@ def iter_events(
     if since is not None:
         where.append("e.t >= ?")
         args.append(since)
+    if until is not None:
+        where.append("e.t < ?")
+        args.append(until)
     sql = (
         "SELECT e.seq, e.t, e.kind, e.op, e.path, e.source, e.hash, e.locator, e.detail, "
         "p.pid, p.name, p.cmdline, p.chain, e.job FROM events e "
