@@ -316,3 +316,15 @@ def test_read_write_handle_is_its_own_input_at_its_earlier_hash(tmp_path: Path) 
     # Opened for reading and writing but never read: no read of itself.
     assert not any(e["from_path"] == "log.txt" for e in g.edges)
     j.close()
+
+
+def test_line_ranges_never_wait_on_a_fifo_or_follow_a_link(tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    assert jmod.text_lines(fifo, [[0, 10]]) is None  # returns: does not hang
+    (tmp_path / "real.txt").write_text("a\nb\nc\n")
+    (tmp_path / "link.txt").symlink_to(tmp_path / "real.txt")
+    assert jmod.text_lines(tmp_path / "link.txt", [[0, 6]]) is None
+    assert jmod.text_lines(tmp_path / "real.txt", [[2, 6]]) == [2, 3]
+    (tmp_path / "bin").write_bytes(b"PK\x03\x04\x00\x00binary")
+    assert jmod.text_lines(tmp_path / "bin", [[0, 10]]) is None
