@@ -74,7 +74,6 @@ CREATE TABLE IF NOT EXISTS events(
     seq INTEGER PRIMARY KEY, t REAL, kind TEXT, op TEXT, proc TEXT, job TEXT,
     path TEXT, source TEXT, hash TEXT, locator TEXT, detail TEXT);
 CREATE INDEX IF NOT EXISTS events_job ON events(job, seq);
-CREATE INDEX IF NOT EXISTS events_kind ON events(kind, seq);
 CREATE TABLE IF NOT EXISTS outputs(
     seq INTEGER PRIMARY KEY, t REAL, path TEXT, hash TEXT, proc TEXT, job TEXT,
     inputs TEXT, superseded INTEGER DEFAULT 0, gone INTEGER DEFAULT 0);
@@ -411,7 +410,10 @@ class Journal:
                 if key not in self._stored_procs:
                     self._store_proc(con, c)
             con.executemany("INSERT OR REPLACE INTO events VALUES (?,?,?,?,?,?,?,?,?,?,?)", rows)
-            con.executemany("INSERT OR REPLACE INTO events VALUES (?,?,?,?,?,?,?,?,?,?,?)", updates)
+            # Only a read's detail changes after it was stored (ranges, closed).
+            con.executemany(
+                "UPDATE events SET detail=? WHERE seq=?", [(r[10], r[0]) for r in updates]
+            )
             for ev in new:
                 if ev.kind == "write":
                     self._lineage(con, ev)
