@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from swfs import control
+from swfs import control, hashform
 from swfs.api import XATTR_PREFIX, RelPath
 from swfs.control import ControlError, ControlUnavailable
 from swfs.parsework import WorkerLimits
@@ -165,3 +165,10 @@ class Commands:
         sp.add_argument("--workers", type=int, help="parse worker processes (default: cores)")
         sp.add_argument("--parse-timeout", type=float, help="seconds per file (default 120)")
         sp.add_argument("--parse-memory", type=int, help="MiB per parse worker (default 3072)")
+
+
+def log_field(value: Any) -> Any:
+    """A journal field as text: hashes in the short form (--json keeps them whole)."""
+    if isinstance(value, str) and hashform.is_full(value):
+        return hashform.label(value)
+    return value

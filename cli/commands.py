@@ -329,22 +329,10 @@ def cmd_log(args: argparse.Namespace) -> int:
     t = resolve_target(args.target, args.store)
     with open_engine(t, args) as engine:
         events = list(engine.store.iter_journal())
-    if args.limit:
-        events = events[-args.limit :]
-    for seq, ev in events:
-        if args.json:
-            print(json.dumps({"seq": seq, **ev}, ensure_ascii=False))
-            continue
-        fields = " ".join(f"{k}={_field(v)}" for k, v in ev.items() if k not in ("t", "ev"))
-        print(f"{seq:6d}  {when(ev['t'])}  {ev['ev']:<9} {fields}")
+    from .lineage import print_log
+
+    print_log(events, t, args)  # with the access journal's reads, listings and writes
     return 0
-
-
-def _field(value: Any) -> Any:
-    """A journal field as text: hashes in the short form (--json keeps them whole)."""
-    if isinstance(value, str) and hashform.is_full(value):
-        return hashform.label(value)
-    return value
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -402,5 +390,10 @@ def register(c: Commands) -> None:
     sp = c.add("log", cmd_log, "the journal of state transitions")
     sp.add_argument("--json", action="store_true", help="one JSON object per line")
     sp.add_argument("-n", "--limit", type=int, default=0, help="only the last N events")
+    sp.add_argument(
+        "--kind",
+        choices=("read", "list", "write", "state"),
+        help="only accesses of this kind (state: only the state transitions)",
+    )
     sp = c.add("check", cmd_check, "verify the store's invariants")
     sp.add_argument("--repair", action="store_true", help="fix what can be fixed")

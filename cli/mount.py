@@ -8,6 +8,7 @@ import os
 from contextlib import AbstractContextManager
 from pathlib import Path
 
+from swfs.procinfo import ancestry
 from swfs.workspace import STORE_NAME, Config
 
 from .base import Commands, config_from
@@ -43,6 +44,8 @@ def mount_workspace(args: argparse.Namespace, config: Config) -> int:
             allow_other=False if args.no_allow_other else None,
             poll_window=max(0.0, args.poll_us) / 1e6,
             debug=args.debug,
+            journal=not args.no_journal,
+            callers=ancestry(os.getppid()),
         )
     except ValueError as exc:
         raise MountError(f"bad mount option: {exc}") from None
@@ -124,6 +127,11 @@ def register(c: Commands) -> None:
         default=500.0,
         help="microseconds the daemon keeps polling for the next request after one "
         "(saves a wake-up per request in tree walks; 0: always sleep)",
+    )
+    sp.add_argument(
+        "--no-journal",
+        action="store_true",
+        help="record no opens, reads, listings or writes (no lineage, swfs log shows state only)",
     )
     sp.add_argument("--debug", action="store_true", help="log every request")
     c.parse_opts(sp)

@@ -31,8 +31,9 @@ from mountd.passthrough import (
     split,
 )
 from mountd.poll import Poller
-from mountd.synthetic import Entry, Generation, SyntheticTree, make_trees
+from mountd.synthetic import Entry, Generation, ReviewTree, SyntheticTree, make_trees
 from swfs.api import XATTR_PREFIX, EngineAPI, RelPath
+from swfs.journal import hash_lookup, open_journal
 
 log = logging.getLogger(__name__)
 
@@ -149,8 +150,18 @@ class Operations(pyfuse3.Operations):
         self._token: trio.lowlevel.TrioToken | None = None
         self.mounted = False  # set once pyfuse3 has a session: kernel notifications work
         engine.add_listener(self._changed)
+        self.journal = open_journal(
+            engine.store_dir,
+            enabled=options.journal,
+            file_hash=hash_lookup(engine),
+            src=engine.src,
+            callers=options.callers,
+        )
+        if isinstance(review := self.trees[Tree.REVIEW], ReviewTree):
+            review.lineage = self.journal  # .review/LINEAGE.md
 
     def close(self) -> None:
+        self.journal.close()
         for h in self.handles.values():
             if isinstance(h, NativeOpen):
                 os.close(h.fh.fd)
@@ -440,6 +451,7 @@ class Operations(pyfuse3.Operations):
             self.table.removed((parent.ino, n))
         else:
             self.table.remove_link((parent.ino, n))
+        self.journal.on_unlink(ctx.pid, join(self._path(parent), n))
 
     @handler
     async def rmdir(self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
@@ -478,6 +490,7 @@ class Operations(pyfuse3.Operations):
                 self.table.move_link((old_parent.ino, old), (new_parent.ino, new))
 
         await self.native.rename(old_dir, old, new_dir, new, flags, moved)
+        self.journal.on_rename(ctx.pid, join(old_dir, old), join(new_dir, new))
 
     async def _record_pending(self, node: Node) -> None:
         for h in list(self.handles.values()):
@@ -490,10 +503,17 @@ class Operations(pyfuse3.Operations):
     async def open(self, inode: int, flags: int, ctx: pyfuse3.RequestContext) -> pyfuse3.FileInfo:
         node = self._node(inode)
         if node.native:
-            return await self._open_native(node, flags, self._creds(ctx))
+            fi = await self._open_native(node, flags, self._creds(ctx))
+            self.journal.on_open(fi.fh, ctx.pid, self._path(node), flags=flags)
+            return fi
         if flags & os.O_ACCMODE != os.O_RDONLY or flags & os.O_TRUNC:
             raise fail(errno.EROFS)
         e = await self._entry(node, wait=True)
+        fi = await self._open_synthetic(node, e)
+        self.journal.on_open(fi.fh, ctx.pid, join(node.tree, node.spath), xattrs=e.xattrs)
+        return fi
+
+    async def _open_synthetic(self, node: Node, e: Entry) -> pyfuse3.FileInfo:
         if e.is_dir:
             raise fail(errno.EISDIR)
         if e.data is not None:
@@ -576,18 +596,22 @@ class Operations(pyfuse3.Operations):
         direct = bool(flags & os.O_DIRECT)
         fi = pyfuse3.FileInfo(fh=self._add_handle(NativeOpen(node, fh, direct)))
         fi.direct_io = direct
+        self.journal.on_open(fi.fh, ctx.pid, join(pdir, n), flags=flags)
         return fi, attr
 
     @handler
     async def read(self, fh: int, off: int, size: int) -> bytes:
         h = self._handle(fh)
         if isinstance(h, NativeOpen):
-            return os.pread(h.fh.fd, size, off)
-        if isinstance(h, DataHandle):
-            return h.data[off : off + size]
-        if isinstance(h, FdHandle):
-            return os.pread(h.fd, size, off)
-        raise fail(errno.EISDIR)
+            data = os.pread(h.fh.fd, size, off)
+        elif isinstance(h, DataHandle):
+            data = h.data[off : off + size]
+        elif isinstance(h, FdHandle):
+            data = os.pread(h.fd, size, off)
+        else:
+            raise fail(errno.EISDIR)
+        self.journal.on_read(fh, off, len(data))
+        return data
 
     @handler
     async def write(self, fh: int, off: int, buf: bytes) -> int:
@@ -604,13 +628,19 @@ class Operations(pyfuse3.Operations):
                 # The kernel's pages hold what was written: the invalidation the
                 # record below triggers need not drop them.
                 h.node.cache_sig = _sig(os.fstat(h.fh.fd))
+            recorded = h.fh.wrote
             await self.native.flush(h.fh)
+            if recorded:
+                self.journal.on_wrote(fh, h.fh.path())
 
     @handler
     async def fsync(self, fh: int, datasync: bool) -> None:
         h = self._handle(fh)
         if isinstance(h, NativeOpen):
+            recorded = h.fh.written
             await self.native.fsync(h.fh, datasync)
+            if recorded:
+                self.journal.on_wrote(fh, h.fh.path())
 
     @handler
     async def release(self, fh: int) -> None:
@@ -624,10 +654,14 @@ class Operations(pyfuse3.Operations):
                     h.node.cache_sig = _sig(os.fstat(h.fh.fd))
                 elif h.direct and h.fh.written:
                     h.node.cache_sig = None
+                recorded = h.fh.written
                 await self.native.release(h.fh)
+                if recorded:
+                    self.journal.on_wrote(fh, h.fh.path())
             elif isinstance(h, FdHandle):
                 os.close(h.fd)
         finally:
+            self.journal.on_close(fh)
             if not isinstance(h, DirHandle):
                 self.table.closed(h.node)
 
@@ -638,7 +672,9 @@ class Operations(pyfuse3.Operations):
         node = self._node(inode)
         if not KERNEL_DIR_CACHE:
             self.table.opened(node)
-            return self._add_handle(DirHandle(node))
+            fh = self._add_handle(DirHandle(node))
+            self.journal.on_opendir(fh, ctx.pid, self._dir_path(node))  # listed in readdir
+            return fh
         # The kernel may serve the listing from its cache only if that is what
         # a reply would say now.  The listing taken here answers the first readdir.
         fd = self.native.open_dir(self._path(node)) if node.native else None
@@ -652,6 +688,7 @@ class Operations(pyfuse3.Operations):
         self.table.opened(node)
         told: list[int | None] = [None] * (len(names) - 2)
         fh = self._add_handle(DirHandle(node, names, fresh=True, told=told, fd=fd))
+        self.journal.on_list(ctx.pid, self._dir_path(node), names[2:])
         return pyfuse3.FileInfo(fh=fh, keep_cache=keep, cache_readdir=True)
 
     async def _listing(self, node: Node, fd: int | None = None) -> tuple[list[str], object]:
@@ -687,6 +724,9 @@ class Operations(pyfuse3.Operations):
         inos = tuple(None if n is None else n.ino for n in found)
         return [".", "..", *names], (self._parent_ino(node), tuple(names), inos)
 
+    def _dir_path(self, node: Node) -> str:
+        return self._path(node) if node.native else join(node.tree, node.spath)
+
     def _dot_attr(self, ino: int) -> pyfuse3.EntryAttributes:
         a = pyfuse3.EntryAttributes()
         a.st_ino = ino
@@ -712,6 +752,7 @@ class Operations(pyfuse3.Operations):
             # A rewind lists again: what the kernel caches from here on is no
             # longer the listing opendir vouched for.
             h.names, _ = await self._listing(h.node, h.fd)
+            self.journal.on_listed(fh, h.names[2:])
             h.node.cache_sig = h.told = None
         h.fresh = False
         if not h.node.native:
@@ -768,6 +809,7 @@ class Operations(pyfuse3.Operations):
     @handler
     async def releasedir(self, fh: int) -> None:
         h = self.handles.pop(fh, None)
+        self.journal.on_close(fh)
         if isinstance(h, DirHandle):
             if h.fd is not None:
                 os.close(h.fd)
@@ -797,6 +839,9 @@ class Operations(pyfuse3.Operations):
                 out["hash"] = state.hash
             if state.baseline_hash is not None:
                 out["baseline_hash"] = state.baseline_hash
+            inputs = self.journal.inputs_xattr(rel, state.hash)
+            if inputs is not None:
+                out["inputs"] = inputs
         return out
 
     async def _xattrs(self, node: Node) -> dict[str, str]:
@@ -807,6 +852,8 @@ class Operations(pyfuse3.Operations):
     @handler
     async def getxattr(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> bytes:
         node, n = self._node(inode), os.fsdecode(name)
+        if n == XATTR_PREFIX + "inputs" and not self.journal.may_see(ctx.uid):
+            raise fail(errno.EACCES)  # lineage belongs to the mounting user
         if n.startswith(XATTR_PREFIX) or not node.native:
             value = (await self._xattrs(node)).get(n[len(XATTR_PREFIX) :])
             if value is None or not n.startswith(XATTR_PREFIX):

@@ -43,6 +43,10 @@ class MountOptions:
     poll_window: float = 0.0005  # seconds the loop keeps polling after a request (mountd.poll)
     debug: bool = False
     max_tasks: int = 64  # concurrent FUSE requests
+    journal: bool = True  # record opens, reads, listings and writes (swfs.journal)
+    # (pid, start) of the process that ran `swfs mount` and its ancestors:
+    # where the journal's jobs end (swfs.procinfo)
+    callers: tuple[tuple[int, int], ...] = ()
 
     def __post_init__(self) -> None:
         if self.stale not in ("serve", "wait"):

@@ -18,7 +18,7 @@ from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from mountd.nodes import Tree
 from mountd.options import MountOptions
@@ -359,6 +359,7 @@ class ParsedTree(Base):
 
 SUMMARY = "SUMMARY.md"
 ALL_DIFF = "ALL.diff"
+LINEAGE = "LINEAGE.md"
 
 
 class ReviewTree(Base):
@@ -369,6 +370,7 @@ class ReviewTree(Base):
         self._entries = _Cached(gen, self._build)
         self._blobs: dict[str, bytes] = {}
         self._blobs_at = (-1, 0.0)
+        self.lineage: Any = None  # the mount's journal: LINEAGE.md (swfs.journal)
 
     def _build(self) -> tuple[_Index, dict[str, ReviewEntry]]:
         by_diff: dict[str, ReviewEntry] = {}
@@ -402,6 +404,9 @@ class ReviewTree(Base):
         if path == ALL_DIFF:
             data = self._content(ALL_DIFF, self.engine.review_all_diff)
             return None if data is None else self._file("", data, {})
+        if path == LINEAGE and self.lineage is not None and self.lineage.enabled:
+            data = self.lineage.lineage_md(self._entries.get(fresh=False)[1].values())
+            return Entry(False, self.lineage.access(), len(data), self.gen.last_ns, data=data)
         idx, by_diff = self._entries.get(fresh=False)
         if path not in by_diff and path not in idx.dirs:
             idx, by_diff = self._entries.get()
@@ -426,6 +431,8 @@ class ReviewTree(Base):
         names = sorted(idx.dirs.get(path, ()))
         if not path:
             names = [SUMMARY, ALL_DIFF] + [n for n in names if n not in (SUMMARY, ALL_DIFF)]
+            if self.lineage is not None and self.lineage.enabled:
+                names.insert(2, LINEAGE)
         return names
 
 

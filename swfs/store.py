@@ -6,6 +6,7 @@ Layout of a store directory (``SRC/.swfs/`` by default)::
     blobs/         content-addressed preserved bytes (see swfs.blobs)
     daemon.log     the daemon's log when it runs in the background
     control.sock   the running daemon's control socket
+    access.sqlite  the access journal and lineage, mode 0600 (SQLite, WAL; see swfs.journal)
 
 Sub-databases, keys and values (all values are compact UTF-8 JSON unless
 noted).  Paths are workspace-relative, '/'-separated, encoded with

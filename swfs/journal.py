@@ -1,0 +1,751 @@
+"""The access journal: every open, read, listing and write through the mount,
+with the process that made it, and the lineage each write implies.
+
+The daemon's handlers call ``Journal`` methods that only touch memory (an
+event appended to a list, a byte range merged into the event of an open
+handle); a thread of its own stores them in batches, at least every
+``FLUSH_SECONDS``, in an SQLite database beside the store (``access.sqlite``,
+mode 0600).  So a read costs no request and no wait, and a daemon killed
+with ``kill -9`` loses at most the events of the last second.
+
+One read event stands for one open handle: its byte ranges grow while the
+handle is read and the row is rewritten as they do (repeated reads of one
+handle coalesce into one event).  Text files get the line range the ranges
+cover once the handle is closed.
+
+Retention: the newest ``MAX_EVENTS`` events are kept; older ones are deleted,
+oldest first.  Lineage (the ``outputs`` table: each written file version with
+its inputs) is computed when a write is stored and kept apart from the
+events, so it outlives them (up to ``MAX_OUTPUTS`` written versions).
+
+Tables (``access.sqlite``, ``journal_format`` 1 in ``meta``):
+
+``procs``    key "PID.START" -> name, cmdline (JSON), uid, pgid, sid, chain
+             (JSON [[pid, name], ...] nearest first), job
+``events``   seq (in order of the requests) -> t (unix seconds), kind
+             (read | list | write), op (open | write | rename | unlink |
+             list), proc, job, path (in the mount), source (the native file
+             a read is of), hash (of ``source`` when read; of ``path`` after
+             a write), locator, detail (JSON: ranges, bytes, lines, names,
+             from)
+``outputs``  seq of the write -> path (its present name: renames move it),
+             hash, proc, job, inputs (JSON), superseded (a later write of
+             the same job replaced it), gone (unlinked)
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sqlite3
+import stat
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from swfs.api import Access, RelPath, ReviewEntry
+from swfs.procinfo import Caller, ProcCache, read_cmdline, read_stat
+
+log = logging.getLogger(__name__)
+
+DB_NAME = "access.sqlite"
+FLUSH_REQUEST = "access.flush-request"
+FORMAT = 1
+FLUSH_SECONDS = 0.5
+MAX_EVENTS = 1_000_000
+MAX_OUTPUTS = 200_000
+MAX_RANGES = 64
+MAX_NAMES = 10_000  # names of one listing kept
+TEXT_LINES_LIMIT = 16 * 1024 * 1024  # text files up to this size get line ranges
+KINDS = ("read", "list", "write")
+PARSED = ".parsed"
+VERSIONS = ".versions"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta(k TEXT PRIMARY KEY, v TEXT);
+CREATE TABLE IF NOT EXISTS procs(
+    key TEXT PRIMARY KEY, pid INTEGER, start INTEGER, name TEXT, cmdline TEXT,
+    uid INTEGER, pgid INTEGER, sid INTEGER, chain TEXT, job TEXT);
+CREATE TABLE IF NOT EXISTS events(
+    seq INTEGER PRIMARY KEY, t REAL, kind TEXT, op TEXT, proc TEXT, job TEXT,
+    path TEXT, source TEXT, hash TEXT, locator TEXT, detail TEXT);
+CREATE INDEX IF NOT EXISTS events_job ON events(job, seq);
+CREATE TABLE IF NOT EXISTS outputs(
+    seq INTEGER PRIMARY KEY, t REAL, path TEXT, hash TEXT, proc TEXT, job TEXT,
+    inputs TEXT, superseded INTEGER DEFAULT 0, gone INTEGER DEFAULT 0);
+CREATE INDEX IF NOT EXISTS outputs_path ON outputs(path, seq);
+"""
+
+
+class JournalError(Exception):
+    """The journal cannot be read (missing, not allowed, damaged)."""
+
+
+@dataclass(slots=True)
+class Event:
+    seq: int
+    t: float
+    kind: str
+    op: str
+    caller: Caller
+    path: str
+    source: str = ""
+    hash: str | None = None
+    locator: str | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+    closed: bool = True
+    ranges: list[list[int]] = field(default_factory=list)  # bytes read, [start, end)
+    stored: tuple[int, int, bool] | None = None  # (ranges, end, closed) when last stored
+
+
+@dataclass(slots=True)
+class _Open:
+    """What the journal keeps of an open handle."""
+
+    caller: Caller
+    path: str
+    event: Event | None = None  # the read event (reading handles)
+    readable: bool = False  # opened for writing and reading: a read makes the event
+
+
+def _merge(ranges: list[list[int]], off: int, end: int) -> None:
+    """Add [off, end) to ``ranges`` (sequential reads extend the last range)."""
+    if ranges:
+        last = ranges[-1]
+        if last[0] <= off <= last[1]:
+            last[1] = max(last[1], end)
+            return
+    ranges.append([off, end])
+    if len(ranges) > MAX_RANGES:
+        # Never sort in place: the journal's thread may be copying the list.
+        ordered = sorted(ranges)
+        merged: list[list[int]] = [ordered[0]]
+        for s, e in ordered[1:]:
+            if s <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], e)
+            else:
+                merged.append([s, e])
+        if len(merged) > MAX_RANGES:  # keep the span of the rest
+            merged[MAX_RANGES - 1 :] = [[merged[MAX_RANGES - 1][0], merged[-1][1]]]
+        ranges[:] = merged
+
+
+def _connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
+    if readonly:
+        if not path.exists():
+            raise JournalError(f"{path}: no access journal (nothing was recorded yet)")
+        try:
+            con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
+            con.execute("SELECT 1 FROM meta LIMIT 1")
+        except sqlite3.Error as exc:
+            if not os.access(path, os.R_OK):
+                raise JournalError(f"{path}: permission denied") from None
+            raise JournalError(f"{path}: cannot read the access journal: {exc}") from None
+        return con
+    con = sqlite3.connect(str(path), timeout=30, check_same_thread=False)
+    con.execute("PRAGMA journal_mode=WAL")
+    con.execute("PRAGMA synchronous=NORMAL")
+    con.executescript(_SCHEMA)
+    con.execute("INSERT OR IGNORE INTO meta VALUES ('journal_format', ?)", (str(FORMAT),))
+    con.commit()
+    return con
+
+
+class Journal:
+    """Records accesses through one mount.  The ``on_*`` methods run on the
+    daemon's loop and only touch memory; ``run`` stores them from a thread."""
+
+    enabled = True
+
+    def __init__(
+        self,
+        store_dir: Path,
+        *,
+        file_hash: Callable[[str], str | None],
+        src: Path | None = None,
+        callers: tuple[tuple[int, int], ...] = (),
+        max_events: int = MAX_EVENTS,
+        flush_seconds: float = FLUSH_SECONDS,
+    ) -> None:
+        self.store_dir = Path(store_dir)
+        self.path = self.store_dir / DB_NAME
+        self.src = src
+        self.file_hash = file_hash
+        self.procs = ProcCache(callers)
+        self.max_events = max_events
+        self.flush_seconds = flush_seconds
+        old = os.umask(0o077)
+        try:
+            self._db = _connect(self.path)
+        finally:
+            os.umask(old)
+        os.chmod(self.path, 0o600)
+        row = self._db.execute("SELECT max(seq) FROM events").fetchone()
+        orow = self._db.execute("SELECT max(seq) FROM outputs").fetchone()
+        self._seq = max(row[0] or 0, orow[0] or 0)
+        self._lock = threading.Lock()
+        self._new: list[Event] = []
+        self._closed: list[Event] = []
+        self._open: dict[int, _Open] = {}
+        self._stored_procs: set[str] = set()
+        self._wake = threading.Event()
+        self._stop = False
+        self._thread: threading.Thread | None = None
+        self.inputs_by_path: dict[str, tuple[str | None, str]] = {}
+        self._load_inputs()
+        self.owner = os.getuid()
+        self.outputs_version = 0  # moves when a stored write changed lineage
+        self._reader: sqlite3.Connection | None = None  # the loop's own
+        self._md: tuple[object, bytes] | None = None
+
+    # -- the loop's side: memory only
+
+    def _next(self) -> int:
+        self._seq += 1
+        return self._seq
+
+    # No locks here: each step is one operation on a list or dict, which the
+    # journal's thread only swaps out or copies whole.
+
+    def _add(self, ev: Event) -> None:
+        self._new.append(ev)
+
+    def on_open(
+        self,
+        fh: int,
+        pid: int,
+        path: str,
+        *,
+        flags: int = os.O_RDONLY,
+        xattrs: Mapping[str, str] = {},
+    ) -> None:
+        """A file opened with ``flags``.  ``path`` is its path in the mount;
+        ``xattrs`` a generated file's (source, source_hash, locator)."""
+        caller = self.procs.caller_of(pid)
+        h = _Open(caller, path)
+        self._open[fh] = h
+        mode = flags & os.O_ACCMODE
+        if mode != os.O_RDONLY or flags & os.O_TRUNC:
+            # Written: a read through it (O_RDWR) is recorded when it happens,
+            # of the bytes before this handle's writes are recorded.
+            h.readable = mode == os.O_RDWR and not flags & os.O_TRUNC
+            return
+        h.event = self._read_event(caller, path, xattrs)
+        self._add(h.event)
+
+    def _read_event(self, caller: Caller, path: str, xattrs: Mapping[str, str]) -> Event:
+        if path.startswith(PARSED + "/"):
+            source = xattrs.get("source", "")
+            hash_, locator = xattrs.get("source_hash"), xattrs.get("locator")
+        elif path.startswith(VERSIONS + "/") and not path.startswith(VERSIONS + "/@"):
+            # .versions/<rel>/NNNN-<hash8>.<ext>: a read of <rel> as it was
+            source = path[len(VERSIONS) + 1 :].rpartition("/")[0]
+            hash_, locator = xattrs.get("hash"), None
+        elif path.startswith("."):
+            source, hash_, locator = "", xattrs.get("hash"), None
+        else:
+            source, hash_, locator = path, self.file_hash(path), None
+        ev = Event(self._next(), time.time(), "read", "open", caller, path, source, hash_, locator)
+        ev.closed = False
+        return ev
+
+    def on_read(self, fh: int, off: int, n: int) -> None:
+        h = self._open.get(fh)
+        if h is None or n <= 0:
+            return
+        if h.event is None:
+            if not h.readable:
+                return
+            h.event = self._read_event(h.caller, h.path, {})
+            self._add(h.event)
+        ranges = h.event.ranges
+        if ranges:
+            last = ranges[-1]
+            if last[0] <= off <= last[1]:  # the next sequential read
+                if off + n > last[1]:
+                    last[1] = off + n
+                return
+        _merge(ranges, off, off + n)
+
+    def on_wrote(self, fh: int, path: str | None) -> None:
+        """What handle ``fh`` wrote to ``path`` was recorded by the engine."""
+        h = self._open.get(fh)
+        if h is None or path is None:
+            return
+        ev = Event(self._next(), time.time(), "write", "write", h.caller, path, path)
+        ev.hash = self.file_hash(path)
+        self._add(ev)
+
+    def on_close(self, fh: int) -> None:
+        h = self._open.pop(fh, None)
+        if h is None or h.event is None:
+            return
+        h.event.closed = True
+        self._closed.append(h.event)
+
+    def on_list(self, pid: int, path: str, names: list[str]) -> None:
+        self._listed(self.procs.caller_of(pid), path, names)
+
+    def _listed(self, caller: Caller, path: str, names: list[str]) -> None:
+        ev = Event(self._next(), time.time(), "list", "list", caller, path)
+        ev.detail = {"names": names[:MAX_NAMES], "count": len(names)}
+        self._add(ev)
+
+    def on_opendir(self, fh: int, pid: int, path: str) -> None:
+        """A directory opened whose listing is taken later (``on_listed``)."""
+        self._open[fh] = _Open(self.procs.caller_of(pid), path)
+
+    def on_listed(self, fh: int, names: list[str]) -> None:
+        h = self._open.get(fh)
+        if h is not None:
+            self._listed(h.caller, h.path, names)
+
+    def on_rename(self, pid: int, old: str, new: str) -> None:
+        ev = Event(self._next(), time.time(), "write", "rename", self.procs.caller_of(pid), new)
+        ev.source = new
+        ev.detail = {"from": old}
+        ev.hash = self.file_hash(new)
+        self._add(ev)
+
+    def on_unlink(self, pid: int, path: str) -> None:
+        ev = Event(self._next(), time.time(), "write", "unlink", self.procs.caller_of(pid), path)
+        self._add(ev)
+
+    def may_see(self, uid: int) -> bool:
+        """Lineage and the journal belong to the mounting user and root."""
+        return uid in (0, self.owner)
+
+    def access(self) -> Access:
+        return Access(self.owner, os.getgid(), 0o400)
+
+    def lineage_md(self, review: Iterable[ReviewEntry]) -> bytes:
+        """``.review/LINEAGE.md`` (read on the loop: a small indexed query,
+        cached until the next stored write)."""
+        from swfs.lineage import lineage_md, outputs
+
+        changed = tuple((str(e.rel), str(e.status), e.current_hash) for e in review)
+        key = (self.outputs_version, changed)
+        if self._md is None or self._md[0] != key:
+            if self._reader is None:
+                self._reader = sqlite3.connect(str(self.path), check_same_thread=False, timeout=5)
+            text = lineage_md(outputs(self._reader), changed)
+            self._md = (key, text.encode("utf-8"))
+        return self._md[1]
+
+    def inputs_xattr(self, path: str, current: str | None) -> str | None:
+        """``user.sw.inputs`` of ``path`` when its present hash is ``current``:
+        JSON [{"path", "hash", "locators"}] of what it was derived from."""
+        hit = self.inputs_by_path.get(path)
+        if hit is None or (current is not None and hit[0] != current):
+            return None
+        return hit[1]
+
+    # -- the thread's side
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="swfs-journal", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        """Store what is left and stop the thread."""
+        self._stop = True
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(30)
+            self._thread = None
+        else:
+            self.flush()
+        self._db.close()
+        if self._reader is not None:
+            self._reader.close()
+
+    def _run(self) -> None:
+        request = self.store_dir / FLUSH_REQUEST
+        flushes = 0
+        while not self._stop:
+            self._wake.wait(self.flush_seconds)
+            self._wake.clear()
+            try:
+                self.flush()
+                flushes += 1
+                if flushes % 600 == 0:
+                    self.retain()
+                if request.exists():
+                    request.unlink(missing_ok=True)  # the reader waits for this
+            except Exception:
+                log.exception("access journal: storing events failed")
+        try:
+            self.flush()
+        except Exception:
+            log.exception("access journal: storing the last events failed")
+
+    def flush(self) -> int:
+        """Store what was recorded since the last flush; the number of rows."""
+        with self._lock:  # one flush at a time (the thread, close())
+            return self._flush()
+
+    def _flush(self) -> int:
+        new = self._new
+        self._new = []
+        closed = self._closed
+        self._closed = []
+        reading = [h.event for h in list(self._open.values()) if h.event is not None]
+        # A new event is stored as it is now; one stored before, when it changed.
+        new_seqs = {ev.seq for ev in new}
+        changed = list(new)
+        for ev in closed + reading:
+            if ev.seq in new_seqs:
+                continue
+            ranges = ev.ranges
+            sig = (len(ranges), ranges[-1][1] if ranges else 0, ev.closed)
+            if sig != ev.stored:
+                new_seqs.add(ev.seq)
+                changed.append(ev)
+        if not changed:
+            return 0
+        stored = []
+        for k, ev in enumerate(changed):
+            ranges, is_closed = [list(r) for r in ev.ranges], ev.closed
+            ev.stored = (len(ranges), ranges[-1][1] if ranges else 0, is_closed)
+            stored.append(self._row(ev, ranges, is_closed))
+            if k % 64 == 63:
+                time.sleep(0)  # let the daemon's loop have the interpreter
+        rows, updates = stored[: len(new)], stored[len(new) :]
+        callers = {ev.caller.proc.key: ev.caller for ev in new}
+        con = self._db
+        with con:
+            for key, c in callers.items():
+                if key not in self._stored_procs:
+                    self._store_proc(con, c)
+            con.executemany("INSERT OR REPLACE INTO events VALUES (?,?,?,?,?,?,?,?,?,?,?)", rows)
+            # Only a read's detail changes after it was stored (ranges, closed).
+            con.executemany(
+                "UPDATE events SET detail=? WHERE seq=?", [(r[10], r[0]) for r in updates]
+            )
+            for ev in new:
+                if ev.kind == "write":
+                    self._lineage(con, ev)
+        if any(ev.kind == "write" for ev in new):
+            self.outputs_version += 1
+        return len(rows) + len(updates)
+
+    def _row(self, ev: Event, ranges: list[list[int]], closed: bool) -> tuple[Any, ...]:
+        if ev.kind == "read":
+            # Built by hand: this runs once per read, json.dumps costs more.
+            spans = ",".join(f"[{s},{e}]" for s, e in ranges)
+            detail = f'{{"ranges":[{spans}],"bytes":{sum(e - s for s, e in ranges)}'
+            if not closed:
+                detail += ',"open":true'
+            elif ranges and not ev.locator and ev.source == ev.path and self.src is not None:
+                # Line ranges need the file's bytes: read here, off the loop.
+                lines = text_lines(self.src / ev.source, ranges)
+                if lines is not None:
+                    detail += f',"lines":[{lines[0]},{lines[1]}]'
+            detail += "}"
+        else:
+            detail = json.dumps(ev.detail, ensure_ascii=False)
+        return (
+            ev.seq,
+            ev.t,
+            ev.kind,
+            ev.op,
+            ev.caller.proc.key,
+            ev.caller.job,
+            ev.path,
+            ev.source,
+            ev.hash,
+            ev.locator,
+            detail,
+        )
+
+    def _store_proc(self, con: sqlite3.Connection, c: Caller) -> None:
+        p = c.proc
+        name, cmdline = p.name, c.cmdline
+        now = read_stat(p.pid)
+        if now is not None and now.start == p.start:
+            # Read again now: a shell's child that opened a redirection has
+            # exec'd its command since.
+            name, cmdline = now.name, read_cmdline(p.pid)
+        chain = [[a.pid, a.name] for a in c.chain]
+        con.execute(
+            "INSERT OR REPLACE INTO procs VALUES (?,?,?,?,?,?,?,?,?,?)",
+            (
+                p.key,
+                p.pid,
+                p.start,
+                name,
+                json.dumps(list(cmdline), ensure_ascii=False),
+                p.uid,
+                p.pgid,
+                p.sid,
+                json.dumps(chain, ensure_ascii=False),
+                c.job,
+            ),
+        )
+        self._stored_procs.add(p.key)
+        if len(self._stored_procs) > 100_000:
+            self._stored_procs.clear()
+
+    def _lineage(self, con: sqlite3.Connection, ev: Event) -> None:
+        from swfs.lineage import inputs_of
+
+        if ev.op == "write":
+            inputs = inputs_of(con, ev.seq, ev.caller.proc.key, ev.caller.job, ev.path, ev.hash)
+            prev = con.execute(
+                "SELECT seq, inputs FROM outputs WHERE path=? AND job=? AND gone=0 "
+                "ORDER BY seq DESC LIMIT 1",
+                (ev.path, ev.caller.job),
+            ).fetchone()
+            if prev is not None:
+                # The same job wrote this file before: this version carries on
+                # from that one (a shell's `>` then `>>`, a script's flushes).
+                have = {(i["path"], i["hash"]) for i in inputs}
+                for i in json.loads(prev[1]):
+                    if (i["path"], i["hash"]) not in have and (i["path"], i["hash"]) != (
+                        ev.path,
+                        ev.hash,
+                    ):
+                        inputs.append(i)
+                con.execute("UPDATE outputs SET superseded=1 WHERE seq=?", (prev[0],))
+            text = json.dumps(inputs, ensure_ascii=False)
+            con.execute(
+                "INSERT OR REPLACE INTO outputs VALUES (?,?,?,?,?,?,?,0,0)",
+                (ev.seq, ev.t, ev.path, ev.hash, ev.caller.proc.key, ev.caller.job, text),
+            )
+            self.inputs_by_path[ev.path] = (ev.hash, _xattr_value(inputs))
+        elif ev.op == "rename":
+            old = ev.detail["from"]
+            con.execute("UPDATE outputs SET gone=1 WHERE path=? AND gone=0", (ev.path,))
+            con.execute("UPDATE outputs SET path=? WHERE path=? AND gone=0", (ev.path, old))
+            hit = self.inputs_by_path.pop(old, None)
+            if hit is not None:
+                self.inputs_by_path[ev.path] = hit
+            else:
+                self.inputs_by_path.pop(ev.path, None)
+        elif ev.op == "unlink":
+            con.execute("UPDATE outputs SET gone=1 WHERE path=? AND gone=0", (ev.path,))
+            self.inputs_by_path.pop(ev.path, None)
+
+    def _load_inputs(self) -> None:
+        rows = self._db.execute(
+            "SELECT path, hash, inputs FROM outputs WHERE gone=0 AND superseded=0 ORDER BY seq"
+        )
+        for path, hash_, inputs in rows:
+            self.inputs_by_path[path] = (hash_, _xattr_value(json.loads(inputs)))
+
+    def retain(self) -> int:
+        """Delete the oldest events beyond ``max_events``; the number deleted."""
+        con = self._db
+        with con:
+            (count,) = con.execute("SELECT count(*) FROM events").fetchone()
+            extra = count - self.max_events
+            if extra <= 0:
+                return 0
+            con.execute(
+                "DELETE FROM events WHERE seq IN (SELECT seq FROM events ORDER BY seq LIMIT ?)",
+                (extra,),
+            )
+            (outs,) = con.execute("SELECT count(*) FROM outputs").fetchone()
+            if outs > MAX_OUTPUTS:
+                con.execute(
+                    "DELETE FROM outputs WHERE seq IN "
+                    "(SELECT seq FROM outputs ORDER BY seq LIMIT ?)",
+                    (outs - MAX_OUTPUTS,),
+                )
+        return extra
+
+
+class NoJournal:
+    """``--no-journal``: the same calls, recording nothing."""
+
+    enabled = False
+    inputs_by_path: dict[str, tuple[str | None, str]] = {}
+
+    def on_open(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def on_read(self, fh: int, off: int, n: int) -> None:
+        pass
+
+    def on_wrote(self, fh: int, path: str | None) -> None:
+        pass
+
+    def on_close(self, fh: int) -> None:
+        pass
+
+    def on_list(self, pid: int, path: str, names: list[str]) -> None:
+        pass
+
+    def on_opendir(self, fh: int, pid: int, path: str) -> None:
+        pass
+
+    def on_listed(self, fh: int, names: list[str]) -> None:
+        pass
+
+    def on_rename(self, pid: int, old: str, new: str) -> None:
+        pass
+
+    def on_unlink(self, pid: int, path: str) -> None:
+        pass
+
+    def inputs_xattr(self, path: str, current: str | None) -> str | None:
+        return None
+
+    def may_see(self, uid: int) -> bool:
+        return uid in (0, os.getuid())
+
+    def start(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _xattr_value(inputs: list[dict[str, Any]]) -> str:
+    return json.dumps(
+        [{"path": i["path"], "hash": i["hash"], "locators": i.get("locators", [])} for i in inputs],
+        ensure_ascii=False,
+        separators=(",", ":"),
+    )
+
+
+def text_lines(path: Path, ranges: list[list[int]]) -> list[int] | None:
+    """[first, last] line (1-based) that byte ``ranges`` of a text file cover;
+    None for a file that is not text (a NUL in its first 8 KiB) or unreadable."""
+    if not ranges:
+        return None
+    try:
+        # Never follow a link out of the tree, never wait on a FIFO.
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > TEXT_LINES_LIMIT:
+            return None
+        data = os.pread(fd, max(8192, max(e for _, e in ranges)), 0)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if b"\0" in data[:8192]:
+        return None
+    start = min(s for s, _ in ranges)
+    end = min(max(e for _, e in ranges), len(data))
+    if start >= len(data):
+        return None
+    first = data.count(b"\n", 0, start) + 1
+    last = first + data.count(b"\n", start, max(start, end - 1))
+    return [first, last]
+
+
+# -- the reading side (swfs log, swfs lineage)
+
+
+def request_flush(store_dir: Path, timeout: float = 10.0) -> bool:
+    """Ask a running daemon's journal to store what it holds, and wait for it
+    (True once it did; False if nothing answered within ``timeout``)."""
+    req = Path(store_dir) / FLUSH_REQUEST
+    try:
+        req.touch()
+    except OSError:
+        return False
+    deadline = time.monotonic() + timeout
+    while req.exists():
+        if time.monotonic() > deadline:
+            req.unlink(missing_ok=True)
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def open_readonly(store_dir: Path) -> sqlite3.Connection:
+    return _connect(Path(store_dir) / DB_NAME, readonly=True)
+
+
+def iter_events(
+    con: sqlite3.Connection,
+    *,
+    kind: str | None = None,
+    since: float | None = None,
+    until: float | None = None,
+) -> Iterator[dict[str, Any]]:
+    """The stored events in order, each with its process, as JSON-ready dicts
+    (``since``/``until``: unix times, e.g. a tab's)."""
+    where: list[str] = []
+    args: list[Any] = []
+    if kind is not None:
+        where.append("e.kind = ?")
+        args.append(kind)
+    if since is not None:
+        where.append("e.t >= ?")
+        args.append(since)
+    if until is not None:
+        where.append("e.t < ?")
+        args.append(until)
+    sql = (
+        "SELECT e.seq, e.t, e.kind, e.op, e.path, e.source, e.hash, e.locator, e.detail, "
+        "p.pid, p.name, p.cmdline, p.chain, e.job FROM events e "
+        "LEFT JOIN procs p ON p.key = e.proc"
+    )
+    if where:
+        sql += " WHERE " + " AND ".join(where)
+    sql += " ORDER BY e.seq"
+    for row in con.execute(sql, args):
+        seq, t, kind_, op, path, source, hash_, locator, detail, pid, name, cmd, chain, job = row
+        out: dict[str, Any] = {"seq": seq, "t": t, "kind": kind_, "op": op, "path": path}
+        if source and source != path:
+            out["source"] = source
+        if hash_:
+            out["hash"] = hash_
+        if locator:
+            out["locator"] = locator
+        out.update(json.loads(detail or "{}"))
+        out["process"] = {
+            "pid": pid,
+            "name": name,
+            "cmdline": json.loads(cmd or "[]"),
+            "parents": [{"pid": a, "name": n} for a, n in json.loads(chain or "[]")[1:]],
+            "job": job,
+        }
+        yield out
+
+
+def hash_lookup(engine: Any) -> Callable[[str], str | None]:
+    """The hash the engine recorded for a file, in one store lookup (a
+    ``file_state`` also counts versions and asks for freshness)."""
+    store = getattr(engine, "store", None)
+    get_file = getattr(store, "get_file", None)
+    if get_file is not None:
+
+        def recorded(rel: str) -> str | None:
+            rec = get_file(rel)
+            return None if rec is None else str(rec.hash)
+
+        return recorded
+    return lambda rel: getattr(engine.file_state(RelPath(rel)), "hash", None)
+
+
+def open_journal(
+    store_dir: Path,
+    *,
+    enabled: bool,
+    file_hash: Callable[[str], str | None],
+    src: Path | None = None,
+    callers: tuple[tuple[int, int], ...] = (),
+) -> Journal | NoJournal:
+    """The mount's journal, started; ``NoJournal`` when recording is off or
+    the journal cannot be opened (said in the log: the mount still serves)."""
+    if not enabled:
+        return NoJournal()
+    try:
+        j = Journal(store_dir, file_hash=file_hash, src=src, callers=callers)
+    except (OSError, sqlite3.Error) as exc:
+        log.error("%s: access journal off: %s", Path(store_dir) / DB_NAME, exc)
+        return NoJournal()
+    j.start()
+    return j
