@@ -56,6 +56,7 @@ SNIPPET_TOKENS = 14
 BATCH = 256  # paths per indexer transaction
 RRF_K = 60  # reciprocal rank fusion constant (hybrid ranking)
 CANDIDATES = 200  # per ranking, before fusion
+MIN_SIMILARITY = 0.3  # cosine below which a unit is no vector candidate
 
 SYNTAX = """\
 # swfs search: {problem}
@@ -65,7 +66,8 @@ SYNTAX = """\
 #   .parsed/<path>/<unit>  <score>  <freshness>  <snippet with **matched** words>
 #
 # Query syntax (as in a search box):
-#   regional revenue north      words: a unit matching more of them ranks higher
+#   regional revenue north      words: units matching more of them rank first,
+#                               then by BM25 (score: words matched + BM25 in [0, 1))
 #   "termination fee"           a quoted phrase: must occur as written
 #   path:finance                only files under the folder finance/ (in a name
 #                               under .search/ write a nested folder's / as %2F:
@@ -572,31 +574,70 @@ class SearchIndex:
             return Freshness.CURRENT
         return Freshness.STALE
 
-    def _bm25(self, query: Query, check: AccessCheck, limit: int) -> list[Hit]:
+    def _candidates(
+        self, query: Query, expr: str, check: AccessCheck, want: int, out: dict[Any, Any]
+    ) -> None:
+        """Add to ``out`` the best ``want`` hits of ``expr`` the caller may see."""
         rows = self._rows(
             query,
             "SELECT fts.rowid, bm25(fts) AS s, u.name, u.locator, c.key, f.rel "
             "FROM fts JOIN units u ON u.id = fts.rowid JOIN contents c ON c.id = u.content "
             "JOIN files f ON f.content = u.content WHERE fts MATCH ?{where} ORDER BY s",
-            [query.match_expr()],
+            [expr],
         )
-        out: list[Hit] = []
         seen: set[tuple[str, int]] = set()
-        conn = self._connect()
+        taken = 0
         for uid, score, name, locator, key, rel in rows:
-            fresh = self._hit_of(check, rel, key, seen, uid)
-            if fresh is None:
-                continue
+            if (rel, uid) in out:
+                taken += 1
+            else:
+                fresh = self._hit_of(check, rel, key, seen, uid)
+                if fresh is None:
+                    continue
+                out[(rel, uid)] = (-score, name, locator, fresh)
+                taken += 1
+            if taken >= want:
+                break
+
+    def _bm25(self, query: Query, check: AccessCheck, limit: int) -> list[Hit]:
+        """Units matching more of the words first, then by BM25; the score
+        shown is the number of words matched plus BM25 scaled into [0, 1)."""
+        want = max(limit, CANDIDATES)
+        pool: dict[tuple[str, int], tuple[float, str, str, Freshness]] = {}
+        expr = query.match_expr()
+        if len(query.words) > 1:  # those with every word are candidates whatever their rank
+            every = Query(query.text, (), query.phrases + query.words, query.paths)
+            self._candidates(query, every.match_expr(), check, want, pool)
+        self._candidates(query, expr, check, want, pool)
+        conn = self._connect()
+        matched: dict[int, int] = {}
+        ids = sorted({uid for _, uid in pool})
+        if len(query.words) > 1 and ids:
+            marks = ",".join("?" * len(ids))
+            for word in query.words:
+                w = '"' + " ".join(word) + '"'
+                for (uid,) in conn.execute(
+                    f"SELECT rowid FROM fts WHERE fts MATCH ? AND rowid IN ({marks})", [w, *ids]
+                ):
+                    matched[uid] = matched.get(uid, 0) + 1
+        else:
+            matched = dict.fromkeys(ids, len(query.words))
+
+        def score(item: tuple[tuple[str, int], tuple[float, str, str, Freshness]]) -> float:
+            (_, uid), (bm25, *_) = item
+            return matched.get(uid, 0) + bm25 / (bm25 + 1.0) if bm25 > 0 else matched.get(uid, 0)
+
+        ranked = sorted(pool.items(), key=lambda it: (-score(it), it[0]))[:limit]
+        out: list[Hit] = []
+        for item in ranked:
+            (rel, uid), (_, name, locator, fresh) = item
             snip = conn.execute(
                 "SELECT snippet(fts, 0, '**', '**', ' … ', ?) FROM fts "
                 "WHERE fts MATCH ? AND rowid = ?",
-                (SNIPPET_TOKENS, query.match_expr(), uid),
+                (SNIPPET_TOKENS, expr, uid),
             ).fetchone()
-            out.append(
-                Hit(rel, name, f"{rel}#{locator}", -score, fresh, _flatten(snip[0] if snip else ""))
-            )
-            if len(out) >= limit:
-                break
+            text = _flatten(snip[0] if snip else "")
+            out.append(Hit(rel, name, f"{rel}#{locator}", score(item), fresh, text))
         return out
 
     def _vectors(self) -> tuple[Any, Any]:
@@ -634,6 +675,8 @@ class SearchIndex:
         out: list[Hit] = []
         seen: set[tuple[str, int]] = set()
         for i in order[: limit * 4]:
+            if sims[i] < MIN_SIMILARITY:
+                break
             uid = int(ids[i])
             for name, locator, key, rel, text in self._rows(
                 query,
