@@ -32,7 +32,9 @@ def cmd_search(args: argparse.Namespace) -> int:
     from swfs.engine import Engine
 
     with Engine.open(t.src, t.store, config=config) as engine:
-        if not t.mounted:
+        if t.mounted:
+            engine.search_index.as_reader()
+        else:
             engine.scan()
             engine.search_index.catch_up(Progress("indexing"))
             waiting = engine.counts()

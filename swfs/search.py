@@ -398,6 +398,12 @@ class SearchIndex:
         """True once every change notified so far is indexed."""
         return self._idle.wait(timeout)
 
+    def as_reader(self) -> None:
+        """Only query: another process (the daemon) keeps this index, and
+        whether it is behind is not known here."""
+        self._everything = False
+        self._pending.clear()
+
     @property
     def behind(self) -> bool:
         return bool(self._pending) or self._everything

@@ -5,6 +5,7 @@ embedding model makes the ranking hybrid."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import time
@@ -15,7 +16,7 @@ import pytest
 
 from tests import docgen
 from tests.embedgen import write_model
-from tests.realmount import RealMount, needs_fuse, unprivileged_ids, workspace
+from tests.realmount import RealMount, needs_fuse, swfs, unprivileged_ids, workspace
 
 pytestmark = [pytest.mark.mount, pytest.mark.timeout(240), needs_fuse]
 
@@ -103,6 +104,10 @@ def test_a_paraphrase_finds_the_fact_page_first(shared: tuple[RealMount, tuple[i
     # What stat says is what a read gives.
     p = mnt / ".search" / "regional revenue north"
     assert os.stat(p).st_size == len(p.read_bytes())
+    # The command line reads the daemon's index and says the same.
+    doc = json.loads(swfs("search", mnt, "regional revenue north", "--json").stdout)
+    assert [h["path"] for h in doc["hits"]] == [h[0] for h in found]
+    assert doc["behind"] is False
 
 
 def test_listing_syntax_and_the_root(shared: tuple[RealMount, tuple[int, int]]) -> None:
