@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import re
 import sqlite3
 import threading
@@ -285,6 +286,21 @@ CREATE VIRTUAL TABLE IF NOT EXISTS fts USING fts5(
 """
 
 
+def _private(path: Path) -> None:
+    """Create the index closed to others, whatever the umask (the daemon runs
+    with 0): it holds the text of every file.  SQLite gives its WAL and
+    shared-memory files the database file's mode."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError:
+        return  # a reader without write access: sqlite says why
+    try:
+        if os.fstat(fd).st_mode & 0o077:
+            os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
+
+
 def _key(h: str, parser: str) -> str:
     return f"{h}|{parser}"
 
@@ -322,6 +338,7 @@ class SearchIndex:
     def _connect(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
         if conn is None:
+            _private(self.path)
             conn = sqlite3.connect(self.path, timeout=30, check_same_thread=False)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
