@@ -671,7 +671,13 @@ class SearchIndex:
         if cached is not None and cached[0] == gen:
             return cached[1], cached[2]
         conn = self._connect()
-        rows = conn.execute("SELECT unit, v FROM vecs ORDER BY unit").fetchall()
+        row = conn.execute("SELECT v FROM meta WHERE k='model'").fetchone()
+        if self.model is None or row is None or row[0] != self.model.fingerprint:
+            # Vectors of another model (a reader given a model the daemon
+            # was not): words alone rank.
+            rows = []
+        else:
+            rows = conn.execute("SELECT unit, v FROM vecs ORDER BY unit").fetchall()
         ids = np.array([r[0] for r in rows], dtype=np.int64)
         dim = self.model.dim if self.model is not None else 0
         mat = (
@@ -694,7 +700,6 @@ class SearchIndex:
             return []
         sims = mat @ qv
         order = np.argsort(-sims)
-        conn = self._connect()
         out: list[Hit] = []
         seen: set[tuple[str, int]] = set()
         for i in order[: limit * 4]:
@@ -717,7 +722,6 @@ class SearchIndex:
                 out.append(Hit(rel, name, f"{rel}#{locator}", float(sims[i]), fresh, snippet))
             if len(out) >= limit:
                 break
-        del conn
         return out
 
     # -- figures
