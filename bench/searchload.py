@@ -7,9 +7,9 @@ benchmark workspace (11,000 files in the full sizes).
 * the index's size against the parsed text it holds;
 * warm latency of two-word queries, in the engine (what the daemon runs per
   query) and end to end through the mount (``cat MNT/.search/<query>``);
-* the same corpus in tantivy, when its Python package is importable (it is
-  not a dependency): build time, size and query latency, for the choice
-  between the two.
+* the same corpus in a bare SQLite FTS5 table and in a bare tantivy index:
+  build time, size and query latency, what the choice between the two
+  rested on.
 """
 
 from __future__ import annotations
@@ -54,12 +54,24 @@ def _p90(xs: list[float]) -> float:
     return sorted(xs)[max(0, int(len(xs) * 0.9) - 1)] if xs else float("nan")
 
 
+def _unit_texts(eng: Engine) -> list[tuple[int, str]]:
+    """(unit id, text) of every indexed unit, from the parse cache."""
+    conn = eng.search_index._connect()
+    out: list[tuple[int, str]] = []
+    for cid, key in conn.execute("SELECT id, key FROM contents").fetchall():
+        h, _, parser = key.partition("|")
+        ids = conn.execute("SELECT id FROM units WHERE content = ? ORDER BY id", (cid,)).fetchall()
+        units = eng.parse_units(h, parser) or []
+        out += [(uid, text) for (uid,), (_n, _l, text) in zip(ids, units, strict=False)]
+    return out
+
+
 def _fts5_bare(eng: Engine, queries: list[str], result: WorkloadResult) -> None:
     """The same corpus in a bare FTS5 table: what the engine's figures cost
     beyond FTS5 itself (reading the parse cache, access checks, snippets)."""
     import sqlite3
 
-    rows = eng.search_index._connect().execute("SELECT rowid, text FROM fts").fetchall()
+    rows = _unit_texts(eng)
     d = Path(tempfile.mkdtemp(prefix="swfs-fts5-"))
     try:
         conn = sqlite3.connect(d / "bare.sqlite")
@@ -89,13 +101,9 @@ def _fts5_bare(eng: Engine, queries: list[str], result: WorkloadResult) -> None:
 
 
 def _tantivy(eng: Engine, queries: list[str], result: WorkloadResult) -> None:
-    try:
-        import tantivy
-    except ImportError:
-        result.add_note("tantivy not importable: no comparison")
-        return
-    conn = eng.search_index._connect()
-    rows = conn.execute("SELECT rowid, text FROM fts").fetchall()
+    import tantivy
+
+    rows = _unit_texts(eng)
     d = Path(tempfile.mkdtemp(prefix="swfs-tantivy-"))
     try:
         sb = tantivy.SchemaBuilder()
