@@ -8,6 +8,7 @@ process may read.  Deletes are by unit id.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -40,23 +41,36 @@ class TextIndex:
     @property
     def index(self) -> Any:
         if self._index is None:
-            old = os.umask(0o077)  # it holds the text of every file
-            try:
-                self.directory.mkdir(mode=0o700, exist_ok=True)
-                self._index = tantivy.Index(self.schema, path=str(self.directory), reuse=True)
-            finally:
-                os.umask(old)
+            # It holds the text of every file: closed to others.  (The
+            # daemon runs with umask 0 and must not change it: native files
+            # are created with the modes requests ask for.)
+            self.directory.mkdir(mode=0o700, exist_ok=True)
+            with contextlib.suppress(OSError):  # a reader that does not own it
+                os.chmod(self.directory, 0o700)
+            self._index = tantivy.Index(self.schema, path=str(self.directory), reuse=True)
+            self.close_files()
         return self._index
+
+    def close_files(self) -> None:
+        """Take group and other bits off the index's files (tantivy creates
+        them with the process's umask, 0 in the daemon)."""
+        try:
+            entries = list(os.scandir(self.directory))
+        except OSError:
+            return
+        for e in entries:
+            try:
+                st = e.stat(follow_symlinks=False)
+                if st.st_mode & 0o077:
+                    os.chmod(e.path, st.st_mode & 0o700, follow_symlinks=False)
+            except OSError:
+                continue
 
     # -- writing (one thread)
 
     def _w(self) -> Any:
         if self._writer is None:
-            old = os.umask(0o077)
-            try:
-                self._writer = self.index.writer(heap_size=WRITER_HEAP, num_threads=1)
-            finally:
-                os.umask(old)
+            self._writer = self.index.writer(heap_size=WRITER_HEAP, num_threads=1)
         return self._writer
 
     def add(self, unit: int, text: str) -> None:
@@ -67,11 +81,8 @@ class TextIndex:
 
     def commit(self) -> None:
         if self._writer is not None:
-            old = os.umask(0o077)
-            try:
-                self._writer.commit()
-            finally:
-                os.umask(old)
+            self._writer.commit()
+            self.close_files()
             self._reloaded = 0.0
 
     def close(self) -> None:
@@ -79,6 +90,7 @@ class TextIndex:
             if self._writer is not None:
                 self._writer.wait_merging_threads()
                 self._writer = None
+                self.close_files()
             self._index = None
 
     # -- reading (any thread)
