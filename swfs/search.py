@@ -669,11 +669,11 @@ class SearchIndex:
             if len(pool) >= limit:
                 break
         pool.sort(key=lambda p: (-p[0], -p[1], p[4]))
-        everything = self.text.parse(query.match_expr())
+        snippets = self.text.snippets(searcher, self.text.parse(query.match_expr()))
         out: list[Hit] = []
         for k, bm25, _uid, addr, rel, name, locator, fresh in pool[:limit]:
             score = k + bm25 / (bm25 + 1.0)
-            snippet = _flatten(self.text.snippet(searcher, everything, addr))
+            snippet = _flatten(self.text.snippet(searcher, snippets, addr))
             out.append(Hit(rel, name, f"{rel}#{locator}", score, fresh, snippet))
         return out
 

@@ -111,9 +111,14 @@ class TextIndex:
             return ""
         return str(searcher.doc(found.hits[0][1])["text"][0])
 
-    def snippet(self, searcher: Any, query: Any, addr: Any, chars: int = 160) -> str:
+    def snippets(self, searcher: Any, query: Any, chars: int = 160) -> Any:
+        """A snippet generator for ``query``: made once per query."""
         gen = tantivy.SnippetGenerator.create(searcher, query, self.schema, "text")
         gen.set_max_num_chars(chars)
+        return gen
+
+    def snippet(self, searcher: Any, gen: Any, addr: Any) -> str:
+        """The best passage of a hit, its matched words in ``**bold**``."""
         sn = gen.snippet_from_doc(searcher.doc(addr))
         frag: str = sn.fragment()
         raw = frag.encode("utf-8")
