@@ -52,6 +52,15 @@ pending or failed.  `swfs sync .` waits until every view is current.
 """,
     ),
     (
+        "Ranked search: .search/<query>",
+        """\
+`cat ".search/regional revenue north"` runs the query: one hit a line,
+path<TAB>score<TAB>freshness<TAB>snippet, best first.  Words, "phrases",
+path:folder.  Use it when grep's exact words miss; open the hit's .parsed
+path as it is.  `swfs search . "QUERY" [--json]` prints the same.
+""",
+    ),
+    (
         "Changes: .review/",
         """\
 SUMMARY.md lists every path added, modified, deleted or renamed since the
