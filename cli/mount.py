@@ -43,6 +43,7 @@ def mount_workspace(args: argparse.Namespace, config: Config) -> int:
             allow_other=False if args.no_allow_other else None,
             poll_window=max(0.0, args.poll_us) / 1e6,
             debug=args.debug,
+            render_dpi=args.render_dpi,
         )
     except ValueError as exc:
         raise MountError(f"bad mount option: {exc}") from None
@@ -110,6 +111,13 @@ def register(c: Commands) -> None:
         choices=("hidden", "visible"),
         default="hidden",
         help="whether the mount root lists .versions (it works by path either way)",
+    )
+    sp.add_argument(
+        "--render-dpi",
+        type=float,
+        default=110.0,
+        metavar="DPI",
+        help="resolution of the page images under .render (default 110)",
     )
     sp.add_argument("--no-allow-other", action="store_true", help="do not mount with allow_other")
     sp.add_argument(

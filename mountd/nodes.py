@@ -42,9 +42,10 @@ class Tree(enum.StrEnum):
     PARSED = ".parsed"
     REVIEW = ".review"
     VERSIONS = ".versions"
+    RENDER = ".render"
 
 
-SYNTHETIC_TREES = (Tree.PARSED, Tree.REVIEW, Tree.VERSIONS)
+SYNTHETIC_TREES = (Tree.PARSED, Tree.REVIEW, Tree.VERSIONS, Tree.RENDER)
 
 
 @dataclass(eq=False)

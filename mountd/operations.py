@@ -31,6 +31,7 @@ from mountd.passthrough import (
     split,
 )
 from mountd.poll import Poller
+from mountd.render import RenderTree
 from mountd.synthetic import Entry, Generation, SyntheticTree, make_trees
 from swfs.api import XATTR_PREFIX, EngineAPI, RelPath
 
@@ -143,6 +144,7 @@ class Operations(pyfuse3.Operations):
         self.table = InodeTable((root.st_dev, root.st_ino))
         self.gen = Generation()
         self.trees: dict[Tree, SyntheticTree] = dict(make_trees(engine, self.gen, options))
+        self.trees[Tree.RENDER] = RenderTree(engine, self.gen, options)
         self.handles: dict[int, Handle] = {}
         self._next_fh = 1
         self._pending = _Pending()
@@ -365,7 +367,7 @@ class Operations(pyfuse3.Operations):
         self.gen.bump(rel)
         nodes = [
             n
-            for tree in (Tree.PARSED, Tree.VERSIONS)
+            for tree in (Tree.PARSED, Tree.VERSIONS, Tree.RENDER)
             for n in self.table.synthetic_below(tree, rel)
         ]
         nodes += self.table.synthetic_below(Tree.REVIEW, "")
@@ -679,7 +681,8 @@ class Operations(pyfuse3.Operations):
             if node is table.root:
                 # .versions is reachable by name but listed only on request, so
                 # a recursive search from the root skips every old version.
-                shown = sorted(RESERVED)
+                # .render too: `grep -r` from the root would render every page.
+                shown = sorted(RESERVED - {".render"})
                 if self.options.versions == "hidden":
                     shown.remove(".versions")
                 names = shown + names
@@ -958,7 +961,7 @@ class Operations(pyfuse3.Operations):
         if not rels:  # nothing the engine shows changed: the generated trees hold
             return _Invalidation(sorted(inodes), sorted(attrs - inodes), entries, dirs)
         for rel in rels:
-            for tree in (Tree.PARSED, Tree.VERSIONS):
+            for tree in (Tree.PARSED, Tree.VERSIONS, Tree.RENDER):
                 synthetic += self.table.synthetic_below(tree, rel)
         synthetic += self.table.synthetic_below(Tree.REVIEW, "")
         for n in synthetic:

@@ -43,6 +43,7 @@ class MountOptions:
     poll_window: float = 0.0005  # seconds the loop keeps polling after a request (mountd.poll)
     debug: bool = False
     max_tasks: int = 64  # concurrent FUSE requests
+    render_dpi: float = 110.0  # resolution of .render images (swfs.render)
 
     def __post_init__(self) -> None:
         if self.stale not in ("serve", "wait"):
@@ -52,6 +53,9 @@ class MountOptions:
         for name in ("stale_wait", "pending_wait", "entry_timeout", "attr_timeout", "poll_window"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must not be negative")
+        from swfs.render import clamp_dpi
+
+        clamp_dpi(self.render_dpi)
 
     @property
     def resolved_allow_other(self) -> bool:
