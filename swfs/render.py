@@ -329,6 +329,9 @@ class RenderError(Exception):
     """The file or page cannot be rendered; the message is the cause."""
 
 
+_ODF = frozenset({".odt", ".ott", ".odp", ".otp", ".ods"})
+
+
 def _convert(src: str, route: Route, ext: str, out: Path) -> None:
     """LibreOffice: ``src`` to PDF at ``out`` (bounded as in parsers.soffice)."""
     from parsers._base import FileInfo, ParseFailed, ParseOptions
@@ -339,6 +342,10 @@ def _convert(src: str, route: Route, ext: str, out: Path) -> None:
         head = f.read(4096)
     if ext in OOXML_EXTENSIONS and head.startswith(OLE_MAGIC):
         raise RenderError(f"encrypted or password-protected {route.kind}")
+    if (ext in OOXML_EXTENSIONS or ext in _ODF) and not head.startswith(ZIP_MAGIC):
+        raise RenderError(
+            f"not a {route.kind}: a {ext} file is a zip package, and this is not a zip"
+        )
     try:
         if head.startswith(ZIP_MAGIC):
             # The zip guard first: LibreOffice must never meet a bomb.
@@ -649,6 +656,8 @@ class Renderer:
             if status != "changed":
                 if status in ("transient", "timeout", "crashed"):
                     self._transient[("layout", rel, h)] = (time.monotonic(), error or status)
+                    while len(self._transient) > 4096:
+                        self._transient.pop(next(iter(self._transient)))
                 if status in ("timeout", "crashed"):
                     # A conversion that kills its worker fails the same way
                     # next time: remember it for this content.
@@ -759,6 +768,11 @@ class Renderer:
 
     async def _make_page(self, rel: str, h: Hash, name: str) -> tuple[str, str | None]:
         office = extension(rel) in ROUTES
+        if office and not await trio.to_thread.run_sync(self.cache.pdf_path(h).exists):
+            # The conversion was removed from the cache (by hand): make it again.
+            status, error = await self._make_layout(rel, h)
+            if status != "ok":
+                return status, error
         for _ in range(3):
             sig = None
             if not office:

@@ -59,6 +59,33 @@ def planted_pptx(path: Path, titles: list[str]) -> None:
     deck.save(str(path))
 
 
+def planted_docx(path: Path) -> None:
+    import docx
+
+    doc = docx.Document()  # Letter, as python-docx's template has it
+    doc.add_heading("Memo planted heading", level=1)
+    doc.add_paragraph("First page body text.")
+    doc.add_page_break()
+    doc.add_paragraph("Second page planted paragraph " * 20)
+    doc.save(str(path))
+
+
+def planted_xlsx(path: Path) -> None:
+    import xlsxwriter
+
+    book = xlsxwriter.Workbook(str(path))
+    sheet = book.add_worksheet("Budget")
+    sheet.set_paper(1)  # Letter
+    for row in range(30):
+        sheet.write_row(row, 0, [f"Region {row}", row * 100, row * 1.5])
+    book.close()
+
+
+def ink(samples: bytes) -> int:
+    """How many sampled bytes are dark: text or shapes on the page."""
+    return sum(1 for b in samples[::5] if b < 128)
+
+
 def direct_render(pdf: Path | bytes, index: int) -> tuple[int, int, bytes]:
     """(width, height, RGB samples) of a page rendered by PyMuPDF directly."""
     import pymupdf
@@ -140,6 +167,8 @@ def mounted() -> Iterator[RealMount]:
         planted_pptx(src / "decks" / "plan.pptx", SLIDES)
         # A PDF header over garbage: a corrupt file as a broken download leaves it.
         (src / "broken.pdf").write_bytes(b"%PDF-1.7\n" + os.urandom(3000) + b"\n%%EOF\n")
+        planted_docx(src / "memo.docx")
+        planted_xlsx(src / "book.xlsx")
         planted_pdf(src / "private.pdf", ["Private planted text"])
         os.chmod(src / "private.pdf", 0o600)
 
@@ -210,6 +239,24 @@ def test_pptx_slide_is_the_slide(mounted: RealMount) -> None:
     # The planted title and body of slide 2 are where slide 2 has them.
     assert near < 0.5, near
     assert far > 4 * max(near, 0.05), (near, far)
+
+
+def test_docx_pages_and_xlsx_printed_pages(mounted: RealMount) -> None:
+    memo = mounted.mnt / ".render" / "memo.docx"
+    assert sorted(os.listdir(memo)) == ["page-0001.png", "page-0002.png"]
+    first = decode_png((memo / "page-0001.png").read_bytes())
+    second = decode_png((memo / "page-0002.png").read_bytes())
+    assert first[:2] == second[:2] == (935, 1210)
+    assert ink(first[2]) > 50
+    assert ink(second[2]) > 50
+    assert mean_diff(first[2], second[2]) > 0.1
+    assert xattr(memo / "page-0002.png", "locator") == "memo.docx#page=2"
+
+    book = mounted.mnt / ".render" / "book.xlsx"
+    assert os.listdir(book) == ["page-0001.png"]
+    sheet = decode_png((book / "page-0001.png").read_bytes())
+    assert sheet[:2] == (935, 1210)
+    assert ink(sheet[2]) > 50
 
 
 def test_corrupt_pdf_has_error_md(mounted: RealMount) -> None:
