@@ -832,7 +832,7 @@ class Renderer:
     async def _hold_context(self) -> None:
         init = partial(_init_worker, self.memory_mb * 1024 * 1024)
         try:
-            async with trio_parallel.open_worker_context(init=init, idle_timeout=120) as ctx:
+            async with trio_parallel.open_worker_context(init=init, idle_timeout=600) as ctx:
                 self._ctx = ctx
                 assert self._ctx_ready is not None
                 self._ctx_ready.set()
