@@ -9,7 +9,7 @@ from .base import Commands
 
 PROMPT = """\
 This folder is an swfs workspace: a versioned filesystem mount.  Beside the
-native files (read and write them as usual) there are three read-only trees:
+native files (read and write them as usual) there are read-only trees:
 
   .parsed/<path>/     text of every document, one file per unit:
                       page-0001.md (PDF pages), sheet-<Name>.md (spreadsheets,
@@ -25,6 +25,10 @@ native files (read and write them as usual) there are three read-only trees:
                       baseline (cell-level for spreadsheets); <path>.diff each.
   .versions/<path>/   every recorded version of a file, NNNN-<hash>.<ext>
                       (not listed by `ls` of the root; open it by path).
+  .render/<path>/     PNG images to look at: page-0001.png (PDF, Word, sheets
+                      as printed), slide-001.png; same numbers as .parsed.
+                      Made on first open (seconds for an office file); not
+                      listed by `ls` of the root; an error.md says what failed.
 
 Each .parsed file starts with a header line
   <!-- swfs source=... unit=... hash=... freshness=current|stale|pending|failed ... -->

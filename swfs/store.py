@@ -6,6 +6,8 @@ Layout of a store directory (``SRC/.swfs/`` by default)::
     blobs/         content-addressed preserved bytes (see swfs.blobs)
     daemon.log     the daemon's log when it runs in the background
     control.sock   the running daemon's control socket
+    render/        .render images and office-to-PDF conversions, by content
+                   hash; plain files, no LMDB keys (see swfs.render)
 
 Sub-databases, keys and values (all values are compact UTF-8 JSON unless
 noted).  Paths are workspace-relative, '/'-separated, encoded with
