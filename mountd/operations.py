@@ -495,7 +495,11 @@ class Operations(pyfuse3.Operations):
             return await self._open_native(node, flags, self._creds(ctx))
         if flags & os.O_ACCMODE != os.O_RDONLY or flags & os.O_TRUNC:
             raise fail(errno.EROFS)
-        e = await self._entry(node, wait=True)
+        # A tree whose files are made on first open (.render) says so.
+        opener = getattr(self._tree(node), "open_entry", None)
+        e = await opener(node.spath) if opener is not None else await self._entry(node, wait=True)
+        if e is None:
+            raise fail(errno.ENOENT)
         if e.is_dir:
             raise fail(errno.EISDIR)
         if e.data is not None:

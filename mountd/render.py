@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from mountd.nodes import Tree
 from mountd.options import MountOptions
 from mountd.synthetic import Base, Entry, Generation, _Cached, _Index
-from swfs.api import EngineAPI, Freshness
+from swfs.api import EngineAPI, Freshness, Hash
 from swfs.render import ERROR_UNIT, RENDERER, Layout, Renderer, renderable, unit_number
 from swfs.views import header_line, render_unit
 
@@ -34,9 +34,23 @@ class RenderTree(Base):
     def __init__(self, engine: EngineAPI, gen: Generation, options: MountOptions) -> None:
         super().__init__(engine, gen, options)
         self.renderer = Renderer(engine, options.render_dpi)
+        self._hashes: dict[str, Hash | None] = {}
+        self._hashes_at = -1
         self._index = _Cached(
             gen, lambda: _Index(str(p) for p in engine.parsed_paths() if renderable(str(p)))
         )
+
+    def _hash(self, rel: str) -> Hash | None:
+        """The file's present hash, asked of the engine once per change
+        event (a listing of a 24,000-page PDF asks once per page)."""
+        if self._hashes_at != self.gen.value:
+            self._hashes.clear()
+            self._hashes_at = self.gen.value
+        if rel not in self._hashes:
+            if len(self._hashes) > 4096:
+                self._hashes.clear()
+            self._hashes[rel] = self.renderer.current_hash(rel)
+        return self._hashes[rel]
 
     def _locate(self, path: str) -> tuple[str, str | None] | None:
         """(file rel, unit name or None) for a path inside a file's directory."""
@@ -155,15 +169,38 @@ class RenderTree(Base):
             if self.renderer.cached_layout(rel)[0] is not None:
                 return None
             return self._file(rel, self._pending_md(rel), self._dir_xattrs(rel))
-        if not wait:
-            # A listing's entry: never renders.  A page not rendered yet has
-            # size 0 until the open that renders it.
-            layout, _, _ = self.renderer.cached_layout(rel)
+        # A lookup or a listing's entry: never renders (`ls -l` of a
+        # 24,000-page PDF may look every page up).  A page not rendered yet
+        # has size 0 until the open that renders it (open_entry).
+        h = self._hash(rel)
+        layout, _, _ = self.renderer.cached_layout(rel, h)
+        number = None if layout is None else unit_number(layout.unit, name)
+        if layout is None or number is None or number > layout.pages:
+            if not wait or layout is not None:
+                return None
+            # Looked up by name before any listing: take the page count.
+            layout, _, _, _ = await self._layout(rel)
             number = None if layout is None else unit_number(layout.unit, name)
             if layout is None or number is None or number > layout.pages:
                 return None
-            have = self.renderer.cached_page(rel, name)
-            return self._file(rel, have.data or b"", have.xattrs())
+        have = self.renderer.cached_page(rel, name, whole=False, h=h)
+        return Entry(
+            False,
+            self.access(rel),
+            size=have.size,
+            mtime_ns=self.gen.changed_ns(rel),
+            xattrs=have.xattrs(),
+        )
+
+    async def open_entry(self, path: str) -> Entry | None:
+        """The file at ``path`` with its bytes: opening a page renders it."""
+        loc = self._locate(path)
+        if loc is None or loc[1] in (None, ERROR_UNIT, PENDING):
+            return await self.entry(path)
+        rel, name = loc
+        assert name is not None
+        if await self.entry(path) is None:
+            return None
         page = await self.renderer.page(rel, name, self._stale_wait())
         if page is None:
             return None
@@ -179,7 +216,7 @@ class RenderTree(Base):
         rel, name = loc
         if name is None or name in (ERROR_UNIT, PENDING):
             return self._dir_xattrs(rel)
-        return self.renderer.cached_page(rel, name).xattrs()
+        return self.renderer.cached_page(rel, name, whole=False).xattrs()
 
     async def children(self, path: str) -> list[str]:
         loc = self._locate(path)

@@ -75,6 +75,8 @@ PAGE_TIMEOUT = 60.0  # seconds for one page's render
 MEMORY_MB = 3072  # address-space cap per render worker
 WORKERS = 2  # render worker processes at once
 ERROR_UNIT = "error.md"
+MEMO_TTL = 2.0  # seconds the daemon trusts what it read of a file's history
+MEMO_SIZE = 1024
 
 _PAGE_RE = re.compile(r"^(page|slide)-(\d+)\.png$")
 
@@ -219,6 +221,13 @@ class Layout:
 class RenderCache:
     def __init__(self, root: Path) -> None:
         self.root = root
+        self._root = str(root)  # the read paths below are built per listed page
+
+    def _dpi_base(self, h: str, dpi: float) -> str:
+        return f"{self._root}/{h[:2]}/{h}/{_dpi_dir(dpi)}"
+
+    def has_layout(self, h: str) -> bool:
+        return os.path.exists(f"{self._root}/{h[:2]}/{h}/layout.json")
 
     def dir(self, h: str) -> Path:
         return self.root / h[:2] / h
@@ -245,9 +254,13 @@ class RenderCache:
             log.warning("%s: unreadable render layout; it is made again", self.layout_path(h))
             return None
 
-    def png(self, h: str, dpi: float, name: str) -> bytes | None:
+    def png(self, h: str, dpi: float, name: str, *, whole: bool = True) -> tuple[int, bytes] | None:
+        """(size, bytes) of a cached image; ``whole=False``: only its first
+        4 KiB (enough for its dimensions and resolution)."""
         try:
-            return self.png_path(h, dpi, name).read_bytes()
+            with open(f"{self._dpi_base(h, dpi)}/{name}", "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                return size, f.read() if whole else f.read(4096)
         except OSError:
             return None
 
@@ -259,7 +272,9 @@ class RenderCache:
 
     def page_error(self, h: str, dpi: float, name: str) -> str | None:
         try:
-            return self.error_path(h, dpi, name).read_text(encoding="utf-8").strip()
+            stem = name.removesuffix(".png")
+            with open(f"{self._dpi_base(h, dpi)}/{stem}.error", encoding="utf-8") as f:
+                return f.read().strip()
         except OSError:
             return None
 
@@ -522,6 +537,7 @@ class RenderedPage:
     dpi: float | None = None
     width: int = 0
     height: int = 0
+    size: int = 0  # the image's bytes (also when ``data`` was not read)
 
     @property
     def locator(self) -> str:
@@ -539,7 +555,7 @@ class RenderedPage:
             "parser": RENDERER,
             "error": self.error,
         }
-        if self.data is not None and self.width:
+        if self.width:
             out["size"] = f"{self.width}x{self.height}"
             if self.dpi is not None:
                 out["dpi"] = f"{self.dpi:g}"
@@ -583,6 +599,22 @@ class Renderer:
         self._ctx: trio_parallel.WorkerContext | None = None
         self._ctx_ready: trio.Event | None = None
         self._transient: dict[tuple[str, ...], tuple[float, str]] = {}  # key -> (when, error)
+        self._older: dict[tuple[str, str | None], tuple[float, list[Hash]]] = {}
+        self._layouts: dict[str, Layout] = {}  # by hash: a stored layout never changes
+
+    def stored_layout(self, h: str) -> Layout | None:
+        layout = self._layouts.get(h)
+        if layout is None:
+            layout = self.cache.layout(h)
+            if layout is not None:
+                self._layouts[h] = layout
+                while len(self._layouts) > MEMO_SIZE:
+                    self._layouts.pop(next(iter(self._layouts)))
+        elif not self.cache.has_layout(h):
+            # Removed from the cache (rm -r .swfs/render): made again.
+            self._layouts.pop(h, None)
+            return None
+        return layout
 
     # -- hashes
 
@@ -591,7 +623,20 @@ class Renderer:
         return None if state is None else state.hash
 
     def older_hashes(self, rel: str, current: str | None) -> list[Hash]:
-        """Earlier contents of ``rel``, newest first: what a stale page is."""
+        """Earlier contents of ``rel``, newest first: what a stale page is.
+        Kept a moment: ``ls -l`` asks once per page."""
+        key = (rel, current)
+        hit = self._older.get(key)
+        now = time.monotonic()
+        if hit is not None and now - hit[0] < MEMO_TTL:
+            return hit[1]
+        out = self._older_hashes(rel, current)
+        self._older[key] = (now, out)
+        while len(self._older) > MEMO_SIZE:
+            self._older.pop(next(iter(self._older)))
+        return out
+
+    def _older_hashes(self, rel: str, current: str | None) -> list[Hash]:
         seen: set[str] = set() if current is None else {current}
         out: list[Hash] = []
         for v in reversed(list(self.engine.versions(RelPath(rel)))):
@@ -602,16 +647,20 @@ class Renderer:
 
     # -- layouts
 
-    def cached_layout(self, rel: str) -> tuple[Layout | None, Freshness, Hash | None]:
+    def cached_layout(
+        self, rel: str, h: Hash | None | bool = True
+    ) -> tuple[Layout | None, Freshness, Hash | None]:
         """The layout to list for ``rel`` without any work: the current
-        content's, else the newest earlier one's (stale), else none."""
-        h = self.current_hash(rel)
+        content's, else the newest earlier one's (stale), else none.  ``h``:
+        the file's present hash, if the caller has it."""
+        if h is True or h is False:
+            h = self.current_hash(rel)
         if h is not None:
-            layout = self.cache.layout(h)
+            layout = self.stored_layout(h)
             if layout is not None:
                 return layout, Freshness.FAILED if layout.error else Freshness.CURRENT, h
         for old in self.older_hashes(rel, h)[:8]:
-            layout = self.cache.layout(old)
+            layout = self.stored_layout(old)
             if layout is not None and not layout.error:
                 return layout, Freshness.STALE, h
         return None, Freshness.PENDING, h
@@ -692,29 +741,53 @@ class Renderer:
 
     # -- pages
 
-    def cached_page(self, rel: str, name: str) -> RenderedPage:
+    def cached_page(
+        self, rel: str, name: str, *, whole: bool = True, h: Hash | None | bool = True
+    ) -> RenderedPage:
         """What reading ``.render/<rel>/<name>`` shows now, without any work:
         the current content's image, its error, the newest earlier image
-        (stale), or a pending page (no data)."""
-        h = self.current_hash(rel)
+        (stale), or a pending page (no image).  ``whole=False`` (a listing's
+        attributes): the image's size and dimensions, not its bytes.  ``h``:
+        the file's present hash, if the caller has it."""
+        if h is True or h is False:
+            h = self.current_hash(rel)
         if h is not None:
-            data = self.cache.png(h, self.dpi, name)
-            if data is not None:
-                return self._page(rel, name, Freshness.CURRENT, h, h, data)
+            found = self.cache.png(h, self.dpi, name, whole=whole)
+            if found is not None:
+                return self._page(rel, name, Freshness.CURRENT, h, h, found, whole)
             error = self.cache.page_error(h, self.dpi, name)
             if error is not None:
                 return RenderedPage(rel, name, Freshness.FAILED, h, h, None, error)
         for old in self.older_hashes(rel, h)[:8]:
-            data = self.cache.png(old, self.dpi, name)
-            if data is not None:
-                return self._page(rel, name, Freshness.STALE, old, h, data)
+            found = self.cache.png(old, self.dpi, name, whole=whole)
+            if found is not None:
+                return self._page(rel, name, Freshness.STALE, old, h, found, whole)
         return RenderedPage(rel, name, Freshness.PENDING, None, h, None)
 
     def _page(
-        self, rel: str, name: str, fresh: Freshness, made: str, h: str | None, data: bytes
+        self,
+        rel: str,
+        name: str,
+        fresh: Freshness,
+        made: str,
+        h: str | None,
+        found: tuple[int, bytes],
+        whole: bool,
     ) -> RenderedPage:
+        size, data = found
         width, height, dpi = png_info(data)
-        return RenderedPage(rel, name, fresh, made, h, data, dpi=dpi, width=width, height=height)
+        return RenderedPage(
+            rel,
+            name,
+            fresh,
+            made,
+            h,
+            data if whole else None,
+            dpi=dpi,
+            width=width,
+            height=height,
+            size=size,
+        )
 
     async def page(self, rel: str, name: str, stale_wait: float) -> RenderedPage | None:
         """Render ``name`` of ``rel``'s current content if it is not cached.

@@ -134,8 +134,15 @@ def test_listing_renders_nothing_and_a_read_renders_one_page(engine: Engine) -> 
         assert pngs(cache) == []
         assert await tree.entry("big.pdf/page-24001.png", wait=False) is None
         assert await tree.entry("big.pdf/page-24001.png") is None
+        assert await tree.open_entry("big.pdf/page-24001.png") is None
 
-        page = await tree.entry("big.pdf/page-12345.png")
+        # A lookup by name (stat, ls -l without readdirplus) renders nothing either.
+        looked = await tree.entry("big.pdf/page-12345.png")
+        assert looked is not None
+        assert looked.size == 0
+        assert looked.data is None
+        assert pngs(cache) == []
+        page = await tree.open_entry("big.pdf/page-12345.png")
         assert page is not None
         assert page.data is not None
         width, height, dpi = render.png_info(page.data)
@@ -150,7 +157,7 @@ def test_listing_renders_nothing_and_a_read_renders_one_page(engine: Engine) -> 
         assert again is not None
         assert again.size == len(page.data)
 
-        poster = await tree.entry("poster.pdf/page-0001.png")
+        poster = await tree.open_entry("poster.pdf/page-0001.png")
         assert poster is not None
         assert poster.data is not None
         w, h, used = render.png_info(poster.data)
@@ -169,6 +176,7 @@ def test_listing_renders_nothing_and_a_read_renders_one_page(engine: Engine) -> 
         assert "swfs could not render fake.pptx:" in text
         assert "zip" in text.lower()
         assert await tree.entry("fake.pptx/slide-001.png") is None
+        assert await tree.open_entry("fake.pptx/slide-001.png") is None
 
     run(main)
 

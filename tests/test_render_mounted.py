@@ -148,6 +148,12 @@ def until(limit: float, fn: Callable[[], bool]) -> bool:
     return fn()
 
 
+def rendered(m: RealMount, rel: str, name: str) -> int:
+    """How many images called ``name`` the render cache holds for ``rel``'s content."""
+    h = xattr(m.mnt / rel, "hash")
+    return sum(1 for _ in (m.src / ".swfs" / "render" / h[:2] / h).rglob(name))
+
+
 def xattr(path: Path, name: str) -> str:
     return os.getxattr(path, f"user.sw.{name}").decode()
 
@@ -186,6 +192,12 @@ def test_pdf_page_is_the_page(mounted: RealMount) -> None:
     assert [n.removesuffix(".md") for n in parsed] == [n.removesuffix(".png") for n in names]
     assert "Bravo page planted TWO" in (mnt / ".parsed/report.pdf/page-0002.md").read_text()
 
+    # ls -l and stat look pages up without rendering them.
+    listing = subprocess.run(["ls", "-l", str(folder)], capture_output=True, text=True, timeout=60)
+    assert listing.returncode == 0
+    assert os.stat(folder / "page-0003.png").st_size == 0
+    assert rendered(mounted, "report.pdf", "page-0003.png") == 0
+
     page = folder / "page-0002.png"
     data = subprocess.run(["cat", str(page)], capture_output=True, check=True, timeout=120).stdout
     width, height, samples = decode_png(data)
@@ -207,6 +219,8 @@ def test_pdf_page_is_the_page(mounted: RealMount) -> None:
     assert "PNG image data, 935 x 1210" in kind.stdout
     assert os.stat(page).st_size == len(data)
 
+    assert rendered(mounted, "report.pdf", "page-0002.png") == 1
+    assert rendered(mounted, "report.pdf", "page-0003.png") == 0
     assert xattr(page, "freshness") == "current"
     assert xattr(page, "source") == "report.pdf"
     assert xattr(page, "source_hash") == xattr(mnt / "report.pdf", "hash")
