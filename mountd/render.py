@@ -3,10 +3,11 @@
 ``.render/<rel>/`` exists for every file the engine parses whose format
 renders (PDF, Word, PowerPoint, Excel, OpenDocument, RTF).  Its names come
 from the file's page count (``swfs.render.Layout``), so listing a
-24,000-page PDF renders nothing.  Looking a page up by name (``cat``,
-``cp``, ``open()``, ``stat``) renders it in a worker process, or takes it
-from the cache; a listing reports a page not rendered yet with size 0,
-and the open that renders it tells the kernel the real size.
+24,000-page PDF renders nothing.  Only opening a page (``open_entry``:
+``cat``, ``cp``, ``open()``) renders it in a worker process, or takes it
+from the cache; a lookup or a listing (``stat``, ``ls -l``) reports a page
+not rendered yet with size 0, and the open that renders it tells the
+kernel the real size.
 
 Beside the images: ``error.md`` when the file or some of its pages could not
 be rendered, ``pending.md`` while the page count is not known yet (an office

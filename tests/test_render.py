@@ -181,6 +181,20 @@ def test_listing_renders_nothing_and_a_read_renders_one_page(engine: Engine) -> 
     run(main)
 
 
+def test_render_dpi_option(engine: Engine) -> None:
+    tree = RenderTree(engine, Generation(), MountOptions(render_dpi=72))
+
+    async def main() -> bytes | None:
+        page = await tree.open_entry("big.pdf/page-0002.png")
+        return None if page is None else page.data
+
+    data = run(main)
+    assert data is not None
+    assert render.png_info(data) == (200, 200, 72)  # 200 pt at 72 dpi
+    with pytest.raises(ValueError, match="10 to 1200 dpi"):
+        MountOptions(render_dpi=5)
+
+
 def test_changed_file_is_not_stored_under_its_old_hash(engine: Engine, tmp_path: Path) -> None:
     src = engine.src / "poster.pdf"
     old = engine.file_state(RelPath("poster.pdf"))
