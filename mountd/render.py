@@ -179,8 +179,10 @@ class RenderTree(Base):
         if layout is None or number is None or number > layout.pages:
             if not wait or layout is not None:
                 return None
-            # Looked up by name before any listing: take the page count.
-            layout, _, _, _ = await self._layout(rel)
+            # Looked up by name before the page count is known (`cat` of a
+            # slide of a deck just written): wait for it, as long as its
+            # conversion may take, to tell whether the name exists.
+            layout, _, _, _ = await self.renderer.layout(rel, self.renderer.convert_timeout + 10)
             number = None if layout is None else unit_number(layout.unit, name)
             if layout is None or number is None or number > layout.pages:
                 return None
