@@ -264,12 +264,6 @@ class RenderCache:
         except OSError:
             return None
 
-    def png_size(self, h: str, dpi: float, name: str) -> int | None:
-        try:
-            return self.png_path(h, dpi, name).stat().st_size
-        except OSError:
-            return None
-
     def page_error(self, h: str, dpi: float, name: str) -> str | None:
         try:
             stem = name.removesuffix(".png")
@@ -710,10 +704,8 @@ class Renderer:
                 if status in ("timeout", "crashed"):
                     # A conversion that kills its worker fails the same way
                     # next time: remember it for this content.
-                    _save_json(
-                        self.cache.layout_path(h),
-                        {"unit": unit_kind(rel), "pages": 0, "error": error},
-                    )
+                    failed = {"unit": unit_kind(rel), "pages": 0, "error": error}
+                    await trio.to_thread.run_sync(_save_json, self.cache.layout_path(h), failed)
                 return status, error
         return "changed", None
 

@@ -177,6 +177,9 @@ def mounted() -> Iterator[RealMount]:
         planted_xlsx(src / "book.xlsx")
         planted_pdf(src / "private.pdf", ["Private planted text"])
         os.chmod(src / "private.pdf", 0o600)
+        # A symlink to a PDF outside the workspace: never followed.
+        planted_pdf(src.parent / "outside.pdf", ["Outside planted text"])
+        (src / "link.pdf").symlink_to(src.parent / "outside.pdf")
 
     with workspace(["--stale=serve"], populate=populate) as m:
         yield m
@@ -317,6 +320,12 @@ def test_edit_serves_stale_then_current(mounted: RealMount) -> None:
     assert decode_png(page.read_bytes())[2] == want[2]
     assert xattr(page, "source_hash") == new_hash
     assert decode_png(page.read_bytes())[2] != decode_png(old)[2]
+
+
+def test_symlink_out_of_src_is_not_rendered(mounted: RealMount) -> None:
+    assert (mounted.mnt / "link.pdf").is_symlink()
+    assert not (mounted.mnt / ".render" / "link.pdf").exists()
+    assert "link.pdf" not in os.listdir(mounted.mnt / ".render")
 
 
 def test_unreadable_file_is_refused(mounted: RealMount) -> None:
