@@ -117,7 +117,7 @@ class RenderTree(Base):
             return self._note(
                 rel, ERROR_UNIT, Freshness.FAILED, h, f"swfs could not render {rel}: {error}\n"
             )
-        errors = self.renderer.cache.page_errors(layout.hash, self.renderer.dpi)
+        errors = self.renderer.page_errors(layout.hash)
         if not errors:
             return None
         lines = "".join(f"{name}: {why}\n" for name, why in errors.items())
@@ -234,6 +234,6 @@ class RenderTree(Base):
         if layout.error:
             return [ERROR_UNIT]
         names = layout.names()
-        if self.renderer.cache.page_errors(layout.hash, self.renderer.dpi):
+        if self.renderer.page_errors(layout.hash):
             names.append(ERROR_UNIT)
         return names

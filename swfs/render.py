@@ -72,6 +72,7 @@ MAX_PIXELS = 16_000_000
 MAX_SIDE = 16_384
 CONVERT_TIMEOUT = 120.0  # seconds for one LibreOffice conversion and its page count
 PAGE_TIMEOUT = 60.0  # seconds for one page's render
+WORKER_START = 120.0  # seconds a render worker process may take to start
 MEMORY_MB = 3072  # address-space cap per render worker
 WORKERS = 2  # render worker processes at once
 ERROR_UNIT = "error.md"
@@ -504,6 +505,10 @@ def _memory_cap_mb() -> int:
     return -1 if soft == resource.RLIM_INFINITY else soft // (1024 * 1024)
 
 
+def _ready() -> None:
+    """A no-op: makes sure a worker process is up."""
+
+
 def _init_worker(memory_bytes: int) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
@@ -595,8 +600,22 @@ class Renderer:
         self._transient: dict[tuple[str, ...], tuple[float, str]] = {}  # key -> (when, error)
         self._older: dict[tuple[str, str | None], tuple[float, list[Hash]]] = {}
         self._layouts: dict[str, Layout] = {}  # by hash: a stored layout never changes
+        # Timeouts and crashes, by (hash, "layout") and (hash, dpi, name).
+        self._failed: dict[tuple[str, ...], str] = {}
+
+    def page_errors(self, h: str) -> dict[str, str]:
+        """Every page of content ``h`` that could not be rendered, and why."""
+        out = self.cache.page_errors(h, self.dpi)
+        dpi = f"{self.dpi:g}"
+        for key, error in self._failed.items():
+            if len(key) == 3 and key[0] == h and key[1] == dpi:
+                out[key[2]] = error
+        return dict(sorted(out.items()))
 
     def stored_layout(self, h: str) -> Layout | None:
+        failed = self._failed.get((h, "layout"))
+        if failed is not None:
+            return Layout(h, "page", 0, failed)
         layout = self._layouts.get(h)
         if layout is None:
             layout = self.cache.layout(h)
@@ -702,10 +721,9 @@ class Renderer:
                     while len(self._transient) > 4096:
                         self._transient.pop(next(iter(self._transient)))
                 if status in ("timeout", "crashed"):
-                    # A conversion that kills its worker fails the same way
-                    # next time: remember it for this content.
-                    failed = {"unit": unit_kind(rel), "pages": 0, "error": error}
-                    await trio.to_thread.run_sync(_save_json, self.cache.layout_path(h), failed)
+                    # Not stored (a busy machine may have caused it), but
+                    # remembered while the daemon runs.
+                    self._failed[(h, "layout")] = error or status
                 return status, error
         return "changed", None
 
@@ -747,7 +765,9 @@ class Renderer:
             found = self.cache.png(h, self.dpi, name, whole=whole)
             if found is not None:
                 return self._page(rel, name, Freshness.CURRENT, h, h, found, whole)
-            error = self.cache.page_error(h, self.dpi, name)
+            error = self._failed.get((h, f"{self.dpi:g}", name))
+            if error is None:
+                error = self.cache.page_error(h, self.dpi, name)
             if error is not None:
                 return RenderedPage(rel, name, Freshness.FAILED, h, h, None, error)
         for old in self.older_hashes(rel, h)[:8]:
@@ -856,8 +876,9 @@ class Renderer:
                 name,
             )
             if status in ("timeout", "crashed"):
-                path = self.cache.error_path(h, self.dpi, name)
-                await trio.to_thread.run_sync(_save_error, path, error or status)
+                # Not stored: a busy machine may have caused it.  Remembered
+                # while the daemon runs, so a hostile page costs one worker.
+                self._failed[(h, f"{self.dpi:g}", name)] = error or status
             if status != "changed":
                 return status, error
         return "changed", None
@@ -914,6 +935,12 @@ class Renderer:
         """``fn(*args)`` in a worker process, at most ``limit`` seconds of it."""
         ctx = await self._context()
         async with self._limiter:
+            # Starting a worker process (seconds on a busy machine) does not
+            # count against the job's limit: a no-op first, then the job on
+            # the worker it left idle.
+            with trio.move_on_after(WORKER_START):
+                with suppress(trio_parallel.BrokenWorkerError):
+                    await ctx.run_sync(_ready, kill_on_cancel=True, limiter=self._unbounded)
             with trio.move_on_after(limit):
                 try:
                     return await ctx.run_sync(
@@ -928,11 +955,6 @@ class Renderer:
                     )
         log.warning("%s: timed out after %g s", what, limit)
         return "timeout", f"timed out after {limit:g} s"
-
-
-def _save_error(path: Path, error: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    save_file(path, error.encode("utf-8"))
 
 
 def _describe_broken(exc: trio_parallel.BrokenWorkerError) -> str:

@@ -12,8 +12,10 @@
 
 from __future__ import annotations
 
+import errno
 import math
 import os
+import zlib
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
@@ -207,3 +209,56 @@ def test_changed_file_is_not_stored_under_its_old_hash(engine: Engine, tmp_path:
     status, _ = render.layout_job(str(src), old.hash, sig, str(cache))
     assert status == "changed"
     assert not render.RenderCache(cache).layout_path(old.hash).exists()
+
+
+def heavy_pdf() -> bytes:
+    """Page 1 fills three million tiny rectangles (tens of seconds to draw);
+    page 2 is empty."""
+    ops = zlib.compress(b"0 0 1 1 re f\n" * 3_000_000, 9)
+    return _pdf_from_objects(
+        [
+            b"<< /Type /Catalog /Pages 2 0 R >>",
+            b"<< /Type /Pages /Kids [3 0 R 5 0 R] /Count 2 >>",
+            b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 200 200] /Contents 4 0 R >>",
+            b"<< /Length %d /Filter /FlateDecode >>\nstream\n" % len(ops) + ops + b"\nendstream",
+            b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 200 200] /Contents 6 0 R >>",
+            b"<< /Length 0 >>\nstream\n\nendstream",
+        ]
+    )
+
+
+def test_a_page_past_its_time_limit_has_an_error_beside_it(tmp_path: Path) -> None:
+    src = tmp_path / "ws"
+    src.mkdir()
+    (src / "heavy.pdf").write_bytes(heavy_pdf())
+    with Engine.open(src, config=Config(rescan_interval=0)) as eng:
+        eng.scan()
+        tree = RenderTree(eng, Generation(), MountOptions(pending_wait=60))
+        tree.renderer = render.Renderer(eng, 110, page_timeout=1.0)
+
+        async def main() -> None:
+            assert await tree.children("heavy.pdf") == ["page-0001.png", "page-0002.png"]
+            with pytest.raises(OSError, match="timed out after 1 s") as caught:
+                await tree.open_entry("heavy.pdf/page-0001.png")
+            assert caught.value.errno == errno.EIO
+            assert await tree.children("heavy.pdf") == [
+                "page-0001.png",
+                "page-0002.png",
+                "error.md",
+            ]
+            err = await tree.entry("heavy.pdf/error.md")
+            assert err is not None
+            assert err.data is not None
+            assert "page-0001.png: timed out after 1 s" in err.data.decode()
+            assert "page-0002.png" not in err.data.decode()
+            failed = await tree.entry("heavy.pdf/page-0001.png", wait=False)
+            assert failed is not None
+            assert failed.xattrs["freshness"] == "failed"
+            assert "timed out" in failed.xattrs["error"]
+            # The killed worker is replaced: the next page renders.
+            ok = await tree.open_entry("heavy.pdf/page-0002.png")
+            assert ok is not None
+            assert ok.data is not None
+            assert render.png_info(ok.data)[:2] == (306, 306)
+
+        run(main)
