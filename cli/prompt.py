@@ -26,9 +26,10 @@ native files (read and write them as usual) there are read-only trees:
   .versions/<path>/   every recorded version of a file, NNNN-<hash>.<ext>
                       (not listed by `ls` of the root; open it by path).
   .render/<path>/     PNG images to look at: page-0001.png (PDF, Word, sheets
-                      as printed), slide-001.png; same numbers as .parsed.
-                      Made on first open (seconds for an office file); not
-                      listed by `ls` of the root; an error.md says what failed.
+                      as printed), slide-001.png; PDF pages and slides are
+                      numbered as in .parsed.  Made on first open (seconds
+                      for an office file); freshness in xattrs; not listed
+                      by `ls` of the root; an error.md says what failed.
 
 Each .parsed file starts with a header line
   <!-- swfs source=... unit=... hash=... freshness=current|stale|pending|failed ... -->
