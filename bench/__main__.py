@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench import journalcost, passthrough, searchload, swfsloads
+from bench import journalcost, passthrough, renderload, searchload, swfsloads
 from bench.common import Ctx, Sizes
 from bench.mounter import (
     BenchError,
@@ -39,8 +39,14 @@ WORKLOADS: dict[str, Workload] = {
     **swfsloads.WORKLOADS,
     **journalcost.WORKLOADS,
     **searchload.WORKLOADS,
+    **renderload.WORKLOADS,
 }
-SWFS_ONLY = set(swfsloads.WORKLOADS) | set(journalcost.WORKLOADS) | set(searchload.WORKLOADS)
+SWFS_ONLY = (
+    set(swfsloads.WORKLOADS)
+    | set(journalcost.WORKLOADS)
+    | set(searchload.WORKLOADS)
+    | set(renderload.WORKLOADS)
+)
 
 
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

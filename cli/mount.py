@@ -48,6 +48,7 @@ def mount_workspace(args: argparse.Namespace, config: Config) -> int:
             debug=args.debug,
             journal=not args.no_journal,
             callers=ancestry(os.getppid()),
+            render_dpi=args.render_dpi,
         )
     except ValueError as exc:
         raise MountError(f"bad mount option: {exc}") from None
@@ -115,6 +116,13 @@ def register(c: Commands) -> None:
         choices=("hidden", "visible"),
         default="hidden",
         help="whether the mount root lists .versions (it works by path either way)",
+    )
+    sp.add_argument(
+        "--render-dpi",
+        type=float,
+        default=110.0,
+        metavar="DPI",
+        help="resolution of the page images under .render (default 110)",
     )
     sp.add_argument("--no-allow-other", action="store_true", help="do not mount with allow_other")
     sp.add_argument(

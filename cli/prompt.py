@@ -61,6 +61,15 @@ path as it is.  `swfs search . "QUERY" [--json]` prints the same.
 """,
     ),
     (
+        "Pictures: .render/<path>/",
+        """\
+PNG images to look at: page-0001.png (PDF, Word, sheets as printed),
+slide-001.png; PDF pages and slides are numbered as in .parsed.  Made on
+first open (seconds for an office file); freshness in the xattrs; not listed
+by `ls` of the root; an error.md says what failed.
+""",
+    ),
+    (
         "Changes: .review/",
         """\
 SUMMARY.md lists every path added, modified, deleted or renamed since the

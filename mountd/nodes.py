@@ -43,9 +43,10 @@ class Tree(enum.StrEnum):
     REVIEW = ".review"
     VERSIONS = ".versions"
     SEARCH = ".search"
+    RENDER = ".render"
 
 
-SYNTHETIC_TREES = (Tree.PARSED, Tree.REVIEW, Tree.VERSIONS, Tree.SEARCH)
+SYNTHETIC_TREES = (Tree.PARSED, Tree.REVIEW, Tree.VERSIONS, Tree.SEARCH, Tree.RENDER)
 
 
 @dataclass(eq=False)

@@ -32,6 +32,7 @@ from mountd.passthrough import (
     split,
 )
 from mountd.poll import Poller
+from mountd.render import RenderTree
 from mountd.searchtree import SearchTree
 from mountd.synthetic import Entry, Generation, ReviewTree, SyntheticTree, make_trees
 from swfs.api import XATTR_PREFIX, EngineAPI, RelPath
@@ -151,6 +152,7 @@ class Operations(pyfuse3.Operations):
         self.gen = Generation()
         self.trees: dict[Tree, SyntheticTree] = dict(make_trees(engine, self.gen, options))
         self.trees[Tree.SEARCH] = SearchTree(engine, self.gen)
+        self.trees[Tree.RENDER] = RenderTree(engine, self.gen, options)
         self.handles: dict[int, Handle] = {}
         self._next_fh = 1
         self._pending = _Pending()
@@ -383,7 +385,7 @@ class Operations(pyfuse3.Operations):
         self.gen.bump(rel)
         nodes = [
             n
-            for tree in (Tree.PARSED, Tree.VERSIONS)
+            for tree in (Tree.PARSED, Tree.VERSIONS, Tree.RENDER)
             for n in self.table.synthetic_below(tree, rel)
         ]
         nodes += self.table.synthetic_below(Tree.REVIEW, "")
@@ -515,7 +517,11 @@ class Operations(pyfuse3.Operations):
             return fi
         if flags & os.O_ACCMODE != os.O_RDONLY or flags & os.O_TRUNC:
             raise fail(errno.EROFS)
-        e = await self._entry(node, wait=True)
+        # A tree whose files are made on first open (.render) says so.
+        opener = getattr(self._tree(node), "open_entry", None)
+        e = await opener(node.spath) if opener is not None else await self._entry(node, wait=True)
+        if e is None:
+            raise fail(errno.ENOENT)
         fi = await self._open_synthetic(node, e)
         self.journal.on_open(fi.fh, ctx.pid, join(node.tree, node.spath), xattrs=e.xattrs)
         return fi
@@ -723,7 +729,8 @@ class Operations(pyfuse3.Operations):
             if node is table.root:
                 # .versions is reachable by name but listed only on request, so
                 # a recursive search from the root skips every old version.
-                shown = sorted(RESERVED)
+                # .render too: `grep -r` from the root would render every page.
+                shown = sorted(RESERVED - {".render"})
                 if self.options.versions == "hidden":
                     shown.remove(".versions")
                 shown.remove(".search")  # by path only: a recursive grep runs no queries
@@ -1013,7 +1020,7 @@ class Operations(pyfuse3.Operations):
         if not rels:  # nothing the engine shows changed: the generated trees hold
             return _Invalidation(sorted(inodes), sorted(attrs - inodes), entries, dirs)
         for rel in rels:
-            for tree in (Tree.PARSED, Tree.VERSIONS):
+            for tree in (Tree.PARSED, Tree.VERSIONS, Tree.RENDER):
                 synthetic += self.table.synthetic_below(tree, rel)
         synthetic += self.table.synthetic_below(Tree.REVIEW, "")
         for n in synthetic:

@@ -47,6 +47,7 @@ class MountOptions:
     # (pid, start) of the process that ran `swfs mount` and its ancestors:
     # where the journal's jobs end (swfs.procinfo)
     callers: tuple[tuple[int, int], ...] = ()
+    render_dpi: float = 110.0  # resolution of .render images (swfs.render)
 
     def __post_init__(self) -> None:
         if self.stale not in ("serve", "wait"):
@@ -56,6 +57,9 @@ class MountOptions:
         for name in ("stale_wait", "pending_wait", "entry_timeout", "attr_timeout", "poll_window"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must not be negative")
+        from swfs.render import clamp_dpi
+
+        clamp_dpi(self.render_dpi)
 
     @property
     def resolved_allow_other(self) -> bool:
