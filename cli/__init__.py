@@ -19,11 +19,11 @@ from swfs.control import ControlError, ControlUnavailable
 from swfs.store import StoreError
 from swfs.workspace import WorkspaceError
 
-from . import commands, mount, prompt
+from . import commands, history, mount, prompt
 from .base import CLIError, Commands
 from .mount import MountError
 
-_MODULES = (mount, commands, prompt)
+_MODULES = (mount, commands, history, prompt)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -33,6 +33,13 @@ digest, and its value then carries the path (``"path"`` in a file record;
 ``versions``  path -> ``[[number, hash, recorded_at, cause, size], ...]``
     Numbers start at 1 and strictly increase.  Kept for deleted paths too.
 ``snapshots``  name -> manifest
+``snapinfo``  snapshot name -> ``{"at": float, "kind": "snapshot"|"submission"|
+    "baseline", "dirs": [directories that held no file then, ...]}``
+    (swfs.history).  A snapshot without one predates it: kind "snapshot".
+    Kind "baseline" is a former baseline kept on re-baselining: its bytes are
+    those the history kept (like the baseline's own), not copied up front.
+``submissions``  name -> ``{"at": float, "snapshot": name, "files":
+    [{"path", "hash", "size", "status"}, ...]}`` (swfs.history)
 ``journal``  8-byte big-endian sequence number -> event
     ``{"t": float, "ev": str, ...}``; append-only.
 ``diffs``  blake3 of ``kind|old hash|new hash|path`` -> rendered diff (UTF-8 text)
@@ -72,7 +79,17 @@ import lmdb
 log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 2
-_DBS = ("meta", "files", "parses", "versions", "snapshots", "journal", "diffs")
+_DBS = (
+    "meta",
+    "files",
+    "parses",
+    "versions",
+    "snapshots",
+    "journal",
+    "diffs",
+    "snapinfo",
+    "submissions",
+)
 _INITIAL_MAP_SIZE = 1 << 30
 FLUSH_INTERVAL = 1.0  # seconds between fsyncs of the store in a running daemon
 _MAX_MAP_SIZE = 1 << 40

@@ -28,6 +28,7 @@ from parsers import registry
 from parsers._base import FileInfo
 from parsers.cells import count_cells
 
+from . import history
 from .api import (
     Access,
     Cause,
@@ -82,6 +83,9 @@ class Config:
     max_preserve_bytes: int = 1 << 30  # larger files keep hashes but no preserved bytes
     rescan_interval: float = 30.0
     diff_max_lines: int = 4000
+    # A path that lived less than this (seconds) and is then deleted or
+    # renamed over another keeps no history of its own: an editor's temp file.
+    temp_lifetime: float = 60.0
 
 
 @dataclass
@@ -284,6 +288,7 @@ class Workspace:
                 for rel in gone:
                     stats.removed += 1
                     self.store.delete_file(txn, rel)
+                    history.forget_ephemeral(self, txn, rel)
                     self.store.append_journal(txn, "unlink", path=rel, cause="external")
                 self.store.append_journal(
                     txn,
@@ -394,6 +399,7 @@ class Workspace:
             if rec is not None:
                 with self.store.write() as txn:
                     self.store.delete_file(txn, rel)
+                    history.forget_ephemeral(self, txn, rel)
                     self.store.append_journal(txn, "unlink", path=rel, cause=cause.value)
                     self._bump(txn)
                 self._changed(rel)
@@ -638,7 +644,8 @@ class Workspace:
             # Renamed over an existing path: the editor save pattern.  The
             # target keeps its history and gains one version; a short-lived
             # source (a temp file) leaves no history of its own.
-            cause = Cause.WRITE if len(src_versions) <= 1 else Cause.RENAME
+            temp = len(src_versions) <= 1 or history.is_ephemeral(self, src, src_versions)
+            cause = Cause.WRITE if temp else Cause.RENAME
             if not dst_versions or dst_versions[-1][1] != rec.hash:
                 number = dst_versions[-1][0] + 1 if dst_versions else 1
                 dst_versions.append([number, rec.hash, time.time(), cause.value, rec.size])
@@ -647,7 +654,7 @@ class Workspace:
                 prev = self.store.get_parse(target.hash, target.parser or "", txn)
                 if prev is not None and prev["status"] == OK:
                     rec = dataclasses.replace(rec, view_hash=target.hash, view_parser=target.parser)
-            if len(src_versions) <= 1:
+            if temp:
                 self.store.put_versions(txn, src, [])
         else:
             self.store.put_versions(txn, dst, src_versions)
@@ -661,6 +668,7 @@ class Workspace:
             if self.store.get_file(rel, txn) is None:
                 return
             self.store.delete_file(txn, rel)
+            history.forget_ephemeral(self, txn, rel)
             self.store.append_journal(txn, "unlink", path=rel, cause="write")
             self._bump(txn)
         self._changed(rel)
@@ -899,10 +907,14 @@ class Workspace:
 
     def set_baseline(self) -> int:
         manifest = self.manifest()
-        self.store.ensure_room(200 * len(manifest))
+        dirs = history.empty_dirs(self, manifest)
+        self.store.ensure_room(400 * len(manifest))
         with self.store.write() as txn:
             meta = self.store.dbs["meta"]
-            txn.put(b"baseline", dumps(manifest), db=meta)
+            data = dumps(manifest)
+            history.keep_previous_baseline(self, txn, data)
+            txn.put(b"baseline", data, db=meta)
+            txn.put(b"baseline_dirs", dumps(dirs), db=meta)
             txn.put(b"baseline_at", dumps(time.time()), db=meta)
             gen = int(bytes(txn.get(b"baseline_gen", db=meta) or b"0"))
             txn.put(b"baseline_gen", str(gen + 1).encode(), db=meta)
