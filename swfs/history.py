@@ -130,6 +130,10 @@ def _put_info(txn: lmdb.Transaction, ws: Workspace, name: str, info: dict[str, A
     txn.put(name.encode("utf-8", "surrogateescape"), dumps(info), db=ws.store.dbs["snapinfo"])
 
 
+def snapshot_kind(ws: Workspace, name: str) -> str:
+    return str(_info(ws, name).get("kind", KIND_SNAPSHOT))
+
+
 def take_snapshot(ws: Workspace, name: str, *, kind: str = KIND_SNAPSHOT) -> int:
     """*slow*: ``Workspace.snapshot`` plus the directories it cannot name."""
     check_name(ws, name, "submission" if kind == KIND_SUBMISSION else "snapshot")
@@ -553,6 +557,9 @@ def reset(ws: Workspace, to: str = BASELINE) -> ResetResult:
             touched_dirs.add(rel.rpartition("/")[0])
             result.restored += 1
         wanted_dirs = set(target.dirs)
+        # Empty directories are known where a state recorded them: those of
+        # the baseline that the target lacks go too (if still empty).
+        emptied.update(set(ws.store.get_meta("baseline_dirs", [])) - wanted_dirs)
         for d in sorted(emptied, key=lambda d: d.count("/"), reverse=True):
             if d in wanted_dirs or ws._hidden(d):
                 continue
