@@ -17,6 +17,7 @@ overwrites or removes is kept first, as a write through the mount would be.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import datetime
 import errno
 import logging
@@ -372,15 +373,18 @@ def current_hashes(ws: Workspace) -> dict[str, str]:
     fixed prefix instead of decoding it: the comparison a reset starts with
     costs one cursor pass over the table, whatever its size."""
     out: dict[str, str] = {}
-    with ws.store.read() as txn:
+    with ws.store.env.begin(write=False, buffers=True) as txn:
         for key, raw in txn.cursor(db=ws.store.dbs["files"]):
-            data = bytes(raw)
-            body = data[data.find(b"\n") + 1 :]
-            if body.startswith(b'{"h":"') and bytes(key[:1]) != b"\0":
-                out[pdecode(key)] = body[_HASH_AT : _HASH_AT + 64].decode("ascii")
-            else:
-                d = loads(body)
-                out[d.get("path") or pdecode(key)] = d["h"]
+            head = bytes(raw[:160])
+            nl = head.find(b"\n")
+            start = nl + 1 + _HASH_AT
+            if nl >= 0 and head[nl + 1 : start] == b'{"h":"' and len(head) >= start + 64:
+                k = bytes(key)
+                if k[:1] != b"\0":
+                    out[k.decode("utf-8", "surrogateescape")] = head[start : start + 64].decode()
+                    continue
+            d = loads(bytes(raw).partition(b"\n")[2])
+            out[d.get("path") or pdecode(key)] = d["h"]
     return out
 
 
@@ -480,9 +484,10 @@ def _ensure_bytes(
         )
 
 
-def _write_back(ws: Workspace, rel: str, entry: list[Any]) -> None:
+def _write_back(ws: Workspace, rel: str, entry: list[Any], *, durable: bool = True) -> None:
     """Put the bytes of ``entry`` (from the blob store) at ``rel``: a temp file
-    in the same directory, fsynced, renamed over whatever is there."""
+    in the same directory, renamed over whatever is there.  Not ``durable``:
+    the caller syncs the file system once for many files (``_syncfs``)."""
     dest = ws.abspath(rel)
     os.makedirs(os.path.dirname(dest) or ".", exist_ok=True)
     if os.path.isdir(dest) and not os.path.islink(dest):
@@ -500,7 +505,8 @@ def _write_back(ws: Workspace, rel: str, entry: list[Any]) -> None:
                 except OSError as exc:
                     log.debug("%s: cannot give back its owner: %s", rel, exc)
             os.fchmod(fd, mode)
-            os.fsync(fd)
+            if durable:
+                os.fsync(fd)
         finally:
             os.close(fd)
         os.replace(tmp, dest)
@@ -551,7 +557,7 @@ def reset(ws: Workspace, to: str = BASELINE) -> ResetResult:
         for rel in plan.write:
             if os.path.lexists(ws.abspath(rel)):
                 ws.preserve_inode(RelPath(rel))
-            _write_back(ws, rel, target.manifest[rel])
+            _write_back(ws, rel, target.manifest[rel], durable=False)
             ws.check_file(RelPath(rel), cause=Cause.RESTORE, force=True)
             ws._set_busy(rel, False)  # recorded: rescans may look at it again
             touched_dirs.add(rel.rpartition("/")[0])
@@ -589,6 +595,11 @@ def reset(ws: Workspace, to: str = BASELINE) -> ResetResult:
     finally:
         for d in touched_dirs:
             ws._changed(d)  # listings of these directories changed
+    if plan.changes():
+        # One flush for every file written back, instead of one each: the
+        # bytes are safe in the blob store meanwhile, and a reset cut short
+        # by a crash is simply run again.
+        _syncfs(ws.abspath(""))
     result.kept_dirs.sort()
     result.secs = round(time.monotonic() - t0, 4)
     with ws.store.write() as txn:
@@ -596,6 +607,19 @@ def reset(ws: Workspace, to: str = BASELINE) -> ResetResult:
         ws._bump(txn)
     ws.store.flush()
     return result
+
+
+def _syncfs(path: str) -> None:
+    """Flush the file system holding ``path`` (``syncfs(2)``; ``sync`` where
+    the C library lacks it)."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        syncfs = getattr(libc, "syncfs", None)
+        if syncfs is None or syncfs(fd) != 0:
+            os.sync()
+    finally:
+        os.close(fd)
 
 
 def _holds_target_file(d: str, manifest: dict[str, list[Any]]) -> bool:
