@@ -33,7 +33,9 @@ background after every write, and a read waits briefly for that.  Run
 `swfs sync .` to wait until every view is current, or read the xattr
 `user.sw.freshness` (getfattr -n user.sw.freshness FILE).  `swfs diff .`
 prints the review, `swfs versions . PATH` the history, `swfs restore . PATH@N`
-brings a version back.
+brings a version back (`PATH@baseline` or `PATH@SNAPSHOT`: as then).  Named
+snapshots are under .versions/@snapshots/<name>/ (`swfs snapshots .`); when
+asked to hand in your work, `swfs submit . NAME [PATH...]` records it.
 """
 
 
