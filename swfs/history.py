@@ -63,6 +63,8 @@ def check_name(ws: Workspace, name: str, what: str = "snapshot") -> None:
         raise _error(f"{name[:40]}...: {what} name longer than 200 bytes")
     if name == BASELINE:
         raise _error(f"{name!r}: reserved for the present baseline")
+    if name.isdigit():
+        raise _error(f"{name!r}: a number would read as a version number in PATH@N")
     if ws.store.get_snapshot(name) is not None:
         raise _error(f"{name!r}: a snapshot of that name exists already")
 
@@ -544,6 +546,34 @@ def reset(ws: Workspace, to: str = BASELINE) -> ResetResult:
             note_parent(rel, emptied)
             touched_dirs.add(rel.rpartition("/")[0])
             result.removed += 1
+        # Directories the files still to come need are not removed on the way.
+        needed: set[str] = set()
+        for rel in [*plan.write, *(new for _, new in plan.renames)]:
+            note_parent(rel, needed)
+        wanted_dirs = set(target.dirs)
+
+        def prune(final: bool) -> None:
+            """Remove the candidate directories that are empty now, deepest
+            first; in the ``final`` pass, name those that are not."""
+            for d in sorted(emptied, key=lambda d: d.count("/"), reverse=True):
+                if d in wanted_dirs or ws._hidden(d) or (not final and d in needed):
+                    continue
+                try:
+                    os.rmdir(ws.abspath(d))
+                except FileNotFoundError:
+                    emptied.discard(d)
+                    continue
+                except OSError as exc:
+                    if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR):
+                        raise
+                    if final and not _holds_target_file(d, target.manifest):
+                        result.kept_dirs.append(d)
+                    continue
+                emptied.discard(d)
+                result.dirs_removed += 1
+                touched_dirs.update((d, d.rpartition("/")[0]))
+
+        prune(final=False)  # a directory may stand where a file comes back
         for old, new in plan.renames:
             dest = ws.abspath(new)
             os.makedirs(os.path.dirname(dest) or ".", exist_ok=True)
@@ -554,6 +584,7 @@ def reset(ws: Workspace, to: str = BASELINE) -> ResetResult:
             note_parent(old, emptied)
             touched_dirs.update((old.rpartition("/")[0], new.rpartition("/")[0]))
             result.renamed += 1
+        prune(final=False)
         for rel in plan.write:
             if os.path.lexists(ws.abspath(rel)):
                 ws.preserve_inode(RelPath(rel))
@@ -562,26 +593,10 @@ def reset(ws: Workspace, to: str = BASELINE) -> ResetResult:
             ws._set_busy(rel, False)  # recorded: rescans may look at it again
             touched_dirs.add(rel.rpartition("/")[0])
             result.restored += 1
-        wanted_dirs = set(target.dirs)
         # Empty directories are known where a state recorded them: those of
         # the baseline that the target lacks go too (if still empty).
         emptied.update(set(ws.store.get_meta("baseline_dirs", [])) - wanted_dirs)
-        for d in sorted(emptied, key=lambda d: d.count("/"), reverse=True):
-            if d in wanted_dirs or ws._hidden(d):
-                continue
-            try:
-                os.rmdir(ws.abspath(d))
-            except FileNotFoundError:
-                continue
-            except OSError as exc:
-                if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
-                    if not _holds_target_file(d, target.manifest):
-                        result.kept_dirs.append(d)
-                    continue
-                raise
-            result.dirs_removed += 1
-            touched_dirs.add(d)
-            touched_dirs.add(d.rpartition("/")[0])
+        prune(final=True)
         for d in plan.mkdirs:
             os.makedirs(ws.abspath(d), exist_ok=True)
             touched_dirs.add(d.rpartition("/")[0])

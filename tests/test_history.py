@@ -242,7 +242,7 @@ def test_restore_from_snapshot_and_baseline(engine: Engine) -> None:
 
 def test_snapshot_names_listing_and_deletion(engine: Engine) -> None:
     history.take_snapshot(engine, "one")
-    for bad in ("baseline", "a/b", ".hidden", "x@y", "one"):
+    for bad in ("baseline", "a/b", ".hidden", "x@y", "one", "2024", ""):
         with pytest.raises(WorkspaceError):
             history.take_snapshot(engine, bad)
     history.submit(engine, "sub")
@@ -394,3 +394,17 @@ def test_gc_rejects_a_negative_window(engine: Engine) -> None:
 def test_store_bytes_counts_the_store(engine: Engine) -> None:
     db = engine.store_dir / "db" / "data.mdb"
     assert gc.store_bytes(engine) >= db.stat().st_blocks * 512 > 0
+
+
+def test_reset_where_files_and_directories_swapped_places(engine: Engine) -> None:
+    before = tree(engine.src)
+    unlink(engine, "notes.md")
+    write(engine, "notes.md/inside.txt", b"a directory now\n")
+    unlink(engine, "docs/deep/b.txt")
+    os.rmdir(engine.src / "docs" / "deep")
+    write(engine, "docs/deep", b"a file now\n")
+    write(engine, "docs/sub/c.txt", b"beside a restored file\n")
+    result = history.reset(engine)
+    assert tree(engine.src) == before
+    assert result.kept_dirs == []
+    assert review.changes(engine) == []
