@@ -16,7 +16,8 @@ digest, and its value then carries the path (``"path"`` in a file record;
 
 ``meta``
     ``format_version`` -> int.  ``baseline`` -> manifest (see below).
-    ``baseline_at`` -> float.  ``created_at`` -> float.  ``parsers`` -> str,
+    ``baseline_at`` -> float.  ``baseline_dirs`` -> [directories that held
+    no file at the baseline] (swfs.history).  ``created_at`` -> float.  ``parsers`` -> str,
     ``parsers.registry.fingerprint()`` at the last scan: when it differs, the
     next scan re-examines every file so that each gets the present parser key.
 ``files``  path -> file record: the stat signature as ASCII
@@ -58,6 +59,8 @@ Format changelog:
     2  file records start with the stat signature (``size,mtime,ctime,ino``
        and a newline) so that a rescan need not decode them.  Format 1 stores
        are upgraded in place when opened.
+       Added within format 2 (older stores gain them empty when opened):
+       ``snapinfo``, ``submissions``, meta ``baseline_dirs``.
 """
 
 from __future__ import annotations
