@@ -23,6 +23,7 @@ import errno
 import logging
 import os
 import stat
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -45,6 +46,7 @@ KIND_SUBMISSION = "submission"
 KIND_BASELINE = "baseline"
 _STAGING = ".swfs-reset"  # temp name suffix of a file being written by a reset
 _HASH_AT = len(b'{"h":"')
+_BATCH_SYNC = 64  # files written back above which one syncfs replaces their fsyncs
 
 
 def _error(message: str) -> Exception:
@@ -145,6 +147,7 @@ def take_snapshot(ws: Workspace, name: str, *, kind: str = KIND_SNAPSHOT) -> int
     dirs = empty_dirs(ws, manifest)
     with ws.store.write() as txn:
         _put_info(txn, ws, name, {"at": time.time(), "kind": kind, "dirs": dirs})
+    _index(ws).get()  # warm for a reset to come (a snapshot costs a pass anyway)
     return files
 
 
@@ -176,6 +179,7 @@ def delete_snapshot(ws: Workspace, name: str) -> int:
     if get_submission(ws, name) is not None:
         raise _error(f"{name!r}: the snapshot of a submission; it is kept with the submission")
     key = name.encode("utf-8", "surrogateescape")
+    _index(ws).manifests.pop(name, None)
     with ws.store.write() as txn:
         txn.delete(key, db=ws.store.dbs["snapshots"])
         txn.delete(key, db=ws.store.dbs["snapinfo"])
@@ -361,19 +365,79 @@ class TargetState:
 def target_state(ws: Workspace, to: str) -> TargetState:
     """``baseline`` or a snapshot (a submission is one) by name."""
     if to == BASELINE:
-        if ws.store.get_meta("baseline") is None:
+        if ws.store.get_meta("baseline_at") is None:
             raise _error("no baseline yet: the workspace was never scanned")
         return TargetState(BASELINE, ws.baseline_manifest(), ws.store.get_meta("baseline_dirs", []))
-    manifest = ws.store.get_snapshot(to)
+    index = _index(ws)
+    manifest = index.manifests.get(to)
     if manifest is None:
-        raise _error(f"{to!r}: no such snapshot or submission (see `swfs snapshots`)")
+        manifest = ws.store.get_snapshot(to)
+        if manifest is None:
+            raise _error(f"{to!r}: no such snapshot or submission (see `swfs snapshots`)")
+        index.manifests[to] = manifest  # snapshots never change; deleting drops it
     return TargetState(to, manifest, list(_info(ws, to).get("dirs", [])))
 
 
+class _HashIndex:
+    """path -> hash of every file record, kept in memory and brought up to
+    date from the paths the engine reports as changed: after the first
+    reset of a daemon's life, finding what differs costs a lookup per change,
+    not a pass over the table."""
+
+    def __init__(self, ws: Workspace) -> None:
+        self.ws = ws
+        self.lock = threading.Lock()
+        self.hashes: dict[str, str] | None = None
+        self.dirty: set[str] = set()
+        self.manifests: dict[str, dict[str, list[Any]]] = {}  # snapshot name -> manifest
+        # Called synchronously in the thread that recorded the change (the
+        # engine's own listeners may be deferred to the event loop).
+        ws._listeners.append(self._touch)
+
+    def _touch(self, rel: str) -> None:
+        with self.lock:
+            self.dirty.add(str(rel))
+
+    def get(self) -> dict[str, str]:
+        with self.lock:
+            dirty, self.dirty = self.dirty, set()
+            hashes = self.hashes
+        if hashes is None:
+            hashes = _read_hashes(self.ws)
+        else:
+            with self.ws.store.read() as txn:
+                for rel in dirty:
+                    rec = self.ws.store.get_file(rel, txn)
+                    if rec is None:
+                        hashes.pop(rel, None)
+                    else:
+                        hashes[rel] = rec.hash
+        with self.lock:
+            self.hashes = hashes
+        return dict(hashes)
+
+
+_INDEX_LOCK = threading.Lock()
+
+
+def _index(ws: Workspace) -> _HashIndex:
+    # An attribute of the workspace (not a module-level map): it lives and
+    # dies with it.
+    with _INDEX_LOCK:
+        index = vars(ws).get("_history_index")
+        if index is None:
+            index = vars(ws)["_history_index"] = _HashIndex(ws)
+    return index
+
+
 def current_hashes(ws: Workspace) -> dict[str, str]:
+    """path -> hash of every file record now."""
+    return _index(ws).get()
+
+
+def _read_hashes(ws: Workspace) -> dict[str, str]:
     """path -> hash of every file record, reading the hash from the record's
-    fixed prefix instead of decoding it: the comparison a reset starts with
-    costs one cursor pass over the table, whatever its size."""
+    fixed prefix instead of decoding it: one cursor pass over the table."""
     out: dict[str, str] = {}
     with ws.store.env.begin(write=False, buffers=True) as txn:
         for key, raw in txn.cursor(db=ws.store.dbs["files"]):
@@ -585,10 +649,13 @@ def reset(ws: Workspace, to: str = BASELINE) -> ResetResult:
             touched_dirs.update((old.rpartition("/")[0], new.rpartition("/")[0]))
             result.renamed += 1
         prune(final=False)
+        # Many files: one flush of the file system at the end; a few: one
+        # fsync each (a file system flush also waits for everyone else's data).
+        batch = len(plan.write) > _BATCH_SYNC
         for rel in plan.write:
             if os.path.lexists(ws.abspath(rel)):
                 ws.preserve_inode(RelPath(rel))
-            _write_back(ws, rel, target.manifest[rel], durable=False)
+            _write_back(ws, rel, target.manifest[rel], durable=not batch)
             ws.check_file(RelPath(rel), cause=Cause.RESTORE, force=True)
             ws._set_busy(rel, False)  # recorded: rescans may look at it again
             touched_dirs.add(rel.rpartition("/")[0])
@@ -610,10 +677,9 @@ def reset(ws: Workspace, to: str = BASELINE) -> ResetResult:
     finally:
         for d in touched_dirs:
             ws._changed(d)  # listings of these directories changed
-    if plan.changes():
-        # One flush for every file written back, instead of one each: the
-        # bytes are safe in the blob store meanwhile, and a reset cut short
-        # by a crash is simply run again.
+    if len(plan.write) > _BATCH_SYNC:
+        # The bytes are safe in the blob store meanwhile, and a reset cut
+        # short by a crash is simply run again.
         _syncfs(ws.abspath(""))
     result.kept_dirs.sort()
     result.secs = round(time.monotonic() - t0, 4)

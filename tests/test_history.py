@@ -95,8 +95,13 @@ def change_everything(eng: Engine) -> None:
 # ---------------------------------------------------------------- reset
 
 
+def table(eng: Engine) -> dict[str, str]:
+    return {rel: rec.hash for rel, rec in eng.store.all_files().items()}
+
+
 def test_reset_to_baseline_restores_the_tree_byte_for_byte(engine: Engine) -> None:
     before = tree(engine.src)
+    assert history.current_hashes(engine) == table(engine)  # the index is built
     inodes = {rel: os.stat(engine.src / "notes.md").st_ino for rel in ("notes.md",)}
     change_everything(engine)
     assert tree(engine.src) != before
@@ -118,11 +123,17 @@ def test_reset_to_baseline_restores_the_tree_byte_for_byte(engine: Engine) -> No
         hash_bytes(b"alpha\nbeta\n"),
     ]
     assert all(v.available for v in versions[-2:])
+    # The in-memory index followed every change the engine recorded.
+    assert history.current_hashes(engine) == table(engine)
+    change_everything(engine)
+    assert history.current_hashes(engine) == table(engine)
+    history.reset(engine)
+    assert tree(engine.src) == before
     # A second reset has nothing to do.
     again = history.reset(engine)
     assert (again.removed, again.restored, again.renamed) == (0, 0, 0)
     kinds = [ev["ev"] for _, ev in engine.store.iter_journal()]
-    assert kinds.count("reset") == 2
+    assert kinds.count("reset") == 3
 
 
 def test_reset_to_a_submission_brings_back_the_submitted_state(engine: Engine) -> None:
