@@ -603,10 +603,11 @@ def reset(ws: Workspace, to: str = BASELINE) -> ResetResult:
 
     try:
         for rel in plan.remove:
-            ws.preserve_inode(RelPath(rel))
+            # The agent's work, however young: kept, and its history too.
+            ws.preserve_inode(RelPath(rel), keep_temp=True)
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(ws.abspath(rel))
-            ws.record_unlink(RelPath(rel))
+            _record_removed(ws, rel)
             note_parent(rel, emptied)
             touched_dirs.add(rel.rpartition("/")[0])
             result.removed += 1
@@ -654,7 +655,7 @@ def reset(ws: Workspace, to: str = BASELINE) -> ResetResult:
         batch = len(plan.write) > _BATCH_SYNC
         for rel in plan.write:
             if os.path.lexists(ws.abspath(rel)):
-                ws.preserve_inode(RelPath(rel))
+                ws.preserve_inode(RelPath(rel), keep_temp=True)
             _write_back(ws, rel, target.manifest[rel], durable=not batch)
             ws.check_file(RelPath(rel), cause=Cause.RESTORE, force=True)
             ws._set_busy(rel, False)  # recorded: rescans may look at it again
@@ -690,6 +691,19 @@ def reset(ws: Workspace, to: str = BASELINE) -> ResetResult:
     return result
 
 
+def _record_removed(ws: Workspace, rel: str) -> None:
+    """``Workspace.record_unlink`` for a file the reset removed: its history
+    stays whatever its age (it is no editor's temp file)."""
+    ws._set_busy(rel, False)
+    with ws.store.write() as txn:
+        if ws.store.get_file(rel, txn) is None:
+            return
+        ws.store.delete_file(txn, rel)
+        ws.store.append_journal(txn, "unlink", path=rel, cause="reset")
+        ws._bump(txn)
+    ws._changed(rel)
+
+
 def _syncfs(path: str) -> None:
     """Flush the file system holding ``path`` (``syncfs(2)``; ``sync`` where
     the C library lacks it)."""
@@ -720,7 +734,7 @@ def restore_from(ws: Workspace, rel: str, source: str) -> str:
     ws.check_file(RelPath(rel))
     try:
         if os.path.lexists(ws.abspath(rel)):
-            ws.preserve_inode(RelPath(rel))
+            ws.preserve_inode(RelPath(rel), keep_temp=True)
         _write_back(ws, rel, entry)
     except OSError as exc:
         raise _error(f"{rel}: cannot restore: {exc.strerror or exc}") from exc
@@ -739,9 +753,23 @@ def is_ephemeral(ws: Workspace, rel: str, versions: list[list[Any]]) -> bool:
     """A path whose whole recorded life is shorter than the configured
     temp-file lifetime and that the baseline does not hold: an editor's temp
     file, whose history is not worth keeping once it is renamed or deleted."""
-    if not versions or rel in ws.baseline_manifest():
+    if not versions or time.time() - float(versions[0][2]) >= ws.config.temp_lifetime:
         return False
-    return time.time() - float(versions[0][2]) < ws.config.temp_lifetime
+    manifest = ws.baseline_manifest()
+    if rel in manifest:
+        return False
+    # A baseline file renamed (its history moved along) is no temp file.
+    hashes = _baseline_hashes(ws, manifest)
+    return not any(v[1] in hashes for v in versions)
+
+
+def _baseline_hashes(ws: Workspace, manifest: dict[str, list[Any]]) -> frozenset[str]:
+    cached = vars(ws).get("_history_baseline_hashes")
+    if cached is not None and cached[0] is manifest:
+        return cached[1]
+    hashes = frozenset(e[0] for e in manifest.values())
+    vars(ws)["_history_baseline_hashes"] = (manifest, hashes)
+    return hashes
 
 
 def forget_ephemeral(ws: Workspace, txn: lmdb.Transaction, rel: str) -> None:

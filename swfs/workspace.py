@@ -507,9 +507,10 @@ class Workspace:
         overwritten in place.  OSError (ENOSPC...) if they cannot be kept."""
         self._preserve(rel, link=False)
 
-    def preserve_inode(self, rel: RelPath) -> None:
-        """*slow*: keep the bytes of ``rel`` before it is unlinked or renamed over."""
-        self._preserve(rel, link=True)
+    def preserve_inode(self, rel: RelPath, *, keep_temp: bool = False) -> None:
+        """*slow*: keep the bytes of ``rel`` before it is unlinked or renamed over
+        (a temp file's only if ``keep_temp``: see ``history.is_ephemeral``)."""
+        self._preserve(rel, link=True, keep_temp=keep_temp)
 
     def _busy_paths(self) -> set[str]:
         cutoff = time.monotonic() - _BUSY_FOR
@@ -525,7 +526,7 @@ class Workspace:
             else:
                 self._busy.pop(rel, None)
 
-    def _preserve(self, rel: RelPath, *, link: bool) -> None:
+    def _preserve(self, rel: RelPath, *, link: bool, keep_temp: bool = False) -> None:
         """Keep the bytes ``rel`` holds now, or raise OSError: ENOSPC (or
         another errno) when the store cannot take them, EIO when the file
         never held still long enough to keep one version of it.  The caller
@@ -533,7 +534,7 @@ class Workspace:
         self._set_busy(rel, True)
         try:
             for _attempt in range(_PRESERVE_TRIES):
-                if self._preserve_once(rel, link=link):
+                if self._preserve_once(rel, link=link, keep_temp=keep_temp):
                     return
         except lmdb.Error as exc:
             self._set_busy(rel, False)
@@ -547,7 +548,7 @@ class Workspace:
             errno.EIO, f"{rel}: not written: its bytes kept changing while swfs tried to keep them"
         )
 
-    def _preserve_once(self, rel: RelPath, *, link: bool) -> bool:
+    def _preserve_once(self, rel: RelPath, *, link: bool, keep_temp: bool = False) -> bool:
         """One try: True when the bytes are kept (or need no keeping), False
         when the file changed meanwhile and the caller should try again."""
         state = self.check_file(rel)
@@ -560,6 +561,8 @@ class Workspace:
             return False
         if not self._keeps_bytes(rel, rec.size):
             return True
+        if not keep_temp and history.is_ephemeral(self, rel, self.store.get_versions(rel)):
+            return True  # a temp file keeps no history: its bytes are not kept either
         path = Path(self.abspath(rel))
         if self.blobs.has(rec.hash):
             if link or not self._shares_inode(rec.hash, path):

@@ -419,3 +419,20 @@ def test_reset_where_files_and_directories_swapped_places(engine: Engine) -> Non
     assert tree(engine.src) == before
     assert result.kept_dirs == []
     assert review.changes(engine) == []
+
+
+def test_temp_files_leave_no_blob_behind_but_reset_keeps_young_work(engine: Engine) -> None:
+    from swfs.check import run_checks
+
+    write(engine, ".draft.tmp", b"one\n")
+    write(engine, ".draft.tmp", b"two\n")
+    unlink(engine, ".draft.tmp")
+    write(engine, "docs/.a.swp", b"swap\n")
+    rename(engine, "docs/.a.swp", "docs/a.txt")
+    assert run_checks(engine) == []  # no orphan blob: nothing of the temps was kept
+    write(engine, "out.txt", b"young output\n")
+    history.reset(engine)
+    versions = engine.versions(RelPath("out.txt"))
+    assert [v.hash for v in versions] == [hash_bytes(b"young output\n")]
+    assert versions[0].available
+    assert run_checks(engine) == []
