@@ -224,7 +224,7 @@ def check_blobs(ws: Workspace, repair: bool) -> list[Problem]:
 
 def check_orphans(ws: Workspace, repair: bool) -> list[Problem]:
     """Blobs that no version, snapshot or baseline refers to."""
-    refs = _referenced(ws)
+    refs = _referenced(ws) | history.reclaimable(ws)  # a temp file's drafts: gc's to drop
     orphans = [h for h in ws.blobs.iter_hashes() if h not in refs]
     problems = [
         Problem("orphans", f"blob b3:{h[:16]} is referenced by nothing", repair) for h in orphans

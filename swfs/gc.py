@@ -24,6 +24,8 @@ import time
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
+from . import history
+
 if TYPE_CHECKING:
     from .workspace import Workspace
 
@@ -77,6 +79,7 @@ def collect(ws: Workspace, *, keep_days: float = 7.0, dry_run: bool = False) -> 
     live = set(pinned)
     view_hashes: set[str] = set()
     store = ws.store
+    reclaim = history.reclaimable(ws)
     if not dry_run:
         store.ensure_room(1 << 20)
     with store.read() if dry_run else store.write() as txn:
@@ -115,6 +118,9 @@ def collect(ws: Workspace, *, keep_days: float = 7.0, dry_run: bool = False) -> 
         report.parses_dropped = len(dead_parses)
         report.diffs_dropped = len(dead_diffs)
         if not dry_run:
+            meta = store.dbs["meta"]
+            for h in reclaim:  # decided on below like any other blob
+                txn.delete(history.RECLAIM + h.encode(), db=meta)
             for rel, kept in changes:
                 store.put_versions(txn, rel, kept)
             for key in dead_parses:

@@ -774,8 +774,36 @@ def _baseline_hashes(ws: Workspace, manifest: dict[str, list[Any]]) -> frozenset
 
 def forget_ephemeral(ws: Workspace, txn: lmdb.Transaction, rel: str) -> None:
     """After ``rel`` was deleted: drop its history if it was a temp file."""
-    if is_ephemeral(ws, rel, ws.store.get_versions(rel, txn)):
-        ws.store.put_versions(txn, rel, [])
+    versions = ws.store.get_versions(rel, txn)
+    if is_ephemeral(ws, rel, versions):
+        drop_history(ws, txn, rel, versions)
+
+
+RECLAIM = b"reclaim:"  # meta key prefix: + hash of a blob a dropped temp history may leave
+
+
+def drop_history(ws: Workspace, txn: lmdb.Transaction, rel: str, versions: list[list[Any]]) -> None:
+    """Drop a temp file's history.  Bytes kept for its earlier versions (a
+    second write preserves the first) may now be referenced by nothing: they
+    are noted as reclaimable, so ``swfs check`` knows them from strays, and
+    ``swfs gc`` deletes them if nothing else needs them."""
+    meta = ws.store.dbs["meta"]
+    for v in versions[:-1]:
+        txn.put(RECLAIM + str(v[1]).encode(), b"", db=meta)
+    ws.store.put_versions(txn, rel, [])
+
+
+def reclaimable(ws: Workspace) -> set[str]:
+    out = set()
+    with ws.store.read() as txn:
+        cur = txn.cursor(db=ws.store.dbs["meta"])
+        if cur.set_range(RECLAIM):
+            for key in cur.iternext(values=False):
+                k = bytes(key)
+                if not k.startswith(RECLAIM):
+                    break
+                out.add(k[len(RECLAIM) :].decode("ascii", "replace"))
+    return out
 
 
 # -------------------------------------------------------- the daemon side

@@ -561,8 +561,8 @@ class Workspace:
             return False
         if not self._keeps_bytes(rel, rec.size):
             return True
-        if not keep_temp and history.is_ephemeral(self, rel, self.store.get_versions(rel)):
-            return True  # a temp file keeps no history: its bytes are not kept either
+        if link and not keep_temp and history.is_ephemeral(self, rel, self.store.get_versions(rel)):
+            return True  # a temp file deleted or renamed over keeps no history, nor bytes
         path = Path(self.abspath(rel))
         if self.blobs.has(rec.hash):
             if link or not self._shares_inode(rec.hash, path):
@@ -658,7 +658,7 @@ class Workspace:
                 if prev is not None and prev["status"] == OK:
                     rec = dataclasses.replace(rec, view_hash=target.hash, view_parser=target.parser)
             if temp:
-                self.store.put_versions(txn, src, [])
+                history.drop_history(self, txn, src, src_versions)
         else:
             self.store.put_versions(txn, dst, src_versions)
             self.store.put_versions(txn, src, [])

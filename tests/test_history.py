@@ -429,7 +429,16 @@ def test_temp_files_leave_no_blob_behind_but_reset_keeps_young_work(engine: Engi
     unlink(engine, ".draft.tmp")
     write(engine, "docs/.a.swp", b"swap\n")
     rename(engine, "docs/.a.swp", "docs/a.txt")
-    assert run_checks(engine) == []  # no orphan blob: nothing of the temps was kept
+    # The first draft's bytes were kept by the second write; nothing refers
+    # to them now, and check knows why.
+    draft = hash_bytes(b"one\n")
+    assert engine.blobs.has(draft)
+    assert history.reclaimable(engine) == {draft}
+    assert run_checks(engine) == []
+    report = gc.collect(engine)  # within the retention window, still reclaimed
+    assert report.blobs_removed == 1
+    assert not engine.blobs.has(draft)
+    assert history.reclaimable(engine) == set()
     write(engine, "out.txt", b"young output\n")
     history.reset(engine)
     versions = engine.versions(RelPath("out.txt"))

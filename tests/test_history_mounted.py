@@ -128,7 +128,8 @@ def test_submit_then_reset_to_the_baseline_byte_for_byte() -> None:
 
 
 def test_gc_frees_space_and_keeps_what_a_snapshot_needs() -> None:
-    with workspace(populate=populate) as m:
+    # No temp-file rule here: every version of big.bin is kept until gc.
+    with workspace(["--temp-lifetime", "0"], populate=populate) as m:
         kept = os.urandom(2_000_000)
         (m.mnt / "big.bin").write_bytes(kept)
         swfs("snapshot", m.mnt, "with-big")
