@@ -17,7 +17,9 @@ digest, and its value then carries the path (``"path"`` in a file record;
 ``meta``
     ``format_version`` -> int.  ``baseline`` -> manifest (see below).
     ``baseline_at`` -> float.  ``baseline_dirs`` -> [directories that held
-    no file at the baseline] (swfs.history).  ``created_at`` -> float.  ``parsers`` -> str,
+    no file at the baseline] (swfs.history).  ``reclaim:<hash>`` -> b"": a
+    blob a dropped temp-file history may leave unreferenced (swfs.history;
+    ``check`` accepts it, ``gc`` clears the key).  ``created_at`` -> float.  ``parsers`` -> str,
     ``parsers.registry.fingerprint()`` at the last scan: when it differs, the
     next scan re-examines every file so that each gets the present parser key.
 ``files``  path -> file record: the stat signature as ASCII
@@ -60,7 +62,7 @@ Format changelog:
        and a newline) so that a rescan need not decode them.  Format 1 stores
        are upgraded in place when opened.
        Added within format 2 (older stores gain them empty when opened):
-       ``snapinfo``, ``submissions``, meta ``baseline_dirs``.
+       ``snapinfo``, ``submissions``, meta ``baseline_dirs`` and ``reclaim:``.
 """
 
 from __future__ import annotations
