@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench import journalcost, passthrough, renderload, searchload, swfsloads
+from bench import historyloads, journalcost, passthrough, renderload, searchload, swfsloads
 from bench.common import Ctx, Sizes
 from bench.mounter import (
     BenchError,
@@ -34,19 +34,13 @@ log = logging.getLogger("bench")
 
 Workload = Callable[[Ctx, WorkloadResult], None]
 
-WORKLOADS: dict[str, Workload] = {
-    **passthrough.WORKLOADS,
-    **swfsloads.WORKLOADS,
-    **journalcost.WORKLOADS,
-    **searchload.WORKLOADS,
-    **renderload.WORKLOADS,
-}
-SWFS_ONLY = (
-    set(swfsloads.WORKLOADS)
-    | set(journalcost.WORKLOADS)
-    | set(searchload.WORKLOADS)
-    | set(renderload.WORKLOADS)
-)
+# Workloads that need only swfs (no native or peer column), one module each;
+# a new module is one entry here.
+_SWFS_MODULES = (swfsloads, journalcost, searchload, renderload, historyloads)
+WORKLOADS: dict[str, Workload] = dict(passthrough.WORKLOADS)
+for _module in _SWFS_MODULES:
+    WORKLOADS.update(_module.WORKLOADS)
+SWFS_ONLY = {name for m in _SWFS_MODULES for name in m.WORKLOADS}
 
 
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

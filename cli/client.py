@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 import trio
 
-from swfs import control
+from swfs import control, gc, history
 from swfs.api import RelPath
 from swfs.engine import Engine
 
@@ -35,6 +35,11 @@ class Client(Protocol):
     def baseline(self) -> int: ...
     def snapshot(self, name: str) -> int: ...
     def restore(self, rel: RelPath, number: int) -> int: ...
+    def restore_from(self, rel: RelPath, source: str) -> str: ...
+    def delete_snapshot(self, name: str) -> int: ...
+    def submit(self, name: str, paths: list[str]) -> dict[str, Any]: ...
+    def reset(self, to: str) -> dict[str, Any]: ...
+    def gc(self, keep_days: float, dry_run: bool) -> dict[str, Any]: ...
 
 
 class DaemonClient:
@@ -56,6 +61,21 @@ class DaemonClient:
 
     def restore(self, rel: RelPath, number: int) -> int:
         return int(self._call("restore", 600, path=rel, version=number)["version"])
+
+    def restore_from(self, rel: RelPath, source: str) -> str:
+        return str(self._call("restore_from", 600, path=rel, source=source)["hash"])
+
+    def delete_snapshot(self, name: str) -> int:
+        return int(self._call("snapshot_delete", 60, name=name)["files"])
+
+    def submit(self, name: str, paths: list[str]) -> dict[str, Any]:
+        return dict(self._call("submit", 3600, name=name, paths=paths))
+
+    def reset(self, to: str) -> dict[str, Any]:
+        return dict(self._call("reset", 3600, to=to))
+
+    def gc(self, keep_days: float, dry_run: bool) -> dict[str, Any]:
+        return dict(self._call("gc", 3600, keep_days=keep_days, dry_run=dry_run))
 
 
 class LocalClient:
@@ -81,11 +101,28 @@ class LocalClient:
         return self.engine.set_baseline()
 
     def snapshot(self, name: str) -> int:
-        return self.engine.snapshot(name)
+        return history.take_snapshot(self.engine, name)
 
     def restore(self, rel: RelPath, number: int) -> int:
         self.engine.check_file(rel)
         return self.engine.restore(rel, number).number
+
+    def restore_from(self, rel: RelPath, source: str) -> str:
+        return history.restore_from(self.engine, rel, source)
+
+    def delete_snapshot(self, name: str) -> int:
+        return history.delete_snapshot(self.engine, name)
+
+    def submit(self, name: str, paths: list[str]) -> dict[str, Any]:
+        return history.submit(self.engine, name, paths or None).as_json()
+
+    def reset(self, to: str) -> dict[str, Any]:
+        self.engine.scan()  # no daemon saw the changes: find them first
+        return history.reset(self.engine, to).as_json()
+
+    def gc(self, keep_days: float, dry_run: bool) -> dict[str, Any]:
+        self.engine.scan()
+        return gc.collect(self.engine, keep_days=keep_days, dry_run=dry_run).as_json()
 
 
 @contextmanager

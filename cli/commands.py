@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from swfs import hashform
+from swfs import gc, hashform, history
 from swfs.api import Freshness, RelPath, ReviewEntry
 
 from .base import (
@@ -31,6 +31,7 @@ from .base import (
     workspace_rel,
 )
 from .client import connect
+from .history import human_bytes
 
 if TYPE_CHECKING:
     from swfs.engine import Engine
@@ -78,6 +79,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         content = engine.content_counts()
         failed = engine.failures()
         blob_bytes = engine.blobs.total_bytes()
+        store_size = gc.store_bytes(engine)
         not_kept = engine.not_preserved()
     info: dict[str, Any] = {
         **counts,
@@ -87,6 +89,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         "queue": counts["pending"] + counts["stale"],
         "content": content,
         "blob_bytes": blob_bytes,
+        "store_bytes": store_size,
         "not_preserved": not_kept,
         "failures": [{"path": p, "error": e} for p, e in failed],
     }
@@ -100,6 +103,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         f"{content['sheets']} sheets with {content['cells']} cells"
     )
     print(f"queue: {info['queue']} to parse; preserved bytes: {blob_bytes} in the blob store")
+    print(f"store size: {human_bytes(store_size)} on disk (`swfs gc` reclaims what nothing needs)")
     if not_kept:
         print(f"{not_kept} files keep hashes only (too large or in .swfsignore)")
     for p, e in failed:
@@ -249,6 +253,7 @@ def cmd_versions(args: argparse.Namespace) -> int:
         if not t.mounted:
             engine.check_file(rel)
         versions = engine.versions(rel)
+        base_n = history.baseline_version(engine, rel)
     if not versions:
         raise CLIError(f"{rel}: no recorded versions")
     if args.json:
@@ -262,6 +267,7 @@ def cmd_versions(args: argparse.Namespace) -> int:
                         "cause": v.cause.value,
                         "size": v.size,
                         "available": v.available,
+                        "baseline": v.number == base_n,
                     }
                 )
             )
@@ -271,6 +277,7 @@ def cmd_versions(args: argparse.Namespace) -> int:
     for v in versions:
         at = when(v.recorded_at)
         kept = "" if v.available else "  (hash only: bytes not kept)"
+        kept += "  <- the baseline" if v.number == base_n else ""
         print(
             f"{v.number:4d}  {hashform.label(v.hash)}  {at:<20}  {v.cause.value:<8} "
             f"{v.size or 0:>10}{kept}"
@@ -281,11 +288,19 @@ def cmd_versions(args: argparse.Namespace) -> int:
 def cmd_restore(args: argparse.Namespace) -> int:
     t = resolve_target(args.target, args.store)
     path, sep, number = args.spec.rpartition("@")
-    if not sep or not number.isdigit():
-        raise CLIError(f"{args.spec}: expected PATH@N (a version number from `swfs versions`)", 2)
+    if not sep or not path or not number:
+        raise CLIError(
+            f"{args.spec}: expected PATH@N (a version from `swfs versions`), "
+            "PATH@SNAPSHOT or PATH@baseline",
+            2,
+        )
     rel = workspace_rel(t, path)
     _require_tracked(t, args, rel)
     with connect(t, args) as client:
+        if not number.isdigit():
+            h = client.restore_from(rel, number)
+            print(f"{rel}: restored as {number} has it ({hashform.label(h)})")
+            return 0
         new = client.restore(rel, int(number))
     print(f"{rel}: restored version {number} as version {new}")
     return 0
@@ -320,6 +335,12 @@ def cmd_baseline(args: argparse.Namespace) -> int:
 def cmd_snapshot(args: argparse.Namespace) -> int:
     t = resolve_target(args.target, args.store)
     with connect(t, args) as client:
+        if args.delete:
+            files = client.delete_snapshot(args.delete)
+            print(f"snapshot {args.delete} deleted ({files} files; `swfs gc` frees its bytes)")
+            return 0
+        if not args.name:
+            raise CLIError("snapshot: give a NAME (or --delete NAME)", 2)
         files = client.snapshot(args.name)
     print(f"snapshot {args.name}: {files} files")
     return 0
@@ -382,11 +403,14 @@ def register(c: Commands) -> None:
     sp = c.add("versions", cmd_versions, "the recorded versions of a file")
     sp.add_argument("path", metavar="PATH")
     sp.add_argument("--json", action="store_true")
-    sp = c.add("restore", cmd_restore, "bring back version N of PATH (PATH@N)")
-    sp.add_argument("spec", metavar="PATH@N")
+    sp = c.add(
+        "restore", cmd_restore, "bring back PATH as version N, a snapshot or the baseline had it"
+    )
+    sp.add_argument("spec", metavar="PATH@N|PATH@SNAPSHOT|PATH@baseline")
     c.add("baseline", cmd_baseline, "accept the present state as the new baseline")
     sp = c.add("snapshot", cmd_snapshot, "name the present state (keeps all its bytes)")
-    sp.add_argument("name", metavar="NAME")
+    sp.add_argument("name", metavar="NAME", nargs="?")
+    sp.add_argument("--delete", metavar="NAME", help="delete snapshot NAME instead")
     sp = c.add("log", cmd_log, "the journal of state transitions")
     sp.add_argument("--json", action="store_true", help="one JSON object per line")
     sp.add_argument("-n", "--limit", type=int, default=0, help="only the last N events")

@@ -35,7 +35,10 @@ def mount_workspace(args: argparse.Namespace, config: Config) -> int:
         raise MountError(f"{args.mountpoint}: the mount point must not be inside {src}")
     store = Path(args.store).resolve() if args.store else src / STORE_NAME
     config = dataclasses.replace(
-        config, rescan_interval=args.rescan_interval, embed_model=args.embed_model
+        config,
+        rescan_interval=args.rescan_interval,
+        embed_model=args.embed_model,
+        temp_lifetime=args.temp_lifetime,
     )
     try:
         options = MountOptions(
@@ -130,6 +133,14 @@ def register(c: Commands) -> None:
         type=float,
         default=30.0,
         help="seconds between scans for changes made behind the mount",
+    )
+    sp.add_argument(
+        "--temp-lifetime",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="a new file deleted or renamed over another within this time keeps no "
+        "history of its own (an editor's temp file; default 60)",
     )
     sp.add_argument(
         "--poll-us",

@@ -85,8 +85,10 @@ file (cell-level for spreadsheets, per page/slide for documents).
 read-only (not listed by `ls` of the root; open it by path, `cp` it out).
 .versions/@snapshots/<name>/<path> is the tree as a snapshot named it.
 `swfs versions . PATH` lists a file's history; `swfs restore . PATH@N`
-brings version N back as a new version; `swfs snapshot . NAME` names the
-present state.
+brings version N back as a new version (`PATH@baseline` or `PATH@SNAPSHOT`:
+as then); `swfs snapshot . NAME` names the present state, `swfs snapshots .`
+lists them.  When asked to hand in your work, `swfs submit . NAME [PATH...]`
+records it.
 """,
     ),
     (

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from . import history
 from .api import RelPath
 from .fsutil import hash_file
 from .hashform import label as short_hash
@@ -209,6 +210,8 @@ def check_blobs(ws: Workspace, repair: bool) -> list[Problem]:
             if repair:
                 os.replace(path, ws.store_dir / f"corrupt-blob-{h}")
     for name in ws.store.snapshot_names():
+        if history.snapshot_kind(ws, name) == history.KIND_BASELINE:
+            continue  # a former baseline holds what the history kept, not a copy
         for rel, entry in (ws.store.get_snapshot(name) or {}).items():
             if not ws.blobs.has(entry[0]):
                 problems.append(
@@ -221,7 +224,7 @@ def check_blobs(ws: Workspace, repair: bool) -> list[Problem]:
 
 def check_orphans(ws: Workspace, repair: bool) -> list[Problem]:
     """Blobs that no version, snapshot or baseline refers to."""
-    refs = _referenced(ws)
+    refs = _referenced(ws) | history.reclaimable(ws)  # a temp file's drafts: gc's to drop
     orphans = [h for h in ws.blobs.iter_hashes() if h not in refs]
     problems = [
         Problem("orphans", f"blob {short_hash(h)} is referenced by nothing", repair)

@@ -1,8 +1,8 @@
 """The running daemon's control socket: ``STORE/control.sock``.
 
 While a workspace is mounted the daemon owns its state; commands that change
-it (baseline, snapshot, restore) or wait on it (sync) are sent here, so the
-daemon records them and invalidates the kernel's caches.  Read-only commands
+it (baseline, snapshot, restore, submit, reset, gc) or wait on it (sync) are
+sent here, so the daemon records them and invalidates the kernel's caches.  Read-only commands
 read the store directly (LMDB allows concurrent readers across processes).
 
 Protocol: one JSON object per connection, one line each way.
@@ -49,8 +49,6 @@ async def _handle(engine: Engine, request: dict[str, Any]) -> Any:
     if op == "baseline":
         await trio.to_thread.run_sync(engine.scan)
         return {"files": await trio.to_thread.run_sync(engine.set_baseline)}
-    if op == "snapshot":
-        return {"files": await trio.to_thread.run_sync(engine.snapshot, str(request["name"]))}
     if op == "restore":
         version = await trio.to_thread.run_sync(
             engine.restore, request["path"], int(request["version"])
@@ -59,6 +57,11 @@ async def _handle(engine: Engine, request: dict[str, Any]) -> Any:
     if op == "rescan":
         stats = await trio.to_thread.run_sync(engine.scan)
         return stats.__dict__
+    from . import gc, history
+
+    fn = {**history.CONTROL_OPS, **gc.CONTROL_OPS}.get(str(op))
+    if fn is not None:
+        return await trio.to_thread.run_sync(fn, engine, request)
     raise ControlError(f"unknown operation {op!r}")
 
 

@@ -23,7 +23,10 @@ digest, and its value then carries the path (``"path"`` in a file record;
 
 ``meta``
     ``format_version`` -> int.  ``baseline`` -> manifest (see below).
-    ``baseline_at`` -> float.  ``created_at`` -> float.  ``parsers`` -> str,
+    ``baseline_at`` -> float.  ``baseline_dirs`` -> [directories that held
+    no file at the baseline] (swfs.history).  ``reclaim:<hash>`` -> b"": a
+    blob a dropped temp-file history may leave unreferenced (swfs.history;
+    ``check`` accepts it, ``gc`` clears the key).  ``created_at`` -> float.  ``parsers`` -> str,
     ``parsers.registry.fingerprint()`` at the last scan: when it differs, the
     next scan re-examines every file so that each gets the present parser key.
 ``files``  path -> file record: the stat signature as ASCII
@@ -40,6 +43,13 @@ digest, and its value then carries the path (``"path"`` in a file record;
 ``versions``  path -> ``[[number, hash, recorded_at, cause, size], ...]``
     Numbers start at 1 and strictly increase.  Kept for deleted paths too.
 ``snapshots``  name -> manifest
+``snapinfo``  snapshot name -> ``{"at": float, "kind": "snapshot"|"submission"|
+    "baseline", "dirs": [directories that held no file then, ...]}``
+    (swfs.history).  A snapshot without one predates it: kind "snapshot".
+    Kind "baseline" is a former baseline kept on re-baselining: its bytes are
+    those the history kept (like the baseline's own), not copied up front.
+``submissions``  name -> ``{"at": float, "snapshot": name, "files":
+    [{"path", "hash", "size", "status"}, ...]}`` (swfs.history)
 ``journal``  8-byte big-endian sequence number -> event
     ``{"t": float, "ev": str, ...}``; append-only.
 ``diffs``  blake3 of ``kind|old hash|new hash|path`` -> rendered diff (UTF-8 text)
@@ -58,6 +68,8 @@ Format changelog:
     2  file records start with the stat signature (``size,mtime,ctime,ino``
        and a newline) so that a rescan need not decode them.  Format 1 stores
        are upgraded in place when opened.
+       Added within format 2 (older stores gain them empty when opened):
+       ``snapinfo``, ``submissions``, meta ``baseline_dirs`` and ``reclaim:``.
 """
 
 from __future__ import annotations
@@ -79,7 +91,17 @@ import lmdb
 log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 2
-_DBS = ("meta", "files", "parses", "versions", "snapshots", "journal", "diffs")
+_DBS = (
+    "meta",
+    "files",
+    "parses",
+    "versions",
+    "snapshots",
+    "journal",
+    "diffs",
+    "snapinfo",
+    "submissions",
+)
 _INITIAL_MAP_SIZE = 1 << 30
 FLUSH_INTERVAL = 1.0  # seconds between fsyncs of the store in a running daemon
 _MAX_MAP_SIZE = 1 << 40

@@ -28,6 +28,7 @@ from parsers import registry
 from parsers._base import FileInfo
 from parsers.cells import count_cells
 
+from . import history
 from .api import (
     Access,
     Cause,
@@ -83,6 +84,9 @@ class Config:
     rescan_interval: float = 30.0
     diff_max_lines: int = 4000
     embed_model: str | None = None  # a local static-embedding model: hybrid search
+    # A path that lived less than this (seconds) and is then deleted or
+    # renamed over another keeps no history of its own: an editor's temp file.
+    temp_lifetime: float = 60.0
 
 
 @dataclass
@@ -285,6 +289,7 @@ class Workspace:
                 for rel in gone:
                     stats.removed += 1
                     self.store.delete_file(txn, rel)
+                    history.forget_ephemeral(self, txn, rel)
                     self.store.append_journal(txn, "unlink", path=rel, cause="external")
                 self.store.append_journal(
                     txn,
@@ -395,6 +400,7 @@ class Workspace:
             if rec is not None:
                 with self.store.write() as txn:
                     self.store.delete_file(txn, rel)
+                    history.forget_ephemeral(self, txn, rel)
                     self.store.append_journal(txn, "unlink", path=rel, cause=cause.value)
                     self._bump(txn)
                 self._changed(rel)
@@ -502,9 +508,10 @@ class Workspace:
         overwritten in place.  OSError (ENOSPC...) if they cannot be kept."""
         self._preserve(rel, link=False)
 
-    def preserve_inode(self, rel: RelPath) -> None:
-        """*slow*: keep the bytes of ``rel`` before it is unlinked or renamed over."""
-        self._preserve(rel, link=True)
+    def preserve_inode(self, rel: RelPath, *, keep_temp: bool = False) -> None:
+        """*slow*: keep the bytes of ``rel`` before it is unlinked or renamed over
+        (a temp file's only if ``keep_temp``: see ``history.is_ephemeral``)."""
+        self._preserve(rel, link=True, keep_temp=keep_temp)
 
     def _busy_paths(self) -> set[str]:
         cutoff = time.monotonic() - _BUSY_FOR
@@ -520,7 +527,7 @@ class Workspace:
             else:
                 self._busy.pop(rel, None)
 
-    def _preserve(self, rel: RelPath, *, link: bool) -> None:
+    def _preserve(self, rel: RelPath, *, link: bool, keep_temp: bool = False) -> None:
         """Keep the bytes ``rel`` holds now, or raise OSError: ENOSPC (or
         another errno) when the store cannot take them, EIO when the file
         never held still long enough to keep one version of it.  The caller
@@ -528,7 +535,7 @@ class Workspace:
         self._set_busy(rel, True)
         try:
             for _attempt in range(_PRESERVE_TRIES):
-                if self._preserve_once(rel, link=link):
+                if self._preserve_once(rel, link=link, keep_temp=keep_temp):
                     return
         except lmdb.Error as exc:
             self._set_busy(rel, False)
@@ -542,7 +549,7 @@ class Workspace:
             errno.EIO, f"{rel}: not written: its bytes kept changing while swfs tried to keep them"
         )
 
-    def _preserve_once(self, rel: RelPath, *, link: bool) -> bool:
+    def _preserve_once(self, rel: RelPath, *, link: bool, keep_temp: bool = False) -> bool:
         """One try: True when the bytes are kept (or need no keeping), False
         when the file changed meanwhile and the caller should try again."""
         state = self.check_file(rel)
@@ -555,6 +562,8 @@ class Workspace:
             return False
         if not self._keeps_bytes(rel, rec.size):
             return True
+        if link and not keep_temp and history.is_ephemeral(self, rel, self.store.get_versions(rel)):
+            return True  # a temp file deleted or renamed over keeps no history, nor bytes
         path = Path(self.abspath(rel))
         if self.blobs.has(rec.hash):
             if link or not self._shares_inode(rec.hash, path):
@@ -639,7 +648,8 @@ class Workspace:
             # Renamed over an existing path: the editor save pattern.  The
             # target keeps its history and gains one version; a short-lived
             # source (a temp file) leaves no history of its own.
-            cause = Cause.WRITE if len(src_versions) <= 1 else Cause.RENAME
+            temp = len(src_versions) <= 1 or history.is_ephemeral(self, src, src_versions)
+            cause = Cause.WRITE if temp else Cause.RENAME
             if not dst_versions or dst_versions[-1][1] != rec.hash:
                 number = dst_versions[-1][0] + 1 if dst_versions else 1
                 dst_versions.append([number, rec.hash, time.time(), cause.value, rec.size])
@@ -648,8 +658,8 @@ class Workspace:
                 prev = self.store.get_parse(target.hash, target.parser or "", txn)
                 if prev is not None and prev["status"] == OK:
                     rec = dataclasses.replace(rec, view_hash=target.hash, view_parser=target.parser)
-            if len(src_versions) <= 1:
-                self.store.put_versions(txn, src, [])
+            if temp:
+                history.drop_history(self, txn, src, src_versions)
         else:
             self.store.put_versions(txn, dst, src_versions)
             self.store.put_versions(txn, src, [])
@@ -662,6 +672,7 @@ class Workspace:
             if self.store.get_file(rel, txn) is None:
                 return
             self.store.delete_file(txn, rel)
+            history.forget_ephemeral(self, txn, rel)
             self.store.append_journal(txn, "unlink", path=rel, cause="write")
             self._bump(txn)
         self._changed(rel)
@@ -900,10 +911,14 @@ class Workspace:
 
     def set_baseline(self) -> int:
         manifest = self.manifest()
-        self.store.ensure_room(200 * len(manifest))
+        dirs = history.empty_dirs(self, manifest)
+        self.store.ensure_room(400 * len(manifest))
         with self.store.write() as txn:
             meta = self.store.dbs["meta"]
-            txn.put(b"baseline", dumps(manifest), db=meta)
+            data = dumps(manifest)
+            history.keep_previous_baseline(self, txn, data)
+            txn.put(b"baseline", data, db=meta)
+            txn.put(b"baseline_dirs", dumps(dirs), db=meta)
             txn.put(b"baseline_at", dumps(time.time()), db=meta)
             gen = int(bytes(txn.get(b"baseline_gen", db=meta) or b"0"))
             txn.put(b"baseline_gen", str(gen + 1).encode(), db=meta)
