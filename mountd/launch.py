@@ -23,6 +23,7 @@ from typing import Any
 import pyfuse3
 import trio
 
+from mountd.dump import DumpOnSignal
 from mountd.fsutil import raise_fd_limit
 from mountd.operations import Operations
 from mountd.options import MountOptions
@@ -257,6 +258,9 @@ async def _serve(
         await nursery.start(feed.run)
         await nursery.start(ops.poller.run)
         await nursery.start(_watch_signals)
+        dump = DumpOnSignal(engine.queue_report)  # SIGUSR1: task tree and queue to the log
+        stack.callback(dump.stop)
+        await nursery.start(dump.run)
         pyfuse3.init(ops, str(mountpoint), fuse_options(src, options))
         ops.mounted = True
         stack.push(_FuseSession(mountpoint).__exit__)

@@ -207,6 +207,10 @@ class EngineAPI(WorkspaceAPI, Protocol):
         daemon can invalidate kernel caches."""
         ...
 
+    def queue_report(self) -> list[str]:
+        """The parse queue as lines of text (the daemon's SIGUSR1 dump)."""
+        ...
+
     def scan(self) -> object:
         """*slow*: bring the file table up to date with SRC (the rescan)."""
         ...

@@ -92,6 +92,20 @@ class ParseQueue:
     def idle(self) -> bool:
         return not (self._front or self._back or self._busy)
 
+    def report(self) -> list[str]:
+        """The queue as lines, for the daemon's SIGUSR1 dump."""
+        now = time.monotonic()
+        lines = [
+            f"parse queue: {len(self._busy)} parsing, {len(self._front)} in front, "
+            f"{len(self._back)} behind"
+        ]
+        lines += [f"  parsing {rel} for {now - t:.1f} s" for rel, t in self._started.items()]
+        lines += [f"  front {rel}" for rel in list(self._front)[:50]]
+        lines += [f"  queued {rel}" for rel in list(self._back)[:50]]
+        if len(self._back) > 50:
+            lines.append(f"  ... and {len(self._back) - 50} more")
+        return lines
+
     def progress(self, rel: str) -> tuple[str, float] | None:
         """Where ``rel`` is: ("parsing", seconds since a worker took it),
         ("queued", 0) or None when it is not in the queue."""
@@ -152,6 +166,10 @@ class Engine(Workspace):
         if state == "parsing":
             return f"parsing since {secs:.0f} s"
         return f"queued, {len(queue or ())} file(s) in the queue"
+
+    def queue_report(self) -> list[str]:
+        queue = self.queue
+        return ["parse queue: not running"] if queue is None else queue.report()
 
     # -- review (EngineAPI)
     def review(self) -> Sequence[ReviewEntry]:

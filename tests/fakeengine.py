@@ -398,6 +398,9 @@ class FakeEngine:
     def add_listener(self, fn: Callable[[RelPath], None]) -> None:
         self._listeners.append(fn)
 
+    def queue_report(self) -> list[str]:
+        return ["parse queue: none (fake engine)"]
+
     async def wait_view(self, rel: RelPath, limit: float) -> None:
         self._log("wait_view", rel)
         await trio.lowlevel.checkpoint()
