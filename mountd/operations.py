@@ -785,11 +785,12 @@ class Operations(pyfuse3.Operations):
 
     # -- extended attributes
 
-    def _sw_xattrs(self, rel: str) -> dict[str, str]:
+    async def _sw_xattrs(self, rel: str) -> dict[str, str]:
         if not rel:
             return {"source": self.src, "store": self.store}
         out: dict[str, str] = {}
-        state = self.engine.file_state(RelPath(rel))
+        # Counts versions and reads the baseline: a store read, off the loop.
+        state = await self.native.slow(self.engine.file_state, RelPath(rel))
         if state is not None:
             out["freshness"] = str(state.freshness)
             out["versions"] = str(state.versions)
@@ -801,7 +802,7 @@ class Operations(pyfuse3.Operations):
 
     async def _xattrs(self, node: Node) -> dict[str, str]:
         if node.native:
-            return self._sw_xattrs(self._path(node))
+            return await self._sw_xattrs(self._path(node))
         return dict(await self._tree(node).xattrs(node.spath))
 
     @handler

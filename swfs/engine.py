@@ -371,8 +371,9 @@ class Engine(Workspace):
             return
         with trio.move_on_after(limit):
             while True:
-                rec = self.store.get_file(rel)
-                if rec is None or self._freshness(rec) not in (Freshness.PENDING, Freshness.STALE):
+                # A store read: in a thread, like every engine call from the loop.
+                fresh = await trio.to_thread.run_sync(self.freshness, rel)
+                if fresh not in (Freshness.PENDING, Freshness.STALE):
                     return
                 event = queue.event(rel)
                 queue.submit(rel, front=True)
