@@ -258,7 +258,8 @@ async def _serve(
         await nursery.start(feed.run)
         await nursery.start(ops.poller.run)
         await nursery.start(_watch_signals)
-        dump = DumpOnSignal(engine.queue_report)  # SIGUSR1: task tree and queue to the log
+        # SIGUSR1: the task tree, the parse queue and the write sessions to the log.
+        dump = DumpOnSignal(lambda: engine.queue_report() + engine.writes.report())
         stack.callback(dump.stop)
         await nursery.start(dump.run)
         pyfuse3.init(ops, str(mountpoint), fuse_options(src, options))

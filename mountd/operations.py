@@ -23,7 +23,6 @@ from mountd.options import MountOptions
 from mountd.passthrough import (
     RESERVED,
     Creds,
-    Kept,
     NativeHandle,
     Passthrough,
     SetAttr,
@@ -352,7 +351,7 @@ class Operations(pyfuse3.Operations):
             # times itself).
             change = SetAttr(ctime=True)
         rel = self._path(node)
-        st = await self.native.setattr(rel, native_fh, change, _kept(node))
+        st = await self.native.setattr(rel, native_fh, change)
         if change.mode is not None or change.uid is not None or change.gid is not None:
             self._access_changed(rel)
         return self._native_attr(node, st)
@@ -461,12 +460,6 @@ class Operations(pyfuse3.Operations):
         new_parent, new = self._node(parent_inode_new), os.fsdecode(name_new)
         old_dir = self._writable_parent(old_parent, old)
         new_dir = self._writable_parent(new_parent, new)
-        # The engine must see what was written under the old name before the
-        # rename (a release may still be on its way from the kernel).
-        for parent, name in ((old_parent, old), (new_parent, new)):
-            node = self.table.child(parent, name)
-            if node is not None:
-                await self._record_pending(node)
 
         def moved() -> None:
             # Before the engine records the rename: the invalidations its record
@@ -478,11 +471,6 @@ class Operations(pyfuse3.Operations):
                 self.table.move_link((old_parent.ino, old), (new_parent.ino, new))
 
         await self.native.rename(old_dir, old, new_dir, new, flags, moved)
-
-    async def _record_pending(self, node: Node) -> None:
-        for h in list(self.handles.values()):
-            if isinstance(h, NativeOpen) and h.node is node and h.fh.written:
-                await self.native.record(h.fh)
 
     # -- files
 
@@ -520,9 +508,7 @@ class Operations(pyfuse3.Operations):
     async def _open_native(self, node: Node, flags: int, creds: Creds) -> pyfuse3.FileInfo:
         rel = self._path(node)
         try:
-            fh = await self.native.open(
-                rel, flags, functools.partial(self.table.path, node), _kept(node), creds
-            )
+            fh = await self.native.open(rel, flags, creds)
         except FileNotFoundError:
             self._gone_behind_our_back(node)
             raise
@@ -557,20 +543,9 @@ class Operations(pyfuse3.Operations):
         pdir = self._writable_parent(parent)
         if parent is self.table.root and n in RESERVED:
             raise fail(errno.EEXIST)
-        holder: list[Node] = []
-        fh, st = await self.native.create(
-            pdir,
-            n,
-            mode,
-            flags,
-            self._creds(ctx),
-            lambda: self.table.path(holder[0]) if holder else None,
-            _kept(existing) if (existing := self.table.child(parent, n)) else Kept(),
-        )
+        fh, st = await self.native.create(pdir, n, mode, flags, self._creds(ctx))
         attr = self._created(parent, n, st)
         node = self._node(attr.st_ino)
-        holder.append(node)
-        node.kept = fh.kept
         node.cache_sig = None
         self.table.opened(node)
         direct = bool(flags & os.O_DIRECT)
@@ -882,14 +857,8 @@ class Operations(pyfuse3.Operations):
 
     def writing(self, rels: list[str]) -> set[str]:
         """Change feed: which of ``rels`` an operation through the mount is
-        changing right now (it records them itself when done)."""
-        out = {r for r in rels if r in self.native.busy}
-        written = [
-            h.node for h in self.handles.values() if isinstance(h, NativeOpen) and h.fh.written
-        ]
-        for node in written:
-            out.update(r for r in self.table.paths(node))
-        return out
+        changing right now (the engine's write protocol records them itself)."""
+        return self.engine.writes.busy(rels)
 
     async def run_invalidator(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Send kernel cache invalidations from a worker thread: the kernel may
@@ -943,7 +912,6 @@ class Operations(pyfuse3.Operations):
         for rel in rels | external:
             node = self.table.find_native(rel)
             if node is not None and node is not self.table.root:
-                _kept(node).preserved = False  # the engine may have recorded new bytes
                 st = self._lstat(rel)
                 if st is None or (st.st_dev, st.st_ino) != node.key:
                     inodes.add(node.ino)
@@ -987,12 +955,6 @@ class Operations(pyfuse3.Operations):
             return self.native.lstat(rel)
         except OSError:
             return None
-
-
-def _kept(node: Node) -> Kept:
-    if not isinstance(node.kept, Kept):
-        node.kept = Kept()
-    return node.kept
 
 
 def _absent(name: str) -> int:

@@ -48,6 +48,7 @@ from swfs.api import (
     ReviewEntry,
     Version,
 )
+from swfs.writesession import InPlaceWrites
 
 TEXT_EXTS = frozenset({".txt", ".md", ".csv", ".py", ".json"})
 
@@ -93,6 +94,9 @@ class FakeEngine:
                 self._add_version(rel, data, Cause.BASELINE)
                 self._baseline[rel] = _hash(data)
         self._snapshots["start"] = {RelPath(r): h for r, h in self._baseline.items()}
+        # The engine's own write protocol, over this double's history hooks.
+        self.writes = InPlaceWrites(self)
+        self._listeners.append(self.writes.changed)
 
     @property
     def src(self) -> Path:
