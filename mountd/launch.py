@@ -250,7 +250,8 @@ async def _serve(
         nursery = await stack.enter_async_context(trio.open_nursery())
         stack.callback(nursery.cancel_scope.cancel)
         await nursery.start(engine.run_background)
-        await nursery.start(ops.run_invalidator)
+        stack.callback(ops.invalidator.stop)
+        await nursery.start(ops.invalidator.run)
         # Changes behind the mount, seen within a fraction of a second (the
         # engine's periodic rescan is the backstop).
         feed = ChangeFeed(engine, changed=ops.changed_behind, skip=ops.writing)

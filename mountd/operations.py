@@ -10,15 +10,15 @@ import logging
 import os
 import stat
 from collections.abc import Awaitable, Callable, Sequence
-from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
 import pyfuse3
-import trio
 
 from mountd.fsutil import open_beneath
-from mountd.nodes import SYNTHETIC_TREES, InodeTable, Node, Tree
+from mountd.invalidator import Invalidator, invalidate_attrs
+from mountd.invalidator import sig as _sig
+from mountd.nodes import InodeTable, Node, Tree
 from mountd.options import MountOptions
 from mountd.passthrough import (
     RESERVED,
@@ -115,14 +115,6 @@ class DirHandle:
 Handle = DataHandle | FdHandle | NativeOpen | DirHandle
 
 
-@dataclass
-class _Pending:
-    rels: set[str] = field(default_factory=set)
-    external: set[str] = field(default_factory=set)  # changed behind the mount
-    entries: set[tuple[int, str]] = field(default_factory=set)  # names found gone
-    wake: trio.Event = field(default_factory=trio.Event)
-
-
 class Operations(pyfuse3.Operations):
     supports_dot_lookup = False  # no NFS export: we never answer '..' lookups
     enable_writeback_cache = False
@@ -144,10 +136,10 @@ class Operations(pyfuse3.Operations):
         self.trees: dict[Tree, SyntheticTree] = dict(make_trees(engine, self.gen, options))
         self.handles: dict[int, Handle] = {}
         self._next_fh = 1
-        self._pending = _Pending()
-        self._token: trio.lowlevel.TrioToken | None = None
         self.mounted = False  # set once pyfuse3 has a session: kernel notifications work
-        engine.add_listener(self._changed)
+        # Background work: engine change events -> kernel cache invalidations.
+        self.invalidator = Invalidator(self)
+        engine.add_listener(self.invalidator.changed)
 
     def close(self) -> None:
         for h in self.handles.values():
@@ -248,8 +240,7 @@ class Operations(pyfuse3.Operations):
     def _gone_behind_our_back(self, node: Node) -> None:
         """``node``'s names no longer lead to it: have the kernel drop its cached
         entries (from the invalidation task, never from this handler)."""
-        self._pending.entries.update(node.links)
-        self._pending.wake.set()
+        self.invalidator.gone(node.links)
 
     async def _entry(self, node: Node, *, wait: bool = False) -> Entry:
         e = await self._tree(node).entry(node.spath, wait=wait)
@@ -831,130 +822,16 @@ class Operations(pyfuse3.Operations):
         takes no page locks, so unlike a data invalidation it is safe inside a
         handler."""
         if self.mounted:
-            _invalidate_attrs(ino)
-
-    def _changed(self, rel: RelPath) -> None:
-        """Engine listener: what the engine shows for ``rel`` changed."""
-        try:
-            trio.lowlevel.current_trio_token()
-        except RuntimeError:  # called from a worker thread after all
-            if self._token is not None:
-                # Never block the engine's thread on the loop (it may hold a lock
-                # a handler is about to wait for).
-                self._token.run_sync_soon(self._changed, rel)
-            return
-        self.gen.bump(str(rel))
-        self._pending.rels.add(str(rel))
-        self._pending.wake.set()
+            invalidate_attrs(ino)
 
     def changed_behind(self, rels: list[str]) -> None:
-        """Change feed: ``rels`` changed in SRC behind the mount (created,
-        written, deleted, renamed, chmodded).  The kernel must drop what it
-        keeps of them and of their directories (entries, attributes, pages,
-        listings); what the engine recorded of them comes through ``_changed``."""
-        self._pending.external.update(rels)
-        self._pending.wake.set()
+        """Change feed: ``rels`` changed in SRC behind the mount."""
+        self.invalidator.changed_behind(rels)
 
     def writing(self, rels: list[str]) -> set[str]:
         """Change feed: which of ``rels`` an operation through the mount is
         changing right now (the engine's write protocol records them itself)."""
         return self.engine.writes.busy(rels)
-
-    async def run_invalidator(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-        """Send kernel cache invalidations from a worker thread: the kernel may
-        wait on pages an in-flight request holds, so never from a handler."""
-        self._token = trio.lowlevel.current_trio_token()
-        task_status.started()
-        while True:
-            await self._pending.wake.wait()
-            rels, gone = self._pending.rels, self._pending.entries
-            external = self._pending.external
-            self._pending = _Pending()
-            todo = self._invalidations(rels, external)
-            todo.entries += [(ino, os.fsencode(name)) for ino, name in gone]
-            listed: dict[tuple[Tree, str], set[str]] = {}
-            for node in todo.dirs:
-                # A generated directory keeps its dentry (a shell may sit in it)
-                # unless it is gone.  Asked of its parent's listing, which is
-                # rebuilt after a change (a lookup may still be answered from
-                # the listing of a moment ago).
-                head, name = split(node.spath)
-                key = (node.tree, head)
-                if key not in listed:
-                    try:
-                        listed[key] = set(await self._tree(node).children(head))
-                    except pyfuse3.FUSEError:
-                        listed[key] = set()
-                if name not in listed[key]:
-                    todo.entries += self._synthetic_link(node)
-            if self.mounted:
-                await trio.to_thread.run_sync(_notify_kernel, todo)
-
-    def _invalidations(
-        self, rels: set[str], external: AbstractSet[str] = frozenset()
-    ) -> _Invalidation:
-        """What to drop from the kernel's caches after what the engine shows
-        for ``rels`` changed, and ``external`` paths changed behind the mount."""
-        inodes: set[int] = set()
-        attrs: set[int] = set()
-        entries: list[tuple[int, bytes]] = []
-        dirs: list[Node] = []
-        synthetic: list[Node] = []
-        for rel in external:
-            # The directory's entries changed: its attributes and any listing
-            # the kernel keeps of it, unless what it was told still holds.
-            parent = self.table.find_native(split(rel)[0])
-            if parent is not None:
-                st = self._lstat(self.table.path(parent) or "")
-                if st is None or _sig(st) != parent.attr_sig:
-                    inodes.add(parent.ino)
-                    parent.cache_sig = None
-        for rel in rels | external:
-            node = self.table.find_native(rel)
-            if node is not None and node is not self.table.root:
-                st = self._lstat(rel)
-                if st is None or (st.st_dev, st.st_ino) != node.key:
-                    inodes.add(node.ino)
-                    parent = self.table.find_native(split(rel)[0])
-                    if parent is not None:
-                        entries.append((parent.ino, os.fsencode(split(rel)[1])))
-                elif _sig(st) != node.cache_sig:
-                    inodes.add(node.ino)  # changed behind the kernel's back
-                else:
-                    # Written through the mount: the kernel's pages are right,
-                    # its attributes need not be (an O_TRUNC that cleared set-id bits).
-                    attrs.add(node.ino)
-        if not rels:  # nothing the engine shows changed: the generated trees hold
-            return _Invalidation(sorted(inodes), sorted(attrs - inodes), entries, dirs)
-        for rel in rels:
-            for tree in (Tree.PARSED, Tree.VERSIONS):
-                synthetic += self.table.synthetic_below(tree, rel)
-        synthetic += self.table.synthetic_below(Tree.REVIEW, "")
-        for n in synthetic:
-            inodes.add(n.ino)
-            if n.spath:
-                if n.is_dir:
-                    dirs.append(n)
-                else:
-                    entries += self._synthetic_link(n)
-        for tree in SYNTHETIC_TREES:
-            root = self.table.find_synthetic(tree, "")
-            if root is not None:
-                inodes.add(root.ino)
-        return _Invalidation(sorted(inodes), sorted(attrs - inodes), entries, dirs)
-
-    def _synthetic_link(self, node: Node) -> list[tuple[int, bytes]]:
-        """[(parent inode, name)] of a generated node below its tree's root
-        (none if the kernel no longer holds the parent)."""
-        head, name = split(node.spath)
-        parent = self.table.find_synthetic(node.tree, head)
-        return [] if parent is None else [(parent.ino, os.fsencode(name))]
-
-    def _lstat(self, rel: str) -> os.stat_result | None:
-        try:
-            return self.native.lstat(rel)
-        except OSError:
-            return None
 
 
 def _absent(name: str) -> int:
@@ -975,42 +852,6 @@ def _read_only(fi: pyfuse3.FileInfo) -> pyfuse3.FileInfo:
     if NOFLUSH:
         fi.noflush = True
     return fi
-
-
-def _sig(st: os.stat_result) -> tuple[int, int, int]:
-    return (st.st_mtime_ns, st.st_size, st.st_ino)
-
-
-def _invalidate_attrs(ino: int) -> None:
-    try:
-        pyfuse3.invalidate_inode(ino, attr_only=True)
-    except OSError as exc:
-        if exc.errno != errno.ENOENT:
-            log.debug("invalidate_inode(%d, attr_only): %s", ino, exc)
-
-
-@dataclass
-class _Invalidation:
-    inodes: list[int]  # attributes and pages
-    attrs: list[int]  # attributes only
-    entries: list[tuple[int, bytes]]  # dentries: (parent inode, name)
-    dirs: list[Node]  # generated directories: their dentry goes if they are gone
-
-
-def _notify_kernel(todo: _Invalidation) -> None:
-    for ino in todo.attrs:
-        _invalidate_attrs(ino)
-    for ino in todo.inodes:
-        try:
-            pyfuse3.invalidate_inode(ino, attr_only=False)
-        except OSError as exc:
-            if exc.errno != errno.ENOENT:
-                log.debug("invalidate_inode(%d): %s", ino, exc)
-    for parent, name in todo.entries:
-        try:
-            pyfuse3.invalidate_entry_async(parent, name, ignore_enoent=True)
-        except Exception:
-            log.exception("invalidate_entry_async(%d, %r)", parent, name)
 
 
 def _hidden(src: str, store: str) -> frozenset[str]:

@@ -37,7 +37,7 @@ def test_sigusr1_dumps_tasks_and_queue() -> None:
         dump = m.log().split(MARK, 1)[1]
         # The task tree: the FUSE main loop, the invalidator and the change
         # feed are there, each with the frame it waits in.
-        for name in ("pyfuse3", "run_invalidator", "ChangeFeed.run"):
+        for name in ("pyfuse3", "Invalidator.run", "ChangeFeed.run"):
             assert name in dump, dump
         assert "    at " in dump
         assert "parse queue:" in dump
