@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import pyfuse3
 import trio
 
-from mountd.nodes import SYNTHETIC_TREES, Node, Tree
+from mountd.nodes import Node, Tree
 from mountd.passthrough import split
 from swfs.api import RelPath
 
@@ -151,10 +151,10 @@ class Invalidator:
                     attrs.add(node.ino)
         if not rels:  # nothing the engine shows changed: the generated trees hold
             return _Invalidation(sorted(inodes), sorted(attrs - inodes), entries, dirs)
-        for rel in rels:
-            for tree in (Tree.PARSED, Tree.VERSIONS):
-                synthetic += self.table.synthetic_below(tree, rel)
-        synthetic += self.table.synthetic_below(Tree.REVIEW, "")
+        router = self.ops.router
+        below = {key for rel in rels for key in router.below(rel)}
+        for tree, prefix in sorted(below):
+            synthetic += self.table.synthetic_below(tree, prefix)
         for n in synthetic:
             inodes.add(n.ino)
             if n.spath:
@@ -162,7 +162,7 @@ class Invalidator:
                     dirs.append(n)
                 else:
                     entries += self._synthetic_link(n)
-        for tree in SYNTHETIC_TREES:
+        for tree in router.trees:
             root = self.table.find_synthetic(tree, "")
             if root is not None:
                 inodes.add(root.ino)

@@ -21,7 +21,6 @@ from mountd.invalidator import sig as _sig
 from mountd.nodes import InodeTable, Node, Tree
 from mountd.options import MountOptions
 from mountd.passthrough import (
-    RESERVED,
     Creds,
     NativeHandle,
     Passthrough,
@@ -30,6 +29,7 @@ from mountd.passthrough import (
     split,
 )
 from mountd.poll import Poller
+from mountd.router import Router
 from mountd.synthetic import Entry, Generation, SyntheticTree, make_trees
 from swfs.api import XATTR_PREFIX, EngineAPI, RelPath
 
@@ -134,6 +134,8 @@ class Operations(pyfuse3.Operations):
         self.table = InodeTable((root.st_dev, root.st_ino))
         self.gen = Generation()
         self.trees: dict[Tree, SyntheticTree] = dict(make_trees(engine, self.gen, options))
+        self.router = Router(self.trees)
+        self.native.reserved = self.router.names
         self.handles: dict[int, Handle] = {}
         self._next_fh = 1
         self.mounted = False  # set once pyfuse3 has a session: kernel notifications work
@@ -215,7 +217,7 @@ class Operations(pyfuse3.Operations):
         return a
 
     def _tree(self, node: Node) -> SyntheticTree:
-        return self.trees[node.tree]
+        return self.router.provider(node.tree)
 
     def _native_stat(self, node: Node) -> os.stat_result:
         """Stat through a name (preferring one that still leads to this inode),
@@ -257,8 +259,9 @@ class Operations(pyfuse3.Operations):
         self, parent: Node, name: str, *, wait: bool = True
     ) -> tuple[Node, pyfuse3.EntryAttributes]:
         """Find ``name`` in ``parent`` without taking a kernel reference."""
-        if parent is self.table.root and name in RESERVED:
-            node = self.table.synthetic(Tree(name), "")
+        top = self.router.top(name) if parent is self.table.root else None
+        if top is not None:
+            node = self.table.synthetic(top, "")
             return node, self._synthetic_attr(node, await self._entry(node))
         if parent.native:
             return self._native_child(
@@ -282,7 +285,7 @@ class Operations(pyfuse3.Operations):
         """The native path of a directory about to change; EROFS in generated trees."""
         if not parent.native:
             raise fail(errno.EROFS)
-        if name is not None and parent is self.table.root and name in RESERVED:
+        if name is not None and parent is self.table.root and name in self.router.names:
             raise fail(errno.EPERM)
         return self._path(parent)
 
@@ -354,11 +357,8 @@ class Operations(pyfuse3.Operations):
         views are closed too."""
         self.gen.bump(rel)
         nodes = [
-            n
-            for tree in (Tree.PARSED, Tree.VERSIONS)
-            for n in self.table.synthetic_below(tree, rel)
+            n for tree, at in self.router.below(rel) for n in self.table.synthetic_below(tree, at)
         ]
-        nodes += self.table.synthetic_below(Tree.REVIEW, "")
         for n in nodes:
             self._invalidate_attrs(n.ino)
 
@@ -532,7 +532,7 @@ class Operations(pyfuse3.Operations):
     ) -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes]:
         parent, n = self._node(parent_inode), os.fsdecode(name)
         pdir = self._writable_parent(parent)
-        if parent is self.table.root and n in RESERVED:
+        if parent is self.table.root and n in self.router.names:
             raise fail(errno.EEXIST)
         fh, st = await self.native.create(pdir, n, mode, flags, self._creds(ctx))
         attr = self._created(parent, n, st)
@@ -639,15 +639,12 @@ class Operations(pyfuse3.Operations):
                 if fd is None:
                     os.close(dfd)
             if node is table.root:
-                entries = [(n, i) for n, i in entries if n not in RESERVED]
+                entries = [(n, i) for n, i in entries if n not in self.router.names]
             names = [n for n, _ in entries]
             found = [table.find_key((dev, i)) for _, i in entries]
             if node is table.root:
-                # .versions is reachable by name but listed only on request, so
-                # a recursive search from the root skips every old version.
-                shown = sorted(RESERVED)
-                if self.options.versions == "hidden":
-                    shown.remove(".versions")
+                # Generated trees first; some are reachable by name only.
+                shown = self.router.listed()
                 names = shown + names
                 found = [table.find_synthetic(Tree(n), "") for n in shown] + found
         inos = tuple(None if n is None else n.ino for n in found)
@@ -708,7 +705,7 @@ class Operations(pyfuse3.Operations):
                     return
                 continue
             try:
-                if fd is not None and not (dnode is self.table.root and name in RESERVED):
+                if fd is not None and not (dnode is self.table.root and name in self.router.names):
                     st = os.stat(name, dir_fd=fd, follow_symlinks=False)
                     node, attr = self._native_child(dnode, name, st)
                 else:

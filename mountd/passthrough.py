@@ -114,6 +114,7 @@ class Passthrough:
         self.hidden = hidden  # relative paths that do not exist in the mount
         self.hidden_names = frozenset(split(h)[1] for h in hidden)
         self.writes = engine.writes
+        self.reserved = RESERVED  # the generated trees' names (the router's, once routed)
         self.limiter = trio.CapacityLimiter(8)
 
     def close(self) -> None:
@@ -133,7 +134,7 @@ class Passthrough:
         """Refuse to create or rename onto a reserved or hidden name."""
         if self.is_hidden(join(parent, name)):
             raise _err(errno.EPERM)
-        if not parent and name in RESERVED:
+        if not parent and name in self.reserved:
             raise _err(errno.EEXIST)
 
     # -- reading the tree

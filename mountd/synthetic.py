@@ -428,6 +428,7 @@ ALL_DIFF = "ALL.diff"
 
 class ReviewTree(Base):
     tree = Tree.REVIEW
+    scope = "all"  # SUMMARY.md and ALL.diff speak of every file (mountd.router)
 
     def __init__(self, engine: EngineAPI, gen: Generation, options: MountOptions) -> None:
         super().__init__(engine, gen, options)
@@ -515,6 +516,11 @@ def iso(t: float) -> str:
 
 class VersionsTree(Base):
     tree = Tree.VERSIONS
+
+    def listed(self) -> bool:
+        """Reachable by name; listed at the root only on request, so that a
+        recursive search from the root skips every old version."""
+        return self.options.versions == "visible"
 
     def __init__(self, engine: EngineAPI, gen: Generation, options: MountOptions) -> None:
         super().__init__(engine, gen, options)
@@ -642,6 +648,8 @@ class VersionsTree(Base):
 def make_trees(
     engine: EngineAPI, gen: Generation, options: MountOptions
 ) -> dict[Tree, ParsedTree | ReviewTree | VersionsTree]:
+    """Every generated tree, by its top-level name: registering one is one
+    line here (mountd.router derives the rest)."""
     return {
         Tree.PARSED: ParsedTree(engine, gen, options),
         Tree.REVIEW: ReviewTree(engine, gen, options),
