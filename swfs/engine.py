@@ -310,10 +310,12 @@ class Engine(Workspace):
                 queue.finish(rel, again=again)
 
     async def _parse_one(self, pool: ParsePool, rel: str) -> bool:
-        rec = self.store.get_file(rel)
+        # Store reads in a thread: the loop also answers every FUSE request.
+        rec = await trio.to_thread.run_sync(self.store.get_file, rel)
         if rec is None or rec.parser is None:
             return False
-        if self.store.get_parse(rec.hash, rec.parser) is not None:
+        h, parser = rec.hash, rec.parser
+        if await trio.to_thread.run_sync(self.store.parse_status, h, parser) is not None:
             # Another path with the same content was parsed meanwhile.
             await trio.to_thread.run_sync(self._adopt_cached, rel)
             return False
