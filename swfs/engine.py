@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import fcntl
+import functools
 import logging
 import math
 import os
@@ -28,6 +29,7 @@ import trio
 from . import review as review_mod
 from .api import Access, Freshness, RelPath, ReviewEntry
 from .parsework import ParsePool
+from .scheduler import ParseScheduler
 from .store import FLUSH_INTERVAL
 from .workspace import Config, Workspace, WorkspaceError
 
@@ -268,16 +270,17 @@ class Engine(Workspace):
         self.queue = queue = ParseQueue()
         limits = self.config.limits
         try:
-            if drain and not scan and not self.needs_parse():
+            if drain and not scan and not await trio.to_thread.run_sync(self.needs_parse):
                 return  # nothing to parse: no worker processes to start
             async with ParsePool.open(limits) as pool, trio.open_nursery() as nursery:
                 if scan:
                     await trio.to_thread.run_sync(self.scan)
-                for rel in self.needs_parse():
+                for rel in await trio.to_thread.run_sync(self.needs_parse):
                     queue.submit(rel)
                 total = len(queue)
-                for _ in range(limits.workers):
-                    nursery.start_soon(self._worker, pool, queue)
+                parse_one = functools.partial(self._parse_one, pool)
+                scheduler = ParseScheduler(queue, parse_one, workers=limits.workers)
+                await nursery.start(scheduler.run)
                 if not drain:
                     nursery.start_soon(self._rescan_loop)
                     nursery.start_soon(self._flush_loop)
@@ -296,18 +299,6 @@ class Engine(Workspace):
         finally:
             self.queue = None
             self._token = None
-
-    async def _worker(self, pool: ParsePool, queue: ParseQueue) -> None:
-        while True:
-            rel = await queue.take()
-            again = False
-            try:
-                again = await self._parse_one(pool, rel)
-            except Exception:
-                # A bug here must not stop the other files from being parsed.
-                log.exception("%s: unexpected error while parsing", rel)
-            finally:
-                queue.finish(rel, again=again)
 
     async def _parse_one(self, pool: ParsePool, rel: str) -> bool:
         # Store reads in a thread: the loop also answers every FUSE request.
