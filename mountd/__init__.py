@@ -7,16 +7,28 @@ Modules, outermost first:
                 (one AsyncExitStack: engine, nursery, background work, FUSE
                 session; unmounts on SIGTERM/SIGINT/SIGHUP, never after a crash).
 ``operations``  the ``pyfuse3.Operations`` adapter: decodes a request, routes it
-                by the top-level name to the native passthrough or a generated
-                tree, answers attributes or FUSEError (``handler`` turns
-                anything else into an errno: a bad request never ends the mount).
-                Also the kernel-cache invalidation task.
+                by the top-level name (``router``) to the native passthrough or
+                a generated tree, answers attributes or FUSEError (``handler``
+                turns anything else into an errno: a bad request never ends
+                the mount).
+``router``      which provider answers for a node: the generated trees by their
+                top-level names (one entry in ``synthetic.make_trees`` registers
+                one), what the root reserves and lists, what a change touches.
 ``passthrough`` the native tree: ``*at`` calls through directory fds opened
-                beneath SRC without following symlinks, plus the engine hooks
-                (``preserve`` before the first overwrite through a handle,
-                ``record_write`` on close/fsync/release, ``preserve_inode`` /
-                ``record_unlink`` / ``record_rename`` around unlink and rename).
-``synthetic``   the read-only ``.parsed``, ``.review`` and ``.versions`` trees.
+                beneath SRC without following symlinks.  Every change to a
+                native file goes through the engine's write protocol
+                (``engine.writes``, ``swfs.writesession``): a write session per
+                open for writing (it preserves before the first in-place
+                change and records on flush, fsync and release) and a
+                ``Change`` per unlink, rename and truncate by path.  The daemon
+                holds no history policy; it runs the protocol's slow steps in
+                worker threads.
+``synthetic``   the read-only ``.parsed``, ``.review`` and ``.versions`` trees;
+                what is not a cache hit is built in worker threads
+                (``off_loop``), never on the trio loop.
+``invalidator`` kernel cache invalidation, background work with run()/stop().
+``dump``        SIGUSR1: the trio task tree, the parse queue and the open write
+                sessions to the daemon's log.
 ``nodes``       the inode table (native nodes keyed by backing identity and
                 numbered by the backing inode number, so hard links share an
                 inode and ``st_ino`` survives renames and forgets; generated

@@ -23,6 +23,7 @@ from typing import Any
 import pyfuse3
 import trio
 
+from mountd.dump import DumpOnSignal
 from mountd.fsutil import raise_fd_limit
 from mountd.operations import Operations
 from mountd.options import MountOptions
@@ -249,7 +250,8 @@ async def _serve(
         nursery = await stack.enter_async_context(trio.open_nursery())
         stack.callback(nursery.cancel_scope.cancel)
         await nursery.start(engine.run_background)
-        await nursery.start(ops.run_invalidator)
+        stack.callback(ops.invalidator.stop)
+        await nursery.start(ops.invalidator.run)
         # Changes behind the mount, seen within a fraction of a second (the
         # engine's periodic rescan is the backstop).
         feed = ChangeFeed(engine, changed=ops.changed_behind, skip=ops.writing)
@@ -257,6 +259,10 @@ async def _serve(
         await nursery.start(feed.run)
         await nursery.start(ops.poller.run)
         await nursery.start(_watch_signals)
+        # SIGUSR1: the task tree, the parse queue and the write sessions to the log.
+        dump = DumpOnSignal(lambda: engine.queue_report() + engine.writes.report())
+        stack.callback(dump.stop)
+        await nursery.start(dump.run)
         pyfuse3.init(ops, str(mountpoint), fuse_options(src, options))
         ops.mounted = True
         stack.push(_FuseSession(mountpoint).__exit__)

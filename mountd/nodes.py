@@ -65,7 +65,6 @@ class Node:
     attr_sig: object = None  # native: the attributes last reported to the kernel
     size: int = -1  # generated: the size last reported to the kernel
     is_dir: bool = False  # generated: a directory, as last reported to the kernel
-    kept: object = None  # native files: passthrough.Kept, shared by open handles
     # Native: bumped when the backing inode number comes back for a new file
     # while the kernel may still hold the old one (a removed directory some
     # process sits in): the kernel then drops the dead inode instead of

@@ -10,21 +10,19 @@ import logging
 import os
 import stat
 from collections.abc import Awaitable, Callable, Sequence
-from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
 import pyfuse3
-import trio
 
 from mountd.caller import REQUEST
 from mountd.fsutil import open_beneath
-from mountd.nodes import SYNTHETIC_TREES, InodeTable, Node, Tree
+from mountd.invalidator import Invalidator, invalidate_attrs
+from mountd.invalidator import sig as _sig
+from mountd.nodes import InodeTable, Node, Tree
 from mountd.options import MountOptions
 from mountd.passthrough import (
-    RESERVED,
     Creds,
-    Kept,
     NativeHandle,
     Passthrough,
     SetAttr,
@@ -33,6 +31,7 @@ from mountd.passthrough import (
 )
 from mountd.poll import Poller
 from mountd.render import RenderTree
+from mountd.router import Router
 from mountd.searchtree import SearchTree
 from mountd.synthetic import Entry, Generation, ReviewTree, SyntheticTree, make_trees
 from swfs.api import XATTR_PREFIX, EngineAPI, RelPath
@@ -124,14 +123,6 @@ class DirHandle:
 Handle = DataHandle | FdHandle | NativeOpen | DirHandle
 
 
-@dataclass
-class _Pending:
-    rels: set[str] = field(default_factory=set)
-    external: set[str] = field(default_factory=set)  # changed behind the mount
-    entries: set[tuple[int, str]] = field(default_factory=set)  # names found gone
-    wake: trio.Event = field(default_factory=trio.Event)
-
-
 class Operations(pyfuse3.Operations):
     supports_dot_lookup = False  # no NFS export: we never answer '..' lookups
     enable_writeback_cache = False
@@ -153,12 +144,14 @@ class Operations(pyfuse3.Operations):
         self.trees: dict[Tree, SyntheticTree] = dict(make_trees(engine, self.gen, options))
         self.trees[Tree.SEARCH] = SearchTree(engine, self.gen)
         self.trees[Tree.RENDER] = RenderTree(engine, self.gen, options)
+        self.router = Router(self.trees)
+        self.native.reserved = self.router.names
         self.handles: dict[int, Handle] = {}
         self._next_fh = 1
-        self._pending = _Pending()
-        self._token: trio.lowlevel.TrioToken | None = None
         self.mounted = False  # set once pyfuse3 has a session: kernel notifications work
-        engine.add_listener(self._changed)
+        # Background work: engine change events -> kernel cache invalidations.
+        self.invalidator = Invalidator(self)
+        engine.add_listener(self.invalidator.changed)
         self.journal = open_journal(
             engine.store_dir,
             enabled=options.journal,
@@ -244,7 +237,7 @@ class Operations(pyfuse3.Operations):
         return a
 
     def _tree(self, node: Node) -> SyntheticTree:
-        return self.trees[node.tree]
+        return self.router.provider(node.tree)
 
     def _native_stat(self, node: Node) -> os.stat_result:
         """Stat through a name (preferring one that still leads to this inode),
@@ -269,8 +262,7 @@ class Operations(pyfuse3.Operations):
     def _gone_behind_our_back(self, node: Node) -> None:
         """``node``'s names no longer lead to it: have the kernel drop its cached
         entries (from the invalidation task, never from this handler)."""
-        self._pending.entries.update(node.links)
-        self._pending.wake.set()
+        self.invalidator.gone(node.links)
 
     async def _entry(self, node: Node, *, wait: bool = False) -> Entry:
         e = await self._tree(node).entry(node.spath, wait=wait)
@@ -287,8 +279,9 @@ class Operations(pyfuse3.Operations):
         self, parent: Node, name: str, *, wait: bool = True
     ) -> tuple[Node, pyfuse3.EntryAttributes]:
         """Find ``name`` in ``parent`` without taking a kernel reference."""
-        if parent is self.table.root and name in RESERVED:
-            node = self.table.synthetic(Tree(name), "")
+        top = self.router.top(name) if parent is self.table.root else None
+        if top is not None:
+            node = self.table.synthetic(top, "")
             return node, self._synthetic_attr(node, await self._entry(node))
         if parent.native:
             return self._native_child(
@@ -312,7 +305,7 @@ class Operations(pyfuse3.Operations):
         """The native path of a directory about to change; EROFS in generated trees."""
         if not parent.native:
             raise fail(errno.EROFS)
-        if name is not None and parent is self.table.root and name in RESERVED:
+        if name is not None and parent is self.table.root and name in self.router.names:
             raise fail(errno.EPERM)
         return self._path(parent)
 
@@ -372,7 +365,7 @@ class Operations(pyfuse3.Operations):
             # times itself).
             change = SetAttr(ctime=True)
         rel = self._path(node)
-        st = await self.native.setattr(rel, native_fh, change, _kept(node))
+        st = await self.native.setattr(rel, native_fh, change)
         if change.mode is not None or change.uid is not None or change.gid is not None:
             self._access_changed(rel)
         return self._native_attr(node, st)
@@ -384,11 +377,8 @@ class Operations(pyfuse3.Operations):
         views are closed too."""
         self.gen.bump(rel)
         nodes = [
-            n
-            for tree in (Tree.PARSED, Tree.VERSIONS, Tree.RENDER)
-            for n in self.table.synthetic_below(tree, rel)
+            n for tree, at in self.router.below(rel) for n in self.table.synthetic_below(tree, at)
         ]
-        nodes += self.table.synthetic_below(Tree.REVIEW, "")
         for n in nodes:
             self._invalidate_attrs(n.ino)
 
@@ -482,12 +472,6 @@ class Operations(pyfuse3.Operations):
         new_parent, new = self._node(parent_inode_new), os.fsdecode(name_new)
         old_dir = self._writable_parent(old_parent, old)
         new_dir = self._writable_parent(new_parent, new)
-        # The engine must see what was written under the old name before the
-        # rename (a release may still be on its way from the kernel).
-        for parent, name in ((old_parent, old), (new_parent, new)):
-            node = self.table.child(parent, name)
-            if node is not None:
-                await self._record_pending(node)
 
         def moved() -> None:
             # Before the engine records the rename: the invalidations its record
@@ -500,11 +484,6 @@ class Operations(pyfuse3.Operations):
 
         await self.native.rename(old_dir, old, new_dir, new, flags, moved)
         self.journal.on_rename(ctx.pid, join(old_dir, old), join(new_dir, new))
-
-    async def _record_pending(self, node: Node) -> None:
-        for h in list(self.handles.values()):
-            if isinstance(h, NativeOpen) and h.node is node and h.fh.written:
-                await self.native.record(h.fh)
 
     # -- files
 
@@ -553,9 +532,7 @@ class Operations(pyfuse3.Operations):
     async def _open_native(self, node: Node, flags: int, creds: Creds) -> pyfuse3.FileInfo:
         rel = self._path(node)
         try:
-            fh = await self.native.open(
-                rel, flags, functools.partial(self.table.path, node), _kept(node), creds
-            )
+            fh = await self.native.open(rel, flags, creds)
         except FileNotFoundError:
             self._gone_behind_our_back(node)
             raise
@@ -588,22 +565,11 @@ class Operations(pyfuse3.Operations):
     ) -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes]:
         parent, n = self._node(parent_inode), os.fsdecode(name)
         pdir = self._writable_parent(parent)
-        if parent is self.table.root and n in RESERVED:
+        if parent is self.table.root and n in self.router.names:
             raise fail(errno.EEXIST)
-        holder: list[Node] = []
-        fh, st = await self.native.create(
-            pdir,
-            n,
-            mode,
-            flags,
-            self._creds(ctx),
-            lambda: self.table.path(holder[0]) if holder else None,
-            _kept(existing) if (existing := self.table.child(parent, n)) else Kept(),
-        )
+        fh, st = await self.native.create(pdir, n, mode, flags, self._creds(ctx))
         attr = self._created(parent, n, st)
         node = self._node(attr.st_ino)
-        holder.append(node)
-        node.kept = fh.kept
         node.cache_sig = None
         self.table.opened(node)
         direct = bool(flags & os.O_DIRECT)
@@ -723,17 +689,12 @@ class Operations(pyfuse3.Operations):
                 if fd is None:
                     os.close(dfd)
             if node is table.root:
-                entries = [(n, i) for n, i in entries if n not in RESERVED]
+                entries = [(n, i) for n, i in entries if n not in self.router.names]
             names = [n for n, _ in entries]
             found = [table.find_key((dev, i)) for _, i in entries]
             if node is table.root:
-                # .versions is reachable by name but listed only on request, so
-                # a recursive search from the root skips every old version.
-                # .render too: `grep -r` from the root would render every page.
-                shown = sorted(RESERVED - {".render"})
-                if self.options.versions == "hidden":
-                    shown.remove(".versions")
-                shown.remove(".search")  # by path only: a recursive grep runs no queries
+                # Generated trees first; some are reachable by name only.
+                shown = self.router.listed()
                 names = shown + names
                 found = [table.find_synthetic(Tree(n), "") for n in shown] + found
         inos = tuple(None if n is None else n.ino for n in found)
@@ -798,7 +759,7 @@ class Operations(pyfuse3.Operations):
                     return
                 continue
             try:
-                if fd is not None and not (dnode is self.table.root and name in RESERVED):
+                if fd is not None and not (dnode is self.table.root and name in self.router.names):
                     st = os.stat(name, dir_fd=fd, follow_symlinks=False)
                     node, attr = self._native_child(dnode, name, st)
                 else:
@@ -842,11 +803,12 @@ class Operations(pyfuse3.Operations):
 
     # -- extended attributes
 
-    def _sw_xattrs(self, rel: str) -> dict[str, str]:
+    async def _sw_xattrs(self, rel: str) -> dict[str, str]:
         if not rel:
             return {"source": self.src, "store": self.store}
         out: dict[str, str] = {}
-        state = self.engine.file_state(RelPath(rel))
+        # Counts versions and reads the baseline: a store read, off the loop.
+        state = await self.native.slow(self.engine.file_state, RelPath(rel))
         if state is not None:
             out["freshness"] = str(state.freshness)
             out["versions"] = str(state.versions)
@@ -861,7 +823,7 @@ class Operations(pyfuse3.Operations):
 
     async def _xattrs(self, node: Node) -> dict[str, str]:
         if node.native:
-            return self._sw_xattrs(self._path(node))
+            return await self._sw_xattrs(self._path(node))
         return dict(await self._tree(node).xattrs(node.spath))
 
     @handler
@@ -917,143 +879,16 @@ class Operations(pyfuse3.Operations):
         takes no page locks, so unlike a data invalidation it is safe inside a
         handler."""
         if self.mounted:
-            _invalidate_attrs(ino)
-
-    def _changed(self, rel: RelPath) -> None:
-        """Engine listener: what the engine shows for ``rel`` changed."""
-        try:
-            trio.lowlevel.current_trio_token()
-        except RuntimeError:  # called from a worker thread after all
-            if self._token is not None:
-                # Never block the engine's thread on the loop (it may hold a lock
-                # a handler is about to wait for).
-                self._token.run_sync_soon(self._changed, rel)
-            return
-        self.gen.bump(str(rel))
-        self._pending.rels.add(str(rel))
-        self._pending.wake.set()
+            invalidate_attrs(ino)
 
     def changed_behind(self, rels: list[str]) -> None:
-        """Change feed: ``rels`` changed in SRC behind the mount (created,
-        written, deleted, renamed, chmodded).  The kernel must drop what it
-        keeps of them and of their directories (entries, attributes, pages,
-        listings); what the engine recorded of them comes through ``_changed``."""
-        self._pending.external.update(rels)
-        self._pending.wake.set()
+        """Change feed: ``rels`` changed in SRC behind the mount."""
+        self.invalidator.changed_behind(rels)
 
     def writing(self, rels: list[str]) -> set[str]:
         """Change feed: which of ``rels`` an operation through the mount is
-        changing right now (it records them itself when done)."""
-        out = {r for r in rels if r in self.native.busy}
-        written = [
-            h.node for h in self.handles.values() if isinstance(h, NativeOpen) and h.fh.written
-        ]
-        for node in written:
-            out.update(r for r in self.table.paths(node))
-        return out
-
-    async def run_invalidator(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-        """Send kernel cache invalidations from a worker thread: the kernel may
-        wait on pages an in-flight request holds, so never from a handler."""
-        self._token = trio.lowlevel.current_trio_token()
-        task_status.started()
-        while True:
-            await self._pending.wake.wait()
-            rels, gone = self._pending.rels, self._pending.entries
-            external = self._pending.external
-            self._pending = _Pending()
-            todo = self._invalidations(rels, external)
-            todo.entries += [(ino, os.fsencode(name)) for ino, name in gone]
-            listed: dict[tuple[Tree, str], set[str]] = {}
-            for node in todo.dirs:
-                # A generated directory keeps its dentry (a shell may sit in it)
-                # unless it is gone.  Asked of its parent's listing, which is
-                # rebuilt after a change (a lookup may still be answered from
-                # the listing of a moment ago).
-                head, name = split(node.spath)
-                key = (node.tree, head)
-                if key not in listed:
-                    try:
-                        listed[key] = set(await self._tree(node).children(head))
-                    except pyfuse3.FUSEError:
-                        listed[key] = set()
-                if name not in listed[key]:
-                    todo.entries += self._synthetic_link(node)
-            if self.mounted:
-                await trio.to_thread.run_sync(_notify_kernel, todo)
-
-    def _invalidations(
-        self, rels: set[str], external: AbstractSet[str] = frozenset()
-    ) -> _Invalidation:
-        """What to drop from the kernel's caches after what the engine shows
-        for ``rels`` changed, and ``external`` paths changed behind the mount."""
-        inodes: set[int] = set()
-        attrs: set[int] = set()
-        entries: list[tuple[int, bytes]] = []
-        dirs: list[Node] = []
-        synthetic: list[Node] = []
-        for rel in external:
-            # The directory's entries changed: its attributes and any listing
-            # the kernel keeps of it, unless what it was told still holds.
-            parent = self.table.find_native(split(rel)[0])
-            if parent is not None:
-                st = self._lstat(self.table.path(parent) or "")
-                if st is None or _sig(st) != parent.attr_sig:
-                    inodes.add(parent.ino)
-                    parent.cache_sig = None
-        for rel in rels | external:
-            node = self.table.find_native(rel)
-            if node is not None and node is not self.table.root:
-                _kept(node).preserved = False  # the engine may have recorded new bytes
-                st = self._lstat(rel)
-                if st is None or (st.st_dev, st.st_ino) != node.key:
-                    inodes.add(node.ino)
-                    parent = self.table.find_native(split(rel)[0])
-                    if parent is not None:
-                        entries.append((parent.ino, os.fsencode(split(rel)[1])))
-                elif _sig(st) != node.cache_sig:
-                    inodes.add(node.ino)  # changed behind the kernel's back
-                else:
-                    # Written through the mount: the kernel's pages are right,
-                    # its attributes need not be (an O_TRUNC that cleared set-id bits).
-                    attrs.add(node.ino)
-        if not rels:  # nothing the engine shows changed: the generated trees hold
-            return _Invalidation(sorted(inodes), sorted(attrs - inodes), entries, dirs)
-        for rel in rels:
-            for tree in (Tree.PARSED, Tree.VERSIONS, Tree.RENDER):
-                synthetic += self.table.synthetic_below(tree, rel)
-        synthetic += self.table.synthetic_below(Tree.REVIEW, "")
-        for n in synthetic:
-            inodes.add(n.ino)
-            if n.spath:
-                if n.is_dir:
-                    dirs.append(n)
-                else:
-                    entries += self._synthetic_link(n)
-        for tree in SYNTHETIC_TREES:
-            root = self.table.find_synthetic(tree, "")
-            if root is not None:
-                inodes.add(root.ino)
-        return _Invalidation(sorted(inodes), sorted(attrs - inodes), entries, dirs)
-
-    def _synthetic_link(self, node: Node) -> list[tuple[int, bytes]]:
-        """[(parent inode, name)] of a generated node below its tree's root
-        (none if the kernel no longer holds the parent)."""
-        head, name = split(node.spath)
-        parent = self.table.find_synthetic(node.tree, head)
-        return [] if parent is None else [(parent.ino, os.fsencode(name))]
-
-    def _lstat(self, rel: str) -> os.stat_result | None:
-        try:
-            return self.native.lstat(rel)
-        except OSError:
-            return None
-
-
-def _kept(node: Node) -> Kept:
-    if not isinstance(node.kept, Kept):
-        node.kept = Kept()
-    return node.kept
+        changing right now (the engine's write protocol records them itself)."""
+        return self.engine.writes.busy(rels)
 
 
 def _absent(name: str) -> int:
@@ -1074,42 +909,6 @@ def _read_only(fi: pyfuse3.FileInfo) -> pyfuse3.FileInfo:
     if NOFLUSH:
         fi.noflush = True
     return fi
-
-
-def _sig(st: os.stat_result) -> tuple[int, int, int]:
-    return (st.st_mtime_ns, st.st_size, st.st_ino)
-
-
-def _invalidate_attrs(ino: int) -> None:
-    try:
-        pyfuse3.invalidate_inode(ino, attr_only=True)
-    except OSError as exc:
-        if exc.errno != errno.ENOENT:
-            log.debug("invalidate_inode(%d, attr_only): %s", ino, exc)
-
-
-@dataclass
-class _Invalidation:
-    inodes: list[int]  # attributes and pages
-    attrs: list[int]  # attributes only
-    entries: list[tuple[int, bytes]]  # dentries: (parent inode, name)
-    dirs: list[Node]  # generated directories: their dentry goes if they are gone
-
-
-def _notify_kernel(todo: _Invalidation) -> None:
-    for ino in todo.attrs:
-        _invalidate_attrs(ino)
-    for ino in todo.inodes:
-        try:
-            pyfuse3.invalidate_inode(ino, attr_only=False)
-        except OSError as exc:
-            if exc.errno != errno.ENOENT:
-                log.debug("invalidate_inode(%d): %s", ino, exc)
-    for parent, name in todo.entries:
-        try:
-            pyfuse3.invalidate_entry_async(parent, name, ignore_enoent=True)
-        except Exception:
-            log.exception("invalidate_entry_async(%d, %r)", parent, name)
 
 
 def _hidden(src: str, store: str) -> frozenset[str]:

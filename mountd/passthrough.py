@@ -1,5 +1,8 @@
-"""The native tree: byte-for-byte passthrough to SRC, plus the engine hooks
-that keep history (preserve before overwrite, record after write).
+"""The native tree: byte-for-byte passthrough to SRC.  Every change to a
+native file goes through the engine's write protocol (``engine.writes``, see
+``swfs.writesession``), which decides what to preserve and when to record;
+this module only does the system calls and moves the protocol's slow steps
+to worker threads.
 
 Paths are relative to SRC ('' is SRC itself).  Every call goes through a
 directory fd opened beneath SRC without following symlinks, and uses the
@@ -9,13 +12,13 @@ directory fd opened beneath SRC without following symlinks, and uses the
 from __future__ import annotations
 
 import errno
+import functools
 import logging
 import os
 import stat
-from collections import Counter
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from contextlib import nullcontext
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import trio
@@ -29,7 +32,7 @@ from mountd.fsutil import (
     utimensat,
 )
 from mountd.poll import Poller
-from swfs.api import EngineAPI, RelPath
+from swfs.api import EngineAPI, RelPath, WriteSession
 
 log = logging.getLogger(__name__)
 
@@ -73,20 +76,23 @@ class Creds:
 
 
 @dataclass
-class Kept:
-    """Shared by every open handle of one file: whether the engine has kept the
-    bytes an overwrite would destroy.  Any record of a new version resets it."""
-
-    preserved: bool = False
-
-
-@dataclass
 class NativeHandle:
     fd: int
-    path: Callable[[], str | None]  # the file's present path (it may be renamed while open)
-    kept: Kept = field(default_factory=Kept)
-    written: bool = False  # changed (written or truncated) since the last record_write
-    wrote: bool = False  # write() calls since the last record_write
+    session: WriteSession | None = None  # opened for writing: the engine's write session
+
+    @property
+    def written(self) -> bool:
+        """Changed (written or truncated) since the last record."""
+        return self.session is not None and self.session.dirty
+
+    @property
+    def wrote(self) -> bool:
+        """write() calls since the last record."""
+        return self.session is not None and self.session.wrote
+
+    def path(self) -> str | None:
+        """The file's present name (None once unlinked, or if never written)."""
+        return None if self.session is None else self.session.rel
 
 
 @dataclass(frozen=True)
@@ -111,22 +117,9 @@ class Passthrough:
         self.root_fd = os.open(src, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         self.hidden = hidden  # relative paths that do not exist in the mount
         self.hidden_names = frozenset(split(h)[1] for h in hidden)
+        self.writes = engine.writes
+        self.reserved = RESERVED  # the generated trees' names (the router's, once routed)
         self.limiter = trio.CapacityLimiter(8)
-        # Paths an operation through the mount is changing right now: the
-        # change feed leaves them to the operation's own record.
-        self.busy: Counter[str] = Counter()
-
-    @contextmanager
-    def working(self, *rels: str | None) -> Iterator[None]:
-        names = [r for r in rels if r is not None]
-        self.busy.update(names)
-        try:
-            yield
-        finally:
-            self.busy.subtract(names)
-            for r in names:
-                if self.busy[r] <= 0:
-                    del self.busy[r]
 
     def close(self) -> None:
         os.close(self.root_fd)
@@ -145,7 +138,7 @@ class Passthrough:
         """Refuse to create or rename onto a reserved or hidden name."""
         if self.is_hidden(join(parent, name)):
             raise _err(errno.EPERM)
-        if not parent and name in RESERVED:
+        if not parent and name in self.reserved:
             raise _err(errno.EEXIST)
 
     # -- reading the tree
@@ -183,33 +176,33 @@ class Passthrough:
 
     # -- attributes
 
-    async def setattr(
-        self, rel: str, fh: NativeHandle | None, change: SetAttr, kept: Kept
-    ) -> os.stat_result:
-        with self.working(rel):
-            return await self._setattr(rel, fh, change, kept)
+    async def setattr(self, rel: str, fh: NativeHandle | None, change: SetAttr) -> os.stat_result:
+        # The change feed leaves the path to this request (a chmod's event).
+        with self.writes.changing(rel):
+            return await self._setattr(rel, fh, change)
 
-    async def _setattr(
-        self, rel: str, fh: NativeHandle | None, change: SetAttr, kept: Kept
-    ) -> os.stat_result:
+    async def _setattr(self, rel: str, fh: NativeHandle | None, change: SetAttr) -> os.stat_result:
         parent, name = split(rel)
         if change.size is not None:
-            if fh is not None:
-                if not fh.kept.preserved:
-                    await self.engine_preserve(rel)
-                    fh.kept.preserved = True
-                os.ftruncate(fh.fd, change.size)
-                fh.written = fh.wrote = True  # recorded on close (flush), release or fsync
+            size = change.size
+            if fh is not None and fh.session is not None:
+                session = fh.session
+                if session.needs_preserve:
+                    await self.slow(session.preserve)
+                session.truncate(size)
+            elif fh is not None:
+                os.ftruncate(fh.fd, size)  # a read-only handle: EBADF or EINVAL
             else:
-                await self.engine_preserve(rel)
-                with dir_fd(self.root_fd, parent) as pfd:
-                    fd = os.open(name, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=pfd)
-                try:
-                    os.ftruncate(fd, change.size)
-                finally:
-                    os.close(fd)
-                kept.preserved = False
-                await self.engine_record_write(rel)
+
+                def truncate() -> None:
+                    with dir_fd(self.root_fd, parent) as pfd:
+                        fd = os.open(name, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=pfd)
+                    try:
+                        os.ftruncate(fd, size)
+                    finally:
+                        os.close(fd)
+
+                await self.slow(self.writes.truncate(rel).run, truncate)
         with dir_fd(self.root_fd, parent) as pfd:
             target = name if rel else "."
             if change.mode is not None:
@@ -260,48 +253,35 @@ class Passthrough:
 
     # -- files
 
-    async def open(
-        self, rel: str, flags: int, path: Callable[[], str | None], kept: Kept, creds: Creds
-    ) -> NativeHandle:
-        writes = flags & os.O_ACCMODE != os.O_RDONLY
-        with self.working(rel if writes else None):
-            return await self._open(rel, flags, path, kept, creds, writes)
+    async def open(self, rel: str, flags: int, creds: Creds) -> NativeHandle:
+        if flags & os.O_ACCMODE != os.O_RDONLY:
+            truncate = bool(flags & os.O_TRUNC)
 
-    async def _open(
-        self,
-        rel: str,
-        flags: int,
-        path: Callable[[], str | None],
-        kept: Kept,
-        creds: Creds,
-        writes: bool,
-    ) -> NativeHandle:
-        if writes:
-            await self.engine_check(rel)
-        if flags & os.O_TRUNC and writes:
-            await self.engine_preserve(rel)
+            def opener() -> int:
+                fd = open_beneath(self.root_fd, rel, flags & ~_STRIP)
+                if truncate and creds.uid != 0:
+                    # The kernel leaves clearing set-id bits on an O_TRUNC open
+                    # to us (the daemon's own truncation, as root, keeps them).
+                    try:
+                        _drop_setid(fd)
+                    except BaseException:
+                        os.close(fd)
+                        raise
+                return fd
+
+            session = await self.slow(
+                functools.partial(self.writes.begin_write, rel, opener, truncate=truncate)
+            )
+            return NativeHandle(session.fd, session)
         fd = open_beneath(self.root_fd, rel, flags & ~_STRIP)
-        if flags & os.O_TRUNC and writes and creds.uid != 0:
-            # The kernel leaves clearing set-id bits on an O_TRUNC open to us
-            # (the daemon's own truncation, as root, keeps them).
-            try:
-                _drop_setid(fd)
-            except BaseException:
-                os.close(fd)
-                raise
-        if not writes:
-            try:
-                unchanged = self.engine.is_unchanged(RelPath(rel), os.fstat(fd))
-            except BaseException:
-                os.close(fd)
-                raise
-            if not unchanged:  # changed behind the mount (or never seen): look now
-                await self.engine_check(rel)
-        truncated = bool(flags & os.O_TRUNC and writes)
-        if writes:
-            # check_file above may just have recorded a change made behind the mount.
-            kept.preserved = truncated
-        return NativeHandle(fd, path, kept, written=truncated)
+        try:
+            unchanged = self.engine.is_unchanged(RelPath(rel), os.fstat(fd))  # cheap
+        except BaseException:
+            os.close(fd)
+            raise
+        if not unchanged:  # changed behind the mount (or never seen): look now
+            await self.engine_check(rel)
+        return NativeHandle(fd)
 
     async def create(
         self,
@@ -310,10 +290,7 @@ class Passthrough:
         mode: int,
         flags: int,
         creds: Creds,
-        path: Callable[[], str | None],
-        kept: Kept,
     ) -> tuple[NativeHandle, os.stat_result]:
-        """``kept`` is the file's shared state, should it exist after all."""
         self.check_new_name(parent, name)
         rel = join(parent, name)
         perm = stat.S_IMODE(mode) & ~creds.umask
@@ -329,16 +306,15 @@ class Passthrough:
                 if flags & os.O_EXCL:
                     raise
                 # Someone created it behind the mount since the kernel looked.
-                handle = await self.open(rel, flags & ~os.O_CREAT, path, kept, creds)
+                handle = await self.open(rel, flags & ~os.O_CREAT, creds)
                 return handle, os.fstat(handle.fd)
             try:
                 self._give(fd, pfd, creds, perm)
+                session = self.writes.adopt_new(rel, fd)
             except BaseException:
                 os.close(fd)
                 raise
-        # Nothing recorded to keep in a new file.
-        handle = NativeHandle(fd, path, Kept(preserved=True), written=True)
-        return handle, os.fstat(fd)
+        return NativeHandle(fd, session), os.fstat(fd)
 
     @staticmethod
     def _give(fd: int, pfd: int, creds: Creds, perm: int) -> None:
@@ -356,50 +332,35 @@ class Passthrough:
         return os.pread(fh.fd, size, off)
 
     async def write(self, fh: NativeHandle, off: int, buf: bytes) -> int:
-        if not fh.kept.preserved:
-            rel = fh.path()
-            if rel is not None:
-                await self.engine_preserve(rel)
-            fh.kept.preserved = True
-        n = os.pwrite(fh.fd, buf, off)
-        fh.written = fh.wrote = True
-        return n
+        session = fh.session
+        if session is None:
+            return os.pwrite(fh.fd, buf, off)  # a read-only descriptor: EBADF
+        if session.needs_preserve:
+            await self.slow(session.preserve)  # ENOSPC / EIO: nothing is written
+        return session.write(off, buf)
 
     async def flush(self, fh: NativeHandle) -> None:
-        """close(2) of one of the caller's fds.  Unlike release, the kernel waits
-        for it, so recording here orders the write before whatever the caller
-        does next (an editor's rename of its temp file over the original)."""
-        os.close(os.dup(fh.fd))  # close() semantics of the backing fs (NFS write errors)
-        if fh.wrote:
-            # Not after a mere O_TRUNC: a shell's `> f` closes its first fd before
-            # writing, and the empty file in between is no version.
-            await self.record(fh)
+        """close(2) of one of the caller's fds (the session records a write)."""
+        if fh.session is not None and fh.session.wrote:
+            await self.slow(fh.session.flush)
+        elif fh.session is not None:
+            fh.session.flush()  # nothing to record: only the backing close
+        else:
+            os.close(os.dup(fh.fd))  # close() semantics of the backing fs (NFS write errors)
 
     async def fsync(self, fh: NativeHandle, datasync: bool) -> None:
-        await self.slow(os.fdatasync if datasync else os.fsync, fh.fd)
-        await self.record(fh)
+        if fh.session is not None:
+            await self.slow(fh.session.sync, datasync)
+        else:
+            await self.slow(os.fdatasync if datasync else os.fsync, fh.fd)
 
     async def release(self, fh: NativeHandle) -> None:
-        os.close(fh.fd)
-        await self.record(fh)
-
-    async def record(self, fh: NativeHandle) -> None:
-        """Tell the engine about what ``fh`` changed since the last record."""
-        if not fh.written:
-            return
-        fh.kept.preserved = False  # the bytes are a recorded version now: keep them first
-        rel = fh.path()
-        if rel is not None:
-            try:
-                with self.working(rel):
-                    await self.engine_record_write(rel)
-            except Exception:
-                # The bytes are on disk whatever happens here: failing close()
-                # would only scare the writer.  The next flush, release or
-                # check_file records them.
-                log.exception("record_write(%r) failed", rel)
-                return
-        fh.written = fh.wrote = False
+        if fh.session is not None and fh.session.dirty:
+            await self.slow(fh.session.release)
+        elif fh.session is not None:
+            fh.session.release()  # nothing to record
+        else:
+            os.close(fh.fd)
 
     # -- directory entries
 
@@ -452,16 +413,14 @@ class Passthrough:
         if self.is_hidden(rel):
             raise _err(errno.ENOENT)
 
-        def unlink() -> bool:  # one trip to a worker thread, not two
-            self.engine.preserve_inode(RelPath(rel))
+        def unlink() -> bool:
             with dir_fd(self.root_fd, parent) as pfd:
                 last = os.stat(name, dir_fd=pfd, follow_symlinks=False).st_nlink <= 1
                 os.unlink(name, dir_fd=pfd)
-            self.engine.record_unlink(RelPath(rel))
             return last
 
-        with self.working(rel):
-            return await self.slow(unlink)
+        # Preserve, unlink, record: one trip to a worker thread, not three.
+        return await self.slow(self.writes.unlink(rel).run, unlink)
 
     async def rmdir(self, parent: str, name: str) -> None:
         if self.is_hidden(join(parent, name)):
@@ -485,38 +444,25 @@ class Passthrough:
         if self.is_hidden(old):
             raise _err(errno.ENOENT)
         self.check_new_name(new_parent, new_name)
-        with self.working(old, new):
-            await self._rename(old_parent, old_name, new_parent, new_name, flags, moved)
-
-    async def _rename(
-        self,
-        old_parent: str,
-        old_name: str,
-        new_parent: str,
-        new_name: str,
-        flags: int,
-        moved: Callable[[], None],
-    ) -> None:
-        old, new = join(old_parent, old_name), join(new_parent, new_name)
+        exchange = bool(flags & RENAME_EXCHANGE)
         with dir_fd(self.root_fd, old_parent) as ofd, dir_fd(self.root_fd, new_parent) as nfd:
-            if flags & RENAME_EXCHANGE:
-                renameat2(ofd, old_name, nfd, new_name, flags)
-                moved()
-                # Both names still exist, each with the other's bytes.
-                await self.engine_check(old)
-                await self.engine_check(new)
-                return
-            if not flags & RENAME_NOREPLACE:
+            replaces_file = False
+            if not flags & (RENAME_NOREPLACE | RENAME_EXCHANGE):
                 try:
                     target = os.stat(new_name, dir_fd=nfd, follow_symlinks=False)
                 except FileNotFoundError:
                     pass
                 else:
-                    if not stat.S_ISDIR(target.st_mode):
-                        await self.slow(self.engine.preserve_inode, RelPath(new))
-            renameat2(ofd, old_name, nfd, new_name, flags)
+                    replaces_file = not stat.S_ISDIR(target.st_mode)
+            change = self.writes.rename(old, new, replaces_file=replaces_file, exchange=exchange)
+            try:
+                await self.slow(change.prepare)
+                renameat2(ofd, old_name, nfd, new_name, flags)
+            except BaseException:
+                change.abort()
+                raise
             moved()
-        await self.slow(self.engine.record_rename, RelPath(old), RelPath(new))
+        await self.slow(change.commit)
 
     # -- extended attributes of native files
 
@@ -550,9 +496,3 @@ class Passthrough:
             await self.slow(self.engine.check_file, RelPath(rel))
         except Exception:
             log.exception("check_file(%r) failed", rel)
-
-    async def engine_preserve(self, rel: str) -> None:
-        await self.slow(self.engine.preserve, RelPath(rel))
-
-    async def engine_record_write(self, rel: str) -> None:
-        await self.slow(self.engine.record_write, RelPath(rel))

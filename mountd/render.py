@@ -32,6 +32,10 @@ PENDING = "pending.md"
 class RenderTree(Base):
     tree = Tree.RENDER
 
+    def listed(self) -> bool:
+        """Reachable by name only: `grep -r` from the root would render every page."""
+        return False
+
     def __init__(self, engine: EngineAPI, gen: Generation, options: MountOptions) -> None:
         super().__init__(engine, gen, options)
         self.renderer = Renderer(engine, options.render_dpi)

@@ -33,6 +33,11 @@ NAME_MAX = 255
 
 class SearchTree:
     tree = Tree.SEARCH
+    scope = "all"  # a query's hits may name any file (mountd.router)
+
+    def listed(self) -> bool:
+        """Reachable by name only: a recursive grep from the root runs no queries."""
+        return False
 
     def __init__(self, engine: Any, gen: Generation) -> None:
         self.engine, self.gen = engine, gen

@@ -4,6 +4,11 @@ A provider maps a path inside its tree ('' is the tree's root) to an
 ``Entry`` and lists directories; it never mutates anything.  Listings are
 built from the engine and cached until the engine reports a change (or a
 short time passes, in case a change went unreported).
+
+Engine work never runs on the trio loop: what is not a cache hit (a listing,
+a document's view, a diff, a version's blob) is built in a worker thread
+(``Base.call``, bounded by ``ENGINE_THREADS``), so a diff of a large file
+being computed never holds up a ``stat`` of a native file.
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
+
+import trio
 
 from mountd.nodes import Tree
 from mountd.options import MountOptions
@@ -46,6 +53,16 @@ VIEW_CACHE = 16  # parsed views kept (a listing stats every unit of one view)
 SNAPSHOTS = "@snapshots"
 PENDING = "pending.md"  # the one unit of a view not parsed yet
 PENDING_KEPT = 60.0  # seconds a listed pending.md stays readable after its parse ended
+ENGINE_THREADS = 4  # engine calls the generated trees run at once, in worker threads
+
+# Shared by every generated tree: a slow build (a large diff) holds one token.
+_engine_limiter = trio.CapacityLimiter(ENGINE_THREADS)
+
+
+async def off_loop(fn: Callable[..., T], *args: Any) -> T:
+    """Run an engine call in a worker thread: nothing that reads the store or
+    the tree may block the loop that answers every FUSE request."""
+    return await trio.to_thread.run_sync(fn, *args, limiter=_engine_limiter)
 
 
 @dataclass(frozen=True)
@@ -133,13 +150,31 @@ class _Cached(Generic[T]):
         self._value: T | None = None
         self._at = (-1, 0.0)
 
-    def get(self, *, fresh: bool = True) -> T:
-        now = time.monotonic()
+    def _stale(self, fresh: bool, now: float) -> bool:
         age = now - self._at[1]
         outdated = self._at[0] != self._gen.value or age > INDEX_TTL
-        if self._value is None or (outdated and (fresh or age > REBUILD_EVERY)):
-            self._value = self._build()
-            self._at = (self._gen.value, now)
+        return self._value is None or (outdated and (fresh or age > REBUILD_EVERY))
+
+    def get(self, *, fresh: bool = True) -> T:
+        """Rebuilt in the calling thread (a worker thread, or a test)."""
+        now = time.monotonic()
+        if self._stale(fresh, now):
+            gen = self._gen.value
+            value = self._build()
+            self._value, self._at = value, (gen, now)
+            return value
+        assert self._value is not None
+        return self._value
+
+    async def aget(self, *, fresh: bool = True) -> T:
+        """From the trio loop: a hit answers at once, a rebuild runs in a thread."""
+        now = time.monotonic()
+        if self._stale(fresh, now):
+            gen = self._gen.value
+            value = await off_loop(self._build)
+            self._value, self._at = value, (gen, now)
+            return value
+        assert self._value is not None
         return self._value
 
 
@@ -149,6 +184,10 @@ class Base(ABC):
     def __init__(self, engine: EngineAPI, gen: Generation, options: MountOptions) -> None:
         self.engine, self.gen, self.options = engine, gen, options
         self.started_ns = gen.started_ns
+
+    @staticmethod
+    async def call(fn: Callable[..., T], *args: Any) -> T:
+        return await off_loop(fn, *args)
 
     def access(self, rel: str) -> Access:
         """The owner and bits of ``rel``; for an unknown path only its owner may
@@ -209,24 +248,51 @@ class ParsedTree(Base):
         stats each one) asks the engine once, not once per unit."""
         return self._cached(rel)[2]
 
-    def _cached(self, rel: str) -> tuple[int, float, ParsedView | None, dict[str, RenderedUnit]]:
-        now = time.monotonic()
+    async def acached_view(self, rel: str) -> ParsedView | None:
+        return (await self._acached(rel))[2]
+
+    def _hit(
+        self, rel: str
+    ) -> tuple[int, float, ParsedView | None, dict[str, RenderedUnit]] | None:
         hit = self._views.get(rel)
-        if hit is not None and hit[0] == self.gen.value and now - hit[1] < INDEX_TTL:
+        if hit is not None and hit[0] == self.gen.value and time.monotonic() - hit[1] < INDEX_TTL:
             self._views.move_to_end(rel)
             return hit
-        view = self.engine.parsed_view(RelPath(rel))
+        return None
+
+    def _keep(
+        self, rel: str, gen: int, now: float, view: ParsedView | None
+    ) -> tuple[int, float, ParsedView | None, dict[str, RenderedUnit]]:
         units = {} if view is None else {u.name: u for u in view.units}
-        hit = self._views[rel] = (self.gen.value, now, view, units)
+        hit = self._views[rel] = (gen, now, view, units)
         self._views.move_to_end(rel)
         while len(self._views) > VIEW_CACHE:
             self._views.popitem(last=False)
         return hit
 
-    def _unit(self, rel: str, name: str) -> tuple[ParsedView | None, RenderedUnit | None]:
+    def _cached(self, rel: str) -> tuple[int, float, ParsedView | None, dict[str, RenderedUnit]]:
+        hit = self._hit(rel)
+        if hit is not None:
+            return hit
+        gen, now = self.gen.value, time.monotonic()
+        return self._keep(rel, gen, now, self.engine.parsed_view(RelPath(rel)))
+
+    async def _acached(
+        self, rel: str
+    ) -> tuple[int, float, ParsedView | None, dict[str, RenderedUnit]]:
+        """``_cached`` from the loop: building a view (a whole document's
+        units) runs in a worker thread."""
+        hit = self._hit(rel)
+        if hit is not None:
+            return hit
+        gen, now = self.gen.value, time.monotonic()
+        view = await self.call(self.engine.parsed_view, RelPath(rel))
+        return self._keep(rel, gen, now, view)
+
+    async def _unit(self, rel: str, name: str) -> tuple[ParsedView | None, RenderedUnit | None]:
         """The view of ``rel`` and its unit ``name`` (a 5,000-page PDF's pages
         are looked up by name, not by a scan per open)."""
-        _, _, view, units = self._cached(rel)
+        _, _, view, units = await self._acached(rel)
         return view, units.get(name)
 
     async def settle(self, rel: str, *, pending: bool = True, brief: bool = False) -> None:
@@ -234,9 +300,9 @@ class ParsedTree(Base):
         views at once) and, with ``pending``, for a pending one, each as long
         as the mount allows; ``brief`` bounds a pending wait by the stale
         wait instead."""
-        fresh = self.engine.freshness(RelPath(rel))
+        fresh = self.engine.freshness(RelPath(rel))  # cheap: no parse record is read
         if fresh is None:
-            view = self.cached_view(rel)
+            view = await self.acached_view(rel)
             if view is None:
                 return
             fresh = view.freshness
@@ -254,12 +320,12 @@ class ParsedTree(Base):
     async def view(self, rel: str, *, wait: bool = True) -> ParsedView | None:
         if wait:
             await self.settle(rel)
-        return self.cached_view(rel)
+        return await self.acached_view(rel)
 
-    def _locate(self, path: str) -> tuple[str, str | None] | None:
+    async def _locate(self, path: str) -> tuple[str, str | None] | None:
         """(view rel, unit name or None) for a path inside a view."""
         for fresh in (False, True):
-            idx = self._index.get(fresh=fresh)
+            idx = await self._index.aget(fresh=fresh)
             if path in idx.leaves:
                 return path, None
             parent, _, name = path.rpartition("/")
@@ -270,9 +336,9 @@ class ParsedTree(Base):
         return None
 
     async def entry(self, path: str, *, wait: bool = True) -> Entry | None:
-        loc = self._locate(path)
+        loc = await self._locate(path)
         if loc is None:
-            if path in self._index.get(fresh=False).dirs:
+            if path in (await self._index.aget(fresh=False)).dirs:
                 return self.dir_entry(path)
             return None
         rel, unit_name = loc
@@ -282,7 +348,7 @@ class ParsedTree(Base):
         if wait and unit_name != PENDING:
             # pending.md answers at once: it says how far the parse has got.
             await self.settle(rel)
-        view, unit = self._unit(rel, unit_name)
+        view, unit = await self._unit(rel, unit_name)
         if view is not None and unit is None and unit_name == PENDING:
             unit = self._listed_pending(rel, view)
         if view is None or unit is None:
@@ -322,20 +388,20 @@ class ParsedTree(Base):
         return RenderedUnit(name=PENDING, locator=f"{rel}#pending", content=render_unit(head, text))
 
     async def xattrs(self, path: str) -> Mapping[str, str]:
-        loc = self._locate(path)
+        loc = await self._locate(path)
         if loc is None:
             return {}
         rel, unit_name = loc
         if unit_name is None:
-            view = self.cached_view(rel)
+            view = await self.acached_view(rel)
             return {} if view is None else view_xattrs(view)
-        view, unit = self._unit(rel, unit_name)
+        view, unit = await self._unit(rel, unit_name)
         return {} if view is None or unit is None else view_xattrs(view, unit.locator)
 
     async def children(self, path: str) -> list[str]:
-        loc = self._locate(path)
+        loc = await self._locate(path)
         if loc is None:
-            return sorted(self.index().dirs.get(path, ()))
+            return sorted((await self._index.aget()).dirs.get(path, ()))
         rel, unit_name = loc
         if unit_name is not None:
             return []
@@ -344,7 +410,7 @@ class ParsedTree(Base):
         # finds the text; a parse that takes longer is listed as pending.md,
         # which says how far it has got.
         await self.settle(rel, brief=True)
-        view = self.cached_view(rel)
+        view = await self.acached_view(rel)
         if view is None:
             return []
         names = [u.name for u in view.units]
@@ -364,6 +430,7 @@ LINEAGE = "LINEAGE.md"
 
 class ReviewTree(Base):
     tree = Tree.REVIEW
+    scope = "all"  # SUMMARY.md and ALL.diff speak of every file (mountd.router)
 
     def __init__(self, engine: EngineAPI, gen: Generation, options: MountOptions) -> None:
         super().__init__(engine, gen, options)
@@ -379,16 +446,19 @@ class ReviewTree(Base):
         return _Index(by_diff), by_diff
 
     def _content(self, key: str, make: Callable[[], bytes | None]) -> bytes | None:
+        # Called in worker threads (see entry): never index the dict twice.
         now = time.monotonic()
         if self._blobs_at[0] != self.gen.value or now - self._blobs_at[1] > INDEX_TTL:
-            self._blobs.clear()
+            self._blobs = {}
             self._blobs_at = (self.gen.value, now)
-        if key not in self._blobs:
+        blobs = self._blobs
+        data = blobs.get(key)
+        if data is None:
             data = make()
             if data is None:
                 return None
-            self._blobs[key] = data
-        return self._blobs[key]
+            blobs[key] = data
+        return data
 
     def _file(self, rel: str, data: bytes, xattrs: Mapping[str, str]) -> Entry:
         mtime = self.gen.last_ns if not rel else self.gen.changed_ns(rel)
@@ -398,6 +468,10 @@ class ReviewTree(Base):
         return Entry(False, access, len(data), mtime, xattrs=xattrs, data=data)
 
     async def entry(self, path: str, *, wait: bool = True) -> Entry | None:
+        # A diff of a large change takes seconds: never on the loop.
+        return await self.call(self._entry, path)
+
+    def _entry(self, path: str) -> Entry | None:
         if path == SUMMARY:
             data = self._content(SUMMARY, self.engine.review_summary)
             return None if data is None else self._file("", data, {})
@@ -427,7 +501,7 @@ class ReviewTree(Base):
         return None
 
     async def children(self, path: str) -> list[str]:
-        idx = self._entries.get()[0]
+        idx = (await self._entries.aget())[0]
         names = sorted(idx.dirs.get(path, ()))
         if not path:
             names = [SUMMARY, ALL_DIFF] + [n for n in names if n not in (SUMMARY, ALL_DIFF)]
@@ -450,6 +524,11 @@ def iso(t: float) -> str:
 
 class VersionsTree(Base):
     tree = Tree.VERSIONS
+
+    def listed(self) -> bool:
+        """Reachable by name; listed at the root only on request, so that a
+        recursive search from the root skips every old version."""
+        return self.options.versions == "visible"
 
     def __init__(self, engine: EngineAPI, gen: Generation, options: MountOptions) -> None:
         super().__init__(engine, gen, options)
@@ -500,6 +579,10 @@ class VersionsTree(Base):
         )
 
     async def entry(self, path: str, *, wait: bool = True) -> Entry | None:
+        return await self.call(self._entry, path)
+
+    def _entry(self, path: str) -> Entry | None:
+        """In a worker thread: versions, blobs and snapshots are store reads."""
         if path == SNAPSHOTS or path.startswith(SNAPSHOTS + "/"):
             return self._snapshot_entry(path[len(SNAPSHOTS) + 1 :])
         idx = self._index.get(fresh=False)
@@ -544,6 +627,9 @@ class VersionsTree(Base):
         return None
 
     async def children(self, path: str) -> list[str]:
+        return await self.call(self._children, path)
+
+    def _children(self, path: str) -> list[str]:
         if path == SNAPSHOTS:
             return sorted(self.snapshots())
         if path.startswith(SNAPSHOTS + "/"):
@@ -570,6 +656,8 @@ class VersionsTree(Base):
 def make_trees(
     engine: EngineAPI, gen: Generation, options: MountOptions
 ) -> dict[Tree, ParsedTree | ReviewTree | VersionsTree]:
+    """Every generated tree, by its top-level name: registering one is one
+    line here (mountd.router derives the rest)."""
     return {
         Tree.PARSED: ParsedTree(engine, gen, options),
         Tree.REVIEW: ReviewTree(engine, gen, options),

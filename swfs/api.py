@@ -9,6 +9,7 @@ from __future__ import annotations
 import enum
 import os
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NewType, Protocol
@@ -106,6 +107,70 @@ class Version:
     size: int | None = None
 
 
+class WriteSession(Protocol):
+    """One open-for-writing of a native file (``swfs.writesession``): the
+    daemon calls it for every change and holds no history policy itself."""
+
+    rel: str | None  # the file's present name (None once unlinked)
+    fd: int  # what reads and fstat go to
+    dirty: bool  # changed since the last record
+    wrote: bool  # write() calls since the last record
+
+    @property
+    def needs_preserve(self) -> bool:
+        """Cheap: the next write must first keep bytes (call ``preserve``)."""
+        ...
+
+    def preserve(self) -> None:
+        """*slow*; OSError (ENOSPC, EIO) when the bytes cannot be kept."""
+        ...
+
+    def write(self, off: int, buf: bytes) -> int: ...
+    def truncate(self, size: int) -> None: ...
+    def flush(self) -> None:
+        """*slow*: one of the writer's descriptors was closed: record a write."""
+        ...
+
+    def sync(self, datasync: bool) -> None:
+        """*slow*: fsync, then record."""
+        ...
+
+    def release(self) -> None:
+        """*slow*: the last descriptor is gone: close, record, end."""
+        ...
+
+
+class Change(Protocol):
+    """An unlink, a rename or a truncate by path (``swfs.writesession.Change``)."""
+
+    def prepare(self) -> None: ...
+    def commit(self) -> None: ...
+    def abort(self) -> None: ...
+    def run(self, do: Callable[[], Any]) -> Any: ...
+
+
+class WriteProtocol(Protocol):
+    """The engine's owner of a native file's history while it changes."""
+
+    def begin_write(self, rel: str, opener: Callable[[], int], *, truncate: bool) -> WriteSession:
+        """*slow*"""
+        ...
+
+    def adopt_new(self, rel: str, fd: int) -> WriteSession: ...
+    def unlink(self, rel: str) -> Change: ...
+    def rename(
+        self, old: str, new: str, *, replaces_file: bool, exchange: bool = False
+    ) -> Change: ...
+    def truncate(self, rel: str) -> Change: ...
+    def changing(self, rel: str) -> AbstractContextManager[None]:
+        """Marks ``rel`` as being changed for a block (the change feed and the
+        rescan leave it to the caller's record)."""
+        ...
+
+    def busy(self, rels: Iterable[str]) -> set[str]: ...
+    def report(self) -> list[str]: ...
+
+
 class WorkspaceAPI(Protocol):
     """What the daemon calls.  All methods are synchronous and fast unless noted;
     the ones marked *slow* may hash or copy file contents and must be run in a
@@ -119,6 +184,12 @@ class WorkspaceAPI(Protocol):
     @property
     def store_dir(self) -> Path:
         """Where the workspace's store lives (SRC/.swfs unless --store)."""
+        ...
+
+    @property
+    def writes(self) -> WriteProtocol:
+        """The write protocol: every change the daemon makes to a native file
+        goes through it (``swfs.writesession``)."""
         ...
 
     # -- native files
@@ -205,6 +276,10 @@ class EngineAPI(WorkspaceAPI, Protocol):
         """``fn(rel)`` is called from the trio thread whenever what the engine
         shows for ``rel`` changed (new hash, new view, new freshness), so the
         daemon can invalidate kernel caches."""
+        ...
+
+    def queue_report(self) -> list[str]:
+        """The parse queue as lines of text (the daemon's SIGUSR1 dump)."""
         ...
 
     def scan(self) -> object:

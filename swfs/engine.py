@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import fcntl
+import functools
 import logging
 import math
 import os
@@ -28,6 +29,7 @@ import trio
 from . import review as review_mod
 from .api import Access, Freshness, RelPath, ReviewEntry
 from .parsework import ParsePool
+from .scheduler import ParseScheduler
 from .search import Caller, SearchIndex, SearchResult
 from .store import FLUSH_INTERVAL
 from .workspace import Config, Workspace, WorkspaceError
@@ -92,6 +94,20 @@ class ParseQueue:
 
     def idle(self) -> bool:
         return not (self._front or self._back or self._busy)
+
+    def report(self) -> list[str]:
+        """The queue as lines, for the daemon's SIGUSR1 dump."""
+        now = time.monotonic()
+        lines = [
+            f"parse queue: {len(self._busy)} parsing, {len(self._front)} in front, "
+            f"{len(self._back)} behind"
+        ]
+        lines += [f"  parsing {rel} for {now - t:.1f} s" for rel, t in self._started.items()]
+        lines += [f"  front {rel}" for rel in list(self._front)[:50]]
+        lines += [f"  queued {rel}" for rel in list(self._back)[:50]]
+        if len(self._back) > 50:
+            lines.append(f"  ... and {len(self._back) - 50} more")
+        return lines
 
     def progress(self, rel: str) -> tuple[str, float] | None:
         """Where ``rel`` is: ("parsing", seconds since a worker took it),
@@ -163,6 +179,10 @@ class Engine(Workspace):
         if state == "parsing":
             return f"parsing since {secs:.0f} s"
         return f"queued, {len(queue or ())} file(s) in the queue"
+
+    def queue_report(self) -> list[str]:
+        queue = self.queue
+        return ["parse queue: not running"] if queue is None else queue.report()
 
     # -- review (EngineAPI)
     def review(self) -> Sequence[ReviewEntry]:
@@ -261,16 +281,17 @@ class Engine(Workspace):
         self.queue = queue = ParseQueue()
         limits = self.config.limits
         try:
-            if drain and not scan and not self.needs_parse():
+            if drain and not scan and not await trio.to_thread.run_sync(self.needs_parse):
                 return  # nothing to parse: no worker processes to start
             async with ParsePool.open(limits) as pool, trio.open_nursery() as nursery:
                 if scan:
                     await trio.to_thread.run_sync(self.scan)
-                for rel in self.needs_parse():
+                for rel in await trio.to_thread.run_sync(self.needs_parse):
                     queue.submit(rel)
                 total = len(queue)
-                for _ in range(limits.workers):
-                    nursery.start_soon(self._worker, pool, queue)
+                parse_one = functools.partial(self._parse_one, pool)
+                scheduler = ParseScheduler(queue, parse_one, workers=limits.workers)
+                await nursery.start(scheduler.run)
                 if not drain:
                     await nursery.start(self.search_index.run)
                     nursery.start_soon(self._rescan_loop)
@@ -291,23 +312,13 @@ class Engine(Workspace):
             self.queue = None
             self._token = None
 
-    async def _worker(self, pool: ParsePool, queue: ParseQueue) -> None:
-        while True:
-            rel = await queue.take()
-            again = False
-            try:
-                again = await self._parse_one(pool, rel)
-            except Exception:
-                # A bug here must not stop the other files from being parsed.
-                log.exception("%s: unexpected error while parsing", rel)
-            finally:
-                queue.finish(rel, again=again)
-
     async def _parse_one(self, pool: ParsePool, rel: str) -> bool:
-        rec = self.store.get_file(rel)
+        # Store reads in a thread: the loop also answers every FUSE request.
+        rec = await trio.to_thread.run_sync(self.store.get_file, rel)
         if rec is None or rec.parser is None:
             return False
-        if self.store.get_parse(rec.hash, rec.parser) is not None:
+        h, parser = rec.hash, rec.parser
+        if await trio.to_thread.run_sync(self.store.parse_status, h, parser) is not None:
             # Another path with the same content was parsed meanwhile.
             await trio.to_thread.run_sync(self._adopt_cached, rel)
             return False
@@ -365,8 +376,9 @@ class Engine(Workspace):
             return
         with trio.move_on_after(limit):
             while True:
-                rec = self.store.get_file(rel)
-                if rec is None or self._freshness(rec) not in (Freshness.PENDING, Freshness.STALE):
+                # A store read: in a thread, like every engine call from the loop.
+                fresh = await trio.to_thread.run_sync(self.freshness, rel)
+                if fresh not in (Freshness.PENDING, Freshness.STALE):
                     return
                 event = queue.event(rel)
                 queue.submit(rel, front=True)

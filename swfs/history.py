@@ -658,7 +658,6 @@ def reset(ws: Workspace, to: str = BASELINE) -> ResetResult:
                 ws.preserve_inode(RelPath(rel), keep_temp=True)
             _write_back(ws, rel, target.manifest[rel], durable=not batch)
             ws.check_file(RelPath(rel), cause=Cause.RESTORE, force=True)
-            ws._set_busy(rel, False)  # recorded: rescans may look at it again
             touched_dirs.add(rel.rpartition("/")[0])
             result.restored += 1
         # Empty directories are known where a state recorded them: those of
@@ -694,7 +693,6 @@ def reset(ws: Workspace, to: str = BASELINE) -> ResetResult:
 def _record_removed(ws: Workspace, rel: str) -> None:
     """``Workspace.record_unlink`` for a file the reset removed: its history
     stays whatever its age (it is no editor's temp file)."""
-    ws._set_busy(rel, False)
     with ws.store.write() as txn:
         if ws.store.get_file(rel, txn) is None:
             return
@@ -739,7 +737,6 @@ def restore_from(ws: Workspace, rel: str, source: str) -> str:
     except OSError as exc:
         raise _error(f"{rel}: cannot restore: {exc.strerror or exc}") from exc
     ws.check_file(RelPath(rel), cause=Cause.RESTORE, force=True)
-    ws._set_busy(rel, False)
     ws._changed(rel.rpartition("/")[0])
     with ws.store.write() as txn:
         ws.store.append_journal(txn, "restore", path=rel, source=target.name, hash=entry[0])

@@ -39,6 +39,7 @@ from .api import (
     RelPath,
     RenderedUnit,
     Version,
+    WriteSession,
 )
 from .blobs import BlobStore, HashMismatch
 from .fsutil import hash_fd, open_to_read
@@ -46,6 +47,7 @@ from .ignore import IgnoreRules
 from .parsework import FAILED, OK, UNSUPPORTED, ParseOutcome, WorkerLimits
 from .store import FileRecord, Store, dumps, parse_key, signature_bytes, stat_signature
 from .views import header_line, render_unit
+from .writesession import InPlaceWrites
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +55,6 @@ STORE_NAME = ".swfs"
 RESERVED_ROOTS = frozenset({".parsed", ".review", ".versions", ".search", ".render"})
 _HASH_THREADS = 4
 _VIEW_CACHE = 128
-_BUSY_FOR = 60.0  # seconds a preserved-but-unrecorded write shields a path from rescans
 _PRESERVE_TRIES = 5  # a file that changes under every try fails the write (EIO)
 
 
@@ -127,9 +128,11 @@ class Workspace:
         self._view_cache: OrderedDict[tuple[Any, ...], ParsedView] = OrderedDict()
         self._view_lock = threading.Lock()
         self._review_cache: tuple[int, Any] | None = None
-        # Paths being written through the mount (preserved, not yet recorded):
-        # a rescan must not record their half-written bytes as an external change.
-        self._busy: dict[str, float] = {}
+        # The write protocol (swfs.writesession): paths it is changing (written,
+        # not yet recorded) are left to it by the rescan, which must not record
+        # half-written bytes as an external change.
+        self.writes = InPlaceWrites(self)
+        self._listeners.append(self.writes.changed)
         self._parsed_paths_cache: tuple[int, list[RelPath]] | None = None
         # Inode number -> paths whose record names it, built on first need:
         # the other names a write through one hard link changed.  A superset
@@ -249,7 +252,7 @@ class Workspace:
         known = self.store.file_signatures()
         seen: set[str] = set()
         todo: list[str] = []
-        busy = self._busy_paths()
+        busy = self.writes.busy_paths()
         # New parsers (an upgrade, LibreOffice installed) re-examine every
         # file once: a record keeps the parser key it got when it was hashed.
         parsers_now = registry.fingerprint()
@@ -513,37 +516,21 @@ class Workspace:
         (a temp file's only if ``keep_temp``: see ``history.is_ephemeral``)."""
         self._preserve(rel, link=True, keep_temp=keep_temp)
 
-    def _busy_paths(self) -> set[str]:
-        cutoff = time.monotonic() - _BUSY_FOR
-        with self._view_lock:
-            for rel in [r for r, t in self._busy.items() if t < cutoff]:
-                del self._busy[rel]
-            return set(self._busy)
-
-    def _set_busy(self, rel: str, busy: bool) -> None:
-        with self._view_lock:
-            if busy:
-                self._busy[rel] = time.monotonic()
-            else:
-                self._busy.pop(rel, None)
+    def begin_write(self, rel: str, opener: Callable[[], int], *, truncate: bool) -> WriteSession:
+        """*slow*: ``swfs.writesession.InPlaceWrites.begin_write``."""
+        return self.writes.begin_write(rel, opener, truncate=truncate)
 
     def _preserve(self, rel: RelPath, *, link: bool, keep_temp: bool = False) -> None:
         """Keep the bytes ``rel`` holds now, or raise OSError: ENOSPC (or
         another errno) when the store cannot take them, EIO when the file
         never held still long enough to keep one version of it.  The caller
         must not go on with the write then: the history would lose a version."""
-        self._set_busy(rel, True)
         try:
             for _attempt in range(_PRESERVE_TRIES):
                 if self._preserve_once(rel, link=link, keep_temp=keep_temp):
                     return
         except lmdb.Error as exc:
-            self._set_busy(rel, False)
             raise _store_oserror(rel, exc) from exc
-        except BaseException:
-            self._set_busy(rel, False)
-            raise
-        self._set_busy(rel, False)
         log.warning("%s: could not preserve a stable version (the file kept changing)", rel)
         raise OSError(
             errno.EIO, f"{rel}: not written: its bytes kept changing while swfs tried to keep them"
@@ -606,14 +593,11 @@ class Workspace:
     # ------------------------------------------------------- writes via mount
     def record_write(self, rel: RelPath) -> FileState | None:
         """*slow*: after a written file is released or fsynced."""
-        self._set_busy(rel, False)
         return self.check_file(rel, cause=Cause.WRITE, force=True)
 
     def record_rename(self, old: RelPath, new: RelPath) -> None:
         """After ``old`` was renamed to ``new`` (a file or a directory)."""
         moved: list[tuple[str, str]] = []
-        self._set_busy(old, False)
-        self._set_busy(new, False)
         with self.store.write() as txn:
             rec = self.store.get_file(old, txn)
             if rec is not None:
@@ -667,7 +651,6 @@ class Workspace:
         self._index_inode(dst, rec.ino)
 
     def record_unlink(self, rel: RelPath) -> None:
-        self._set_busy(rel, False)
         with self.store.write() as txn:
             if self.store.get_file(rel, txn) is None:
                 return

@@ -11,6 +11,10 @@ Names steer its behaviour, so a test picks it by naming a file:
 ``pending*`` the view is pending until wait_view
 ``stale*``   the view is stale (older text) until wait_view
 ``noblob*``  the current version's bytes are not kept (served from the file)
+
+A file ``slow-diff`` next to SRC (not in it) makes ``review_all_diff`` slow on
+purpose: it creates ``diff-started`` there and blocks until ``diff-go``
+appears, so a test can hold a diff "being computed" as long as it needs.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from swfs.api import (
     ReviewEntry,
     Version,
 )
+from swfs.writesession import InPlaceWrites
 
 TEXT_EXTS = frozenset({".txt", ".md", ".csv", ".py", ".json"})
 
@@ -89,6 +94,9 @@ class FakeEngine:
                 self._add_version(rel, data, Cause.BASELINE)
                 self._baseline[rel] = _hash(data)
         self._snapshots["start"] = {RelPath(r): h for r, h in self._baseline.items()}
+        # The engine's own write protocol, over this double's history hooks.
+        self.writes = InPlaceWrites(self)
+        self._listeners.append(self.writes.changed)
 
     @property
     def src(self) -> Path:
@@ -331,6 +339,12 @@ class FakeEngine:
         return ("\n".join(lines) + "\n").encode()
 
     def review_all_diff(self) -> bytes:
+        gate = self._src.parent
+        if (gate / "slow-diff").exists():
+            (gate / "diff-started").touch()
+            deadline = time.monotonic() + 120
+            while not (gate / "diff-go").exists() and time.monotonic() < deadline:
+                time.sleep(0.01)
         return b"".join(self.review_diff(e.rel) or b"" for e in self.review())
 
     def is_unchanged(self, rel: RelPath, st: os.stat_result) -> bool:
@@ -397,6 +411,9 @@ class FakeEngine:
 
     def add_listener(self, fn: Callable[[RelPath], None]) -> None:
         self._listeners.append(fn)
+
+    def queue_report(self) -> list[str]:
+        return ["parse queue: none (fake engine)"]
 
     async def wait_view(self, rel: RelPath, limit: float) -> None:
         self._log("wait_view", rel)

@@ -177,7 +177,7 @@ def test_preserve_that_never_gets_a_stable_version_fails_with_eio(
     assert tries >= 3
     assert not engine.blobs.has(hash_file(path))
     # The failed preserve does not shield the path from the next rescan.
-    assert rel not in engine._busy_paths()
+    assert rel not in engine.writes.busy_paths()
 
 
 def test_preserve_of_a_file_rewritten_while_hashed_fails_with_eio(

@@ -1,0 +1,74 @@
+"""SIGUSR1: the live daemon writes what it is doing to its log.
+
+``kill -USR1 <daemon pid>`` logs the trio task tree (every task with the
+frames it is suspended in, the way ``py-spy dump`` shows threads) and the
+engine's parse queue, so a hung or slow mount can be diagnosed without
+stopping it.  The dump is built on the trio thread from a signal receiver,
+never inside the signal handler.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import trio
+
+log = logging.getLogger(__name__)
+
+MARK = "swfs task dump"  # the first line of every dump: tests and users look for it
+
+
+def _frames(task: trio.lowlevel.Task) -> Iterator[str]:
+    for frame, lineno in task.iter_await_frames():
+        code = frame.f_code
+        yield f"{code.co_filename}:{lineno} in {code.co_name}"
+
+
+def task_tree(root: trio.lowlevel.Task | None = None) -> list[str]:
+    """One line per task (indented by depth), then one per frame it waits in."""
+    lines: list[str] = []
+
+    def walk(task: trio.lowlevel.Task, depth: int) -> None:
+        pad = "  " * depth
+        lines.append(f"{pad}task {task.name}")
+        lines.extend(f"{pad}    at {f}" for f in _frames(task))
+        for nursery in task.child_nurseries:
+            for child in sorted(nursery.child_tasks, key=lambda t: t.name):
+                walk(child, depth + 1)
+
+    top = root or trio.lowlevel.current_root_task()
+    if top is not None:
+        walk(top, 0)
+    return lines
+
+
+def dump_text(queue_lines: Callable[[], list[str]] | None = None) -> str:
+    lines = [MARK]
+    lines += task_tree()
+    if queue_lines is not None:
+        try:
+            lines += queue_lines()
+        except Exception as exc:  # a diagnostic must never take the daemon down
+            lines.append(f"parse queue: unavailable ({exc})")
+    lines.append(f"end of {MARK}")
+    return "\n".join(lines)
+
+
+class DumpOnSignal:
+    """Background work: dump on every SIGUSR1 until stopped."""
+
+    def __init__(self, queue_lines: Callable[[], list[str]] | None = None) -> None:
+        self.queue_lines = queue_lines
+        self._cancel = trio.CancelScope()
+
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        with self._cancel, trio.open_signal_receiver(signal.SIGUSR1) as signals:
+            task_status.started()
+            async for _ in signals:
+                log.warning("%s", dump_text(self.queue_lines))
+
+    def stop(self) -> None:
+        self._cancel.cancel()

@@ -1,0 +1,418 @@
+"""The write protocol: one owner for a native file's history while it changes.
+
+The daemon (or anything else that changes native files on the engine's
+behalf) holds no policy; it calls these objects and does what they say:
+
+- ``begin_write(rel, opener, truncate=)`` at an open for writing: notices a
+  change made behind the mount first, preserves the recorded bytes before an
+  O_TRUNC, then opens.  ``adopt_new(rel, fd)`` for a file the caller has just
+  created (nothing recorded to keep).
+- ``session.write`` / ``session.truncate``: before the first in-place change
+  since the last recorded version, the recorded bytes are preserved.  If
+  they cannot be (disk full, a file that never holds still), OSError ENOSPC
+  or EIO is raised and nothing is written: history is never lost silently.
+  ``needs_preserve`` / ``preserve()`` let an async caller do that slow step
+  in a worker thread before a write.
+- ``session.flush`` (close(2) of one of the writer's descriptors),
+  ``session.sync`` (fsync) and ``session.release`` settle: the file is
+  rehashed, a version is recorded when the hash changed, its view turns
+  stale and a re-parse is queued (all by the engine's ``record_write``).
+- ``unlink(rel)``, ``rename(old, new)``, ``truncate(rel)``: a ``Change``
+  whose ``prepare`` keeps what the change destroys (the inode that goes, by
+  hard link; a file's bytes before a path truncate), whose ``commit`` records
+  it, and which tells the change feed and the rescan to leave the paths to
+  it meanwhile.
+- ``busy(rels)``: which paths a session or a change is changing right now
+  (written and not yet recorded, or in the middle of a change): the change
+  feed and the rescan skip them, since the session records them itself.
+
+``InPlaceWrites`` is the implementation for a mount that writes through to
+SRC.  A staged mount (writes held in the store until commit) is another
+implementation of ``swfs.api.WriteProtocol`` / ``WriteSession``: its sessions
+would open a staged copy and never preserve.
+
+The protocol is built only on the history primitives of ``WorkspaceAPI``
+(``check_file``, ``preserve``, ``preserve_inode``, ``record_write``,
+``record_unlink``, ``record_rename``), so the real engine and a test double
+share it.  Its methods are synchronous; the ones marked *slow* hash or copy
+and belong in a worker thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Protocol, TypeVar
+
+from .api import FileState, RelPath
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class History(Protocol):
+    """What the write protocol needs of the engine."""
+
+    def check_file(self, rel: RelPath) -> FileState | None: ...
+    def preserve(self, rel: RelPath) -> None: ...
+    def preserve_inode(self, rel: RelPath) -> None: ...
+    def record_write(self, rel: RelPath) -> FileState | None: ...
+    def record_rename(self, old: RelPath, new: RelPath) -> None: ...
+    def record_unlink(self, rel: RelPath) -> None: ...
+
+
+@dataclass
+class _Kept:
+    """Shared by every session on one inode: whether the bytes an in-place
+    change would destroy are kept.  Any record of a new version resets it."""
+
+    preserved: bool = False
+
+
+def _moved(rel: str, old: str, new: str) -> str | None:
+    """``rel`` after ``old`` was renamed to ``new`` (a file or a directory),
+    or None when the rename does not touch it."""
+    if rel == old:
+        return new
+    if rel.startswith(old + "/"):
+        return new + rel[len(old) :]
+    return None
+
+
+class InPlaceSession:
+    """One open-for-writing of one native file, written in place in SRC."""
+
+    def __init__(
+        self,
+        writes: InPlaceWrites,
+        rel: str,
+        fd: int,
+        key: tuple[int, int],
+        kept: _Kept,
+        *,
+        dirty: bool,
+    ) -> None:
+        self._writes = writes
+        self.key = key  # (st_dev, st_ino): sessions on one inode share ``kept``
+        self.rel: str | None = rel  # its present name (renames through the protocol move it)
+        self.fd = fd
+        self._kept = kept
+        self.dirty = dirty  # changed (written or truncated) since the last record
+        self.wrote = False  # write() calls since the last record
+        self.closed = False
+
+    # -- changing bytes
+
+    @property
+    def needs_preserve(self) -> bool:
+        """Cheap: the next in-place change would first have to keep bytes."""
+        return not self._kept.preserved and self.rel is not None
+
+    def preserve(self) -> None:
+        """*slow*: keep the recorded bytes before they are changed in place.
+        OSError (ENOSPC, EIO) when they cannot be kept: do not write then."""
+        rel = self.rel
+        if self._kept.preserved or rel is None:
+            return
+        with self._writes.changing(rel):
+            self._writes.history.preserve(RelPath(rel))
+        self._kept.preserved = True
+
+    def write(self, off: int, buf: bytes) -> int:
+        self.preserve()  # a no-op unless a record came in since needs_preserve
+        n = os.pwrite(self.fd, buf, off)
+        self.dirty = self.wrote = True
+        return n
+
+    def truncate(self, size: int) -> None:
+        self.preserve()
+        os.ftruncate(self.fd, size)
+        self.dirty = self.wrote = True  # recorded on close (flush), release or fsync
+
+    # -- settling
+
+    def flush(self) -> None:
+        """*slow*: close(2) of one of the writer's descriptors.  Unlike release,
+        the kernel waits for it, so recording here orders the write before
+        whatever the writer does next (an editor's rename of its temp file)."""
+        os.close(os.dup(self.fd))  # close() semantics of the backing fs (NFS write errors)
+        if self.wrote:
+            # Not after a mere O_TRUNC: a shell's `> f` closes its first fd
+            # before writing, and the empty file in between is no version.
+            self.settle()
+
+    def sync(self, datasync: bool) -> None:
+        """*slow*"""
+        (os.fdatasync if datasync else os.fsync)(self.fd)
+        self.settle()
+
+    def release(self) -> None:
+        """*slow*: the last descriptor is gone: record and end the session."""
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            os.close(self.fd)
+            self.settle()
+        finally:
+            self._writes.ended(self)
+
+    def settle(self) -> None:
+        """*slow*: record what this session changed since the last record."""
+        if not self.dirty:
+            return
+        self._kept.preserved = False  # the bytes are a recorded version now: keep them first
+        rel = self.rel
+        if rel is not None:
+            try:
+                with self._writes.changing(rel):
+                    self._writes.history.record_write(RelPath(rel))
+            except Exception:
+                # The bytes are on disk whatever happens here: failing close()
+                # would only scare the writer.  The next flush, release or
+                # check_file records them.
+                log.exception("record_write(%r) failed", rel)
+                return
+        self.dirty = self.wrote = False
+
+
+class Change:
+    """One change of names (unlink, rename) or a path truncate: ``prepare``
+    keeps what it destroys, ``commit`` records it.  The paths are busy from
+    creation to commit or abort."""
+
+    def __init__(
+        self,
+        writes: InPlaceWrites,
+        rels: Iterable[str],
+        prepare: Callable[[], None],
+        commit: Callable[[], None],
+    ) -> None:
+        self._writes = writes
+        self._rels = list(rels)
+        self._prepare, self._commit = prepare, commit
+        self._done = False
+        writes.enter(self._rels)
+
+    def prepare(self) -> None:
+        """*slow*: OSError (ENOSPC, EIO) when what goes cannot be kept; the
+        change must not happen then (call ``abort``)."""
+        self._prepare()
+
+    def commit(self) -> None:
+        """*slow*: the change happened; record it."""
+        try:
+            self._commit()
+        finally:
+            self._finish()
+
+    def abort(self) -> None:
+        self._finish()
+
+    def _finish(self) -> None:
+        if not self._done:
+            self._done = True
+            self._writes.leave(self._rels)
+
+    def run(self, do: Callable[[], T]) -> T:
+        """*slow*: prepare, ``do`` the change, commit (one thread hop for all)."""
+        try:
+            self.prepare()
+            out = do()
+        except BaseException:
+            self.abort()
+            raise
+        self.commit()
+        return out
+
+
+class InPlaceWrites:
+    """The write protocol of a mount that writes through to SRC."""
+
+    def __init__(self, history: History) -> None:
+        self.history = history
+        self._lock = threading.Lock()
+        self._sessions: set[InPlaceSession] = set()
+        self._kept: dict[tuple[int, int], _Kept] = {}  # (st_dev, st_ino) -> shared state
+        self._inflight: Counter[str] = Counter()
+
+    # -- sessions
+
+    def begin_write(self, rel: str, opener: Callable[[], int], *, truncate: bool) -> InPlaceSession:
+        """*slow*: open ``rel`` for writing (``opener`` returns the descriptor;
+        with ``truncate`` it truncates, so the recorded bytes are kept first)."""
+        with self.changing(rel):
+            try:
+                self.history.check_file(RelPath(rel))
+            except Exception:
+                # Advisory: a failure here must not keep anyone from their file.
+                log.exception("check_file(%r) failed", rel)
+            if truncate:
+                self.history.preserve(RelPath(rel))
+            fd = opener()
+            try:
+                # check_file above may just have recorded a change made behind
+                # the mount: a write must keep that version first.
+                return self._session(rel, fd, preserved=truncate, dirty=truncate)
+            except BaseException:
+                os.close(fd)
+                raise
+
+    def adopt_new(self, rel: str, fd: int) -> InPlaceSession:
+        """A file the caller has just created: nothing recorded to keep."""
+        return self._session(rel, fd, preserved=True, dirty=True)
+
+    def _session(self, rel: str, fd: int, *, preserved: bool, dirty: bool) -> InPlaceSession:
+        st = os.fstat(fd)
+        key = (st.st_dev, st.st_ino)
+        with self._lock:
+            kept = self._kept.get(key)
+            if kept is None:
+                kept = self._kept[key] = _Kept()
+            kept.preserved = preserved
+            s = InPlaceSession(self, rel, fd, key, kept, dirty=dirty)
+            self._sessions.add(s)
+        return s
+
+    def ended(self, session: InPlaceSession) -> None:
+        with self._lock:
+            self._sessions.discard(session)
+            if not any(s.key == session.key for s in self._sessions):
+                self._kept.pop(session.key, None)
+
+    def changed(self, rel: str) -> None:
+        """The engine recorded something new for ``rel`` (a listener, any
+        thread): the next in-place change must keep those bytes first."""
+        with self._lock:
+            for s in self._sessions:
+                if s.rel == rel:
+                    s._kept.preserved = False
+
+    # -- changes of names
+
+    def unlink(self, rel: str) -> Change:
+        r = RelPath(rel)
+
+        def commit() -> None:
+            self.history.record_unlink(r)
+            self._renamed(rel, None)
+
+        return Change(self, [rel], lambda: self.history.preserve_inode(r), commit)
+
+    def rename(self, old: str, new: str, *, replaces_file: bool, exchange: bool = False) -> Change:
+        """``replaces_file``: ``new`` is a file (not a directory) the rename
+        replaces.  ``exchange``: RENAME_EXCHANGE (both names stay)."""
+
+        def prepare() -> None:
+            # What was written under either name must be recorded before the
+            # rename (a release may still be on its way from the kernel).
+            for s in self._dirty_sessions(old, new):
+                s.settle()
+            if replaces_file and not exchange:
+                self.history.preserve_inode(RelPath(new))
+
+        def commit() -> None:
+            if exchange:
+                self._exchanged(old, new)
+                # Both names still exist, each with the other's bytes.
+                for rel in (old, new):
+                    try:
+                        self.history.check_file(RelPath(rel))
+                    except Exception:
+                        log.exception("check_file(%r) failed", rel)
+                return
+            self._renamed(new, None)  # sessions on the replaced file lose their name
+            self._renamed(old, new)
+            self.history.record_rename(RelPath(old), RelPath(new))
+
+        return Change(self, [old, new], prepare, commit)
+
+    def truncate(self, rel: str) -> Change:
+        """A truncate by path (no open descriptor)."""
+        r = RelPath(rel)
+
+        def commit() -> None:
+            self.changed(rel)
+            self.history.record_write(r)
+
+        return Change(self, [rel], lambda: self.history.preserve(r), commit)
+
+    def _dirty_sessions(self, *rels: str) -> list[InPlaceSession]:
+        with self._lock:
+            return [s for s in self._sessions if s.dirty and s.rel in rels]
+
+    def _renamed(self, old: str, new: str | None) -> None:
+        with self._lock:
+            for s in self._sessions:
+                if s.rel is None:
+                    continue
+                if new is None:
+                    if s.rel == old:
+                        s.rel = None
+                    continue
+                moved = _moved(s.rel, old, new)
+                if moved is not None:
+                    s.rel = moved
+
+    def _exchanged(self, a: str, b: str) -> None:
+        with self._lock:
+            for s in self._sessions:
+                if s.rel is None:
+                    continue
+                to_b, to_a = _moved(s.rel, a, b), _moved(s.rel, b, a)
+                s.rel = to_b if to_b is not None else (to_a if to_a is not None else s.rel)
+
+    # -- who is changing what
+
+    def enter(self, rels: Iterable[str]) -> None:
+        with self._lock:
+            self._inflight.update(rels)
+
+    def leave(self, rels: Iterable[str]) -> None:
+        with self._lock:
+            self._inflight.subtract(rels)
+            for r in [r for r, n in self._inflight.items() if n <= 0]:
+                del self._inflight[r]
+
+    def changing(self, rel: str) -> _Changing:
+        return _Changing(self, rel)
+
+    def busy(self, rels: Iterable[str]) -> set[str]:
+        """Which of ``rels`` are being changed right now (the caller records
+        them when done): the change feed and the rescan leave them alone."""
+        now = self.busy_paths()
+        return {r for r in rels if r in now}
+
+    def busy_paths(self) -> set[str]:
+        with self._lock:
+            out = set(self._inflight)
+            out.update(s.rel for s in self._sessions if s.dirty and s.rel is not None)
+        return out
+
+    def report(self) -> list[str]:
+        """Open sessions, for the daemon's SIGUSR1 dump."""
+        with self._lock:
+            lines = [f"write sessions: {len(self._sessions)} open, {len(self._inflight)} changing"]
+            lines += [
+                f"  {s.rel} dirty={s.dirty} preserved={s._kept.preserved}"
+                for s in list(self._sessions)[:50]
+            ]
+        return lines
+
+
+class _Changing:
+    """``with writes.changing(rel):`` marks ``rel`` busy for a block."""
+
+    def __init__(self, writes: InPlaceWrites, rel: str) -> None:
+        self._writes, self._rel = writes, rel
+
+    def __enter__(self) -> None:
+        self._writes.enter([self._rel])
+
+    def __exit__(self, *exc: object) -> None:
+        self._writes.leave([self._rel])

@@ -1,0 +1,155 @@
+"""The engine's write protocol (swfs.writesession) without FUSE: what a
+daemon's open, write, truncate, close, unlink and rename of a native file
+turn into, and who decides what to preserve and when to record."""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from swfs.api import RelPath
+from swfs.engine import Engine
+from swfs.workspace import Config
+
+OLD = b"the recorded bytes\n"
+
+
+@pytest.fixture
+def engine(tmp_path: Path) -> Iterator[Engine]:
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.txt").write_bytes(OLD)
+    (src / "b.txt").write_bytes(b"bee\n")
+    with Engine.open(src, tmp_path / "store", config=Config(rescan_interval=0)) as eng:
+        eng.scan()
+        yield eng
+
+
+def opener(engine: Engine, rel: str, flags: int = os.O_RDWR) -> object:
+    return lambda: os.open(engine.src / rel, flags | os.O_CLOEXEC)
+
+
+def versions(engine: Engine, rel: str) -> list[str]:
+    return [v.hash for v in engine.versions(RelPath(rel))]
+
+
+def test_first_write_preserves_and_release_records(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[str] = []
+    real = engine.preserve
+    monkeypatch.setattr(engine, "preserve", lambda rel: (calls.append(rel), real(rel))[1])
+    before = versions(engine, "a.txt")
+    s = engine.begin_write("a.txt", opener(engine, "a.txt"), truncate=False)
+    assert s.needs_preserve
+    assert not s.dirty
+    s.write(0, b"THE")
+    s.write(3, b" new")  # the recorded bytes are kept once, not per write
+    assert calls == ["a.txt"]
+    assert engine.writes.busy_paths() == {"a.txt"}  # the rescan leaves it to the session
+    s.release()
+    after = versions(engine, "a.txt")
+    assert len(after) == len(before) + 1
+    assert engine.writes.busy_paths() == set()
+    # The old bytes are a version one can read back.
+    blob = engine.version_file(RelPath("a.txt"), 1)
+    assert blob is not None
+    assert Path(blob).read_bytes() == OLD
+    # The next session on the new version keeps it first.
+    s2 = engine.begin_write("a.txt", opener(engine, "a.txt"), truncate=False)
+    assert s2.needs_preserve
+    s2.release()
+    assert len(versions(engine, "a.txt")) == len(after)  # nothing written: no version
+
+
+def test_a_write_whose_bytes_cannot_be_kept_fails_and_leaves_the_file(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def full(rel: RelPath) -> None:
+        raise OSError(errno.ENOSPC, f"{rel}: no space left in the store")
+
+    s = engine.begin_write("a.txt", opener(engine, "a.txt"), truncate=False)
+    monkeypatch.setattr(engine, "preserve", full)
+    with pytest.raises(OSError, match="no space") as info:
+        s.write(0, b"XXXX")
+    assert info.value.errno == errno.ENOSPC
+    with pytest.raises(OSError, match="no space"):
+        s.truncate(0)
+    assert (engine.src / "a.txt").read_bytes() == OLD
+    assert not s.dirty
+    s.release()
+    # An O_TRUNC open is refused before anything is truncated.
+    with pytest.raises(OSError, match="no space"):
+        engine.begin_write("a.txt", opener(engine, "a.txt", os.O_RDWR | os.O_TRUNC), truncate=True)
+    assert (engine.src / "a.txt").read_bytes() == OLD
+    assert engine.writes.busy_paths() == set()
+
+
+def test_sessions_on_one_inode_share_what_is_kept(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    os.link(engine.src / "a.txt", engine.src / "link.txt")
+    engine.scan()
+    calls: list[str] = []
+    real = engine.preserve
+    monkeypatch.setattr(engine, "preserve", lambda rel: (calls.append(rel), real(rel))[1])
+    s1 = engine.begin_write("a.txt", opener(engine, "a.txt"), truncate=False)
+    s2 = engine.begin_write("link.txt", opener(engine, "link.txt"), truncate=False)
+    s1.write(0, b"one")
+    assert not s2.needs_preserve  # the same inode's bytes are kept already
+    s2.write(3, b"two")
+    assert calls == ["a.txt"]
+    s1.flush()  # recorded: a new version, which the next change must keep first
+    assert s2.needs_preserve
+    s1.release()
+    s2.release()
+
+
+def test_rename_over_settles_the_writer_first_and_follows_open_sessions(engine: Engine) -> None:
+    src = engine.src
+    # An editor: writes a temp file, and renames it over the original while
+    # the kernel's release of the temp file is still on its way.
+    fd = os.open(src / ".a.txt.tmp", os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+    tmp = engine.writes.adopt_new(".a.txt.tmp", fd)
+    tmp.write(0, b"saved by an editor\n")
+    change = engine.writes.rename(".a.txt.tmp", "a.txt", replaces_file=True)
+    change.prepare()  # records the temp file, keeps the inode of a.txt
+    assert not tmp.dirty
+    os.rename(src / ".a.txt.tmp", src / "a.txt")
+    change.commit()
+    assert tmp.rel == "a.txt"  # the open session follows its file
+    hashes = versions(engine, "a.txt")
+    assert len(hashes) == 2
+    assert Path(str(engine.version_file(RelPath("a.txt"), 1))).read_bytes() == OLD
+    assert versions(engine, ".a.txt.tmp") == []
+    # Writes through the renamed session are recorded under the new name.
+    tmp.write(0, b"SAVED")
+    tmp.release()
+    assert len(versions(engine, "a.txt")) == 3
+    assert (src / "a.txt").read_bytes().startswith(b"SAVED")
+
+
+def test_unlink_keeps_the_inode_and_forgets_the_name(engine: Engine) -> None:
+    s = engine.begin_write("b.txt", opener(engine, "b.txt"), truncate=False)
+    assert engine.writes.unlink("b.txt").run(lambda: os.unlink(engine.src / "b.txt")) is None
+    assert s.rel is None
+    assert engine.file_state(RelPath("b.txt")) is None
+    blob = engine.version_file(RelPath("b.txt"), 1)
+    assert blob is not None
+    assert Path(blob).read_bytes() == b"bee\n"
+    s.write(0, b"after unlink")  # an unlinked but open file: nothing to record
+    s.release()
+    assert engine.writes.busy_paths() == set()
+
+
+def test_a_failed_change_is_not_recorded_and_frees_its_paths(engine: Engine) -> None:
+    change = engine.writes.rename("nope.txt", "a.txt", replaces_file=True)
+    with pytest.raises(FileNotFoundError):
+        change.run(lambda: os.rename(engine.src / "nope.txt", engine.src / "a.txt"))
+    assert engine.writes.busy_paths() == set()
+    assert (engine.src / "a.txt").read_bytes() == OLD
+    assert len(versions(engine, "a.txt")) == 1
