@@ -43,6 +43,7 @@ from swfs.api import (
     RenderedUnit,
     ReviewEntry,
     Version,
+    ViewState,
 )
 
 TEXT_EXTS = frozenset({".txt", ".md", ".csv", ".py", ".json"})
@@ -296,6 +297,22 @@ class FakeEngine:
         )
         unit = RenderedUnit("content.txt", f"{rel}#content", header.encode() + text)
         return ParsedView(rel, fresh, rec.hash, source, "text@1", None, (unit,))
+
+    def view_state(self, rel: RelPath) -> ViewState | None:
+        view = self.parsed_view(rel)
+        if view is None:
+            return None
+        return ViewState(
+            view.rel, view.freshness, view.current_hash, view.source_hash, view.parser, view.error
+        )
+
+    def view_unit_names(self, view: ViewState) -> Sequence[str]:
+        full = self.parsed_view(view.rel)
+        return [] if full is None else [u.name for u in full.units]
+
+    def view_unit(self, view: ViewState, name: str) -> RenderedUnit | None:
+        full = self.parsed_view(view.rel)
+        return None if full is None else next((u for u in full.units if u.name == name), None)
 
     # -- .review
 

@@ -244,15 +244,18 @@ def test_operations_without_a_kernel(engine: FakeEngine) -> None:
 def test_a_view_is_loaded_once_per_listing(
     engine: FakeEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """``ls -l`` of a view stats every unit: the view's state and its names
+    are asked once, each unit on its own."""
     tree = ParsedTree(engine, Generation(), MountOptions())
     loads: list[str] = []
-    real = engine.parsed_view
+    for method in ("view_state", "view_unit_names"):
+        real = getattr(engine, method)
 
-    def counting(rel: RelPath) -> Any:
-        loads.append(rel)
-        return real(rel)
+        def counting(arg: Any, *rest: Any, _real: Any = real, _name: str = method) -> Any:
+            loads.append(f"{_name} {getattr(arg, 'rel', arg)}")
+            return _real(arg, *rest)
 
-    monkeypatch.setattr(engine, "parsed_view", counting)
+        monkeypatch.setattr(engine, method, counting)
 
     async def main() -> None:
         # Listing .parsed itself loads no view at all.
@@ -262,7 +265,7 @@ def test_a_view_is_loaded_once_per_listing(
         for name in await tree.children("d/a.txt"):
             await tree.entry(f"d/a.txt/{name}", wait=False)
             await tree.xattrs(f"d/a.txt/{name}")
-        assert loads == ["d/a.txt"]
+        assert loads == ["view_state d/a.txt", "view_unit_names d/a.txt"]
 
     run(main)
 
