@@ -45,21 +45,29 @@ def _swfs(ctx: Ctx) -> SwfsMounter:
 
 
 def unit_pdfs(root: Path) -> Path:
-    """``big.pdf`` (24,000 pages) and ``small-NN.pdf`` (40 pages each), with
-    the same amount of text per page."""
+    """``big.pdf`` (24,000 pages, 48 copies of 500 different ones) and
+    ``small-NN.pdf`` (40 pages each), with the same amount of text per page."""
     base = root / f"unitopen-{BIG_PAGES}p"
 
     def build(path: Path) -> None:
+        import pymupdf
+
         rng = random.Random(12)
-        (path / "big.pdf").write_bytes(
-            gen.make_pdf(rng, BIG_PAGES, "big", lines_per_page=LINES_PER_PAGE)
-        )
+        # new_page() slows down as a document grows: the big one is made of
+        # copies of a 500-page one (insert_pdf stays linear).
+        block = pymupdf.open("pdf", gen.make_pdf(rng, 500, "big", lines_per_page=LINES_PER_PAGE))
+        big = pymupdf.open()
+        while big.page_count < BIG_PAGES:
+            big.insert_pdf(block, to_page=min(499, BIG_PAGES - big.page_count - 1))
+        (path / "big.pdf").write_bytes(big.tobytes(garbage=0, deflate=True))
+        big.close()
+        block.close()
         for i in range(SMALL_FILES):
             data = gen.make_pdf(rng, SMALL_PAGES, f"small{i}", lines_per_page=LINES_PER_PAGE)
             (path / f"small-{i:02d}.pdf").write_bytes(data)
 
     params = {"kind": "unitopen", "big": BIG_PAGES, "small": SMALL_PAGES, "n": SMALL_FILES}
-    gen._cached(base, {**params, "lines": LINES_PER_PAGE}, build)
+    gen._cached(base, {**params, "lines": LINES_PER_PAGE, "blocks": 500}, build)
     return base
 
 
