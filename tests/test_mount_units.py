@@ -20,7 +20,9 @@ from mountd.operations import Operations, handler
 from mountd.options import MountOptions
 from mountd.synthetic import Generation, ParsedTree, VersionsTree, version_name
 from swfs.api import Cause, Hash, RelPath, Version
-from tests.fakeengine import FakeEngine
+from swfs.engine import Engine
+from swfs.workspace import Config
+from tests.enginewrap import Watched
 
 T = TypeVar("T")
 
@@ -103,18 +105,22 @@ def test_synthetic_nodes_are_stable_per_path() -> None:
 
 
 @pytest.fixture
-def engine(tmp_path: Path) -> Iterator[FakeEngine]:
+def engine(tmp_path: Path) -> Iterator[Any]:
+    """The real engine over a small tree, indexed, with a snapshot "start";
+    hook calls are logged in ``engine.calls``."""
     src = tmp_path / "src"
     (src / "d").mkdir(parents=True)
     (src / "d/a.txt").write_text("alpha\n")
     (src / "secret.md").write_text("s\n")
     (src / "secret.md").chmod(0o640)
     (src / "bin.dat").write_bytes(b"\0\1")
-    with FakeEngine.open(src) as e:
-        yield e
+    with Engine.open(src, config=Config(rescan_interval=0)) as e:
+        trio.run(e.drain)
+        e.snapshot("start")
+        yield Watched(e)
 
 
-def test_parsed_tree(engine: FakeEngine) -> None:
+def test_parsed_tree(engine: Any) -> None:
     tree = ParsedTree(engine, Generation(), MountOptions())
 
     async def main() -> None:
@@ -139,7 +145,7 @@ def test_parsed_tree(engine: FakeEngine) -> None:
     run(main)
 
 
-def test_versions_tree_names(engine: FakeEngine) -> None:
+def test_versions_tree_names(engine: Any) -> None:
     v = Version(7, Hash("ab" * 32), 0.0, Cause.WRITE, True)
     assert version_name("x/report.pdf", v) == "0007-abababab.pdf"
     assert version_name("Makefile", v) == "0007-abababab"
@@ -158,7 +164,7 @@ def test_versions_tree_names(engine: FakeEngine) -> None:
     assert Path(blob).read_bytes() == b"alpha\n"
 
 
-def test_unknown_paths_are_owner_only(engine: FakeEngine) -> None:
+def test_unknown_paths_are_owner_only(engine: Any) -> None:
     tree = ParsedTree(engine, Generation(), MountOptions())
     acc = tree.access("never/seen")
     assert acc.mode == 0o400 & engine.access(RelPath("")).mode  # type: ignore[union-attr]
@@ -194,7 +200,7 @@ def test_handler_turns_everything_into_an_errno() -> None:
     assert run(lambda: code(b.nosys)) == errno.EOPNOTSUPP
 
 
-def test_operations_without_a_kernel(engine: FakeEngine) -> None:
+def test_operations_without_a_kernel(engine: Any) -> None:
     ctx: Any = Ctx()
 
     async def main() -> None:
@@ -241,14 +247,12 @@ def test_operations_without_a_kernel(engine: FakeEngine) -> None:
     run(main)
 
 
-def test_a_view_is_loaded_once_per_listing(
-    engine: FakeEngine, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_view_is_loaded_once_per_listing(engine: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """``ls -l`` of a view stats every unit: the view's state and its names
     are asked once, each unit on its own."""
     tree = ParsedTree(engine, Generation(), MountOptions())
     loads: list[str] = []
-    for method in ("view_state", "view_unit_names"):
+    for method in ("view_state", "view_unit_names", "parsed_view"):
         real = getattr(engine, method)
 
         def counting(arg: Any, *rest: Any, _real: Any = real, _name: str = method) -> Any:
@@ -271,7 +275,7 @@ def test_a_view_is_loaded_once_per_listing(
 
 
 def test_lookups_do_not_rebuild_listings_on_every_change(
-    engine: FakeEngine, monkeypatch: pytest.MonkeyPatch
+    engine: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     gen = Generation()
     tree = ParsedTree(engine, gen, MountOptions())
