@@ -274,6 +274,34 @@ def test_a_view_is_loaded_once_per_listing(engine: Any, monkeypatch: pytest.Monk
     run(main)
 
 
+def test_opening_one_unit_asks_for_that_unit_only(
+    engine: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lookup, getattr and open of one unit (a grep opening page 23,999)
+    asks for the view's state and that unit: never for every unit."""
+    tree = ParsedTree(engine, Generation(), MountOptions())
+    asked: list[str] = []
+    for method in ("view_state", "view_unit_names", "view_unit", "parsed_view"):
+        real = getattr(engine, method)
+
+        def counting(*args: Any, _real: Any = real, _name: str = method) -> Any:
+            asked.append(_name)
+            return _real(*args)
+
+        monkeypatch.setattr(engine, method, counting)
+
+    async def main() -> None:
+        for _ in range(3):  # lookup, getattr, open
+            unit = await tree.entry("d/a.txt/content.txt")
+            assert unit is not None
+            assert unit.data is not None
+            assert unit.data.endswith(b"alpha\n")
+        assert asked == ["view_state", "view_unit"]
+        assert await tree.entry("d/a.txt/page-0001.md") is None
+
+    run(main)
+
+
 def test_lookups_do_not_rebuild_listings_on_every_change(
     engine: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
