@@ -98,7 +98,7 @@ def unit_open(ctx: Ctx, result: WorkloadResult) -> None:
         for i in range(SMALL_FILES)
         for p in range(1, SMALL_PAGES + 1)
     ]
-    big_units = [f"big.pdf/page-{p:05d}.md" for p in range(1, BIG_PAGES + 1)]
+    big_units = [f"big.pdf/page-{p:04d}.md" for p in range(1, BIG_PAGES + 1)]
     rng.shuffle(small_units)
     rng.shuffle(big_units)
     if len(small_units) < ctx.rounds * OPENS_PER_ROUND:
