@@ -123,6 +123,14 @@ def unit_open(ctx: Ctx, result: WorkloadResult) -> None:
     cpu_ratio = result.metric(
         "daemon_cpu_ratio", "x", kind=ABSOLUTE, target=Target("<=", 2.0, "<=2x (daemon CPU)")
     )
+    # The same while the workspace changes (a line appended to a file in SRC
+    # every fifth open, as an agent writing while it greps): every change the
+    # engine reports is a new generation of what the daemon caches.
+    busy_small = result.metric("busy_cpu_40p_us", "us", kind=ABSOLUTE, note="per open, changing")
+    busy_big = result.metric("busy_cpu_24000p_us", "us", kind=ABSOLUTE, note="per open, changing")
+    busy_ratio = result.metric(
+        "busy_cpu_ratio", "x", kind=ABSOLUTE, target=Target("<=", 2.0, "<=2x (daemon CPU)")
+    )
     result.info.update(big_pages=BIG_PAGES, small_pages=SMALL_PAGES, opens=OPENS_PER_ROUND)
     rng = random.Random(5)
     small_units = [
@@ -133,7 +141,7 @@ def unit_open(ctx: Ctx, result: WorkloadResult) -> None:
     big_units = [f"big.pdf/page-{p:04d}.md" for p in range(1, BIG_PAGES + 1)]
     rng.shuffle(small_units)
     rng.shuffle(big_units)
-    if len(small_units) < ctx.rounds * OPENS_PER_ROUND:
+    if len(small_units) < (ctx.rounds + 1) * OPENS_PER_ROUND:
         raise BenchError(f"{len(small_units)} small-PDF pages for {ctx.rounds} rounds")
 
     t0 = time.perf_counter()
@@ -184,6 +192,32 @@ def unit_open(ctx: Ctx, result: WorkloadResult) -> None:
                 p10["big"],
                 cpu.get("big", math.nan),
             )
+        # While the workspace changes.
+        busy_file = src / "busy.txt"
+        busy_file.write_text("busy\n")
+        sw.settle(m)
+        r = ctx.rounds
+        busy_cpu: dict[str, float] = {}
+        for side, units, metric in (
+            ("small", small_units, busy_small),
+            ("big", big_units, busy_big),
+        ):
+            cpu0 = daemon_cpu_ns(m.pid)
+            batch = units[r * OPENS_PER_ROUND : (r + 1) * OPENS_PER_ROUND]
+            for i, rel in enumerate(batch):
+                if i % 5 == 0:
+                    with open(busy_file, "a") as f:
+                        f.write(f"{side} {i}\n")
+                _open_read(parsed / rel)
+            cpu1 = daemon_cpu_ns(m.pid)
+            if cpu0 is not None and cpu1 is not None:
+                busy_cpu[side] = (cpu1 - cpu0) / 1000 / len(batch)
+                metric.values.append(busy_cpu[side])
+            sw.settle(m)
+        if len(busy_cpu) == 2:
+            busy_ratio.values.append(busy_cpu["big"] / busy_cpu["small"])
+        log.info("unit_open while changing: daemon CPU per open %s us", busy_cpu)
+        busy_file.unlink()
 
 
 def _wait_view(unit: Path, marker: bytes) -> float:
