@@ -18,7 +18,15 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench import historyloads, journalcost, passthrough, renderload, searchload, swfsloads
+from bench import (
+    historyloads,
+    journalcost,
+    passthrough,
+    renderload,
+    searchload,
+    swfsloads,
+    unitcost,
+)
 from bench.common import Ctx, Sizes
 from bench.mounter import (
     BenchError,
@@ -36,7 +44,7 @@ Workload = Callable[[Ctx, WorkloadResult], None]
 
 # Workloads that need only swfs (no native or peer column), one module each;
 # a new module is one entry here.
-_SWFS_MODULES = (swfsloads, journalcost, searchload, renderload, historyloads)
+_SWFS_MODULES = (swfsloads, unitcost, journalcost, searchload, renderload, historyloads)
 WORKLOADS: dict[str, Workload] = dict(passthrough.WORKLOADS)
 for _module in _SWFS_MODULES:
     WORKLOADS.update(_module.WORKLOADS)

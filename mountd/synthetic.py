@@ -21,7 +21,7 @@ import stat
 import time
 from abc import ABC, abstractmethod
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -35,11 +35,11 @@ from swfs.api import (
     EngineAPI,
     Freshness,
     Hash,
-    ParsedView,
     RelPath,
     RenderedUnit,
     ReviewEntry,
     Version,
+    ViewState,
 )
 from swfs.views import header_line, render_unit
 
@@ -49,7 +49,8 @@ T = TypeVar("T")
 
 INDEX_TTL = 2.0  # seconds a cached listing is trusted without a change event
 REBUILD_EVERY = 0.5  # seconds between rebuilds for lookups that hit the cached listing
-VIEW_CACHE = 16  # parsed views kept (a listing stats every unit of one view)
+STATE_CACHE = 256  # view states and unit-name lists kept (a few fields each)
+UNIT_CACHE = 64  # rendered units kept: an open asks on lookup, getattr and open
 SNAPSHOTS = "@snapshots"
 PENDING = "pending.md"  # the one unit of a view not parsed yet
 PENDING_KEPT = 60.0  # seconds a listed pending.md stays readable after its parse ended
@@ -215,7 +216,7 @@ class Base(ABC):
 # -- .parsed
 
 
-def view_xattrs(view: ParsedView, locator: str | None = None) -> dict[str, str]:
+def view_xattrs(view: ViewState, locator: str | None = None) -> dict[str, str]:
     out = {
         "freshness": str(view.freshness),
         "source": view.rel,
@@ -229,71 +230,75 @@ def view_xattrs(view: ParsedView, locator: str | None = None) -> dict[str, str]:
 
 
 class ParsedTree(Base):
+    """``.parsed``: a view's state, its unit names and each unit are asked of
+    the engine separately, so that opening one page of a 24,000-page PDF reads
+    that page and nothing else.  A listing (``ls -l`` stats every unit) asks
+    for the state and the names once."""
+
     tree = Tree.PARSED
 
     def __init__(self, engine: EngineAPI, gen: Generation, options: MountOptions) -> None:
         super().__init__(engine, gen, options)
         self._index = _Cached(gen, lambda: _Index(str(p) for p in engine.parsed_paths()))
         self._pending_listed: dict[str, float] = {}  # rel -> when a listing showed pending.md
-        # rel -> (generation, time, view, its units by name)
-        self._views: OrderedDict[
-            str, tuple[int, float, ParsedView | None, dict[str, RenderedUnit]]
-        ] = OrderedDict()
+        # rel -> (generation, time, state): a state is a few fields, whatever the size
+        self._states: OrderedDict[str, tuple[int, float, ViewState | None]] = OrderedDict()
+        # (rel, unit name) -> (the state it was rendered for, the unit): an open
+        # asks for its unit on lookup, getattr and open
+        self._units: OrderedDict[tuple[str, str], tuple[ViewState, RenderedUnit | None]] = (
+            OrderedDict()
+        )
+        self._names: OrderedDict[str, tuple[ViewState, Sequence[str]]] = OrderedDict()
 
     def index(self) -> _Index:
         return self._index.get()
 
-    def cached_view(self, rel: str) -> ParsedView | None:
-        """The engine's view of ``rel``; a listing of a view's units (``ls -l``
-        stats each one) asks the engine once, not once per unit."""
-        return self._cached(rel)[2]
+    async def acached_view(self, rel: str) -> ViewState | None:
+        """The engine's state of ``rel``'s view, asked once per change (or
+        INDEX_TTL), not once per unit stat'ed by a listing; a miss is read in
+        a worker thread."""
+        now = time.monotonic()
+        hit = self._states.get(rel)
+        if hit is not None and hit[0] == self.gen.value and now - hit[1] < INDEX_TTL:
+            self._states.move_to_end(rel)
+            return hit[2]
+        gen = self.gen.value
+        state = await self.call(self.engine.view_state, RelPath(rel))
+        self._states[rel] = (gen, now, state)
+        self._states.move_to_end(rel)
+        while len(self._states) > STATE_CACHE:
+            self._states.popitem(last=False)
+        return state
 
-    async def acached_view(self, rel: str) -> ParsedView | None:
-        return (await self._acached(rel))[2]
+    def _forget(self, rel: str) -> None:
+        self._states.pop(rel, None)
 
-    def _hit(
-        self, rel: str
-    ) -> tuple[int, float, ParsedView | None, dict[str, RenderedUnit]] | None:
-        hit = self._views.get(rel)
-        if hit is not None and hit[0] == self.gen.value and time.monotonic() - hit[1] < INDEX_TTL:
-            self._views.move_to_end(rel)
-            return hit
-        return None
+    async def _unit(self, rel: str, name: str) -> tuple[ViewState | None, RenderedUnit | None]:
+        """The state of ``rel`` and its unit ``name``, read on its own."""
+        view = await self.acached_view(rel)
+        if view is None:
+            return None, None
+        key = (rel, name)
+        hit = self._units.get(key)
+        if hit is not None and hit[0] == view and view.freshness is not Freshness.PENDING:
+            self._units.move_to_end(key)
+            return view, hit[1]
+        unit = await self.call(self.engine.view_unit, view, name)
+        self._units[key] = (view, unit)
+        while len(self._units) > UNIT_CACHE:
+            self._units.popitem(last=False)
+        return view, unit
 
-    def _keep(
-        self, rel: str, gen: int, now: float, view: ParsedView | None
-    ) -> tuple[int, float, ParsedView | None, dict[str, RenderedUnit]]:
-        units = {} if view is None else {u.name: u for u in view.units}
-        hit = self._views[rel] = (gen, now, view, units)
-        self._views.move_to_end(rel)
-        while len(self._views) > VIEW_CACHE:
-            self._views.popitem(last=False)
-        return hit
-
-    def _cached(self, rel: str) -> tuple[int, float, ParsedView | None, dict[str, RenderedUnit]]:
-        hit = self._hit(rel)
-        if hit is not None:
-            return hit
-        gen, now = self.gen.value, time.monotonic()
-        return self._keep(rel, gen, now, self.engine.parsed_view(RelPath(rel)))
-
-    async def _acached(
-        self, rel: str
-    ) -> tuple[int, float, ParsedView | None, dict[str, RenderedUnit]]:
-        """``_cached`` from the loop: building a view (a whole document's
-        units) runs in a worker thread."""
-        hit = self._hit(rel)
-        if hit is not None:
-            return hit
-        gen, now = self.gen.value, time.monotonic()
-        view = await self.call(self.engine.parsed_view, RelPath(rel))
-        return self._keep(rel, gen, now, view)
-
-    async def _unit(self, rel: str, name: str) -> tuple[ParsedView | None, RenderedUnit | None]:
-        """The view of ``rel`` and its unit ``name`` (a 5,000-page PDF's pages
-        are looked up by name, not by a scan per open)."""
-        _, _, view, units = await self._acached(rel)
-        return view, units.get(name)
+    async def _unit_names(self, view: ViewState) -> Sequence[str]:
+        hit = self._names.get(view.rel)
+        if hit is not None and hit[0] == view and view.freshness is not Freshness.PENDING:
+            self._names.move_to_end(view.rel)
+            return hit[1]
+        names = await self.call(self.engine.view_unit_names, view)
+        self._names[view.rel] = (view, names)
+        while len(self._names) > STATE_CACHE:
+            self._names.popitem(last=False)
+        return names
 
     async def settle(self, rel: str, *, pending: bool = True, brief: bool = False) -> None:
         """Wait for a stale view of ``rel`` (unless the mount serves stale
@@ -315,9 +320,9 @@ class ParsedTree(Base):
             limit = self.options.stale_wait
         if limit:
             await self.engine.wait_view(RelPath(rel), limit)
-            self._views.pop(rel, None)
+            self._forget(rel)
 
-    async def view(self, rel: str, *, wait: bool = True) -> ParsedView | None:
+    async def view(self, rel: str, *, wait: bool = True) -> ViewState | None:
         if wait:
             await self.settle(rel)
         return await self.acached_view(rel)
@@ -350,7 +355,7 @@ class ParsedTree(Base):
             await self.settle(rel)
         view, unit = await self._unit(rel, unit_name)
         if view is not None and unit is None and unit_name == PENDING:
-            unit = self._listed_pending(rel, view)
+            unit = await self._listed_pending(rel, view)
         if view is None or unit is None:
             return None
         return Entry(
@@ -362,7 +367,7 @@ class ParsedTree(Base):
             data=unit.content,
         )
 
-    def _listed_pending(self, rel: str, view: ParsedView) -> RenderedUnit | None:
+    async def _listed_pending(self, rel: str, view: ViewState) -> RenderedUnit | None:
         """A pending.md that a listing showed shortly before the parse ended:
         it stays readable (a note pointing at the units) rather than vanish
         between the listing and the open."""
@@ -379,8 +384,9 @@ class ParsedTree(Base):
             current_hash=view.current_hash,
             parser=view.parser,
         )
-        names = ", ".join(u.name for u in view.units[:5])
-        more = ", ..." if len(view.units) > 5 else ""
+        all_names = await self._unit_names(view)
+        names = ", ".join(all_names[:5])
+        more = ", ..." if len(all_names) > 5 else ""
         text = (
             f"swfs has parsed {rel} ({view.freshness}) since this folder was listed; "
             f"list it again for its units: {names}{more}\n"
@@ -413,7 +419,7 @@ class ParsedTree(Base):
         view = await self.acached_view(rel)
         if view is None:
             return []
-        names = [u.name for u in view.units]
+        names = list(await self._unit_names(view))
         if PENDING in names:
             self._pending_listed[rel] = time.monotonic()
             while len(self._pending_listed) > 4096:

@@ -148,21 +148,21 @@ def index(copy: Path, workers: int) -> tuple[dict[str, Row], float]:
             row = rows[extension(rel)]
             row.files += 1
             record = eng.store.get_parse(rec.hash, rec.parser) if rec.parser else None
-            status = record["status"] if record else ("unsupported" if not rec.parser else "")
-            if status == "ok":
+            status = record.status if record else ("unsupported" if not rec.parser else "")
+            if record is not None and status == "ok":
                 row.current += 1
-                for _name, _locator, text in record["units"]:  # type: ignore[index]
+                for _name, _locator, text in eng.store.parse_units(rec.hash, rec.parser or ""):
                     row.units += 1
                     if not text.strip():
                         row.empty_units += 1
-            elif status == "failed":
+            elif record is not None and status == "failed":
                 row.failed += 1
-                reason = record["error"] or "(no reason)"  # type: ignore[index]
+                reason = record.error or "(no reason)"
                 row.reasons[reason] += 1
                 row.failed_paths.append((rel, reason))
             elif status == "unsupported":
                 row.unsupported += 1
-                reason = (record or {}).get("error") or "no parser for this type"
+                reason = (record.error if record else None) or "no parser for this type"
                 row.reasons[f"unsupported: {reason}"] += 1
                 row.unsupported_paths.append(rel)
             else:

@@ -89,6 +89,20 @@ class ParsedView:
 
 
 @dataclass(frozen=True)
+class ViewState:
+    """What ``.parsed/<rel>/`` is, without its units: enough to list them
+    (``view_unit_names``) and to serve one (``view_unit``) at a cost that does
+    not grow with the document."""
+
+    rel: RelPath
+    freshness: Freshness
+    current_hash: Hash | None
+    source_hash: Hash | None  # the hash the units were made from (None: no view)
+    parser: str | None  # the parser key of that parse
+    error: str | None  # the one-line reason when failed
+
+
+@dataclass(frozen=True)
 class ReviewEntry:
     rel: RelPath  # current path (the baseline path for a deletion)
     status: ChangeStatus
@@ -238,7 +252,23 @@ class WorkspaceAPI(Protocol):
         """Every file that has a directory under .parsed (supported formats)."""
         ...
 
-    def parsed_view(self, rel: RelPath) -> ParsedView | None: ...
+    def parsed_view(self, rel: RelPath) -> ParsedView | None:
+        """The view with every unit rendered (``swfs show``); the daemon
+        serves units one at a time with the three methods below."""
+        ...
+
+    def view_state(self, rel: RelPath) -> ViewState | None:
+        """``parsed_view`` without its units: what serving one unit needs.
+        Costs the same for a 40-page and a 24,000-page document."""
+        ...
+
+    def view_unit_names(self, view: ViewState) -> Sequence[str]:
+        """The names of the units ``view`` shows, in document order."""
+        ...
+
+    def view_unit(self, view: ViewState, name: str) -> RenderedUnit | None:
+        """One unit of ``view``, rendered, read without the others."""
+        ...
 
     # -- .review
     def review(self) -> Sequence[ReviewEntry]: ...

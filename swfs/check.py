@@ -20,7 +20,16 @@ from . import history
 from .api import RelPath
 from .fsutil import hash_file
 from .hashform import label as short_hash
-from .store import FileRecord, Store, loads, pdecode, pkey, stat_signature
+from .store import (
+    UNIT_PREFIX_LEN,
+    FileRecord,
+    ParseRecord,
+    Store,
+    pdecode,
+    pkey,
+    stat_signature,
+    unit_prefix,
+)
 from .workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -60,30 +69,49 @@ def check_files(ws: Workspace, repair: bool) -> list[Problem]:
 
 
 def check_parses(ws: Workspace, repair: bool) -> list[Problem]:
-    """Every parse record is well-formed; malformed ones are dropped (re-parsed later)."""
+    """Every parse record is well-formed and has all its units, each readable;
+    no unit belongs to no record.  Malformed records are dropped with their
+    units (the files are re-parsed later), stray units are dropped."""
     problems = []
     bad: list[bytes] = []
-    with ws.store.read() as txn:
-        for key, raw in txn.cursor(db=ws.store.dbs["parses"]):
+    prefixes: set[bytes] = set()
+    store = ws.store
+    with store.read() as txn:
+        for key, raw in txn.cursor(db=store.dbs["parses"]):
             k = bytes(key).decode("utf-8", "replace")
+            prefixes.add(unit_prefix(bytes(key)))
             try:
                 h, _, parser = k.partition("|")
-                rec = loads(raw)
                 if not _HEX64.match(h) or not parser:
                     raise ValueError("bad key")
-                if rec.get("status") not in _STATUSES:
-                    raise ValueError(f"bad status {rec.get('status')!r}")
-                for unit in rec["units"]:
-                    name, locator, text = unit
-                    if not (isinstance(name, str) and isinstance(text, str)) or "/" in name:
-                        raise ValueError("bad unit")
+                rec = ParseRecord.decode(raw)
+                if rec.status not in _STATUSES:
+                    raise ValueError(f"bad status {rec.status!r}")
+                units = store.unit_names(h, parser, txn)
+                if len(units) != rec.units:
+                    raise ValueError(f"{len(units)} of its {rec.units} units")
+                for unit in units:
+                    if "/" in unit.name or not unit.name:
+                        raise ValueError(f"bad unit name {unit.name!r}")
+                    if store.get_unit(h, parser, unit.name, txn) is None:
+                        raise ValueError(f"unit {unit.name!r} not found by its name")
             except (ValueError, KeyError, TypeError) as exc:
                 bad.append(bytes(key))
                 problems.append(Problem("parses", f"{k}: malformed parse record ({exc})", repair))
-    if repair and bad:
-        with ws.store.write() as txn:
+        stray: list[bytes] = []
+        for key, _ in txn.cursor(db=store.dbs["units"]):
+            if bytes(key[:UNIT_PREFIX_LEN]) not in prefixes:
+                stray.append(bytes(key))
+    if stray:
+        problems.append(
+            Problem("parses", f"{len(stray)} unit records belong to no parse record", repair)
+        )
+    if repair and (bad or stray):
+        with store.write() as txn:
             for key in bad:
-                txn.delete(key, db=ws.store.dbs["parses"])
+                store.delete_parse(txn, key)
+            for key in stray:
+                txn.delete(key, db=store.dbs["units"])
     return problems
 
 

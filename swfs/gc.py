@@ -124,7 +124,7 @@ def collect(ws: Workspace, *, keep_days: float = 7.0, dry_run: bool = False) -> 
             for rel, kept in changes:
                 store.put_versions(txn, rel, kept)
             for key in dead_parses:
-                txn.delete(key, db=store.dbs["parses"])
+                store.delete_parse(txn, key)  # and its units
             for key in dead_diffs:
                 txn.delete(key, db=store.dbs["diffs"])
     for h in listed:

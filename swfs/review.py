@@ -360,8 +360,8 @@ def _no_text(ws: Workspace, which: str, side: list[Any]) -> tuple[str, bool]:
             f"the baseline version ({short_hash(h)}) has no parsed text in the cache, "
             "so only sizes and hashes are compared"
         ), False
-    record = ws.store.get_parse(h, parser) or {}
-    error = record.get("error") or status
+    record = ws.store.get_parse(h, parser)
+    error = (record.error if record is not None else None) or status
     if status == "failed":
         return f"the {which} version could not be parsed ({parser}): {error}", True
     return f"the {which} version has no parsed text ({status}): {error}", True

@@ -37,9 +37,22 @@ digest, and its value then carries the path (``"path"`` in a file record;
     "vp": parser key of that parse}``.
     Invariant: one record per regular file under SRC that is not hidden.
 ``parses``  ``hash + b"|" + parser key`` -> parse record
-    ``{"status": "ok"|"failed"|"unsupported", "units": [[name, locator, text], ...],
-    "error": str|null, "secs": float, "at": float}``.  Keyed by content and
-    parser only, never by path or mtime: renames, copies and reverts reuse it.
+    ``{"status": "ok"|"failed"|"unsupported", "n": number of units,
+    "error": str|null, "secs": float, "at": float}`` (``"status"`` first, so
+    that it can be read from the first bytes).  Keyed by content and parser
+    only, never by path or mtime: renames, copies and reverts reuse it.
+    Small whatever the document's size: the units are in ``units``.
+``units``  the units of a parse, each readable without the others.  With
+    ``P`` = the first 16 bytes of the blake3 digest of the parse record's key:
+    ``P + b"o" + 4-byte big-endian ordinal`` (0-based, document order) ->
+    ``[name, locator]`` as JSON, a newline, then the unit's text as UTF-8
+    (surrogate escapes kept; lone surrogates as U+FFFD); its size is the
+    value's length less the first line.
+    ``P + b"n" + name`` (or, for a name over 400 bytes, ``b"\0"`` + its
+    blake3 digest) -> the 4-byte ordinal of the unit of that name.
+    Invariant: a parse record with ``"n": k`` has exactly the ordinals
+    ``0..k-1`` and one name key per ordinal; no key of ``units`` belongs to
+    no parse record.
 ``versions``  path -> ``[[number, hash, recorded_at, cause, size], ...]``
     Numbers start at 1 and strictly increase.  Kept for deleted paths too.
 ``snapshots``  name -> manifest
@@ -70,16 +83,23 @@ Format changelog:
        are upgraded in place when opened.
        Added within format 2 (older stores gain them empty when opened):
        ``snapinfo``, ``submissions``, meta ``baseline_dirs`` and ``reclaim:``.
+    3  a parse record keeps its units under their own keys (``units``), so
+       one unit is read without decoding the others: opening a page of a
+       24,000-page PDF costs what opening one of a 40-page PDF does.
+       Format 2 records (``"units": [[name, locator, text], ...]`` inline)
+       are split when the store is opened.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
+import re
 import struct
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -90,11 +110,12 @@ import lmdb
 
 log = logging.getLogger(__name__)
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 _DBS = (
     "meta",
     "files",
     "parses",
+    "units",
     "versions",
     "snapshots",
     "journal",
@@ -147,6 +168,117 @@ _STATUS_PREFIX = b'{"status":"'
 
 def parse_key(h: str, parser: str) -> bytes:
     return f"{h}|{parser}".encode()
+
+
+UnitText = tuple[str, str, str]  # (name, locator, text) of one parsed unit
+UNIT_PREFIX_LEN = 16
+_MAX_NAME_KEY = 400
+
+
+def unit_prefix(key: bytes) -> bytes:
+    """Where the units of the parse record ``key`` live in ``units``."""
+    return blake3.blake3(key).digest()[:UNIT_PREFIX_LEN]
+
+
+def _name_key(name: str) -> bytes:
+    raw = os.fsencode(name)
+    if len(raw) <= _MAX_NAME_KEY:
+        return raw
+    return b"\0" + blake3.blake3(raw).digest()
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udc7f\udd00-\udfff]")
+
+
+def _text_bytes(text: str) -> bytes:
+    try:
+        return text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        # Lone surrogates from a broken document become U+FFFD; escaped
+        # undecodable bytes (U+DC80..U+DCFF) are written back as they were.
+        return _LONE_SURROGATE.sub("\ufffd", text).encode("utf-8", "surrogateescape")
+
+
+def encode_unit(name: str, locator: str, text: str) -> bytes:
+    return dumps([name, locator]) + b"\n" + _text_bytes(text)
+
+
+def decode_unit(raw: Raw) -> UnitText:
+    data = bytes(raw)
+    head, _, body = data.partition(b"\n")
+    name, locator = loads(head)
+    if not (isinstance(name, str) and isinstance(locator, str)):
+        raise ValueError("unit head is not [name, locator]")
+    return name, locator, body.decode("utf-8", "surrogateescape")
+
+
+@dataclass(frozen=True)
+class UnitInfo:
+    """One unit of a parse without its text: what a listing needs."""
+
+    name: str
+    locator: str
+    size: int  # bytes of its UTF-8 text
+    ends_with_newline: bool
+
+
+def _unit_info(raw: Raw) -> UnitInfo:
+    # Only the first line is copied out of the map: a listing of 24,000 pages
+    # reads 24,000 short heads, never the pages' text.
+    view = memoryview(raw) if not isinstance(raw, memoryview) else raw
+    head = bytes(view[:512])
+    cut = head.find(b"\n")
+    if cut < 0:
+        data = bytes(view)
+        cut = data.find(b"\n")
+        head = data
+    name, locator = loads(head[:cut])
+    size = len(view) - cut - 1
+    return UnitInfo(str(name), str(locator), size, size > 0 and bytes(view[-1:]) == b"\n")
+
+
+@dataclass(frozen=True)
+class ParseRecord:
+    """The outcome of parsing one content with one parser, without its units
+    (``Store.unit_names``, ``get_unit`` and ``parse_units`` read those)."""
+
+    status: str  # "ok" | "failed" | "unsupported"
+    error: str | None = None
+    secs: float = 0.0
+    at: float = 0.0
+    units: int = 0  # how many units the parse has
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def encode(self) -> bytes:
+        return dumps(
+            {
+                "status": self.status,
+                "n": self.units,
+                "error": self.error,
+                "secs": self.secs,
+                "at": self.at,
+            }
+        )
+
+    @classmethod
+    def decode(cls, raw: Raw) -> ParseRecord:
+        d = loads(raw)
+        if not isinstance(d, dict):
+            raise ValueError("parse record is not an object")
+        status, n = d.get("status"), d.get("n", 0)
+        if not isinstance(status, str) or not isinstance(n, int):
+            raise ValueError("parse record without status or unit count")
+        error = d.get("error")
+        return cls(
+            status=status,
+            error=None if error is None else str(error),
+            secs=float(d.get("secs") or 0.0),
+            at=float(d.get("at") or 0.0),
+            units=n,
+        )
 
 
 @dataclass(frozen=True)
@@ -263,6 +395,11 @@ class Store:
             return 0
 
     def _check_format(self) -> None:
+        with self.read() as txn:
+            raw = txn.get(b"format_version", db=self.dbs["meta"])
+        if raw is not None and loads(raw) in (1, 2):
+            # Splitting parse records rewrites them: room for a second copy.
+            self.ensure_room(self._current_data_size(self.root / "db"))
         with self.env.begin(write=True) as txn:
             raw = txn.get(b"format_version", db=self.dbs["meta"])
             if raw is None:
@@ -273,11 +410,14 @@ class Store:
             if version == 1:
                 self._upgrade_1_to_2(txn)
                 version = 2
-                txn.put(b"format_version", dumps(version), db=self.dbs["meta"])
+            if version == 2:
+                self._upgrade_2_to_3(txn)
+                version = 3
             if version != FORMAT_VERSION:
                 raise StoreError(
                     f"{self.root}: store format {version}, this swfs reads format {FORMAT_VERSION}"
                 )
+            txn.put(b"format_version", dumps(version), db=self.dbs["meta"])
 
     def _upgrade_1_to_2(self, txn: lmdb.Transaction) -> None:
         """Format 2 prefixes file records with their stat signature."""
@@ -288,6 +428,27 @@ class Store:
             d = loads(value)
             sig = signature_bytes(d["s"], d["m"], d["c"], d["i"])
             txn.put(key, sig + b"\n" + value, db=db)
+
+    def _upgrade_2_to_3(self, txn: lmdb.Transaction) -> None:
+        """Format 3 keeps each unit of a parse under its own key.  A record
+        that does not decode is left as it is: ``swfs check`` reports it."""
+        log.info("%s: upgrading the store from format 2 to 3", self.root)
+        db = self.dbs["parses"]
+        rows = [(bytes(k), bytes(v)) for k, v in txn.cursor(db=db)]
+        for key, value in rows:
+            try:
+                d = loads(value)
+                units = [(str(n), str(loc), str(text)) for n, loc, text in d.get("units") or ()]
+                record = ParseRecord(
+                    status=str(d["status"]),
+                    error=d.get("error"),
+                    secs=float(d.get("secs") or 0.0),
+                    at=float(d.get("at") or 0.0),
+                )
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:
+                log.warning("%s: parse record %r not upgraded: %s", self.root, key, exc)
+                continue
+            self._write_parse(txn, key, record, units)
 
     def flush(self) -> None:
         """Make every committed transaction durable (fsync)."""
@@ -383,21 +544,20 @@ class Store:
     # -- parses
     def get_parse(
         self, h: str, parser: str, txn: lmdb.Transaction | None = None
-    ) -> dict[str, Any] | None:
+    ) -> ParseRecord | None:
+        """The parse record of (content, parser), without its units."""
         key = parse_key(h, parser)
         if txn is None:
             with self.read() as t:
                 raw = t.get(key, db=self.dbs["parses"])
         else:
             raw = txn.get(key, db=self.dbs["parses"])
-        return None if raw is None else loads(raw)
+        return None if raw is None else ParseRecord.decode(raw)
 
     def parse_status(self, h: str, parser: str, txn: lmdb.Transaction | None = None) -> str | None:
-        """The status of a parse record without decoding its units."""
+        """The status of a parse record, read from its first bytes."""
         key = parse_key(h, parser)
         if txn is None:
-            # Every open in .parsed asks this: a buffer into the map, not a
-            # copy of a record that holds every unit of a 24,000-page PDF.
             with self.env.begin(write=False, buffers=True) as t:
                 return self._status_of(t.get(key, db=self.dbs["parses"]))
         return self._status_of(txn.get(key, db=self.dbs["parses"]))
@@ -416,15 +576,109 @@ class Store:
         return str(loads(raw)["status"])
 
     def has_parse(self, txn: lmdb.Transaction, h: str, parser: str) -> bool:
-        # A cursor finds the key without copying the (possibly huge) record.
         with txn.cursor(db=self.dbs["parses"]) as cur:
             return bool(cur.set_key(parse_key(h, parser)))
 
-    def put_parse(self, h: str, parser: str, record: dict[str, Any]) -> None:
-        data = dumps(record)
-        self.ensure_room(len(data))
+    def put_parse(
+        self, h: str, parser: str, record: ParseRecord, units: Sequence[UnitText] = ()
+    ) -> None:
+        """Store a parse record and its units (replacing any earlier ones)."""
+        self.ensure_room(sum(len(u[2]) for u in units) * 4 + 4096)
         with self.write() as txn:
-            txn.put(parse_key(h, parser), data, db=self.dbs["parses"])
+            self.write_parse(txn, h, parser, record, units)
+
+    def write_parse(
+        self,
+        txn: lmdb.Transaction,
+        h: str,
+        parser: str,
+        record: ParseRecord,
+        units: Sequence[UnitText] = (),
+    ) -> None:
+        """``put_parse`` inside the caller's transaction (call ``ensure_room``
+        first: about four times the units' text)."""
+        self._write_parse(txn, parse_key(h, parser), record, units)
+
+    def _write_parse(
+        self, txn: lmdb.Transaction, key: bytes, record: ParseRecord, units: Sequence[UnitText]
+    ) -> None:
+        self._delete_units(txn, key)
+        record = dataclasses.replace(record, units=len(units))
+        txn.put(key, record.encode(), db=self.dbs["parses"])
+        prefix = unit_prefix(key)
+        db = self.dbs["units"]
+        seen: set[bytes] = set()
+        for i, (name, locator, text) in enumerate(units):
+            ordinal = struct.pack(">I", i)
+            txn.put(prefix + b"o" + ordinal, encode_unit(name, locator, text), db=db)
+            nkey = prefix + b"n" + _name_key(name)
+            if nkey not in seen:  # the first of two units of one name is served
+                seen.add(nkey)
+                txn.put(nkey, ordinal, db=db)
+
+    def delete_parse(self, txn: lmdb.Transaction, key: bytes) -> None:
+        """Drop a parse record (by its raw key) and its units."""
+        txn.delete(key, db=self.dbs["parses"])
+        self._delete_units(txn, key)
+
+    def _delete_units(self, txn: lmdb.Transaction, key: bytes) -> None:
+        prefix = unit_prefix(key)
+        with txn.cursor(db=self.dbs["units"]) as cur:
+            if not cur.set_range(prefix):
+                return
+            while bytes(cur.key()[: len(prefix)]) == prefix:
+                if not cur.delete():
+                    break
+
+    def unit_names(
+        self, h: str, parser: str, txn: lmdb.Transaction | None = None
+    ) -> list[UnitInfo]:
+        """Name, locator and size of every unit of a parse, in document order,
+        without copying their text."""
+        with self._buffers(txn) as t, t.cursor(db=self.dbs["units"]) as cur:
+            return [_unit_info(raw) for raw in self._ordinals(cur, parse_key(h, parser))]
+
+    def parse_units(
+        self, h: str, parser: str, txn: lmdb.Transaction | None = None
+    ) -> list[UnitText]:
+        """Every unit of a parse as (name, locator, text), in document order."""
+        with self._buffers(txn) as t, t.cursor(db=self.dbs["units"]) as cur:
+            return [decode_unit(raw) for raw in self._ordinals(cur, parse_key(h, parser))]
+
+    def get_unit(
+        self, h: str, parser: str, name: str, txn: lmdb.Transaction | None = None
+    ) -> UnitText | None:
+        """The unit ``name`` of a parse: one lookup of its name, one of its
+        bytes, whatever the number of units."""
+        prefix = unit_prefix(parse_key(h, parser))
+        with self._buffers(txn) as t:
+            db = self.dbs["units"]
+            ordinal = t.get(prefix + b"n" + _name_key(name), db=db)
+            if ordinal is None:
+                return None
+            raw = t.get(prefix + b"o" + bytes(ordinal), db=db)
+            if raw is None:
+                return None
+            unit = decode_unit(raw)
+        return unit if unit[0] == name else None
+
+    @staticmethod
+    def _ordinals(cur: lmdb.Cursor, key: bytes) -> Iterator[Raw]:
+        start = unit_prefix(key) + b"o"
+        if not cur.set_range(start):
+            return
+        for k, raw in cur:
+            if bytes(k[: len(start)]) != start:
+                return
+            yield raw
+
+    @contextmanager
+    def _buffers(self, txn: lmdb.Transaction | None) -> Iterator[lmdb.Transaction]:
+        if txn is not None:
+            yield txn
+            return
+        with self.env.begin(write=False, buffers=True) as t:
+            yield t
 
     # -- versions
     def get_versions(self, rel: str, txn: lmdb.Transaction | None = None) -> list[list[Any]]:

@@ -18,8 +18,11 @@ and newlines become ``&amp;`` ``&quot;`` ``&lt;`` ``&gt;`` ``&#10;``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from . import hashform
-from .api import Freshness
+from .api import Freshness, Hash, RelPath, RenderedUnit, ViewState
+from .store import FileRecord, Store
 
 short_hash = hashform.label
 
@@ -72,3 +75,100 @@ def strip_header(content: str) -> str:
         _, _, rest = content.partition("\n")
         return rest
     return content
+
+
+# -- serving units one at a time
+#
+# A view is its state (freshness, the hash and parser its units come from)
+# plus units read from the store one by one: opening page 23,999 of a PDF
+# reads that page's record and nothing else.
+
+PENDING_UNIT = "pending.md"  # the one unit of a view without any parse yet
+ERROR_UNIT = "error.md"  # the one unit of a failed view
+
+Progress = Callable[[str], str]  # rel -> how far its parse has got, in words
+
+
+def view_state(store: Store, rel: str, rec: FileRecord, freshness: Freshness) -> ViewState:
+    """The state of ``.parsed/<rel>/`` for the file record ``rec``."""
+    source: str | None = None
+    parser = rec.parser
+    error = None
+    if freshness in (Freshness.CURRENT, Freshness.FAILED):
+        source = rec.hash
+        if freshness is Freshness.FAILED:
+            record = store.get_parse(rec.hash, rec.parser or "")
+            error = (record.error if record is not None else None) or "parse failed"
+    elif freshness is Freshness.STALE and rec.view_hash and rec.view_parser:
+        # The prior view, if its parse is kept and has units; else pending.md.
+        prior = store.get_parse(rec.view_hash, rec.view_parser)
+        if prior is not None and prior.ok and prior.units:
+            source, parser = rec.view_hash, rec.view_parser
+    return ViewState(
+        rel=RelPath(rel),
+        freshness=freshness,
+        current_hash=Hash(rec.hash),
+        source_hash=Hash(source) if source else None,
+        parser=parser,
+        error=error,
+    )
+
+
+def _pending(view: ViewState) -> bool:
+    return view.source_hash is None and view.freshness is not Freshness.FAILED
+
+
+def unit_names(store: Store, view: ViewState) -> list[str]:
+    if view.freshness is Freshness.FAILED:
+        return [ERROR_UNIT]
+    if _pending(view):
+        return [PENDING_UNIT]
+    return [u.name for u in store.unit_names(view.source_hash or "", view.parser or "")]
+
+
+def render(view: ViewState, name: str, locator: str, text: str) -> RenderedUnit:
+    full = f"{view.rel}#{locator}"
+    head = header_line(
+        rel=view.rel,
+        unit=name,
+        locator=full,
+        source_hash=view.source_hash,
+        freshness=view.freshness,
+        current_hash=view.current_hash,
+        parser=view.parser,
+    )
+    return RenderedUnit(name=name, locator=full, content=render_unit(head, text))
+
+
+def _synthetic(view: ViewState, name: str, progress: Progress) -> RenderedUnit | None:
+    """error.md of a failed view, pending.md of a view without a parse."""
+    if view.freshness is Freshness.FAILED:
+        if name != ERROR_UNIT:
+            return None
+        text = f"swfs could not parse {view.rel}: {view.error}\n"
+        return render(view, name, "error", text)
+    if name != PENDING_UNIT:
+        return None
+    text = (
+        f"swfs has not parsed {view.rel} yet: {progress(view.rel)}.\n"
+        "`swfs sync` waits for it; reading a unit by name waits for it too.\n"
+    )
+    return render(view, name, "pending", text)
+
+
+def unit(store: Store, view: ViewState, name: str, progress: Progress) -> RenderedUnit | None:
+    """The unit ``name`` of ``view``, read from the store without the others."""
+    if view.freshness is Freshness.FAILED or _pending(view):
+        return _synthetic(view, name, progress)
+    found = store.get_unit(view.source_hash or "", view.parser or "", name)
+    return None if found is None else render(view, *found)
+
+
+def all_units(store: Store, view: ViewState, progress: Progress) -> tuple[RenderedUnit, ...]:
+    """Every unit of ``view``, rendered (``swfs show``, tests)."""
+    if view.freshness is Freshness.FAILED or _pending(view):
+        name = ERROR_UNIT if view.freshness is Freshness.FAILED else PENDING_UNIT
+        one = _synthetic(view, name, progress)
+        return () if one is None else (one,)
+    units = store.parse_units(view.source_hash or "", view.parser or "")
+    return tuple(render(view, *u) for u in units)

@@ -15,7 +15,6 @@ import os
 import stat
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -28,7 +27,7 @@ from parsers import registry
 from parsers._base import FileInfo
 from parsers.cells import count_cells
 
-from . import history
+from . import history, views
 from .api import (
     Access,
     Cause,
@@ -39,14 +38,21 @@ from .api import (
     RelPath,
     RenderedUnit,
     Version,
+    ViewState,
     WriteSession,
 )
 from .blobs import BlobStore, HashMismatch
 from .fsutil import hash_fd, open_to_read
 from .ignore import IgnoreRules
 from .parsework import FAILED, OK, UNSUPPORTED, ParseOutcome, WorkerLimits
-from .store import FileRecord, Store, dumps, parse_key, signature_bytes, stat_signature
-from .views import header_line, render_unit
+from .store import (
+    FileRecord,
+    ParseRecord,
+    Store,
+    dumps,
+    signature_bytes,
+    stat_signature,
+)
 from .writesession import InPlaceWrites
 
 log = logging.getLogger(__name__)
@@ -54,7 +60,6 @@ log = logging.getLogger(__name__)
 STORE_NAME = ".swfs"
 RESERVED_ROOTS = frozenset({".parsed", ".review", ".versions", ".search", ".render"})
 _HASH_THREADS = 4
-_VIEW_CACHE = 128
 _PRESERVE_TRIES = 5  # a file that changes under every try fails the write (EIO)
 
 
@@ -125,7 +130,6 @@ class Workspace:
         self.ignore = IgnoreRules.load(src)
         self._listeners: list[Callable[[RelPath], None]] = []
         self._parse_requests: list[Callable[[RelPath, bool], None]] = []
-        self._view_cache: OrderedDict[tuple[Any, ...], ParsedView] = OrderedDict()
         self._view_lock = threading.Lock()
         self._review_cache: tuple[int, Any] | None = None
         # The write protocol (swfs.writesession): paths it is changing (written,
@@ -334,11 +338,11 @@ class Workspace:
         view_hash, view_parser = (old.view_hash, old.view_parser) if old else (None, None)
         if old is not None and old.parser and old.hash != h:
             prev = self.store.get_parse(old.hash, old.parser, txn)
-            if prev is not None and prev["status"] == OK:
+            if prev is not None and prev.ok:
                 view_hash, view_parser = old.hash, old.parser
         if parser and self.store.has_parse(txn, h, parser):
             prev = self.store.get_parse(h, parser, txn)
-            if prev is not None and prev["status"] == OK:
+            if prev is not None and prev.ok:
                 view_hash, view_parser = h, parser
         rec = FileRecord(
             hash=h,
@@ -640,7 +644,7 @@ class Workspace:
             self.store.put_versions(txn, dst, dst_versions)
             if target is not None and rec.view_hash is None:
                 prev = self.store.get_parse(target.hash, target.parser or "", txn)
-                if prev is not None and prev["status"] == OK:
+                if prev is not None and prev.ok:
                     rec = dataclasses.replace(rec, view_hash=target.hash, view_parser=target.parser)
             if temp:
                 history.drop_history(self, txn, src, src_versions)
@@ -685,17 +689,12 @@ class Workspace:
             return False
         h = outcome.hash or queued_hash
         parser = outcome.parser or queued_parser
-        record = {
-            "status": outcome.status,
-            "units": [list(u) for u in outcome.units],
-            "error": outcome.error,
-            "secs": round(outcome.secs, 4),
-            "at": time.time(),
-        }
-        data = dumps(record)
-        self.store.ensure_room(len(data))
+        record = ParseRecord(
+            status=outcome.status, error=outcome.error, secs=round(outcome.secs, 4), at=time.time()
+        )
+        self.store.ensure_room(sum(len(u[2]) for u in outcome.units) * 4 + 4096)
         with self.store.write() as txn:
-            txn.put(parse_key(h, parser), data, db=self.store.dbs["parses"])
+            self.store.write_parse(txn, h, parser, record, outcome.units)
             self.store.append_journal(
                 txn,
                 "parse",
@@ -737,97 +736,43 @@ class Workspace:
         return paths
 
     def parsed_view(self, rel: RelPath) -> ParsedView | None:
+        state = self.view_state(rel)
+        if state is None:
+            return None
+        return ParsedView(
+            rel=state.rel,
+            freshness=state.freshness,
+            current_hash=state.current_hash,
+            source_hash=state.source_hash,
+            parser=state.parser,
+            error=state.error,
+            units=views.all_units(self.store, state, self.parse_progress),
+        )
+
+    def view_state(self, rel: RelPath) -> ViewState | None:
         rec = self.store.get_file(rel)
         if rec is None or rec.parser is None:
             return None
         freshness = self._freshness(rec)
         if freshness == Freshness.UNSUPPORTED:
             return None
-        key = (rel, rec.hash, rec.parser, rec.view_hash, freshness)
-        with self._view_lock:
-            cached = self._view_cache.get(key)
-            if cached is not None:
-                self._view_cache.move_to_end(key)
-                return self._with_progress(cached)
-        view = self._build_view(rel, rec, freshness)
-        with self._view_lock:
-            self._view_cache[key] = view
-            while len(self._view_cache) > _VIEW_CACHE:
-                self._view_cache.popitem(last=False)
-        return self._with_progress(view)
+        return views.view_state(self.store, rel, rec, freshness)
 
-    def _with_progress(self, view: ParsedView) -> ParsedView:
-        """``view`` with its pending.md saying how far the parse has got now."""
-        if not any(u.name == "pending.md" for u in view.units):
-            return view
-        units = []
-        for u in view.units:
-            if u.name == "pending.md":
-                head, _, _ = u.content.partition(b"\n")
-                text = (
-                    f"swfs has not parsed {view.rel} yet: {self.parse_progress(view.rel)}.\n"
-                    "`swfs sync` waits for it; reading a unit by name waits for it too.\n"
-                )
-                u = dataclasses.replace(u, content=head + b"\n" + text.encode("utf-8", "replace"))
-            units.append(u)
-        return dataclasses.replace(view, units=tuple(units))
+    def view_unit_names(self, view: ViewState) -> Sequence[str]:
+        return views.unit_names(self.store, view)
+
+    def view_unit(self, view: ViewState, name: str) -> RenderedUnit | None:
+        return views.unit(self.store, view, name, self.parse_progress)
 
     def parse_progress(self, rel: str) -> str:
         """How far the parse of ``rel`` has got, in words (the daemon's engine
         knows its queue; a workspace without one does not)."""
         return "no parse is running (no daemon)"
 
-    def _build_view(self, rel: str, rec: FileRecord, freshness: Freshness) -> ParsedView:
-        source_hash: str | None = None
-        parser: str | None = rec.parser
-        error: str | None = None
-        raw_units: list[tuple[str, str, str]] = []
-        if freshness in (Freshness.CURRENT, Freshness.FAILED):
-            record = self.store.get_parse(rec.hash, rec.parser or "")
-            assert record is not None
-            source_hash = rec.hash
-            if freshness == Freshness.CURRENT:
-                raw_units = [tuple(u) for u in record["units"]]
-            else:
-                error = record.get("error") or "parse failed"
-                raw_units = [("error.md", "error", f"swfs could not parse {rel}: {error}\n")]
-        elif freshness == Freshness.STALE:
-            record = self.store.get_parse(rec.view_hash or "", rec.view_parser or "")
-            if record is not None:
-                source_hash, parser = rec.view_hash, rec.view_parser
-                raw_units = [tuple(u) for u in record["units"]]
-        if freshness == Freshness.PENDING or (freshness == Freshness.STALE and not raw_units):
-            raw_units = [
-                ("pending.md", "pending", "")  # text: _with_progress
-            ]
-        units = []
-        for name, locator, text in raw_units:
-            full_loc = f"{rel}#{locator}"
-            head = header_line(
-                rel=rel,
-                unit=name,
-                locator=full_loc,
-                source_hash=source_hash,
-                freshness=freshness,
-                current_hash=rec.hash,
-                parser=parser,
-            )
-            units.append(RenderedUnit(name=name, locator=full_loc, content=render_unit(head, text)))
-        return ParsedView(
-            rel=RelPath(rel),
-            freshness=freshness,
-            current_hash=Hash(rec.hash),
-            source_hash=Hash(source_hash) if source_hash else None,
-            parser=parser,
-            error=error,
-            units=tuple(units),
-        )
-
     def parse_units(self, h: str, parser: str) -> list[tuple[str, str, str]] | None:
-        record = self.store.get_parse(h, parser)
-        if record is None or record["status"] != OK:
+        if self.store.parse_status(h, parser) != OK:
             return None
-        return [tuple(u) for u in record["units"]]
+        return self.store.parse_units(h, parser)
 
     # --------------------------------------------------------------- status
     def counts(self) -> dict[str, int]:
@@ -846,7 +791,7 @@ class Workspace:
             for rel, rec in self.store.iter_files(txn):
                 if self._freshness(rec, txn) == Freshness.FAILED:
                     parse = self.store.get_parse(rec.hash, rec.parser or "", txn)
-                    out.append((rel, (parse or {}).get("error") or "parse failed"))
+                    out.append((rel, (parse.error if parse else None) or "parse failed"))
         return out
 
     def not_preserved(self) -> int:
@@ -864,16 +809,16 @@ class Workspace:
             for _, rec in self.store.iter_files(txn):
                 if not rec.parser or self.store.parse_status(rec.hash, rec.parser, txn) != OK:
                     continue
-                record = self.store.get_parse(rec.hash, rec.parser, txn)
-                for _name, locator, text in (record or {}).get("units", ()):
-                    kind = str(locator).partition("=")[0]
+                for unit in self.store.unit_names(rec.hash, rec.parser, txn):
+                    kind = unit.locator.partition("=")[0]
                     if kind == "page":
                         out["pages"] += 1
                     elif kind == "slide":
                         out["slides"] += 1
                     elif kind == "sheet":
                         out["sheets"] += 1
-                        out["cells"] += count_cells(str(text))
+                        got = self.store.get_unit(rec.hash, rec.parser, unit.name, txn)
+                        out["cells"] += count_cells(got[2]) if got else 0
         return out
 
     # ------------------------------------------------------------- baseline

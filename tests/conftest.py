@@ -15,6 +15,7 @@ from swfs.engine import Engine
 from swfs.samples import build_sample_workspace
 from swfs.workspace import Config
 from tests.mountutil import Mount, cleanup_dir, start, workdir
+from tests.realmount import daemon_env, swfs
 
 MountFactory = Callable[..., Mount]
 
@@ -30,7 +31,10 @@ def fuse_available() -> str | None:
 
 @pytest.fixture
 def mount_tree() -> Iterator[MountFactory]:
-    """``mount_tree({'a.txt': 'hello'}, args=[...], setup=fn)`` -> Mount."""
+    """``mount_tree({'a.txt': 'hello'}, args=[...], setup=fn, sync=True)`` ->
+    Mount: the real engine (hook calls logged, faults by file name: see
+    tests/enginewrap.py), the test parsers of tests/evilparsers.py installed;
+    with ``sync``, every view is current when it returns."""
     reason = fuse_available()
     if reason:
         pytest.skip(reason)
@@ -42,6 +46,7 @@ def mount_tree() -> Iterator[MountFactory]:
         *,
         args: Sequence[str] = (),
         setup: Callable[[Path], None] | None = None,
+        sync: bool = True,
     ) -> Mount:
         d = workdir()
         dirs.append(d)
@@ -58,8 +63,10 @@ def mount_tree() -> Iterator[MountFactory]:
             p.chmod(0o644)
         if setup is not None:
             setup(src)
-        m = start(src, mnt, args=args)
+        m = start(src, mnt, args=args, env=daemon_env())
         mounts.append(m)
+        if sync:
+            swfs("sync", mnt, timeout=120)
         return m
 
     yield make

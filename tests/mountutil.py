@@ -1,8 +1,9 @@
 """Real mounts for tests: a daemon in a subprocess, ``wait_for_mount``, and a
 teardown that never leaves a stale mount behind.
 
-``python -m tests.mountutil SRC MNT [--calls FILE] [--stale wait] [--real]``
-serves SRC at MNT in the foreground with the fake engine (or the real one).
+``python -m tests.mountutil SRC MNT [--calls FILE] [--stale wait]`` serves SRC
+at MNT in the foreground with the real engine, its hook calls logged to FILE
+(tests/enginewrap.py).
 """
 
 from __future__ import annotations
@@ -167,15 +168,14 @@ def as_user(user: str, *cmd: str) -> subprocess.CompletedProcess[bytes]:
 
 
 def _engine_factory(
-    src: Path, calls: Path | None, real: bool, crash_after: float | None
+    src: Path, calls: Path | None, crash_after: float | None
 ) -> AbstractContextManager[EngineAPI]:
-    if real:
-        from swfs.engine import Engine
+    """The real engine, watched (hook calls logged, faults injected by name:
+    see tests/enginewrap.py)."""
+    from swfs.engine import Engine
+    from tests.enginewrap import watched
 
-        return Engine.open(src)
-    from tests.fakeengine import FakeEngine
-
-    return FakeEngine.open(src, calls=calls, crash_after=crash_after)
+    return watched(lambda: Engine.open(src), calls=calls, crash_after=crash_after)()  # type: ignore[no-any-return]
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -184,16 +184,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("mnt", type=Path)
     p.add_argument("--calls", type=Path)
     p.add_argument("--stale", choices=("serve", "wait"), default="serve")
-    p.add_argument("--real", action="store_true", help="serve the real engine")
     p.add_argument("--debug", action="store_true")
-    p.add_argument("--crash-after", type=float, help="fake engine: crash after N seconds")
+    p.add_argument("--crash-after", type=float, help="background work crashes after N seconds")
     a = p.parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if a.debug else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     mount(
-        lambda: _engine_factory(a.src, a.calls, a.real, a.crash_after),
+        lambda: _engine_factory(a.src, a.calls, a.crash_after),
         a.src,
         a.mnt,
         MountOptions(stale=a.stale, debug=a.debug),

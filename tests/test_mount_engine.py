@@ -13,8 +13,6 @@ import pytest
 
 from tests.conftest import MountFactory
 
-pytest.importorskip("swfs.engine")
-
 pytestmark = [pytest.mark.mount, pytest.mark.timeout(120)]
 
 
@@ -40,7 +38,7 @@ def make_book(src: Path) -> None:
 
 
 def test_agent_session_on_the_real_engine(mount_tree: MountFactory) -> None:
-    m = mount_tree({"notes.md": "# Notes\nbudget travel 1200\n"}, setup=make_book, args=["--real"])
+    m = mount_tree({"notes.md": "# Notes\nbudget travel 1200\n"}, setup=make_book)
     out = grep(m.mnt, "1200")
     assert ".parsed/notes.md/" in out
     assert ".parsed/budget.xlsx/sheet-Budget.md:" in out

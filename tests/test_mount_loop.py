@@ -1,7 +1,7 @@
 """Engine work never runs on the daemon's trio loop: while a slow
 ``.review/ALL.diff`` is being computed, every other request is answered.
 
-The fake engine's diff blocks on a gate file (``tests/fakeengine.py``), so
+The engine wrapper's diff blocks on a gate file (``tests/enginewrap.py``), so
 "slow" is a state the test holds, not a duration it measures."""
 
 from __future__ import annotations

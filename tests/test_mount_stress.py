@@ -16,12 +16,9 @@ from tests.conftest import MountFactory
 pytestmark = [pytest.mark.mount, pytest.mark.slow, pytest.mark.timeout(120)]
 
 
-@pytest.mark.parametrize("engine", ["fake", "real"])
-def test_concurrent_saves_and_reads(mount_tree: MountFactory, engine: str) -> None:
-    if engine == "real":
-        pytest.importorskip("swfs.engine")
+def test_concurrent_saves_and_reads(mount_tree: MountFactory) -> None:
     files = {f"f{i}.txt": f"line {i}\n" for i in range(20)}
-    m = mount_tree(files, args=["--real"] if engine == "real" else [])
+    m = mount_tree(files)
     mnt = m.mnt
     stop = time.monotonic() + 8
     errors: list[str] = []

@@ -20,7 +20,9 @@ from mountd.operations import Operations, handler
 from mountd.options import MountOptions
 from mountd.synthetic import Generation, ParsedTree, VersionsTree, version_name
 from swfs.api import Cause, Hash, RelPath, Version
-from tests.fakeengine import FakeEngine
+from swfs.engine import Engine
+from swfs.workspace import Config
+from tests.enginewrap import Watched
 
 T = TypeVar("T")
 
@@ -103,18 +105,22 @@ def test_synthetic_nodes_are_stable_per_path() -> None:
 
 
 @pytest.fixture
-def engine(tmp_path: Path) -> Iterator[FakeEngine]:
+def engine(tmp_path: Path) -> Iterator[Any]:
+    """The real engine over a small tree, indexed, with a snapshot "start";
+    hook calls are logged in ``engine.calls``."""
     src = tmp_path / "src"
     (src / "d").mkdir(parents=True)
     (src / "d/a.txt").write_text("alpha\n")
     (src / "secret.md").write_text("s\n")
     (src / "secret.md").chmod(0o640)
     (src / "bin.dat").write_bytes(b"\0\1")
-    with FakeEngine.open(src) as e:
-        yield e
+    with Engine.open(src, config=Config(rescan_interval=0)) as e:
+        trio.run(e.drain)
+        e.snapshot("start")
+        yield Watched(e)
 
 
-def test_parsed_tree(engine: FakeEngine) -> None:
+def test_parsed_tree(engine: Any) -> None:
     tree = ParsedTree(engine, Generation(), MountOptions())
 
     async def main() -> None:
@@ -139,7 +145,7 @@ def test_parsed_tree(engine: FakeEngine) -> None:
     run(main)
 
 
-def test_versions_tree_names(engine: FakeEngine) -> None:
+def test_versions_tree_names(engine: Any) -> None:
     v = Version(7, Hash("ab" * 32), 0.0, Cause.WRITE, True)
     assert version_name("x/report.pdf", v) == "0007-abababab.pdf"
     assert version_name("Makefile", v) == "0007-abababab"
@@ -158,7 +164,7 @@ def test_versions_tree_names(engine: FakeEngine) -> None:
     assert Path(blob).read_bytes() == b"alpha\n"
 
 
-def test_unknown_paths_are_owner_only(engine: FakeEngine) -> None:
+def test_unknown_paths_are_owner_only(engine: Any) -> None:
     tree = ParsedTree(engine, Generation(), MountOptions())
     acc = tree.access("never/seen")
     assert acc.mode == 0o400 & engine.access(RelPath("")).mode  # type: ignore[union-attr]
@@ -194,7 +200,7 @@ def test_handler_turns_everything_into_an_errno() -> None:
     assert run(lambda: code(b.nosys)) == errno.EOPNOTSUPP
 
 
-def test_operations_without_a_kernel(engine: FakeEngine) -> None:
+def test_operations_without_a_kernel(engine: Any) -> None:
     ctx: Any = Ctx()
 
     async def main() -> None:
@@ -241,18 +247,19 @@ def test_operations_without_a_kernel(engine: FakeEngine) -> None:
     run(main)
 
 
-def test_a_view_is_loaded_once_per_listing(
-    engine: FakeEngine, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_view_is_loaded_once_per_listing(engine: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``ls -l`` of a view stats every unit: the view's state and its names
+    are asked once, each unit on its own."""
     tree = ParsedTree(engine, Generation(), MountOptions())
     loads: list[str] = []
-    real = engine.parsed_view
+    for method in ("view_state", "view_unit_names", "parsed_view"):
+        real = getattr(engine, method)
 
-    def counting(rel: RelPath) -> Any:
-        loads.append(rel)
-        return real(rel)
+        def counting(arg: Any, *rest: Any, _real: Any = real, _name: str = method) -> Any:
+            loads.append(f"{_name} {getattr(arg, 'rel', arg)}")
+            return _real(arg, *rest)
 
-    monkeypatch.setattr(engine, "parsed_view", counting)
+        monkeypatch.setattr(engine, method, counting)
 
     async def main() -> None:
         # Listing .parsed itself loads no view at all.
@@ -262,13 +269,41 @@ def test_a_view_is_loaded_once_per_listing(
         for name in await tree.children("d/a.txt"):
             await tree.entry(f"d/a.txt/{name}", wait=False)
             await tree.xattrs(f"d/a.txt/{name}")
-        assert loads == ["d/a.txt"]
+        assert loads == ["view_state d/a.txt", "view_unit_names d/a.txt"]
+
+    run(main)
+
+
+def test_opening_one_unit_asks_for_that_unit_only(
+    engine: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lookup, getattr and open of one unit (a grep opening page 23,999)
+    asks for the view's state and that unit: never for every unit."""
+    tree = ParsedTree(engine, Generation(), MountOptions())
+    asked: list[str] = []
+    for method in ("view_state", "view_unit_names", "view_unit", "parsed_view"):
+        real = getattr(engine, method)
+
+        def counting(*args: Any, _real: Any = real, _name: str = method) -> Any:
+            asked.append(_name)
+            return _real(*args)
+
+        monkeypatch.setattr(engine, method, counting)
+
+    async def main() -> None:
+        for _ in range(3):  # lookup, getattr, open
+            unit = await tree.entry("d/a.txt/content.txt")
+            assert unit is not None
+            assert unit.data is not None
+            assert unit.data.endswith(b"alpha\n")
+        assert asked == ["view_state", "view_unit"]
+        assert await tree.entry("d/a.txt/page-0001.md") is None
 
     run(main)
 
 
 def test_lookups_do_not_rebuild_listings_on_every_change(
-    engine: FakeEngine, monkeypatch: pytest.MonkeyPatch
+    engine: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     gen = Generation()
     tree = ParsedTree(engine, gen, MountOptions())

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from swfs.api import Freshness, RelPath
-from swfs.store import dumps, parse_key
+from swfs.store import ParseRecord
 from swfs.workspace import Workspace
 
 PAGES = 12_000
@@ -32,11 +32,9 @@ def big(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Workspace, i
         rec = ws.store.get_file("report.txt")
         assert rec is not None
         assert rec.parser is not None
-        units = [[f"page-{i:05d}.md", f"page={i}", PAGE_TEXT] for i in range(1, PAGES + 1)]
-        data = dumps({"status": "ok", "units": units, "error": None, "secs": 1.0, "at": 0.0})
-        with ws.store.write() as txn:
-            txn.put(parse_key(rec.hash, rec.parser), data, db=ws.store.dbs["parses"])
-        yield ws, len(data)
+        units = [(f"page-{i:05d}.md", f"page={i}", PAGE_TEXT) for i in range(1, PAGES + 1)]
+        ws.store.put_parse(rec.hash, rec.parser, ParseRecord("ok", secs=1.0), units)
+        yield ws, sum(len(u[2]) for u in units)
     finally:
         ws.close()
 

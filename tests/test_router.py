@@ -12,23 +12,23 @@ from mountd.nodes import Tree
 from mountd.options import MountOptions
 from mountd.router import Router
 from mountd.synthetic import Entry, Generation, SyntheticTree, make_trees
-from tests.fakeengine import FakeEngine
+from swfs.engine import Engine
 
 
 @pytest.fixture
-def engine(tmp_path: Path) -> Iterator[FakeEngine]:
+def engine(tmp_path: Path) -> Iterator[Engine]:
     src = tmp_path / "src"
     src.mkdir()
     (src / "a.txt").write_text("alpha\n")
-    with FakeEngine.open(src) as e:
+    with Engine.open(src) as e:
         yield e
 
 
-def router(engine: FakeEngine, options: MountOptions) -> Router:
+def router(engine: Engine, options: MountOptions) -> Router:
     return Router(dict(make_trees(engine, Generation(), options)))
 
 
-def test_names_and_root_listing(engine: FakeEngine) -> None:
+def test_names_and_root_listing(engine: Engine) -> None:
     hidden = router(engine, MountOptions())
     assert hidden.names == {".parsed", ".review", ".versions"}
     assert hidden.listed() == [".parsed", ".review"]  # .versions works by name only
@@ -41,7 +41,7 @@ def test_names_and_root_listing(engine: FakeEngine) -> None:
     ]
 
 
-def test_what_a_change_to_a_file_touches(engine: FakeEngine) -> None:
+def test_what_a_change_to_a_file_touches(engine: Engine) -> None:
     r = router(engine, MountOptions())
     assert sorted(r.below("d/a.txt")) == [
         (Tree.PARSED, "d/a.txt"),
