@@ -197,17 +197,29 @@ def _referenced(ws: Workspace) -> set[str]:
 
 
 def check_blobs(ws: Workspace, repair: bool) -> list[Problem]:
-    """Every blob hashes to its name; no temp litter; snapshots' bytes exist."""
+    """Every blob is readable and names only chunks that exist; whole-file
+    blobs of the format before chunks hash to their name (repair chunks
+    them); no temp litter; snapshots' bytes exist."""
     problems = []
     litter = ws.blobs.cleanup_temp() if repair else 0
     if litter:
         problems.append(Problem("blobs", f"{litter} leftover temporary file(s)", True))
     for h in list(ws.blobs.iter_hashes()):
-        if not ws.blobs.verify(h):
+        if not ws.blobs.verify(h, deep=False):
             path = ws.blobs.path(h)
-            problems.append(Problem("blobs", f"{path}: content does not match its hash", repair))
+            problems.append(
+                Problem(
+                    "blobs",
+                    f"{path}: content does not match its hash (or names a missing chunk)",
+                    repair,
+                )
+            )
             if repair:
                 os.replace(path, ws.store_dir / f"corrupt-blob-{h}")
+    if repair:
+        upgraded = ws.blobs.upgrade()
+        if upgraded:
+            log.info("chunked %d whole-file blob(s) of the old format", upgraded)
     for name in ws.store.snapshot_names():
         for rel, entry in (ws.store.get_snapshot(name) or {}).items():
             if not ws.blobs.has(entry[0]):
@@ -216,6 +228,36 @@ def check_blobs(ws: Workspace, repair: bool) -> list[Problem]:
                         "blobs", f"snapshot {name}: bytes of {rel} (b3:{entry[0][:16]}) missing"
                     )
                 )
+    return problems
+
+
+def check_chunks(ws: Workspace, repair: bool) -> list[Problem]:
+    """Every chunk's bytes hash to its name.  A corrupt chunk is moved aside
+    with repair (the versions naming it then read as damaged, which
+    check_blobs reports), never deleted."""
+    bad = list(ws.blobs.bad_chunks())
+    if not bad:
+        return []
+    naming: dict[str, int] = {c: 0 for c, _ in bad}
+    for h in ws.blobs.iter_hashes():
+        try:
+            m = ws.blobs.manifest(h)
+        except (OSError, ValueError):
+            continue
+        if m is not None:
+            for c in set(m.chunks()) & naming.keys():
+                naming[c] += 1
+    problems = []
+    for c, why in bad:
+        problems.append(
+            Problem(
+                "chunks",
+                f"chunk b3:{c[:16]} ({why}), named by {naming[c]} blob(s)",
+                repair,
+            )
+        )
+        if repair:
+            os.replace(ws.blobs.chunk_path(c), ws.store_dir / f"corrupt-chunk-{c}")
     return problems
 
 
@@ -229,6 +271,7 @@ def check_orphans(ws: Workspace, repair: bool) -> list[Problem]:
     if repair:
         for h in orphans:
             ws.blobs.remove(h)
+        ws.blobs.collect()  # the chunks only those blobs named
     return problems
 
 
@@ -237,6 +280,7 @@ CHECKS: list[Callable[[Workspace, bool], list[Problem]]] = [
     check_parses,
     check_versions,
     check_views,
+    check_chunks,
     check_blobs,
     check_orphans,
 ]

@@ -930,10 +930,18 @@ class Workspace:
         return out
 
     def version_file(self, rel: RelPath, number: int) -> str | None:
+        """*slow*: a readable path holding version ``number``'s bytes (a
+        chunked blob is reassembled), or None when they were not kept."""
+        ref = self.version_ref(rel, number)
+        return None if ref is None else str(self.blobs.readable_path_of(ref))
+
+    def version_ref(self, rel: RelPath, number: int) -> str | None:
+        """Like ``version_file`` but cheap: the path may not exist until
+        ``open_blob`` opens it."""
         for v in self.versions(rel):
             if v.number == number:
                 if self.blobs.has(v.hash):
-                    return str(self.blobs.path(v.hash))
+                    return str(self.blobs.lazy_path(v.hash))
                 rec = self.store.get_file(rel)
                 if rec is not None and rec.hash == v.hash:
                     return self.abspath(rel)
@@ -941,7 +949,23 @@ class Workspace:
         return None
 
     def blob_path(self, h: Hash) -> str | None:
-        return str(self.blobs.path(h)) if self.blobs.has(h) else None
+        """*slow*: a readable path holding blob ``h``, or None if not kept."""
+        return str(self.blobs.readable_path(h)) if self.blobs.has(h) else None
+
+    def blob_ref(self, h: Hash) -> str | None:
+        """Like ``blob_path`` but cheap (see ``version_ref``)."""
+        return str(self.blobs.lazy_path(h)) if self.blobs.has(h) else None
+
+    def blob_size(self, h: Hash) -> int | None:
+        try:
+            return self.blobs.size(h)
+        except FileNotFoundError:
+            return None
+
+    def open_blob(self, path: str) -> int:
+        """*slow*: open a path from ``version_ref`` or ``blob_ref`` read-only
+        (a chunked blob is reassembled on first use)."""
+        return self.blobs.open_path(path)
 
     # ------------------------------------------------------------ snapshots
     def snapshots(self) -> Sequence[str]:
@@ -987,7 +1011,7 @@ class Workspace:
         versions = {v.number: v for v in self.versions(rel)}
         if number not in versions:
             raise WorkspaceError(f"{rel}: no version {number}")
-        source = self.version_file(rel, number)
+        source = self.version_ref(rel, number)
         if source is None:
             raise WorkspaceError(f"{rel}@{number}: its bytes were not kept")
         dest = self.abspath(rel)
@@ -995,7 +1019,10 @@ class Workspace:
         if os.path.lexists(dest):
             self.preserve_inode(rel)
         tmp = f"{dest}.swfs-restore.{os.getpid()}"
-        src_fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            src_fd = self.open_blob(source)
+        except OSError as exc:
+            raise WorkspaceError(f"{rel}@{number}: cannot read its bytes: {exc.strerror}") from exc
         try:
             from .fsutil import copy_fd, fsync_dir
 

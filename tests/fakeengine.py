@@ -386,6 +386,19 @@ class FakeEngine:
         path = self._store / "blobs" / h
         return str(path) if path.exists() else None
 
+    def version_ref(self, rel: RelPath, number: int) -> str | None:
+        return self.version_file(rel, number)
+
+    def blob_ref(self, h: Hash) -> str | None:
+        return self.blob_path(h)
+
+    def blob_size(self, h: Hash) -> int | None:
+        path = self._store / "blobs" / h
+        return path.stat().st_size if path.exists() else None
+
+    def open_blob(self, path: str) -> int:
+        return os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+
     # -- background
 
     async def run_background(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
