@@ -8,6 +8,7 @@ import os
 from contextlib import AbstractContextManager
 from pathlib import Path
 
+from swfs import versioning
 from swfs.workspace import STORE_NAME, Config
 
 from .base import Commands, config_from
@@ -33,7 +34,9 @@ def mount_workspace(args: argparse.Namespace, config: Config) -> int:
     if mnt == src or src in mnt.parents:
         raise MountError(f"{args.mountpoint}: the mount point must not be inside {src}")
     store = Path(args.store).resolve() if args.store else src / STORE_NAME
-    config = dataclasses.replace(config, rescan_interval=args.rescan_interval)
+    config = dataclasses.replace(
+        config, rescan_interval=args.rescan_interval, version_interval=args.version_interval
+    )
     try:
         options = MountOptions(
             stale=args.stale,
@@ -117,6 +120,14 @@ def register(c: Commands) -> None:
         type=float,
         default=30.0,
         help="seconds between scans for changes made behind the mount",
+    )
+    sp.add_argument(
+        "--version-interval",
+        type=float,
+        default=versioning.DEFAULT_INTERVAL,
+        help="rewrites of a file within this many seconds of a burst's first version "
+        "replace its last version instead of adding one; fsynced versions and those "
+        f"a snapshot names are kept (default {versioning.DEFAULT_INTERVAL:g}; 0: every close)",
     )
     sp.add_argument(
         "--poll-us",

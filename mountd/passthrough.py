@@ -378,6 +378,11 @@ class Passthrough:
     async def fsync(self, fh: NativeHandle, datasync: bool) -> None:
         await self.slow(os.fdatasync if datasync else os.fsync, fh.fd)
         await self.record(fh)
+        rel = fh.path()
+        if rel is not None:
+            # The user asked for these bytes to last: a rewrite right after
+            # must not replace their version (swfs.versioning).
+            await self.slow(self.engine.pin_version, RelPath(rel))
 
     async def release(self, fh: NativeHandle) -> None:
         os.close(fh.fd)

@@ -205,17 +205,24 @@ def check_blobs(ws: Workspace, repair: bool) -> list[Problem]:
     if litter:
         problems.append(Problem("blobs", f"{litter} leftover temporary file(s)", True))
     for h in list(ws.blobs.iter_hashes()):
-        if not ws.blobs.verify(h, deep=False):
-            path = ws.blobs.path(h)
+        if ws.blobs.verify(h, deep=False):
+            continue
+        missing = ws.blobs.missing_chunks(h)
+        if missing:
+            # The manifest is sound: nothing to move aside.  The chunks
+            # check says what became of the chunks.
             problems.append(
                 Problem(
                     "blobs",
-                    f"{path}: content does not match its hash (or names a missing chunk)",
-                    repair,
+                    f"blob b3:{h[:16]} names {len(missing)} missing chunk(s) "
+                    f"(first b3:{missing[0][:16]}): its version cannot be read",
                 )
             )
-            if repair:
-                os.replace(path, ws.store_dir / f"corrupt-blob-{h}")
+            continue
+        path = ws.blobs.path(h)
+        problems.append(Problem("blobs", f"{path}: content does not match its hash", repair))
+        if repair:
+            os.replace(path, ws.store_dir / f"corrupt-blob-{h}")
     if repair:
         upgraded = ws.blobs.upgrade()
         if upgraded:

@@ -8,6 +8,7 @@ journal entry, so a killed process leaves the table and journal consistent.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import logging
@@ -28,6 +29,7 @@ from parsers import registry
 from parsers._base import FileInfo
 from parsers.cells import count_cells
 
+from . import versioning
 from .api import (
     Access,
     Cause,
@@ -81,6 +83,9 @@ class Config:
     limits: WorkerLimits = WorkerLimits()
     max_preserve_bytes: int = 1 << 30  # larger files keep hashes but no preserved bytes
     rescan_interval: float = 30.0
+    # Writes within this many seconds of a burst's first version replace its
+    # last version (swfs.versioning); 0 keeps one version per close.
+    version_interval: float = versioning.DEFAULT_INTERVAL
     diff_max_lines: int = 4000
 
 
@@ -125,6 +130,7 @@ class Workspace:
         # Paths being written through the mount (preserved, not yet recorded):
         # a rescan must not record their half-written bytes as an external change.
         self._busy: dict[str, float] = {}
+        self._windows = versioning.VersionWindows()
         self._parsed_paths_cache: tuple[int, list[RelPath]] | None = None
         # Inode number -> paths whose record names it, built on first need:
         # the other names a write through one hard link changed.  A superset
@@ -363,6 +369,16 @@ class Workspace:
         if versions and versions[-1][1] == h:
             return
         number = versions[-1][0] + 1 if versions else 1
+        if versions and self._windows.decide(
+            rel,
+            last_hash=versions[-1][1],
+            last_cause=versions[-1][3],
+            cause=cause,
+            interval=self.config.version_interval,
+        ):
+            # A rewrite in the same burst: this version replaces the last one
+            # (a new number all the same: a number never names other bytes).
+            versions.pop()
         versions.append([number, h, time.time(), cause.value, size])
         self.store.put_versions(txn, rel, versions)
 
@@ -494,6 +510,11 @@ class Workspace:
 
     # ------------------------------------------------------------- preserving
     def _keeps_bytes(self, rel: str, size: int) -> bool:
+        if size > self.config.max_preserve_bytes:
+            # The blob store keeps holes as nothing: a sparse file costs
+            # what is allocated, not its apparent size.
+            with contextlib.suppress(OSError):
+                size = min(size, os.lstat(self.abspath(rel)).st_blocks * 512)
         return size <= self.config.max_preserve_bytes and not self.ignore.ignored(rel)
 
     def preserve(self, rel: RelPath) -> None:
@@ -598,6 +619,13 @@ class Workspace:
         """*slow*: after a written file is released or fsynced."""
         self._set_busy(rel, False)
         return self.check_file(rel, cause=Cause.WRITE, force=True)
+
+    def pin_version(self, rel: RelPath) -> None:
+        """After an fsync of ``rel``: its present version is one the user
+        asked to keep, never replaced by a rewrite in the same burst."""
+        rec = self.store.get_file(rel)
+        if rec is not None:
+            self._windows.pin(rel, rec.hash)
 
     def record_rename(self, old: RelPath, new: RelPath) -> None:
         """After ``old`` was renamed to ``new`` (a file or a directory)."""
@@ -903,6 +931,7 @@ class Workspace:
         with self.store.write() as txn:
             meta = self.store.dbs["meta"]
             txn.put(b"baseline", dumps(manifest), db=meta)
+            self._windows.close_all()
             txn.put(b"baseline_at", dumps(time.time()), db=meta)
             gen = int(bytes(txn.get(b"baseline_gen", db=meta) or b"0"))
             txn.put(b"baseline_gen", str(gen + 1).encode(), db=meta)
@@ -999,6 +1028,7 @@ class Workspace:
             finally:
                 os.close(fd)
         self.store.put_snapshot(name, manifest)
+        self._windows.close_all()  # the versions it names are never replaced
         with self.store.write() as txn:
             self.store.append_journal(txn, "snapshot", name=name, files=len(manifest))
             self._bump(txn)

@@ -386,6 +386,9 @@ class FakeEngine:
         path = self._store / "blobs" / h
         return str(path) if path.exists() else None
 
+    def pin_version(self, rel: RelPath) -> None:
+        pass  # the fake keeps every version
+
     def version_ref(self, rel: RelPath, number: int) -> str | None:
         return self.version_file(rel, number)
 
