@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench import passthrough, swfsloads
+from bench import passthrough, storage, swfsloads
 from bench.common import Ctx, Sizes
 from bench.mounter import (
     BenchError,
@@ -34,8 +34,12 @@ log = logging.getLogger("bench")
 
 Workload = Callable[[Ctx, WorkloadResult], None]
 
-WORKLOADS: dict[str, Workload] = {**passthrough.WORKLOADS, **swfsloads.WORKLOADS}
-SWFS_ONLY = set(swfsloads.WORKLOADS)
+WORKLOADS: dict[str, Workload] = {
+    **passthrough.WORKLOADS,
+    **swfsloads.WORKLOADS,
+    **storage.WORKLOADS,
+}
+SWFS_ONLY = set(swfsloads.WORKLOADS) | set(storage.WORKLOADS)
 
 
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
