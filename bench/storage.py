@@ -361,8 +361,14 @@ def daemon_memory(ctx: Ctx, result: WorkloadResult) -> None:
             samples.append(round((proc_status_kb(m.pid, "VmRSS") or 0) / 1024, 1))
         sw.settle(m)
         after = (proc_status_kb(m.pid, "VmRSS") or 0) / 1024
+        # File-backed pages are mostly the store's memory map, which grows
+        # with the history it holds; anonymous ones are the heap.
+        split = {
+            key: round((proc_status_kb(m.pid, key) or 0) / 1024, 1)
+            for key in ("RssAnon", "RssFile", "VmHWM")
+        }
     metric.values.append(after)
-    result.info["daemon_rss"] = {"before_mb": round(before, 1), "quarters_mb": samples}
+    result.info["daemon_rss"] = {"before_mb": round(before, 1), "quarters_mb": samples, **split}
 
 
 def storage(ctx: Ctx, result: WorkloadResult) -> None:

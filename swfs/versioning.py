@@ -12,6 +12,10 @@ or baseline was taken of (taking one closes every open burst).
 
 The policy is the pure function ``collapses``; ``VersionWindows`` holds the
 per-file burst starts a process remembers (a restart starts new bursts).
+A version about to be replaced is not even kept: before an in-place write
+inside a burst, its bytes are not preserved (``skip_keep``), and the
+version that write makes replaces it for sure.  A burst therefore costs
+the store nothing but its last version.
 """
 
 from __future__ import annotations
@@ -55,6 +59,28 @@ class VersionWindows:
         self._lock = threading.Lock()
         self._starts: dict[str, float] = {}
         self._pinned: dict[str, str] = {}  # rel -> hash the user fsynced
+        # rel -> hash of a version whose bytes were not kept before an
+        # in-place write because that write's version will replace it.
+        self._unkept: dict[str, str] = {}
+
+    def skip_keep(self, rel: str, *, last_hash: str, last_cause: str, interval: float) -> bool:
+        """Before an in-place write of ``rel``: True when its present
+        version (``last_hash``, its last) will be replaced by the one the
+        write makes, so its bytes need not be kept.  The next version
+        recorded for ``rel`` then replaces it whenever it comes."""
+        now = time.monotonic()
+        with self._lock:
+            skip = collapses(
+                last_cause=last_cause,
+                cause=Cause.WRITE,
+                window_start=self._starts.get(rel),
+                now=now,
+                interval=interval,
+                pinned=self._pinned.get(rel) == last_hash,
+            )
+            if skip:
+                self._unkept[rel] = last_hash
+            return skip
 
     def decide(
         self, rel: str, *, last_hash: str, last_cause: str, cause: Cause, interval: float
@@ -63,7 +89,7 @@ class VersionWindows:
         (``last_hash``); remembers a new burst when it does not."""
         now = time.monotonic()
         with self._lock:
-            replace = collapses(
+            replace = self._unkept.pop(rel, None) == last_hash or collapses(
                 last_cause=last_cause,
                 cause=cause,
                 window_start=self._starts.get(rel),
@@ -96,3 +122,4 @@ class VersionWindows:
         with self._lock:
             self._starts.pop(rel, None)
             self._pinned.pop(rel, None)
+            self._unkept.pop(rel, None)

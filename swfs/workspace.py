@@ -575,6 +575,8 @@ class Workspace:
             return False
         if not self._keeps_bytes(rel, rec.size):
             return True
+        if not link and self._replaced_soon(rel, rec.hash):
+            return True
         path = Path(self.abspath(rel))
         if self.blobs.has(rec.hash):
             if link or not self._shares_inode(rec.hash, path):
@@ -600,6 +602,20 @@ class Workspace:
         except FileNotFoundError:
             return True  # unlinked meanwhile: no write can reach these bytes
         return True
+
+    def _replaced_soon(self, rel: str, h: str) -> bool:
+        """Whether the in-place write about to happen makes a version that
+        replaces ``rel``'s present one (``h``), so its bytes need no keeping
+        (swfs.versioning)."""
+        versions = self.store.get_versions(rel)
+        if not versions or versions[-1][1] != h or self.blobs.has(h):
+            return False
+        return self._windows.skip_keep(
+            rel,
+            last_hash=h,
+            last_cause=versions[-1][3],
+            interval=self.config.version_interval,
+        )
 
     def _is_regular(self, rel: str) -> bool:
         try:

@@ -541,3 +541,19 @@ def test_interval_zero_keeps_every_close(tmp_path: Path) -> None:
         for i in range(1, 4):
             write(ws, f"v{i}\n")
         assert len(ws.versions(RelPath("f.txt"))) == 4
+
+
+def test_a_burst_keeps_no_bytes_of_the_versions_it_replaces(burst_ws: Workspace) -> None:
+    for i in range(1, 6):
+        write(burst_ws, f"v{i}\n")
+    kept = set(burst_ws.blobs.iter_hashes())
+    assert kept == {b3(b"v0\n")}  # v1..v4 were never stored; v5 is the file itself
+    assert run_checks(burst_ws) == []  # nothing left over for gc either
+    # A write after the interval would have started a new burst: fsync's pin
+    # does the same, and the pinned version's bytes are kept before the next write.
+    burst_ws.pin_version(RelPath("f.txt"))
+    write(burst_ws, "v6\n")
+    assert b3(b"v5\n") in set(burst_ws.blobs.iter_hashes())
+    versions = burst_ws.versions(RelPath("f.txt"))
+    assert all(v.available for v in versions)
+    assert [v.hash for v in versions] == [b3(b"v0\n"), b3(b"v5\n"), b3(b"v6\n")]
