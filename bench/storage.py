@@ -34,6 +34,10 @@ from bench.report import ABSOLUTE, Target, WorkloadResult
 
 log = logging.getLogger(__name__)
 
+# (quick, full) sizes.
+FSSTRESS_LOAD = ((2, 400), (8, 1250))  # processes, operations each
+MEMORY_OPS = (5_000, 100_000)
+
 
 class _WithOptions(SwfsMounter):
     """The same mounter, mounting with extra ``swfs mount`` options."""
@@ -172,7 +176,7 @@ def _stress_worker(root: str, seed: int, ops: int, random_data: bool) -> None:
 
 
 def fsstress_figure(ctx: Ctx, result: WorkloadResult) -> None:
-    procs, ops = (2, 400) if ctx.quick else (8, 1250)
+    procs, ops = FSSTRESS_LOAD[0 if ctx.quick else 1]
     for name, random_data, target in (
         ("fsstress_store_vs_allocated", False, Target("<=", 2.0, "<=2x")),
         ("fsstress_random_store_vs_allocated", True, None),
@@ -329,7 +333,7 @@ def _small_ops_worker(root: str, seed: int, ops: int) -> None:
 
 
 def daemon_memory(ctx: Ctx, result: WorkloadResult) -> None:
-    total = 5_000 if ctx.quick else 100_000
+    total = MEMORY_OPS[0 if ctx.quick else 1]
     procs = 2
     metric = result.metric(
         "daemon_rss_mb",
