@@ -347,6 +347,7 @@ def daemon_memory(ctx: Ctx, result: WorkloadResult) -> None:
         if m.pid is None:
             raise Unsupported("no daemon pid")
         before = (proc_status_kb(m.pid, "VmRSS") or 0) / 1024
+        anon_before = (proc_status_kb(m.pid, "RssAnon") or 0) / 1024
         samples = []
         step = total // procs // 4
         mp = multiprocessing.get_context("fork")
@@ -372,7 +373,12 @@ def daemon_memory(ctx: Ctx, result: WorkloadResult) -> None:
             for key in ("RssAnon", "RssFile", "VmHWM")
         }
     metric.values.append(after)
-    result.info["daemon_rss"] = {"before_mb": round(before, 1), "quarters_mb": samples, **split}
+    result.info["daemon_rss"] = {
+        "before_mb": round(before, 1),
+        "anon_before_mb": round(anon_before, 1),
+        "quarters_mb": samples,
+        **split,
+    }
 
 
 def storage(ctx: Ctx, result: WorkloadResult) -> None:
