@@ -24,6 +24,7 @@ from bench import (
     passthrough,
     renderload,
     searchload,
+    storage,
     swfsloads,
     unitcost,
 )
@@ -44,7 +45,15 @@ Workload = Callable[[Ctx, WorkloadResult], None]
 
 # Workloads that need only swfs (no native or peer column), one module each;
 # a new module is one entry here.
-_SWFS_MODULES = (swfsloads, unitcost, journalcost, searchload, renderload, historyloads)
+_SWFS_MODULES = (
+    swfsloads,
+    unitcost,
+    journalcost,
+    searchload,
+    renderload,
+    historyloads,
+    storage,
+)
 WORKLOADS: dict[str, Workload] = dict(passthrough.WORKLOADS)
 for _module in _SWFS_MODULES:
     WORKLOADS.update(_module.WORKLOADS)

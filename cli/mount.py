@@ -8,6 +8,7 @@ import os
 from contextlib import AbstractContextManager
 from pathlib import Path
 
+from swfs import versioning
 from swfs.procinfo import ancestry
 from swfs.workspace import STORE_NAME, Config
 
@@ -39,6 +40,7 @@ def mount_workspace(args: argparse.Namespace, config: Config) -> int:
         rescan_interval=args.rescan_interval,
         embed_model=args.embed_model,
         temp_lifetime=args.temp_lifetime,
+        version_interval=args.version_interval,
     )
     try:
         options = MountOptions(
@@ -141,6 +143,14 @@ def register(c: Commands) -> None:
         metavar="SECONDS",
         help="a new file deleted or renamed over another within this time keeps no "
         "history of its own (an editor's temp file; default 60)",
+    )
+    sp.add_argument(
+        "--version-interval",
+        type=float,
+        default=versioning.DEFAULT_INTERVAL,
+        help="rewrites of a file within this many seconds of a burst's first version "
+        "replace its last version instead of adding one; fsynced versions and those "
+        f"a snapshot names are kept (default {versioning.DEFAULT_INTERVAL:g}; 0: every close)",
     )
     sp.add_argument(
         "--poll-us",

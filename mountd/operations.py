@@ -519,7 +519,8 @@ class Operations(pyfuse3.Operations):
                 pyfuse3.FileInfo(fh=self._add_handle(DataHandle(node, e.data)), keep_cache=keep)
             )
         if e.blob is not None:
-            fd = os.open(e.blob, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            # A chunked blob is reassembled on first open: not on the loop.
+            fd = await self.native.slow(self.engine.open_blob, e.blob)
         elif e.native is not None:
             fd = open_beneath(self.native.root_fd, e.native, os.O_RDONLY)
         else:

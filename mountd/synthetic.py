@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import datetime
 import logging
-import os
 import posixpath
 import stat
 import time
@@ -557,14 +556,8 @@ class VersionsTree(Base):
     def _versions(self, rel: str) -> dict[str, Version]:
         return {version_name(rel, v): v for v in self.engine.versions(RelPath(rel)) if v.available}
 
-    def _blob_size(self, path: str) -> int:
-        try:
-            return os.stat(path, follow_symlinks=False).st_size
-        except OSError:
-            return 0
-
     def _version_entry(self, rel: str, v: Version) -> Entry | None:
-        blob = self.engine.version_file(RelPath(rel), v.number)
+        blob = self.engine.version_ref(RelPath(rel), v.number)
         native = None
         if blob is None:
             state = self.engine.file_state(RelPath(rel))
@@ -573,7 +566,7 @@ class VersionsTree(Base):
             native = rel
         size = v.size
         if size is None:
-            size = self._blob_size(blob) if blob is not None else 0
+            size = (self.engine.blob_size(v.hash) or 0) if blob is not None else 0
         return Entry(
             False,
             self.access(rel),
@@ -617,13 +610,13 @@ class VersionsTree(Base):
             return self.dir_entry("")
         h = manifest.get(RelPath(rel))
         if h is not None:
-            blob = self.engine.blob_path(h)
+            blob = self.engine.blob_ref(h)
             if blob is None:
                 return None
             return Entry(
                 False,
                 self.access(rel),
-                size=self._blob_size(blob),
+                size=self.engine.blob_size(h) or 0,
                 mtime_ns=self.started_ns,
                 xattrs={"hash": h},
                 blob=blob,
@@ -648,7 +641,7 @@ class VersionsTree(Base):
                 n
                 for n in idx.dirs.get(rel, ())
                 if (h := manifest.get(RelPath(f"{rel}/{n}" if rel else n))) is None
-                or self.engine.blob_path(h) is not None
+                or self.engine.blob_ref(h) is not None
             )
         idx = self.index()
         if path in idx.leaves:

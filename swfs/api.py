@@ -239,6 +239,11 @@ class WorkspaceAPI(Protocol):
         version if the hash changed, mark the view stale and queue a re-parse."""
         ...
 
+    def pin_version(self, rel: RelPath) -> None:
+        """After an fsync: keep ``rel``'s present version even if the same
+        burst of rewrites goes on (see ``swfs.versioning``)."""
+        ...
+
     def record_rename(self, old: RelPath, new: RelPath) -> None: ...
     def record_unlink(self, rel: RelPath) -> None: ...
 
@@ -284,14 +289,35 @@ class WorkspaceAPI(Protocol):
     def versioned_paths(self) -> Iterable[RelPath]: ...
     def versions(self, rel: RelPath) -> Sequence[Version]: ...
     def version_file(self, rel: RelPath, number: int) -> str | None:
-        """A path the daemon may open read-only for that version's bytes (a blob),
-        or None when its bytes are not kept.  For the current version this may be
+        """*slow*: a readable path holding that version's bytes (a blob), or
+        None when its bytes are not kept.  For the current version this may be
         a preserved blob or None; the daemon then serves the native file."""
         ...
 
     def snapshots(self) -> Sequence[str]: ...
     def snapshot_manifest(self, name: str) -> dict[RelPath, Hash]: ...
-    def blob_path(self, h: Hash) -> str | None: ...
+    def version_ref(self, rel: RelPath, number: int) -> str | None:
+        """Like ``version_file`` but cheap, for lookups: the path may not
+        exist until ``open_blob`` opens it (a chunked blob is reassembled
+        then, in the daemon's worker thread, not on its loop)."""
+        ...
+
+    def blob_path(self, h: Hash) -> str | None:
+        """*slow*: a readable path holding blob ``h``, or None if not kept."""
+        ...
+
+    def blob_ref(self, h: Hash) -> str | None:
+        """Like ``blob_path`` but cheap (see ``version_ref``)."""
+        ...
+
+    def blob_size(self, h: Hash) -> int | None:
+        """The size of blob ``h`` without reading it; None if not kept."""
+        ...
+
+    def open_blob(self, path: str) -> int:
+        """*slow*: a read-only descriptor on a path ``version_ref`` or
+        ``blob_ref`` gave (a chunked blob is reassembled on first use)."""
+        ...
 
 
 class EngineAPI(WorkspaceAPI, Protocol):

@@ -226,17 +226,36 @@ def _referenced(ws: Workspace) -> set[str]:
 
 
 def check_blobs(ws: Workspace, repair: bool) -> list[Problem]:
-    """Every blob hashes to its name; no temp litter; snapshots' bytes exist."""
+    """Every blob is readable and names only chunks that exist; whole-file
+    blobs of the format before chunks hash to their name (repair chunks
+    them); no temp litter; snapshots' bytes exist."""
     problems = []
     litter = ws.blobs.cleanup_temp() if repair else 0
     if litter:
         problems.append(Problem("blobs", f"{litter} leftover temporary file(s)", True))
     for h in list(ws.blobs.iter_hashes()):
-        if not ws.blobs.verify(h):
-            path = ws.blobs.path(h)
-            problems.append(Problem("blobs", f"{path}: content does not match its hash", repair))
-            if repair:
-                os.replace(path, ws.store_dir / f"corrupt-blob-{h}")
+        if ws.blobs.verify(h, deep=False):
+            continue
+        missing = ws.blobs.missing_chunks(h)
+        if missing:
+            # The manifest is sound: nothing to move aside.  The chunks
+            # check says what became of the chunks.
+            problems.append(
+                Problem(
+                    "blobs",
+                    f"blob b3:{h[:16]} names {len(missing)} missing chunk(s) "
+                    f"(first b3:{missing[0][:16]}): its version cannot be read",
+                )
+            )
+            continue
+        path = ws.blobs.path(h)
+        problems.append(Problem("blobs", f"{path}: content does not match its hash", repair))
+        if repair:
+            os.replace(path, ws.store_dir / f"corrupt-blob-{h}")
+    if repair:
+        upgraded = ws.blobs.upgrade()
+        if upgraded:
+            log.info("chunked %d whole-file blob(s) of the old format", upgraded)
     for name in ws.store.snapshot_names():
         if history.snapshot_kind(ws, name) == history.KIND_BASELINE:
             continue  # a former baseline holds what the history kept, not a copy
@@ -247,6 +266,36 @@ def check_blobs(ws: Workspace, repair: bool) -> list[Problem]:
                         "blobs", f"snapshot {name}: bytes of {rel} ({short_hash(entry[0])}) missing"
                     )
                 )
+    return problems
+
+
+def check_chunks(ws: Workspace, repair: bool) -> list[Problem]:
+    """Every chunk's bytes hash to its name.  A corrupt chunk is moved aside
+    with repair (the versions naming it then read as damaged, which
+    check_blobs reports), never deleted."""
+    bad = list(ws.blobs.bad_chunks())
+    if not bad:
+        return []
+    naming: dict[str, int] = {c: 0 for c, _ in bad}
+    for h in ws.blobs.iter_hashes():
+        try:
+            m = ws.blobs.manifest(h)
+        except (OSError, ValueError):
+            continue
+        if m is not None:
+            for c in set(m.chunks()) & naming.keys():
+                naming[c] += 1
+    problems = []
+    for c, why in bad:
+        problems.append(
+            Problem(
+                "chunks",
+                f"chunk b3:{c[:16]} ({why}), named by {naming[c]} blob(s)",
+                repair,
+            )
+        )
+        if repair:
+            os.replace(ws.blobs.chunk_path(c), ws.store_dir / f"corrupt-chunk-{c}")
     return problems
 
 
@@ -261,6 +310,7 @@ def check_orphans(ws: Workspace, repair: bool) -> list[Problem]:
     if repair:
         for h in orphans:
             ws.blobs.remove(h)
+        ws.blobs.collect()  # the chunks only those blobs named
     return problems
 
 
@@ -269,6 +319,7 @@ CHECKS: list[Callable[[Workspace, bool], list[Problem]]] = [
     check_parses,
     check_versions,
     check_views,
+    check_chunks,
     check_blobs,
     check_orphans,
 ]

@@ -154,6 +154,8 @@ def hash_fd(fd: int) -> str:
 
     Reads, never maps: a file truncated while mapped raises SIGBUS, which would
     kill the daemon, and a descriptor usually points at a live user file.
+    Holes (SEEK_HOLE) are hashed as the zeros they read as, without reading
+    them: a sparse file costs what it holds, plus hashing the zeros.
     """
     head = os.pread(fd, SMALL_FILE + 1, 0)
     if len(head) <= SMALL_FILE:
@@ -161,12 +163,60 @@ def hash_fd(fd: int) -> str:
     hasher = _new_hasher()
     hasher.update(head)
     offset = len(head)
+    size = os.fstat(fd).st_size
     while True:
-        chunk = os.pread(fd, CHUNK, offset)
+        hole = _next_hole(fd, offset, size)
+        if hole is not None:
+            start, end = hole
+            if start == offset:
+                _hash_zeros(hasher, end - start)
+                offset = end
+                continue
+            want = min(CHUNK, start - offset)
+        else:
+            want = CHUNK
+        chunk = os.pread(fd, want, offset)
         if not chunk:
             return hasher.hexdigest()
         hasher.update(chunk)
         offset += len(chunk)
+
+
+# Hashing a hole feeds blake3 this many zeros at a time (enough for it to use
+# several threads).
+_ZERO_BLOCK = memoryview(bytes(4 * 1024 * 1024))
+
+
+def _hash_zeros(hasher: blake3.blake3, n: int) -> None:
+    while n > 0:
+        step = min(n, len(_ZERO_BLOCK))
+        hasher.update(_ZERO_BLOCK[:step])
+        n -= step
+
+
+def _next_hole(fd: int, offset: int, size: int) -> tuple[int, int] | None:
+    """The first hole at or after ``offset`` as ``(start, end)``, ``end``
+    capped at ``size`` (the size known when hashing began: bytes appended
+    meanwhile are read, not assumed); None if there is none before ``size``
+    or the filesystem cannot tell.  The hole is re-checked by the caller's
+    read of what follows it, never trusted beyond ``size``."""
+    if offset >= size:
+        return None
+    try:
+        start = os.lseek(fd, offset, os.SEEK_HOLE)
+        if start >= size:
+            return None
+        try:
+            end = os.lseek(fd, start, os.SEEK_DATA)
+        except OSError as exc:
+            if exc.errno != errno.ENXIO:
+                raise
+            end = size  # a hole to the end of the file
+    except OSError as exc:
+        if exc.errno in (errno.EINVAL, errno.ENXIO, errno.EOPNOTSUPP):
+            return None
+        raise
+    return start, min(end, size)
 
 
 def hash_file(path: str | os.PathLike[str], *, mmap: bool = True) -> str:

@@ -46,6 +46,8 @@ class GCReport:
     parse_bytes: int = 0
     diffs_dropped: int = 0
     diff_bytes: int = 0
+    chunks_removed: int = 0  # chunks no remaining blob names (swfs.blobs.collect)
+    chunk_bytes: int = 0  # their bytes on disk, compressed
     dry_run: bool = False
     secs: float = 0.0
 
@@ -138,6 +140,11 @@ def collect(ws: Workspace, *, keep_days: float = 7.0, dry_run: bool = False) -> 
         report.blob_bytes += size
         if not dry_run:
             ws.blobs.remove(h)
+    if not dry_run:
+        # A removed blob only drops its manifest: the chunks no other blob
+        # names go now.
+        swept = ws.blobs.collect()
+        report.chunks_removed, report.chunk_bytes = swept.chunks_removed, swept.bytes_removed
     report.secs = round(time.monotonic() - t0, 4)
     if not dry_run:
         with store.write() as txn:

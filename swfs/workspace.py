@@ -8,6 +8,7 @@ journal entry, so a killed process leaves the table and journal consistent.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import logging
@@ -27,7 +28,7 @@ from parsers import registry
 from parsers._base import FileInfo
 from parsers.cells import count_cells
 
-from . import history, views
+from . import history, versioning, views
 from .api import (
     Access,
     Cause,
@@ -88,6 +89,9 @@ class Config:
     limits: WorkerLimits = WorkerLimits()
     max_preserve_bytes: int = 1 << 30  # larger files keep hashes but no preserved bytes
     rescan_interval: float = 30.0
+    # Writes within this many seconds of a burst's first version replace its
+    # last version (swfs.versioning); 0 keeps one version per close.
+    version_interval: float = versioning.DEFAULT_INTERVAL
     diff_max_lines: int = 4000
     embed_model: str | None = None  # a local static-embedding model: hybrid search
     # A path that lived less than this (seconds) and is then deleted or
@@ -137,6 +141,7 @@ class Workspace:
         # half-written bytes as an external change.
         self.writes = InPlaceWrites(self)
         self._listeners.append(self.writes.changed)
+        self._windows = versioning.VersionWindows()
         self._parsed_paths_cache: tuple[int, list[RelPath]] | None = None
         # Inode number -> paths whose record names it, built on first need:
         # the other names a write through one hard link changed.  A superset
@@ -376,6 +381,16 @@ class Workspace:
         if versions and versions[-1][1] == h:
             return
         number = versions[-1][0] + 1 if versions else 1
+        if versions and self._windows.decide(
+            rel,
+            last_hash=versions[-1][1],
+            last_cause=versions[-1][3],
+            cause=cause,
+            interval=self.config.version_interval,
+        ):
+            # A rewrite in the same burst: this version replaces the last one
+            # (a new number all the same: a number never names other bytes).
+            versions.pop()
         versions.append([number, h, time.time(), cause.value, size])
         self.store.put_versions(txn, rel, versions)
 
@@ -508,6 +523,11 @@ class Workspace:
 
     # ------------------------------------------------------------- preserving
     def _keeps_bytes(self, rel: str, size: int) -> bool:
+        if size > self.config.max_preserve_bytes:
+            # The blob store keeps holes as nothing: a sparse file costs
+            # what is allocated, not its apparent size.
+            with contextlib.suppress(OSError):
+                size = min(size, os.lstat(self.abspath(rel)).st_blocks * 512)
         return size <= self.config.max_preserve_bytes and not self.ignore.ignored(rel)
 
     def preserve(self, rel: RelPath) -> None:
@@ -555,6 +575,8 @@ class Workspace:
             return True
         if link and not keep_temp and history.is_ephemeral(self, rel, self.store.get_versions(rel)):
             return True  # a temp file deleted or renamed over keeps no history, nor bytes
+        if not link and self._replaced_soon(rel, rec.hash):
+            return True  # a burst's last version is replaced, not kept (swfs.versioning)
         path = Path(self.abspath(rel))
         if self.blobs.has(rec.hash):
             if link or not self._shares_inode(rec.hash, path):
@@ -581,6 +603,20 @@ class Workspace:
             return True  # unlinked meanwhile: no write can reach these bytes
         return True
 
+    def _replaced_soon(self, rel: str, h: str) -> bool:
+        """Whether the in-place write about to happen makes a version that
+        replaces ``rel``'s present one (``h``), so its bytes need no keeping
+        (swfs.versioning)."""
+        versions = self.store.get_versions(rel)
+        if not versions or versions[-1][1] != h or self.blobs.has(h):
+            return False
+        return self._windows.skip_keep(
+            rel,
+            last_hash=h,
+            last_cause=versions[-1][3],
+            interval=self.config.version_interval,
+        )
+
     def _is_regular(self, rel: str) -> bool:
         try:
             return stat.S_ISREG(os.lstat(self.abspath(rel)).st_mode)
@@ -598,6 +634,13 @@ class Workspace:
     def record_write(self, rel: RelPath) -> FileState | None:
         """*slow*: after a written file is released or fsynced."""
         return self.check_file(rel, cause=Cause.WRITE, force=True)
+
+    def pin_version(self, rel: RelPath) -> None:
+        """After an fsync of ``rel``: its present version is one the user
+        asked to keep, never replaced by a rewrite in the same burst."""
+        rec = self.store.get_file(rel)
+        if rec is not None:
+            self._windows.pin(rel, rec.hash)
 
     def record_rename(self, old: RelPath, new: RelPath) -> None:
         """After ``old`` was renamed to ``new`` (a file or a directory)."""
@@ -847,6 +890,8 @@ class Workspace:
             history.keep_previous_baseline(self, txn, data)
             txn.put(b"baseline", data, db=meta)
             txn.put(b"baseline_dirs", dumps(dirs), db=meta)
+            txn.put(b"baseline", dumps(manifest), db=meta)
+            self._windows.close_all()
             txn.put(b"baseline_at", dumps(time.time()), db=meta)
             gen = int(bytes(txn.get(b"baseline_gen", db=meta) or b"0"))
             txn.put(b"baseline_gen", str(gen + 1).encode(), db=meta)
@@ -874,10 +919,18 @@ class Workspace:
         return out
 
     def version_file(self, rel: RelPath, number: int) -> str | None:
+        """*slow*: a readable path holding version ``number``'s bytes (a
+        chunked blob is reassembled), or None when they were not kept."""
+        ref = self.version_ref(rel, number)
+        return None if ref is None else str(self.blobs.readable_path_of(ref))
+
+    def version_ref(self, rel: RelPath, number: int) -> str | None:
+        """Like ``version_file`` but cheap: the path may not exist until
+        ``open_blob`` opens it."""
         for v in self.versions(rel):
             if v.number == number:
                 if self.blobs.has(v.hash):
-                    return str(self.blobs.path(v.hash))
+                    return str(self.blobs.lazy_path(v.hash))
                 rec = self.store.get_file(rel)
                 if rec is not None and rec.hash == v.hash:
                     return self.abspath(rel)
@@ -885,7 +938,23 @@ class Workspace:
         return None
 
     def blob_path(self, h: Hash) -> str | None:
-        return str(self.blobs.path(h)) if self.blobs.has(h) else None
+        """*slow*: a readable path holding blob ``h``, or None if not kept."""
+        return str(self.blobs.readable_path(h)) if self.blobs.has(h) else None
+
+    def blob_ref(self, h: Hash) -> str | None:
+        """Like ``blob_path`` but cheap (see ``version_ref``)."""
+        return str(self.blobs.lazy_path(h)) if self.blobs.has(h) else None
+
+    def blob_size(self, h: Hash) -> int | None:
+        try:
+            return self.blobs.size(h)
+        except FileNotFoundError:
+            return None
+
+    def open_blob(self, path: str) -> int:
+        """*slow*: open a path from ``version_ref`` or ``blob_ref`` read-only
+        (a chunked blob is reassembled on first use)."""
+        return self.blobs.open_path(path)
 
     # ------------------------------------------------------------ snapshots
     def snapshots(self) -> Sequence[str]:
@@ -919,6 +988,7 @@ class Workspace:
             finally:
                 os.close(fd)
         self.store.put_snapshot(name, manifest)
+        self._windows.close_all()  # the versions it names are never replaced
         with self.store.write() as txn:
             self.store.append_journal(txn, "snapshot", name=name, files=len(manifest))
             self._bump(txn)
@@ -931,7 +1001,7 @@ class Workspace:
         versions = {v.number: v for v in self.versions(rel)}
         if number not in versions:
             raise WorkspaceError(f"{rel}: no version {number}")
-        source = self.version_file(rel, number)
+        source = self.version_ref(rel, number)
         if source is None:
             raise WorkspaceError(f"{rel}@{number}: its bytes were not kept")
         dest = self.abspath(rel)
@@ -939,7 +1009,10 @@ class Workspace:
         if os.path.lexists(dest):
             self.preserve_inode(rel)
         tmp = f"{dest}.swfs-restore.{os.getpid()}"
-        src_fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            src_fd = self.open_blob(source)
+        except OSError as exc:
+            raise WorkspaceError(f"{rel}@{number}: cannot read its bytes: {exc.strerror}") from exc
         try:
             from .fsutil import copy_fd, fsync_dir
 

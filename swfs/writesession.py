@@ -64,6 +64,7 @@ class History(Protocol):
     def record_write(self, rel: RelPath) -> FileState | None: ...
     def record_rename(self, old: RelPath, new: RelPath) -> None: ...
     def record_unlink(self, rel: RelPath) -> None: ...
+    def pin_version(self, rel: RelPath) -> None: ...
 
 
 @dataclass
@@ -150,6 +151,10 @@ class InPlaceSession:
         """*slow*"""
         (os.fdatasync if datasync else os.fsync)(self.fd)
         self.settle()
+        if self.rel is not None:
+            # The writer asked for these bytes to last: a rewrite right after
+            # must not replace their version (swfs.versioning).
+            self._writes.history.pin_version(RelPath(self.rel))
 
     def release(self) -> None:
         """*slow*: the last descriptor is gone: record and end the session."""

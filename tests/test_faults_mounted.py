@@ -158,7 +158,9 @@ def read_journal(path: Path) -> list[dict[str, object]]:
 @pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_kill_9_during_a_burst_of_writes_and_reparses(request: pytest.FixtureRequest) -> None:
-    with workspace() as m:
+    # Every version shown must survive: none may be folded into a later one
+    # by the burst policy (swfs.versioning, tested on its own).
+    with workspace(["--version-interval", "0"]) as m:
         journals = [m.root / f"journal-{i}.jsonl" for i in range(4)]
         procs = [spawn("writer", m, j, i, 30) for i, j in enumerate(journals)]
         try:
@@ -276,7 +278,9 @@ def test_store_on_a_full_filesystem_fails_writes_loudly(request: pytest.FixtureR
 def test_many_agents_at_once(request: pytest.FixtureRequest) -> None:
     seconds = float(os.environ.get("SWFS_AGENT_SECONDS", "30"))
     n = 5
-    with workspace() as m:
+    # Every close must be a version here: no bursts folded (swfs.versioning
+    # is tested on its own).
+    with workspace(["--version-interval", "0"]) as m:
         for i in range(n):
             (m.mnt / f"agent{i}").mkdir()
         rss_before = vm_rss_kib(m.proc.pid)

@@ -1,0 +1,389 @@
+"""What versions cost: the figures of the storage part of issue 16.
+
+- ``fsstress_store_vs_allocated``: several processes doing fsstress-style
+  random operations (writes at random offsets, appends, truncates that leave
+  holes, creates, unlinks, renames, fsyncs; written buffers filled as
+  fsstress fills them) through the mount; the store's allocated size against
+  the workspace's allocated size (goal: at most 2x).  Also recorded with
+  random (incompressible) data: ``fsstress_random_store_vs_allocated``.
+- ``bytes_per_version_1byte_10MiB``: store growth per version for one-byte
+  edits of a 10 MiB random file, each its own version (goal: under 1 MiB).
+- ``sparse_2g_create_close_s`` / ``sparse_2g_rewrite_close_s``: the close of
+  a 2 GiB sparse file written through the mount, new and then rewritten in
+  place (which first keeps the old version; goal: under 1 s).
+- ``daemon_rss_mb``: the daemon's resident memory after many small
+  operations (goal: under 300 MB), with the RSS before them for comparison.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import multiprocessing
+import os
+import random
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from bench.common import STORE, Ctx, MiB
+from bench.mounter import Mount, SwfsMounter, Unsupported, proc_status_kb
+from bench.report import ABSOLUTE, Target, WorkloadResult
+
+log = logging.getLogger(__name__)
+
+# (quick, full) sizes.
+FSSTRESS_LOAD = ((2, 400), (8, 1250))  # processes, operations each
+MEMORY_OPS = (5_000, 100_000)
+
+
+class _WithOptions(SwfsMounter):
+    """The same mounter, mounting with extra ``swfs mount`` options."""
+
+    def __init__(self, base: SwfsMounter, *options: str) -> None:
+        super().__init__(sync_timeout=base.sync_timeout, exe=base.exe)
+        self.options = options
+
+    def cmd(self, *args: str | Path, timeout: float) -> subprocess.CompletedProcess[str]:
+        if args and args[0] == "mount":
+            args = ("mount", *self.options, *args[1:])
+        return super().cmd(*args, timeout=timeout)
+
+
+def _sw(ctx: Ctx, *options: str) -> SwfsMounter:
+    if not isinstance(ctx.mounter, SwfsMounter):
+        raise Unsupported("needs --mounter swfs")
+    ctx.mounter.require("mount", "umount", "sync")
+    return _WithOptions(ctx.mounter, *options)
+
+
+def _allocated(root: Path, *, skip: str | None = None) -> int:
+    """Allocated bytes of the files under ``root`` (du), each inode once."""
+    total = 0
+    seen: set[tuple[int, int]] = set()
+    for dirpath, dirnames, filenames in os.walk(root):
+        if skip is not None and skip in dirnames:
+            dirnames.remove(skip)
+        for name in filenames:
+            with contextlib.suppress(OSError):
+                st = os.lstat(os.path.join(dirpath, name))
+                if (st.st_dev, st.st_ino) not in seen:
+                    seen.add((st.st_dev, st.st_ino))
+                    total += st.st_blocks * 512
+    return total
+
+
+def _store_bytes(src: Path) -> int:
+    """The store without its disposable cache of reassembled versions."""
+    store = src / STORE
+    total = _allocated(store)
+    cache = store / "blobs" / "cache"
+    if cache.is_dir():
+        total -= _allocated(cache)
+    return total
+
+
+def _blob_bytes(src: Path) -> int:
+    blobs = src / STORE / "blobs"
+    return sum(_allocated(blobs / d) for d in ("chunks", "manifests") if (blobs / d).is_dir())
+
+
+@contextlib.contextmanager
+def _fresh(ctx: Ctx, name: str, sw: SwfsMounter) -> Iterator[tuple[Path, Mount]]:
+    src = ctx.scratch(f"storage-{name}")
+    mnt = ctx.mountpoint(f"storage-{name}")
+    with sw.mounted(src, mnt) as m:
+        sw.settle(m)
+        yield src, m
+    shutil.rmtree(src, ignore_errors=True)
+
+
+def _after_gc(ctx: Ctx, sw: SwfsMounter, src: Path, m: Mount) -> int:
+    """The store's size once unreferenced blobs and chunks are collected:
+    the daemon is stopped, the engine's orphan check repairs, the daemon
+    is started again for the caller's unmount."""
+    from swfs.check import check_orphans
+    from swfs.workspace import Workspace
+
+    sw.unmount(m)
+    with Workspace(src) as ws:
+        check_orphans(ws, repair=True)
+    size = _store_bytes(src)
+    m2 = sw.mount(src, m.mountpoint)
+    m.pid, m.proc = m2.pid, m2.proc
+    return size
+
+
+# -- fsstress-style load
+
+
+def _fill(rng: random.Random, n: int, random_data: bool) -> bytes:
+    """What fsstress writes: a buffer of one repeated byte (it memsets each
+    write's buffer with a per-operation value), here with a random prefix
+    so that no two writes are alike; or random bytes throughout."""
+    if random_data:
+        return rng.randbytes(n)
+    return rng.randbytes(min(n, 64)) + bytes([rng.randrange(256)]) * max(0, n - 64)
+
+
+def _stress_worker(root: str, seed: int, ops: int, random_data: bool) -> None:
+    rng = random.Random(seed)
+    base = Path(root) / f"p{seed}"
+    base.mkdir(exist_ok=True)
+    files: list[Path] = []
+    for i in range(ops):
+        op = rng.random()
+        try:
+            if op < 0.12 or not files:
+                p = base / f"d{rng.randrange(8)}" / f"f{i}"
+                p.parent.mkdir(exist_ok=True)
+                p.write_bytes(_fill(rng, rng.randrange(1, 64 * 1024), random_data))
+                files.append(p)
+            elif op < 0.55:  # overwrite a range in place
+                p = rng.choice(files)
+                with open(p, "r+b") as f:
+                    f.seek(rng.randrange(1024 * 1024))
+                    f.write(_fill(rng, rng.randrange(1, 32 * 1024), random_data))
+            elif op < 0.65:  # append
+                with open(rng.choice(files), "ab") as f:
+                    f.write(_fill(rng, rng.randrange(1, 16 * 1024), random_data))
+            elif op < 0.72:  # truncate: shorter, or longer with a hole
+                p = rng.choice(files)
+                with open(p, "r+b") as f:
+                    f.truncate(rng.randrange(8 * 1024 * 1024))
+            elif op < 0.78:  # write and fsync
+                p = rng.choice(files)
+                fd = os.open(p, os.O_WRONLY)
+                try:
+                    os.pwrite(fd, _fill(rng, 4096, random_data), rng.randrange(256 * 1024))
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            elif op < 0.84:  # rename
+                p = rng.choice(files)
+                q = p.with_name(f"r{i}")
+                p.rename(q)
+                files[files.index(p)] = q
+            elif op < 0.90:  # unlink
+                p = files.pop(rng.randrange(len(files)))
+                p.unlink()
+            else:  # read
+                rng.choice(files).read_bytes()
+        except FileNotFoundError:
+            continue
+
+
+def fsstress_figure(ctx: Ctx, result: WorkloadResult) -> None:
+    procs, ops = FSSTRESS_LOAD[0 if ctx.quick else 1]
+    for name, random_data, target in (
+        ("fsstress_store_vs_allocated", False, Target("<=", 2.0, "<=2x")),
+        ("fsstress_random_store_vs_allocated", True, None),
+    ):
+        metric = result.metric(
+            name,
+            "x",
+            kind=ABSOLUTE,
+            target=target,
+            note=f"{procs} processes x {ops} ops; store (no cache) / workspace allocated"
+            + ("; incompressible data" if random_data else ""),
+        )
+        sw = _sw(ctx)
+        with _fresh(ctx, "fsstress", sw) as (src, m):
+            mp = multiprocessing.get_context("fork")
+            workers = [
+                mp.Process(target=_stress_worker, args=(str(m.mountpoint), seed, ops, random_data))
+                for seed in range(procs)
+            ]
+            t0 = time.perf_counter()
+            for w in workers:
+                w.start()
+            for w in workers:
+                w.join()
+            elapsed = time.perf_counter() - t0
+            sw.settle(m)
+            ws_bytes = _allocated(src, skip=STORE)
+            store = _store_bytes(src)
+            blobs = _blob_bytes(src)
+            after_gc = _after_gc(ctx, sw, src, m)
+        metric.values.append(store / max(ws_bytes, 1))
+        result.metric(
+            name.replace("_vs_", "_after_gc_vs_"),
+            "x",
+            kind=ABSOLUTE,
+            note="the same, once blobs no version names (replaced in a burst) are collected",
+        ).values.append(after_gc / max(ws_bytes, 1))
+        result.info[name] = {
+            "store_allocated_after_gc": after_gc,
+            "processes": procs,
+            "ops_each": ops,
+            "seconds": round(elapsed, 1),
+            "workspace_allocated": ws_bytes,
+            "store_allocated": store,
+            "blob_allocated": blobs,
+            "exit_codes": [w.exitcode for w in workers],
+        }
+
+
+# -- one-byte edits
+
+
+def one_byte_edits(ctx: Ctx, result: WorkloadResult) -> None:
+    metric = result.metric(
+        "bytes_per_version_1byte_10MiB",
+        "KiB",
+        kind=ABSOLUTE,
+        target=Target("<", 1024.0, "<1 MiB"),
+        note="store growth per version after the first, one-byte edits, one version each",
+    )
+    edits = 10
+    sw = _sw(ctx, "--version-interval", "0")
+    with _fresh(ctx, "edits", sw) as (src, m):
+        rng = random.Random(16)
+        content = bytearray(rng.randbytes(10 * MiB))
+        path = m.mountpoint / "big.bin"
+        path.write_bytes(content)
+        sw.settle(m)
+        sizes = []
+        for _ in range(edits):
+            at = rng.randrange(len(content))
+            content[at] ^= 0x5A
+            with open(path, "r+b") as f:
+                f.seek(at)
+                f.write(bytes([content[at]]))
+            sw.settle(m)
+            sizes.append(_blob_bytes(src))
+    # The first edit keeps the original whole (incompressible, 10 MiB);
+    # every later one costs what changed.
+    metric.values.append((sizes[-1] - sizes[0]) / (edits - 1) / 1024)
+    result.info["edits_blob_bytes"] = sizes
+
+
+# -- a 2 GiB sparse file
+
+
+def sparse_close(ctx: Ctx, result: WorkloadResult) -> None:
+    goal = Target("<", 1.0, "<1 s")
+    create = result.metric("sparse_2g_create_close_s", "s", kind=ABSOLUTE, target=goal)
+    rewrite = result.metric(
+        "sparse_2g_rewrite_close_s",
+        "s",
+        kind=ABSOLUTE,
+        target=goal,
+        note="in place: keeps the old version first",
+    )
+    size = 2 * 1024 * MiB
+    sw = _sw(ctx, "--version-interval", "0")
+    rounds = 1 if ctx.quick else 3
+    with _fresh(ctx, "sparse", sw) as (src, m):
+        for r in range(rounds):
+            path = m.mountpoint / f"disk{r}.img"
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            os.ftruncate(fd, size)
+            os.pwrite(fd, b"boot sector", 0)
+            os.pwrite(fd, b"superblock", 1024 * MiB)
+            t0 = time.perf_counter()
+            os.close(fd)
+            create.values.append(time.perf_counter() - t0)
+            sw.settle(m)
+            fd = os.open(path, os.O_RDWR)
+            os.pwrite(fd, b"journal", size - 4096)  # opening to write kept the old bytes
+            t0 = time.perf_counter()
+            os.close(fd)
+            rewrite.values.append(time.perf_counter() - t0)
+            sw.settle(m)
+        result.info["sparse_store_allocated"] = _store_bytes(src)
+
+
+# -- memory over a long run
+
+
+def _small_ops_worker(root: str, seed: int, ops: int) -> None:
+    rng = random.Random(seed)
+    base = Path(root) / f"m{seed}"
+    base.mkdir(exist_ok=True)
+    live: list[Path] = []
+    for i in range(ops):
+        op = rng.random()
+        try:
+            if op < 0.3 or not live:
+                p = base / f"d{i % 50}" / f"f{i}.txt"
+                p.parent.mkdir(exist_ok=True)
+                p.write_bytes(b"line %d\n" % i * rng.randrange(1, 40))
+                live.append(p)
+            elif op < 0.5:
+                with open(rng.choice(live), "ab") as f:
+                    f.write(b"more\n")
+            elif op < 0.7:
+                os.stat(rng.choice(live))
+            elif op < 0.85:
+                rng.choice(live).read_bytes()
+            elif op < 0.93:
+                p = rng.choice(live)
+                q = p.with_name(f"r{i}.txt")
+                p.rename(q)
+                live[live.index(p)] = q
+            else:
+                live.pop(rng.randrange(len(live))).unlink()
+            if len(live) > 2000:
+                live.pop(0).unlink()
+        except FileNotFoundError:
+            continue
+
+
+def daemon_memory(ctx: Ctx, result: WorkloadResult) -> None:
+    total = MEMORY_OPS[0 if ctx.quick else 1]
+    procs = 2
+    metric = result.metric(
+        "daemon_rss_mb",
+        "MB",
+        kind=ABSOLUTE,
+        target=Target("<", 300.0, "<300 MB"),
+        note=f"VmRSS after {total} operations",
+    )
+    sw = _sw(ctx)
+    with _fresh(ctx, "memory", sw) as (_src, m):
+        if m.pid is None:
+            raise Unsupported("no daemon pid")
+        before = (proc_status_kb(m.pid, "VmRSS") or 0) / 1024
+        anon_before = (proc_status_kb(m.pid, "RssAnon") or 0) / 1024
+        samples = []
+        step = total // procs // 4
+        mp = multiprocessing.get_context("fork")
+        for quarter in range(4):
+            workers = [
+                mp.Process(
+                    target=_small_ops_worker,
+                    args=(str(m.mountpoint), quarter * 100 + p, step),
+                )
+                for p in range(procs)
+            ]
+            for w in workers:
+                w.start()
+            for w in workers:
+                w.join()
+            samples.append(round((proc_status_kb(m.pid, "VmRSS") or 0) / 1024, 1))
+        sw.settle(m)
+        after = (proc_status_kb(m.pid, "VmRSS") or 0) / 1024
+        # File-backed pages are mostly the store's memory map, which grows
+        # with the history it holds; anonymous ones are the heap.
+        split = {
+            key: round((proc_status_kb(m.pid, key) or 0) / 1024, 1)
+            for key in ("RssAnon", "RssFile", "VmHWM")
+        }
+    metric.values.append(after)
+    result.info["daemon_rss"] = {
+        "before_mb": round(before, 1),
+        "anon_before_mb": round(anon_before, 1),
+        "quarters_mb": samples,
+        **split,
+    }
+
+
+def storage(ctx: Ctx, result: WorkloadResult) -> None:
+    for part in (one_byte_edits, sparse_close, fsstress_figure, daemon_memory):
+        part(ctx, result)
+
+
+WORKLOADS = {"storage": storage}
