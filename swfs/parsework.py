@@ -70,8 +70,32 @@ def _one_line(text: str, limit: int = 300) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
+# Set in a worker whose parse ran out of memory: what the earlier files left
+# on its heap may be what made the next one fail, so it retires (a fresh
+# process takes its place) and the pool tries that file once more.
+_out_of_memory = False
+OUT_OF_MEMORY = "out of memory"
+
+
+def _retire_worker() -> bool:
+    """Runs in a worker after each job (trio-parallel's ``retire``)."""
+    return _out_of_memory
+
+
+def _ran_out_of_memory(outcome: ParseOutcome) -> bool:
+    return outcome.status == FAILED and OUT_OF_MEMORY in (outcome.error or "")
+
+
 def parse_job(abs_path: str, rel: str, options: ParseOptions) -> ParseOutcome:
     """Runs in a worker process: open, hash, parse, check nothing moved."""
+    global _out_of_memory
+    outcome = _parse_job(abs_path, rel, options)
+    if _ran_out_of_memory(outcome):
+        _out_of_memory = True
+    return outcome
+
+
+def _parse_job(abs_path: str, rel: str, options: ParseOptions) -> ParseOutcome:
     t0 = time.monotonic()
     try:
         fd = os.open(abs_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -96,7 +120,7 @@ def parse_job(abs_path: str, rel: str, options: ParseOptions) -> ParseOutcome:
             status, error = FAILED, _one_line(str(exc) or type(exc).__name__)
             units = []
         except MemoryError:
-            status, error = FAILED, "out of memory while parsing"
+            status, error = FAILED, f"{OUT_OF_MEMORY} while parsing"
             units = []
         except RecursionError:
             status, error = FAILED, "document structure nested too deeply"
@@ -149,13 +173,21 @@ class ParsePool:
     @asynccontextmanager
     async def open(cls, limits: WorkerLimits) -> AsyncIterator[ParsePool]:
         init = partial(_init_worker, limits.memory_mb * 1024 * 1024)
-        async with trio_parallel.open_worker_context(init=init, idle_timeout=300) as ctx:
+        async with trio_parallel.open_worker_context(
+            init=init, retire=_retire_worker, idle_timeout=300
+        ) as ctx:
             yield cls(ctx, limits)
 
     async def parse(self, abs_path: str, rel: str) -> ParseOutcome:
         # The timeout counts the parse only, not the wait for a free worker.
         async with self._limiter:
-            return await self._parse_now(abs_path, rel)
+            outcome = await self._parse_now(abs_path, rel)
+            if _ran_out_of_memory(outcome):
+                # The worker retired: the file gets one try in a fresh process,
+                # so a heap grown by earlier files does not fail it.
+                log.info("%s: out of memory in a used worker; trying a fresh one", rel)
+                outcome = await self._parse_now(abs_path, rel)
+            return outcome
 
     async def _parse_now(self, abs_path: str, rel: str) -> ParseOutcome:
         t0 = time.monotonic()

@@ -104,3 +104,19 @@ class UpgradedTextParser(_Evil):
     def parse(self, path: str, info: FileInfo, options: ParseOptions) -> list[Unit]:
         with open(path, encoding="utf-8") as f:
             return [Unit(name="content.txt", text="upgraded: " + f.read(), locator="content")]
+
+
+class UsedWorkerParser(_Evil):
+    """Runs out of memory in a worker that already parsed a file, as a worker
+    whose heap earlier files grew does; a fresh worker parses it fine."""
+
+    id = "evil-used-worker"
+    ext = ".oomonce"
+    calls = 0
+
+    def parse(self, path: str, info: FileInfo, options: ParseOptions) -> list[Unit]:
+        UsedWorkerParser.calls += 1
+        if UsedWorkerParser.calls > 1:
+            raise MemoryError
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return [Unit("content.txt", f.read(), "content")]
