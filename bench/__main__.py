@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench import journalcost, passthrough, swfsloads
+from bench import journalcost, passthrough, searchload, swfsloads
 from bench.common import Ctx, Sizes
 from bench.mounter import (
     BenchError,
@@ -38,8 +38,9 @@ WORKLOADS: dict[str, Workload] = {
     **passthrough.WORKLOADS,
     **swfsloads.WORKLOADS,
     **journalcost.WORKLOADS,
+    **searchload.WORKLOADS,
 }
-SWFS_ONLY = set(swfsloads.WORKLOADS) | set(journalcost.WORKLOADS)
+SWFS_ONLY = set(swfsloads.WORKLOADS) | set(journalcost.WORKLOADS) | set(searchload.WORKLOADS)
 
 
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

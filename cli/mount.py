@@ -34,7 +34,9 @@ def mount_workspace(args: argparse.Namespace, config: Config) -> int:
     if mnt == src or src in mnt.parents:
         raise MountError(f"{args.mountpoint}: the mount point must not be inside {src}")
     store = Path(args.store).resolve() if args.store else src / STORE_NAME
-    config = dataclasses.replace(config, rescan_interval=args.rescan_interval)
+    config = dataclasses.replace(
+        config, rescan_interval=args.rescan_interval, embed_model=args.embed_model
+    )
     try:
         options = MountOptions(
             stale=args.stale,
@@ -132,6 +134,12 @@ def register(c: Commands) -> None:
         "--no-journal",
         action="store_true",
         help="record no opens, reads, listings or writes (no lineage, swfs log shows state only)",
+    )
+    sp.add_argument(
+        "--embed-model",
+        metavar="DIR",
+        help="a local static-embedding model (model2vec layout) for hybrid .search/ "
+        "ranking; nothing is downloaded",
     )
     sp.add_argument("--debug", action="store_true", help="log every request")
     c.parse_opts(sp)

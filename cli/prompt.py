@@ -25,6 +25,11 @@ native files (read and write them as usual) there are three read-only trees:
                       baseline (cell-level for spreadsheets); <path>.diff each.
   .versions/<path>/   every recorded version of a file, NNNN-<hash>.<ext>
                       (not listed by `ls` of the root; open it by path).
+  .search/<query>     ranked search over every unit, e.g.
+                      cat ".search/regional revenue north": one hit a line,
+                      path<TAB>score<TAB>freshness<TAB>snippet; words,
+                      "phrases", path:folder.  Use it when grep's exact
+                      words miss; open the hit's .parsed path as it is.
 
 Each .parsed file starts with a header line
   <!-- swfs source=... unit=... hash=... freshness=current|stale|pending|failed ... -->

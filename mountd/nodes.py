@@ -42,9 +42,10 @@ class Tree(enum.StrEnum):
     PARSED = ".parsed"
     REVIEW = ".review"
     VERSIONS = ".versions"
+    SEARCH = ".search"
 
 
-SYNTHETIC_TREES = (Tree.PARSED, Tree.REVIEW, Tree.VERSIONS)
+SYNTHETIC_TREES = (Tree.PARSED, Tree.REVIEW, Tree.VERSIONS, Tree.SEARCH)
 
 
 @dataclass(eq=False)

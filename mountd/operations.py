@@ -17,6 +17,7 @@ from typing import Any, TypeVar, cast
 import pyfuse3
 import trio
 
+from mountd.caller import REQUEST
 from mountd.fsutil import open_beneath
 from mountd.nodes import SYNTHETIC_TREES, InodeTable, Node, Tree
 from mountd.options import MountOptions
@@ -31,6 +32,7 @@ from mountd.passthrough import (
     split,
 )
 from mountd.poll import Poller
+from mountd.searchtree import SearchTree
 from mountd.synthetic import Entry, Generation, ReviewTree, SyntheticTree, make_trees
 from swfs.api import XATTR_PREFIX, EngineAPI, RelPath
 from swfs.journal import hash_lookup, open_journal
@@ -54,6 +56,8 @@ def handler(fn: F) -> F:
 
     @functools.wraps(fn)
     async def wrapper(*args: Any, **kwargs: Any) -> Any:
+        ctx = next((a for a in args if isinstance(a, pyfuse3.RequestContext)), None)
+        token = REQUEST.set(ctx)  # whose request this is (mountd.caller)
         try:
             poller = getattr(args[0], "poller", None)
             if poller is not None:
@@ -71,6 +75,8 @@ def handler(fn: F) -> F:
         except Exception:
             log.exception("%s%r failed", fn.__name__, args[1:])
             raise pyfuse3.FUSEError(errno.EIO) from None
+        finally:
+            REQUEST.reset(token)
 
     return cast(F, wrapper)
 
@@ -144,6 +150,7 @@ class Operations(pyfuse3.Operations):
         self.table = InodeTable((root.st_dev, root.st_ino))
         self.gen = Generation()
         self.trees: dict[Tree, SyntheticTree] = dict(make_trees(engine, self.gen, options))
+        self.trees[Tree.SEARCH] = SearchTree(engine, self.gen)
         self.handles: dict[int, Handle] = {}
         self._next_fh = 1
         self._pending = _Pending()
@@ -717,6 +724,7 @@ class Operations(pyfuse3.Operations):
                 shown = sorted(RESERVED)
                 if self.options.versions == "hidden":
                     shown.remove(".versions")
+                shown.remove(".search")  # by path only: a recursive grep runs no queries
                 names = shown + names
                 found = [table.find_synthetic(Tree(n), "") for n in shown] + found
         inos = tuple(None if n is None else n.ino for n in found)

@@ -28,6 +28,7 @@ import trio
 from . import review as review_mod
 from .api import Access, Freshness, RelPath, ReviewEntry
 from .parsework import ParsePool
+from .search import Caller, SearchIndex, SearchResult
 from .store import FLUSH_INTERVAL
 from .workspace import Config, Workspace, WorkspaceError
 
@@ -112,6 +113,8 @@ class Engine(Workspace):
         self._changes: tuple[int, list[ReviewEntry]] | None = None
         self._token: trio.lowlevel.TrioToken | None = None
         self.add_parse_request_handler(self._on_parse_request)
+        self.search_index = SearchIndex(self, model=_embed_model(self.config.embed_model))
+        super().add_listener(self.search_index.notify)  # from any thread: it only queues
 
     @classmethod
     @contextmanager
@@ -123,6 +126,14 @@ class Engine(Workspace):
             yield engine
         finally:
             engine.close()
+
+    def close(self) -> None:
+        self.search_index.close()
+        super().close()
+
+    def search(self, query: str, caller: Caller, limit: int = 20) -> SearchResult:
+        """*slow* (a thread): ranked hits ``caller`` may read (``swfs.search``)."""
+        return self.search_index.search(query, caller, limit)
 
     # -- listeners are called in the trio thread
     def add_listener(self, fn: Callable[[RelPath], None]) -> None:
@@ -261,6 +272,7 @@ class Engine(Workspace):
                 for _ in range(limits.workers):
                     nursery.start_soon(self._worker, pool, queue)
                 if not drain:
+                    await nursery.start(self.search_index.run)
                     nursery.start_soon(self._rescan_loop)
                     nursery.start_soon(self._flush_loop)
                     from .control import serve_control
@@ -378,3 +390,15 @@ class Engine(Workspace):
                         queue.submit(rel)
                 await trio.sleep(0.2)
         return False
+
+
+def _embed_model(directory: str | None) -> Any:
+    """The ``--embed-model`` directory, loaded (never fetched), or None."""
+    if not directory:
+        return None
+    from .embed import EmbedModel, ModelError
+
+    try:
+        return EmbedModel.load(directory)
+    except (ModelError, OSError) as exc:
+        raise WorkspaceError(f"--embed-model: {exc}") from None

@@ -6,6 +6,10 @@ Layout of a store directory (``SRC/.swfs/`` by default)::
     blobs/         content-addressed preserved bytes (see swfs.blobs)
     daemon.log     the daemon's log when it runs in the background
     control.sock   the running daemon's control socket
+    search.sqlite  the search index: which parses are indexed, their units and
+    search.tantivy/  the paths that show them (SQLite, WAL), and the units' text
+                   (tantivy); derived from ``files`` and ``parses`` only:
+                   deleting them costs a re-index, never data (swfs.search).
 
 Sub-databases, keys and values (all values are compact UTF-8 JSON unless
 noted).  Paths are workspace-relative, '/'-separated, encoded with

@@ -49,7 +49,7 @@ from .views import header_line, render_unit
 log = logging.getLogger(__name__)
 
 STORE_NAME = ".swfs"
-RESERVED_ROOTS = frozenset({".parsed", ".review", ".versions"})
+RESERVED_ROOTS = frozenset({".parsed", ".review", ".versions", ".search"})
 _HASH_THREADS = 4
 _VIEW_CACHE = 128
 _BUSY_FOR = 60.0  # seconds a preserved-but-unrecorded write shields a path from rescans
@@ -82,6 +82,7 @@ class Config:
     max_preserve_bytes: int = 1 << 30  # larger files keep hashes but no preserved bytes
     rescan_interval: float = 30.0
     diff_max_lines: int = 4000
+    embed_model: str | None = None  # a local static-embedding model: hybrid search
 
 
 @dataclass

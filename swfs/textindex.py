@@ -1,0 +1,139 @@
+"""The full-text half of the search index: tantivy, in ``STORE/search.tantivy/``.
+
+One document per unit: ``unit`` (the unit's id in ``search.sqlite``, indexed
+and stored) and ``text`` (English stemming, stored for snippets).  Only the
+daemon's indexer thread (or a command run without a daemon) writes; any
+process may read.  Deletes are by unit id.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import tantivy
+
+DIR_NAME = "search.tantivy"
+WRITER_HEAP = 64 * 1024 * 1024
+RELOAD_EVERY = 0.5  # seconds a reader trusts its view of the index
+
+
+def _schema() -> Any:
+    sb = tantivy.SchemaBuilder()
+    sb.add_integer_field("unit", stored=True, indexed=True)
+    sb.add_text_field("text", stored=True, tokenizer_name="en_stem")
+    return sb.build()
+
+
+class TextIndex:
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self._index: Any = None
+        self._writer: Any = None
+        self._reloaded = 0.0
+        self._lock = threading.Lock()
+        self.schema = _schema()
+
+    @property
+    def index(self) -> Any:
+        if self._index is None:
+            # It holds the text of every file: closed to others.  (The
+            # daemon runs with umask 0 and must not change it: native files
+            # are created with the modes requests ask for.)
+            self.directory.mkdir(mode=0o700, exist_ok=True)
+            with contextlib.suppress(OSError):  # a reader that does not own it
+                os.chmod(self.directory, 0o700)
+            self._index = tantivy.Index(self.schema, path=str(self.directory), reuse=True)
+            self.close_files()
+        return self._index
+
+    def close_files(self) -> None:
+        """Take group and other bits off the index's files (tantivy creates
+        them with the process's umask, 0 in the daemon)."""
+        try:
+            entries = list(os.scandir(self.directory))
+        except OSError:
+            return
+        for e in entries:
+            try:
+                st = e.stat(follow_symlinks=False)
+                if st.st_mode & 0o077:
+                    os.chmod(e.path, st.st_mode & 0o700, follow_symlinks=False)
+            except OSError:
+                continue
+
+    # -- writing (one thread)
+
+    def _w(self) -> Any:
+        if self._writer is None:
+            self._writer = self.index.writer(heap_size=WRITER_HEAP, num_threads=1)
+        return self._writer
+
+    def add(self, unit: int, text: str) -> None:
+        self._w().add_document(tantivy.Document(unit=unit, text=text))
+
+    def delete(self, unit: int) -> None:
+        self._w().delete_documents_by_term("unit", unit)
+
+    def commit(self) -> None:
+        if self._writer is not None:
+            self._writer.commit()
+            self.close_files()
+            self._reloaded = 0.0
+
+    def close(self) -> None:
+        with self._lock:
+            if self._writer is not None:
+                self._writer.wait_merging_threads()
+                self._writer = None
+                self.close_files()
+            self._index = None
+
+    # -- reading (any thread)
+
+    def searcher(self) -> Any:
+        now = time.monotonic()
+        if now - self._reloaded > RELOAD_EVERY:
+            self.index.reload()
+            self._reloaded = now
+        return self.index.searcher()
+
+    def parse(self, expr: str) -> Any:
+        return self.index.parse_query(expr, ["text"])
+
+    def text_of(self, searcher: Any, unit: int) -> str:
+        found = searcher.search(tantivy.Query.term_query(self.schema, "unit", unit), 1, count=False)
+        if not found.hits:
+            return ""
+        return str(searcher.doc(found.hits[0][1])["text"][0])
+
+    def snippets(self, searcher: Any, query: Any, chars: int = 160) -> Any:
+        """A snippet generator for ``query``: made once per query."""
+        gen = tantivy.SnippetGenerator.create(searcher, query, self.schema, "text")
+        gen.set_max_num_chars(chars)
+        return gen
+
+    def snippet(self, searcher: Any, gen: Any, addr: Any) -> str:
+        """The best passage of a hit, its matched words in ``**bold**``."""
+        sn = gen.snippet_from_doc(searcher.doc(addr))
+        frag: str = sn.fragment()
+        raw = frag.encode("utf-8")
+        out, at = [], 0
+        try:
+            for r in sn.highlighted():  # byte ranges of the fragment
+                out.append(raw[at : r.start].decode("utf-8"))
+                out.append("**" + raw[r.start : r.end].decode("utf-8") + "**")
+                at = r.end
+            out.append(raw[at:].decode("utf-8"))
+        except UnicodeDecodeError:
+            return frag
+        return "".join(out)
+
+    def size(self) -> int:
+        if not self.directory.is_dir():
+            return 0
+        return sum(p.stat().st_size for p in self.directory.rglob("*") if p.is_file())
