@@ -19,11 +19,11 @@ from swfs.control import ControlError, ControlUnavailable
 from swfs.store import StoreError
 from swfs.workspace import WorkspaceError
 
-from . import commands, lineage, mount, prompt, search
+from . import commands, lineage, mount, prompt, search, tab
 from .base import CLIError, Commands
 from .mount import MountError
 
-_MODULES = (mount, commands, lineage, search, prompt)
+_MODULES = (mount, commands, lineage, search, tab, prompt)
 
 
 def build_parser() -> argparse.ArgumentParser:

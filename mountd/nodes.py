@@ -43,9 +43,10 @@ class Tree(enum.StrEnum):
     REVIEW = ".review"
     VERSIONS = ".versions"
     SEARCH = ".search"
+    TAB = ".tab"
 
 
-SYNTHETIC_TREES = (Tree.PARSED, Tree.REVIEW, Tree.VERSIONS, Tree.SEARCH)
+SYNTHETIC_TREES = (Tree.PARSED, Tree.REVIEW, Tree.VERSIONS, Tree.SEARCH, Tree.TAB)
 
 
 @dataclass(eq=False)

@@ -34,6 +34,7 @@ from mountd.passthrough import (
 from mountd.poll import Poller
 from mountd.searchtree import SearchTree
 from mountd.synthetic import Entry, Generation, ReviewTree, SyntheticTree, make_trees
+from mountd.tabtree import TabTree
 from swfs.api import XATTR_PREFIX, EngineAPI, RelPath
 from swfs.journal import hash_lookup, open_journal
 
@@ -120,7 +121,15 @@ class DirHandle:
     fd: int | None = None  # the native directory, open from opendir to releasedir
 
 
-Handle = DataHandle | FdHandle | NativeOpen | DirHandle
+@dataclass
+class TabHandle:
+    """An open writable file of ``.tab/`` (requirements.md, a scratch file)."""
+
+    node: Node
+    append: bool
+
+
+Handle = DataHandle | FdHandle | NativeOpen | DirHandle | TabHandle
 
 
 @dataclass
@@ -166,6 +175,8 @@ class Operations(pyfuse3.Operations):
         )
         if isinstance(review := self.trees[Tree.REVIEW], ReviewTree):
             review.lineage = self.journal  # .review/LINEAGE.md
+        self.tab = TabTree(engine, self.gen, self.journal, shared=options.share_tab)
+        self.trees[Tree.TAB] = self.tab
 
     def close(self) -> None:
         self.journal.close()
@@ -229,6 +240,10 @@ class Operations(pyfuse3.Operations):
         a.generation = 0
         a.entry_timeout = self.options.synthetic_timeout
         a.attr_timeout = self.options.synthetic_timeout
+        if node.tree is Tree.TAB:
+            # Written by the agent and by `swfs tab new`, built from each read:
+            # the kernel asks again every time.
+            a.entry_timeout = a.attr_timeout = 0
         a.st_mode = e.mode
         a.st_nlink = 2 if e.is_dir else 1
         a.st_uid = e.access.uid
@@ -352,6 +367,10 @@ class Operations(pyfuse3.Operations):
         ctx: pyfuse3.RequestContext,
     ) -> pyfuse3.EntryAttributes:
         node = self._node(inode)
+        if node.tree is Tree.TAB and self.tab.writable(node.spath):
+            if fields.update_size:
+                self.tab.truncate(node.spath, attr.st_size)
+            return await self._attr(node)  # times and modes of the tab are its own
         if not node.native:
             raise fail(errno.EROFS)
         handle = self.handles.get(fh) if fh is not None else None
@@ -454,6 +473,9 @@ class Operations(pyfuse3.Operations):
     @handler
     async def unlink(self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
         parent, n = self._node(parent_inode), os.fsdecode(name)
+        if parent.tree is Tree.TAB:
+            self.tab.unlink(join(parent.spath, n))
+            return
         if await self.native.unlink(self._writable_parent(parent, n), n):
             self.table.removed((parent.ino, n))
         else:
@@ -478,6 +500,11 @@ class Operations(pyfuse3.Operations):
     ) -> None:
         old_parent, old = self._node(parent_inode_old), os.fsdecode(name_old)
         new_parent, new = self._node(parent_inode_new), os.fsdecode(name_new)
+        if Tree.TAB in (old_parent.tree, new_parent.tree):
+            if old_parent.tree is not new_parent.tree or flags:
+                raise fail(errno.EXDEV)  # mv copies instead
+            self.tab.rename(join(old_parent.spath, old), join(new_parent.spath, new))
+            return
         old_dir = self._writable_parent(old_parent, old)
         new_dir = self._writable_parent(new_parent, new)
         # The engine must see what was written under the old name before the
@@ -513,11 +540,30 @@ class Operations(pyfuse3.Operations):
             fi = await self._open_native(node, flags, self._creds(ctx))
             self.journal.on_open(fi.fh, ctx.pid, self._path(node), flags=flags)
             return fi
+        if node.tree is Tree.TAB:
+            return await self._open_tab(node, flags)
         if flags & os.O_ACCMODE != os.O_RDONLY or flags & os.O_TRUNC:
             raise fail(errno.EROFS)
         e = await self._entry(node, wait=True)
         fi = await self._open_synthetic(node, e)
         self.journal.on_open(fi.fh, ctx.pid, join(node.tree, node.spath), xattrs=e.xattrs)
+        return fi
+
+    async def _open_tab(self, node: Node, flags: int) -> pyfuse3.FileInfo:
+        """``.tab/``: not journaled (the tab is no evidence); writable where
+        the tab says so; always read from the daemon (direct I/O)."""
+        if flags & os.O_ACCMODE != os.O_RDONLY or flags & os.O_TRUNC:
+            if not self.tab.writable(node.spath):
+                raise fail(errno.EROFS)
+            if flags & os.O_TRUNC:
+                self.tab.truncate(node.spath, 0)
+            self.table.opened(node)
+            fi = pyfuse3.FileInfo(fh=self._add_handle(TabHandle(node, bool(flags & os.O_APPEND))))
+        else:
+            e = await self._entry(node, wait=True)
+            fi = await self._open_synthetic(node, e)
+        fi.direct_io = True
+        fi.keep_cache = False
         return fi
 
     async def _open_synthetic(self, node: Node, e: Entry) -> pyfuse3.FileInfo:
@@ -581,6 +627,16 @@ class Operations(pyfuse3.Operations):
         self, parent_inode: int, name: bytes, mode: int, flags: int, ctx: pyfuse3.RequestContext
     ) -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes]:
         parent, n = self._node(parent_inode), os.fsdecode(name)
+        if parent.tree is Tree.TAB:
+            spath = join(parent.spath, n)
+            self.tab.create(spath)
+            tnode = self.table.synthetic(Tree.TAB, spath)
+            tattr = self._synthetic_attr(tnode, await self._entry(tnode))
+            self.table.remember(tnode)
+            self.table.opened(tnode)
+            tfi = pyfuse3.FileInfo(fh=self._add_handle(TabHandle(tnode, bool(flags & os.O_APPEND))))
+            tfi.direct_io = True
+            return tfi, tattr
         pdir = self._writable_parent(parent)
         if parent is self.table.root and n in RESERVED:
             raise fail(errno.EEXIST)
@@ -615,6 +671,8 @@ class Operations(pyfuse3.Operations):
             data = h.data[off : off + size]
         elif isinstance(h, FdHandle):
             data = os.pread(h.fd, size, off)
+        elif isinstance(h, TabHandle):
+            return self.tab.content(h.node.spath)[off : off + size]
         else:
             raise fail(errno.EISDIR)
         self.journal.on_read(fh, off, len(data))
@@ -623,6 +681,8 @@ class Operations(pyfuse3.Operations):
     @handler
     async def write(self, fh: int, off: int, buf: bytes) -> int:
         h = self._handle(fh)
+        if isinstance(h, TabHandle):
+            return self.tab.write(h.node.spath, off, buf, append=h.append)
         if not isinstance(h, NativeOpen):
             raise fail(errno.EBADF)
         return await self.native.write(h.fh, off, buf)
@@ -693,7 +753,8 @@ class Operations(pyfuse3.Operations):
         self.table.opened(node)
         told: list[int | None] = [None] * (len(names) - 2)
         fh = self._add_handle(DirHandle(node, names, fresh=True, told=told, fd=fd))
-        self.journal.on_list(ctx.pid, self._dir_path(node), names[2:])
+        if node.tree is not Tree.TAB:
+            self.journal.on_list(ctx.pid, self._dir_path(node), names[2:])
         return pyfuse3.FileInfo(fh=fh, keep_cache=keep, cache_readdir=True)
 
     async def _listing(self, node: Node, fd: int | None = None) -> tuple[list[str], object]:
@@ -725,6 +786,7 @@ class Operations(pyfuse3.Operations):
                 if self.options.versions == "hidden":
                     shown.remove(".versions")
                 shown.remove(".search")  # by path only: a recursive grep runs no queries
+                shown.remove(".tab")  # by path only: a recursive grep skips the tab
                 names = shown + names
                 found = [table.find_synthetic(Tree(n), "") for n in shown] + found
         inos = tuple(None if n is None else n.ino for n in found)

@@ -47,6 +47,9 @@ class MountOptions:
     # (pid, start) of the process that ran `swfs mount` and its ancestors:
     # where the journal's jobs end (swfs.procinfo)
     callers: tuple[tuple[int, int], ...] = ()
+    # .tab/ readable by every user (excerpts still only from files they may
+    # read); by default it belongs to the mounting user and root.
+    share_tab: bool = False
 
     def __post_init__(self) -> None:
         if self.stale not in ("serve", "wait"):

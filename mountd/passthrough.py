@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-RESERVED = frozenset({".parsed", ".review", ".versions", ".search"})
+RESERVED = frozenset({".parsed", ".review", ".versions", ".search", ".tab"})
 STORE_NAME = ".swfs"
 
 # Flags a backing open never gets: creation is done by create(), and O_DIRECT

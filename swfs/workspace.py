@@ -49,7 +49,7 @@ from .views import header_line, render_unit
 log = logging.getLogger(__name__)
 
 STORE_NAME = ".swfs"
-RESERVED_ROOTS = frozenset({".parsed", ".review", ".versions", ".search"})
+RESERVED_ROOTS = frozenset({".parsed", ".review", ".versions", ".search", ".tab"})
 _HASH_THREADS = 4
 _VIEW_CACHE = 128
 _BUSY_FOR = 60.0  # seconds a preserved-but-unrecorded write shields a path from rescans
