@@ -9,7 +9,7 @@ from .base import Commands
 
 PROMPT = """\
 This folder is an swfs workspace: a versioned filesystem mount.  Beside the
-native files (read and write them as usual) there are three read-only trees:
+native files (read and write them as usual) there are these trees:
 
   .parsed/<path>/     text of every document, one file per unit:
                       page-0001.md (PDF pages), sheet-<Name>.md (spreadsheets,
@@ -30,6 +30,15 @@ native files (read and write them as usual) there are three read-only trees:
                       path<TAB>score<TAB>freshness<TAB>snippet; words,
                       "phrases", path:folder.  Use it when grep's exact
                       words miss; open the hit's .parsed path as it is.
+  .tab/               your task's tab (the only writable generated file is
+                      .tab/requirements.md).  First write what the task asks,
+                      one line each: echo '- [ ] Q3 revenue by region' >>
+                      .tab/requirements.md.  Mark each `- [x] ... -- <file>#page=N`
+                      when found or `- [-] ... -- <why>` when set aside.
+                      cat .tab/TAB.md shows, per item, matching text you read
+                      and files you listed but never opened (unopened.md,
+                      ranked); reads.md lists what you read.  Before you
+                      finish, `swfs tab check .` must exit 0.
 
 Each .parsed file starts with a header line
   <!-- swfs source=... unit=... hash=... freshness=current|stale|pending|failed ... -->

@@ -10,6 +10,7 @@ Layout of a store directory (``SRC/.swfs/`` by default)::
     search.tantivy/  the paths that show them (SQLite, WAL), and the units' text
                    (tantivy); derived from ``files`` and ``parses`` only:
                    deleting them costs a re-index, never data (swfs.search).
+    tab/           the task's tab: tab.json, requirements.md, old/<NAME>/ (swfs.tab)
 
 Sub-databases, keys and values (all values are compact UTF-8 JSON unless
 noted).  Paths are workspace-relative, '/'-separated, encoded with

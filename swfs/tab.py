@@ -499,6 +499,8 @@ class Builder:
 
     def _native_excerpt(self, rel: str, ev: dict[str, Any]) -> tuple[str, str]:
         n = int(ev.get("bytes", 0))
+        if n == 0:
+            return "(opened; the bytes came from the kernel's cache, if read)", rel
         lines = ev.get("lines")
         if lines:
             first, last = int(lines[0]), int(lines[1])
