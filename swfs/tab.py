@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import re
 import time
@@ -39,6 +40,8 @@ from typing import Any
 from swfs.api import Access, RelPath
 from swfs.fsutil import save_file
 from swfs.search import MAX_LIMIT, AccessCheck, Caller, Hit, SearchResult
+
+log = logging.getLogger(__name__)
 
 TAB_DIR = "tab"
 REQUIREMENTS = "requirements.md"
@@ -411,6 +414,7 @@ class Builder:
     ) -> None:
         self.ws, self.search, self.caller = ws, search, caller
         self.check = AccessCheck(access or ws.access, caller)
+        self._views: dict[str, Any] = {}  # one view per file for the whole build
 
     def may_read(self, rel: str) -> bool:
         return bool(rel) and self.check.may_read(rel)
@@ -481,10 +485,15 @@ class Builder:
         return Read(int(ev["seq"]), float(ev["t"]), path, locator, source, who, excerpt)
 
     def _view(self, rel: str) -> Any:
+        if rel in self._views:
+            return self._views[rel]
         try:
-            return self.ws.parsed_view(RelPath(rel))
+            view = self.ws.parsed_view(RelPath(rel))
         except Exception:  # a view that cannot be built shows no excerpt
-            return None
+            log.warning("tab: no excerpt of %s", rel, exc_info=True)
+            view = None
+        self._views[rel] = view
+        return view
 
     def _unit_excerpt(self, rel: str, unit: str) -> str:
         view = self._view(rel)
