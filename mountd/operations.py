@@ -739,7 +739,10 @@ class Operations(pyfuse3.Operations):
         node = self._node(inode)
         if not KERNEL_DIR_CACHE:
             self.table.opened(node)
-            return self._add_handle(DirHandle(node))
+            fh = self._add_handle(DirHandle(node))
+            if node.tree is not Tree.TAB:  # the tab is no evidence
+                self.journal.on_opendir(fh, ctx.pid, self._dir_path(node))  # listed in readdir
+            return fh
         # The kernel may serve the listing from its cache only if that is what
         # a reply would say now.  The listing taken here answers the first readdir.
         fd = self.native.open_dir(self._path(node)) if node.native else None
@@ -820,6 +823,7 @@ class Operations(pyfuse3.Operations):
             # A rewind lists again: what the kernel caches from here on is no
             # longer the listing opendir vouched for.
             h.names, _ = await self._listing(h.node, h.fd)
+            self.journal.on_listed(fh, h.names[2:])
             h.node.cache_sig = h.told = None
         h.fresh = False
         if not h.node.native:
@@ -876,6 +880,7 @@ class Operations(pyfuse3.Operations):
     @handler
     async def releasedir(self, fh: int) -> None:
         h = self.handles.pop(fh, None)
+        self.journal.on_close(fh)
         if isinstance(h, DirHandle):
             if h.fd is not None:
                 os.close(h.fd)

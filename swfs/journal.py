@@ -288,9 +288,21 @@ class Journal:
         self._closed.append(h.event)
 
     def on_list(self, pid: int, path: str, names: list[str]) -> None:
-        ev = Event(self._next(), time.time(), "list", "list", self.procs.caller_of(pid), path)
+        self._listed(self.procs.caller_of(pid), path, names)
+
+    def _listed(self, caller: Caller, path: str, names: list[str]) -> None:
+        ev = Event(self._next(), time.time(), "list", "list", caller, path)
         ev.detail = {"names": names[:MAX_NAMES], "count": len(names)}
         self._add(ev)
+
+    def on_opendir(self, fh: int, pid: int, path: str) -> None:
+        """A directory opened whose listing is taken later (``on_listed``)."""
+        self._open[fh] = _Open(self.procs.caller_of(pid), path)
+
+    def on_listed(self, fh: int, names: list[str]) -> None:
+        h = self._open.get(fh)
+        if h is not None:
+            self._listed(h.caller, h.path, names)
 
     def on_rename(self, pid: int, old: str, new: str) -> None:
         ev = Event(self._next(), time.time(), "write", "rename", self.procs.caller_of(pid), new)
@@ -566,6 +578,12 @@ class NoJournal:
         pass
 
     def on_list(self, pid: int, path: str, names: list[str]) -> None:
+        pass
+
+    def on_opendir(self, fh: int, pid: int, path: str) -> None:
+        pass
+
+    def on_listed(self, fh: int, names: list[str]) -> None:
         pass
 
     def on_rename(self, pid: int, old: str, new: str) -> None:

@@ -328,3 +328,16 @@ def test_line_ranges_never_wait_on_a_fifo_or_follow_a_link(tmp_path: Path) -> No
     assert jmod.text_lines(tmp_path / "real.txt", [[2, 6]]) == [2, 3]
     (tmp_path / "bin").write_bytes(b"PK\x03\x04\x00\x00binary")
     assert jmod.text_lines(tmp_path / "bin", [[0, 10]]) is None
+
+
+def test_listing_taken_after_opendir(tmp_path: Path) -> None:
+    """Without the kernel's listing cache the names come with readdir."""
+    j = _journal(tmp_path)
+    j.on_opendir(4, os.getpid(), "reports")
+    j.on_listed(4, ["a.pdf", "b.xlsx"])
+    j.on_close(4)
+    j.on_listed(4, ["late"])  # after release: no handle, nothing recorded
+    j.flush()
+    (ev,) = _events(j, "list")
+    assert (ev["path"], ev["names"], ev["count"]) == ("reports", ["a.pdf", "b.xlsx"], 2)
+    j.close()
