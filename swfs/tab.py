@@ -95,6 +95,7 @@ STOPWORDS = frozenset(
     ]
 )
 _WORD = re.compile(r"\w+", re.UNICODE)
+_CITE = re.compile(r"[^\s,;()]+")
 
 STATES = {" ": "open", "x": "resolved", "X": "resolved", "-": "set aside"}
 _ITEM = re.compile(r"^\s*[-*+]\s+\[([ xX-])\]\s+(.*?)\s*$")
@@ -305,6 +306,8 @@ class Report:
     unopened: list[Candidate] = field(default_factory=list)
     evidence: dict[int, list[Hit]] = field(default_factory=dict)  # by requirement line
     candidates: dict[int, list[Candidate]] = field(default_factory=dict)
+    # A resolved requirement's cited locators: whether each was read in this tab.
+    cited: dict[int, list[tuple[str, bool | None]]] = field(default_factory=dict)
     note: str = ""  # e.g. recording is off
 
     @property
@@ -356,6 +359,15 @@ class Report:
             mark = {"open": " ", "resolved": "x", "set aside": "-"}[r.state]
             parts.append(f"\n## [{mark}] {r.text}\n{r.state}")
             parts.append(f" -- {r.note}\n" if r.note else "\n")
+            for loc, seen in self.cited.get(r.line, []):
+                said = (
+                    "no such file in the workspace"
+                    if seen is None
+                    else "read in this tab"
+                    if seen
+                    else "NOT read in this tab"
+                )
+                parts.append(f"cited {loc}: {said}\n")
             ev = self.evidence.get(r.line, [])
             if ev:
                 parts.append("read:\n")
@@ -379,6 +391,9 @@ class Report:
                     **r.as_json(),
                     "evidence": [h.as_json() for h in self.evidence.get(r.line, [])],
                     "candidates": [c.as_json() for c in self.candidates.get(r.line, [])],
+                    "cited": [
+                        {"locator": loc, "read": seen} for loc, seen in self.cited.get(r.line, [])
+                    ],
                 }
                 for r in self.requirements
             ],
@@ -453,7 +468,32 @@ class Builder:
                 rep.reads.append(self._read(ev, path, source))
         unopened = [rel for rel in listed if rel not in touched]
         self._rank(rep, unopened, read_units, read_files)
+        self._cite(rep)
         return rep
+
+    def _cite(self, rep: Report) -> None:
+        """Each locator a resolved requirement cites (``x.pdf#page=17``, a
+        path), and whether it was read in this tab: the unit itself, or its
+        file read whole or in part."""
+        locators = {r.locator for r in rep.reads}
+        sources = {r.source for r in rep.reads if r.source}
+        native = {r.source for r in rep.reads if r.source and r.source == r.path}
+        for r in rep.requirements:
+            if r.state != "resolved":
+                continue
+            cited = []
+            for word in _CITE.findall(r.note):
+                word = word.rstrip(".,;:)")
+                rel, _, frag = word.partition("#")
+                exists = self._is_file(rel)
+                if not exists and not (frag and rel) and "/" not in rel:
+                    continue  # prose, not a path
+                # The unit itself; else the file read natively (a document's
+                # bytes stand for all its units).
+                seen = word in locators or rel in native or (not frag and rel in sources)
+                cited.append((word, seen if exists else None))
+            if cited:
+                rep.cited[r.line] = cited
 
     def _listed(self, path: str, names: Iterable[str]) -> Iterable[str]:
         if path == ".parsed" or path.startswith(".parsed/"):

@@ -110,6 +110,17 @@ def test_read_of_page_17_is_in_reads(fresh: Path) -> None:
     shown = json.loads(swfs("tab", "show", mnt, "--json").stdout)
     locators = [r["locator"] for r in shown["reads"]]
     assert locators == ["report.pdf#page=17", "data/apiary.txt#lines=1-1"]
+    # A resolved requirement's citations are checked against what was read.
+    sh(
+        "echo '- [x] North revenue -- report.pdf#page=17, report.pdf#page=2, "
+        "data/apiary.txt, nowhere/x.pdf#page=1' >> .tab/requirements.md",
+        mnt,
+    )
+    tab = tab_file(mnt, "TAB.md")
+    assert "cited report.pdf#page=17: read in this tab" in tab
+    assert "cited report.pdf#page=2: NOT read in this tab" in tab
+    assert "cited data/apiary.txt: read in this tab" in tab
+    assert "cited nowhere/x.pdf#page=1: no such file in the workspace" in tab
 
 
 def test_unopened_ranked_by_open_requirements(fresh: Path) -> None:
