@@ -369,7 +369,7 @@ class Operations(pyfuse3.Operations):
         node = self._node(inode)
         if node.tree is Tree.TAB and self.tab.writable(node.spath):
             if fields.update_size:
-                self.tab.truncate(node.spath, attr.st_size)
+                await self.tab.truncate(node.spath, attr.st_size)
             return await self._attr(node)  # times and modes of the tab are its own
         if not node.native:
             raise fail(errno.EROFS)
@@ -474,7 +474,7 @@ class Operations(pyfuse3.Operations):
     async def unlink(self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
         parent, n = self._node(parent_inode), os.fsdecode(name)
         if parent.tree is Tree.TAB:
-            self.tab.unlink(join(parent.spath, n))
+            await self.tab.unlink(join(parent.spath, n))
             return
         if await self.native.unlink(self._writable_parent(parent, n), n):
             self.table.removed((parent.ino, n))
@@ -503,7 +503,7 @@ class Operations(pyfuse3.Operations):
         if Tree.TAB in (old_parent.tree, new_parent.tree):
             if old_parent.tree is not new_parent.tree or flags:
                 raise fail(errno.EXDEV)  # mv copies instead
-            self.tab.rename(join(old_parent.spath, old), join(new_parent.spath, new))
+            await self.tab.rename(join(old_parent.spath, old), join(new_parent.spath, new))
             return
         old_dir = self._writable_parent(old_parent, old)
         new_dir = self._writable_parent(new_parent, new)
@@ -556,7 +556,7 @@ class Operations(pyfuse3.Operations):
             if not self.tab.writable(node.spath):
                 raise fail(errno.EROFS)
             if flags & os.O_TRUNC:
-                self.tab.truncate(node.spath, 0)
+                await self.tab.truncate(node.spath, 0)
             self.table.opened(node)
             fi = pyfuse3.FileInfo(fh=self._add_handle(TabHandle(node, bool(flags & os.O_APPEND))))
         else:
@@ -629,7 +629,7 @@ class Operations(pyfuse3.Operations):
         parent, n = self._node(parent_inode), os.fsdecode(name)
         if parent.tree is Tree.TAB:
             spath = join(parent.spath, n)
-            self.tab.create(spath)
+            await self.tab.create(spath)
             tnode = self.table.synthetic(Tree.TAB, spath)
             tattr = self._synthetic_attr(tnode, await self._entry(tnode))
             self.table.remember(tnode)
@@ -682,7 +682,7 @@ class Operations(pyfuse3.Operations):
     async def write(self, fh: int, off: int, buf: bytes) -> int:
         h = self._handle(fh)
         if isinstance(h, TabHandle):
-            return self.tab.write(h.node.spath, off, buf, append=h.append)
+            return await self.tab.write(h.node.spath, off, buf, append=h.append)
         if not isinstance(h, NativeOpen):
             raise fail(errno.EBADF)
         return await self.native.write(h.fh, off, buf)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -69,6 +70,8 @@ class TabTree:
         self.scratch: dict[str, bytearray] = {}
         self._reports: OrderedDict[tuple[str, Caller], tuple[object, float, Report]] = OrderedDict()
         self._limiter = trio.CapacityLimiter(1)
+        self._write_limiter = trio.CapacityLimiter(1)
+        self._lock = threading.Lock()  # scratch files and requirements.md
         self._mtime = time.time_ns()
         try:
             self.store.current()  # the first tab starts with the first mount
@@ -233,7 +236,7 @@ class TabTree:
         else:
             raise _err(errno.ENOENT)
 
-    def write(self, path: str, off: int, buf: bytes, *, append: bool) -> int:
+    def _write(self, path: str, off: int, buf: bytes, append: bool) -> int:
         if not self.writable(path):
             raise _err(errno.EBADF)
         data = bytearray(self.content(path))
@@ -247,13 +250,13 @@ class TabTree:
         self._store(path, bytes(data))
         return len(buf)
 
-    def truncate(self, path: str, size: int) -> None:
+    def _truncate(self, path: str, size: int) -> None:
         if not self.writable(path):
             raise _err(errno.EROFS if path in GENERATED or path else errno.EACCES)
         data = self.content(path)
         self._store(path, data[:size] + b"\0" * max(0, size - len(data)))
 
-    def create(self, path: str) -> None:
+    def _create(self, path: str) -> None:
         """A new file in ``.tab/`` (an editor's temp file)."""
         if "/" in path:
             raise _err(errno.EROFS)  # nothing is created under @old
@@ -268,7 +271,7 @@ class TabTree:
             raise _err(errno.ENOSPC)
         self.scratch.setdefault(path, bytearray())
 
-    def rename(self, old: str, new: str) -> None:
+    def _rename(self, old: str, new: str) -> None:
         if "/" in old or "/" in new:
             raise _err(errno.EROFS)
         if not self.writable(old) or new in GENERATED or new == "@" + OLD:
@@ -287,7 +290,32 @@ class TabTree:
         else:
             del self.scratch[old]
 
-    def unlink(self, path: str) -> None:
+    # Saving requirements.md fsyncs: in a thread, one change at a time.
+
+    async def _off_loop(self, fn: Any, *args: Any) -> Any:
+        def locked() -> Any:
+            with self._lock:
+                return fn(*args)
+
+        return await trio.to_thread.run_sync(locked, limiter=self._write_limiter)
+
+    async def write(self, path: str, off: int, buf: bytes, *, append: bool) -> int:
+        n: int = await self._off_loop(self._write, path, off, buf, append)
+        return n
+
+    async def truncate(self, path: str, size: int) -> None:
+        await self._off_loop(self._truncate, path, size)
+
+    async def create(self, path: str) -> None:
+        await self._off_loop(self._create, path)
+
+    async def rename(self, old: str, new: str) -> None:
+        await self._off_loop(self._rename, old, new)
+
+    async def unlink(self, path: str) -> None:
+        await self._off_loop(self._unlink, path)
+
+    def _unlink(self, path: str) -> None:
         if path in self.scratch:
             del self.scratch[path]
             return

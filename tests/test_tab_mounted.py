@@ -19,6 +19,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shutil
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -200,6 +201,47 @@ def test_check_fails_until_resolved_or_set_aside(fresh: Path) -> None:
         ("set aside", "not in the workspace"),
     ]
     assert shown["open"] == []
+
+
+def test_vim_saves_requirements(fresh: Path) -> None:
+    """vim keeps its swap files in .tab/ (scratch files) and saves in place."""
+    if shutil.which("vim") is None:
+        pytest.skip("vim is not installed")
+    mnt = fresh
+    sh("echo '- [ ] Q3 revenue by region' >> .tab/requirements.md", mnt)
+    sh(
+        "vim -u NONE -N -es "
+        "-c '%s/^- \\[ \\]/- [x]/' -c 's/$/ -- report.pdf#page=17/' -c wq "
+        ".tab/requirements.md",
+        mnt,
+    )
+    assert tab_file(mnt, "requirements.md") == (
+        "- [x] Q3 revenue by region -- report.pdf#page=17\n"
+    )
+    assert sorted(os.listdir(mnt / ".tab")) == [
+        "@old",
+        "TAB.md",
+        "reads.md",
+        "requirements.md",
+        "unopened.md",
+    ]
+    assert swfs("tab", "check", mnt).returncode == 0
+
+
+def test_backup_rename_save(fresh: Path) -> None:
+    """An editor that renames the file to a backup, writes a new one and
+    removes the backup (vim's backupcopy=no, emacs)."""
+    tab = fresh / ".tab"
+    (tab / "requirements.md").write_text("- [ ] one\n")
+    os.rename(tab / "requirements.md", tab / "requirements.md~")
+    assert (tab / "requirements.md~").read_text() == "- [ ] one\n"
+    assert (tab / "requirements.md").read_text() == ""  # it always exists
+    with open(tab / "requirements.md", "w") as f:
+        f.write("- [-] one -- not needed\n")
+    os.unlink(tab / "requirements.md~")
+    assert not (tab / "requirements.md~").exists()
+    assert (tab / "requirements.md").read_text() == "- [-] one -- not needed\n"
+    assert swfs("tab", "check", fresh).returncode == 0
 
 
 def test_only_requirements_is_writable(fresh: Path) -> None:
