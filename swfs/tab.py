@@ -95,6 +95,7 @@ STOPWORDS = frozenset(
     ]
 )
 _WORD = re.compile(r"\w+", re.UNICODE)
+WITHHELD = "(withheld)"
 _CITE = re.compile(r"[^\s,;()]+")
 
 STATES = {" ": "open", "x": "resolved", "X": "resolved", "-": "set aside"}
@@ -466,7 +467,8 @@ class Builder:
                     else:
                         read_files.add(source)
                 rep.reads.append(self._read(ev, path, source))
-        unopened = [rel for rel in listed if rel not in touched]
+        # Only files this reader could open are candidates (and named).
+        unopened = [rel for rel in listed if rel not in touched and self.may_read(rel)]
         self._rank(rep, unopened, read_units, read_files)
         self._cite(rep)
         return rep
@@ -512,8 +514,14 @@ class Builder:
         who = f"{proc.get('name') or '?'}[{proc.get('pid') or '?'}]"
         locator = _unit_locator(path, ev)
         excerpt = ""
-        if source and not self.may_read(source):
-            excerpt = "(excerpt withheld: you may not read this file)"
+        named = source
+        if not named and path.startswith(".review/") and path.endswith(".diff"):
+            named = path[len(".review/") : -len(".diff")]  # a file's diff names the file
+            named = "" if named == "ALL" else named
+        if named and not self.may_read(named):
+            # Neither its text nor its name: the reader could not see either.
+            excerpt = "(withheld: a file you may not read)"
+            locator, path, source = WITHHELD, WITHHELD, WITHHELD
         elif path.startswith(".parsed/") and source:
             excerpt = self._unit_excerpt(source, path.rpartition("/")[2])
         elif source and source == path:

@@ -324,7 +324,8 @@ def test_shared_tab_never_shows_unreadable_excerpts() -> None:
                 extra_groups=[],
             )
             seen[name] = proc.stdout
-        assert b"## secret.txt" in seen["reads.md"]
+        assert b"## (withheld)\nby cat[" in seen["reads.md"]
+        assert b"secret.txt" not in seen["reads.md"]
         assert b"Bee keeping" in seen["reads.md"]
         for name, data in seen.items():
             assert SECRET.encode() not in data, name
