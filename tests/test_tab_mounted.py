@@ -108,6 +108,13 @@ def test_read_of_page_17_is_in_reads(fresh: Path) -> None:
     again = tab_file(mnt, "reads.md")
     assert ".tab/" not in again
     assert again.count("\n## ") == 2, again
+    sh("ls .tab > /dev/null", mnt)
+    logged = swfs("log", mnt, "--json").stdout.splitlines()
+    events = [json.loads(line) for line in logged]
+    assert any(e.get("locator") == "report.pdf#page=17" for e in events)
+    assert not [e for e in events if str(e.get("path", "")).startswith(".tab")]
+    # Reachable by path, not listed at the root: a grep -r from there skips it.
+    assert ".tab" not in os.listdir(mnt)
     shown = json.loads(swfs("tab", "show", mnt, "--json").stdout)
     locators = [r["locator"] for r in shown["reads"]]
     assert locators == ["report.pdf#page=17", "data/apiary.txt#lines=1-1"]
