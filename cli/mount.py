@@ -52,6 +52,7 @@ def mount_workspace(args: argparse.Namespace, config: Config) -> int:
             poll_window=max(0.0, args.poll_us) / 1e6,
             debug=args.debug,
             journal=not args.no_journal,
+            share_tab=args.share_tab,
             callers=ancestry(os.getppid()),
             render_dpi=args.render_dpi,
         )
@@ -158,6 +159,12 @@ def register(c: Commands) -> None:
         default=500.0,
         help="microseconds the daemon keeps polling for the next request after one "
         "(saves a wake-up per request in tree walks; 0: always sleep)",
+    )
+    sp.add_argument(
+        "--share-tab",
+        action="store_true",
+        help="let every user read .tab/ (by default only the mounting user and root); "
+        "excerpts still come only from files the reader may read",
     )
     sp.add_argument(
         "--no-journal",

@@ -70,6 +70,18 @@ by `ls` of the root; an error.md says what failed.
 """,
     ),
     (
+        "Your task's tab: .tab/",
+        """\
+The one writable generated file is .tab/requirements.md.  First write what
+the task asks, one line each: echo '- [ ] Q3 revenue by region' >>
+.tab/requirements.md.  Mark each `- [x] ... -- <file>#page=N` when found or
+`- [-] ... -- <why>` when set aside.  cat .tab/TAB.md shows, per item,
+matching text you read and files you listed but never opened (unopened.md,
+ranked); reads.md lists what you read.  Before you finish, `swfs tab check .`
+must exit 0.
+""",
+    ),
+    (
         "Changes: .review/",
         """\
 SUMMARY.md lists every path added, modified, deleted or renamed since the

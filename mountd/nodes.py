@@ -44,9 +44,10 @@ class Tree(enum.StrEnum):
     VERSIONS = ".versions"
     SEARCH = ".search"
     RENDER = ".render"
+    TAB = ".tab"
 
 
-SYNTHETIC_TREES = (Tree.PARSED, Tree.REVIEW, Tree.VERSIONS, Tree.SEARCH, Tree.RENDER)
+SYNTHETIC_TREES = (Tree.PARSED, Tree.REVIEW, Tree.VERSIONS, Tree.SEARCH, Tree.RENDER, Tree.TAB)
 
 
 @dataclass(eq=False)

@@ -34,6 +34,7 @@ from mountd.render import RenderTree
 from mountd.router import Router
 from mountd.searchtree import SearchTree
 from mountd.synthetic import Entry, Generation, ReviewTree, SyntheticTree, make_trees
+from mountd.tabtree import TabTree
 from swfs.api import XATTR_PREFIX, EngineAPI, RelPath
 from swfs.journal import hash_lookup, open_journal
 
@@ -120,7 +121,15 @@ class DirHandle:
     fd: int | None = None  # the native directory, open from opendir to releasedir
 
 
-Handle = DataHandle | FdHandle | NativeOpen | DirHandle
+@dataclass
+class TabHandle:
+    """An open writable file of ``.tab/`` (requirements.md, a scratch file)."""
+
+    node: Node
+    append: bool
+
+
+Handle = DataHandle | FdHandle | NativeOpen | DirHandle | TabHandle
 
 
 class Operations(pyfuse3.Operations):
@@ -141,9 +150,21 @@ class Operations(pyfuse3.Operations):
         root = os.fstat(self.native.root_fd)
         self.table = InodeTable((root.st_dev, root.st_ino))
         self.gen = Generation()
+        self.journal = open_journal(
+            engine.store_dir,
+            enabled=options.journal,
+            file_hash=hash_lookup(engine),
+            src=engine.src,
+            callers=options.callers,
+        )
+        # The generated trees, by top-level name (mountd.router).
         self.trees: dict[Tree, SyntheticTree] = dict(make_trees(engine, self.gen, options))
         self.trees[Tree.SEARCH] = SearchTree(engine, self.gen)
         self.trees[Tree.RENDER] = RenderTree(engine, self.gen, options)
+        self.tab = TabTree(engine, self.gen, self.journal, shared=options.share_tab)
+        self.trees[Tree.TAB] = self.tab
+        if isinstance(review := self.trees[Tree.REVIEW], ReviewTree):
+            review.lineage = self.journal  # .review/LINEAGE.md
         self.router = Router(self.trees)
         self.native.reserved = self.router.names
         self.handles: dict[int, Handle] = {}
@@ -152,15 +173,6 @@ class Operations(pyfuse3.Operations):
         # Background work: engine change events -> kernel cache invalidations.
         self.invalidator = Invalidator(self)
         engine.add_listener(self.invalidator.changed)
-        self.journal = open_journal(
-            engine.store_dir,
-            enabled=options.journal,
-            file_hash=hash_lookup(engine),
-            src=engine.src,
-            callers=options.callers,
-        )
-        if isinstance(review := self.trees[Tree.REVIEW], ReviewTree):
-            review.lineage = self.journal  # .review/LINEAGE.md
 
     def close(self) -> None:
         self.journal.close()
@@ -224,6 +236,10 @@ class Operations(pyfuse3.Operations):
         a.generation = 0
         a.entry_timeout = self.options.synthetic_timeout
         a.attr_timeout = self.options.synthetic_timeout
+        if node.tree is Tree.TAB:
+            # Written by the agent and by `swfs tab new`, built from each read:
+            # the kernel asks again every time.
+            a.entry_timeout = a.attr_timeout = 0
         a.st_mode = e.mode
         a.st_nlink = 2 if e.is_dir else 1
         a.st_uid = e.access.uid
@@ -347,6 +363,10 @@ class Operations(pyfuse3.Operations):
         ctx: pyfuse3.RequestContext,
     ) -> pyfuse3.EntryAttributes:
         node = self._node(inode)
+        if node.tree is Tree.TAB and self.tab.writable(node.spath):
+            if fields.update_size:
+                await self.tab.truncate(node.spath, attr.st_size)
+            return await self._attr(node)  # times and modes of the tab are its own
         if not node.native:
             raise fail(errno.EROFS)
         handle = self.handles.get(fh) if fh is not None else None
@@ -446,6 +466,9 @@ class Operations(pyfuse3.Operations):
     @handler
     async def unlink(self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
         parent, n = self._node(parent_inode), os.fsdecode(name)
+        if parent.tree is Tree.TAB:
+            await self.tab.unlink(join(parent.spath, n))
+            return
         if await self.native.unlink(self._writable_parent(parent, n), n):
             self.table.removed((parent.ino, n))
         else:
@@ -470,6 +493,11 @@ class Operations(pyfuse3.Operations):
     ) -> None:
         old_parent, old = self._node(parent_inode_old), os.fsdecode(name_old)
         new_parent, new = self._node(parent_inode_new), os.fsdecode(name_new)
+        if Tree.TAB in (old_parent.tree, new_parent.tree):
+            if old_parent.tree is not new_parent.tree or flags:
+                raise fail(errno.EXDEV)  # mv copies instead
+            await self.tab.rename(join(old_parent.spath, old), join(new_parent.spath, new))
+            return
         old_dir = self._writable_parent(old_parent, old)
         new_dir = self._writable_parent(new_parent, new)
 
@@ -494,6 +522,8 @@ class Operations(pyfuse3.Operations):
             fi = await self._open_native(node, flags, self._creds(ctx))
             self.journal.on_open(fi.fh, ctx.pid, self._path(node), flags=flags)
             return fi
+        if node.tree is Tree.TAB:
+            return await self._open_tab(node, flags)
         if flags & os.O_ACCMODE != os.O_RDONLY or flags & os.O_TRUNC:
             raise fail(errno.EROFS)
         # A tree whose files are made on first open (.render) says so.
@@ -503,6 +533,23 @@ class Operations(pyfuse3.Operations):
             raise fail(errno.ENOENT)
         fi = await self._open_synthetic(node, e)
         self.journal.on_open(fi.fh, ctx.pid, join(node.tree, node.spath), xattrs=e.xattrs)
+        return fi
+
+    async def _open_tab(self, node: Node, flags: int) -> pyfuse3.FileInfo:
+        """``.tab/``: not journaled (the tab is no evidence); writable where
+        the tab says so; always read from the daemon (direct I/O)."""
+        if flags & os.O_ACCMODE != os.O_RDONLY or flags & os.O_TRUNC:
+            if not self.tab.writable(node.spath):
+                raise fail(errno.EROFS)
+            if flags & os.O_TRUNC:
+                await self.tab.truncate(node.spath, 0)
+            self.table.opened(node)
+            fi = pyfuse3.FileInfo(fh=self._add_handle(TabHandle(node, bool(flags & os.O_APPEND))))
+        else:
+            e = await self._entry(node, wait=True)
+            fi = await self._open_synthetic(node, e)
+        fi.direct_io = True
+        fi.keep_cache = False
         return fi
 
     async def _open_synthetic(self, node: Node, e: Entry) -> pyfuse3.FileInfo:
@@ -565,6 +612,16 @@ class Operations(pyfuse3.Operations):
         self, parent_inode: int, name: bytes, mode: int, flags: int, ctx: pyfuse3.RequestContext
     ) -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes]:
         parent, n = self._node(parent_inode), os.fsdecode(name)
+        if parent.tree is Tree.TAB:
+            spath = join(parent.spath, n)
+            await self.tab.create(spath)
+            tnode = self.table.synthetic(Tree.TAB, spath)
+            tattr = self._synthetic_attr(tnode, await self._entry(tnode))
+            self.table.remember(tnode)
+            self.table.opened(tnode)
+            tfi = pyfuse3.FileInfo(fh=self._add_handle(TabHandle(tnode, bool(flags & os.O_APPEND))))
+            tfi.direct_io = True
+            return tfi, tattr
         pdir = self._writable_parent(parent)
         if parent is self.table.root and n in self.router.names:
             raise fail(errno.EEXIST)
@@ -588,6 +645,8 @@ class Operations(pyfuse3.Operations):
             data = h.data[off : off + size]
         elif isinstance(h, FdHandle):
             data = os.pread(h.fd, size, off)
+        elif isinstance(h, TabHandle):
+            return self.tab.content(h.node.spath)[off : off + size]
         else:
             raise fail(errno.EISDIR)
         self.journal.on_read(fh, off, len(data))
@@ -596,6 +655,8 @@ class Operations(pyfuse3.Operations):
     @handler
     async def write(self, fh: int, off: int, buf: bytes) -> int:
         h = self._handle(fh)
+        if isinstance(h, TabHandle):
+            return await self.tab.write(h.node.spath, off, buf, append=h.append)
         if not isinstance(h, NativeOpen):
             raise fail(errno.EBADF)
         return await self.native.write(h.fh, off, buf)
@@ -653,7 +714,8 @@ class Operations(pyfuse3.Operations):
         if not KERNEL_DIR_CACHE:
             self.table.opened(node)
             fh = self._add_handle(DirHandle(node))
-            self.journal.on_opendir(fh, ctx.pid, self._dir_path(node))  # listed in readdir
+            if node.tree is not Tree.TAB:  # the tab is no evidence
+                self.journal.on_opendir(fh, ctx.pid, self._dir_path(node))  # listed in readdir
             return fh
         # The kernel may serve the listing from its cache only if that is what
         # a reply would say now.  The listing taken here answers the first readdir.
@@ -668,7 +730,8 @@ class Operations(pyfuse3.Operations):
         self.table.opened(node)
         told: list[int | None] = [None] * (len(names) - 2)
         fh = self._add_handle(DirHandle(node, names, fresh=True, told=told, fd=fd))
-        self.journal.on_list(ctx.pid, self._dir_path(node), names[2:])
+        if node.tree is not Tree.TAB:
+            self.journal.on_list(ctx.pid, self._dir_path(node), names[2:])
         return pyfuse3.FileInfo(fh=fh, keep_cache=keep, cache_readdir=True)
 
     async def _listing(self, node: Node, fd: int | None = None) -> tuple[list[str], object]:

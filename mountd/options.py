@@ -48,6 +48,9 @@ class MountOptions:
     # where the journal's jobs end (swfs.procinfo)
     callers: tuple[tuple[int, int], ...] = ()
     render_dpi: float = 110.0  # resolution of .render images (swfs.render)
+    # .tab/ readable by every user (excerpts still only from files they may
+    # read); by default it belongs to the mounting user and root.
+    share_tab: bool = False
 
     def __post_init__(self) -> None:
         if self.stale not in ("serve", "wait"):

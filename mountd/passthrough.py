@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-RESERVED = frozenset({".parsed", ".review", ".versions", ".search", ".render"})
+RESERVED = frozenset({".parsed", ".review", ".versions", ".search", ".render", ".tab"})
 STORE_NAME = ".swfs"
 
 # Flags a backing open never gets: creation is done by create(), and O_DIRECT

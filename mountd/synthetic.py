@@ -75,13 +75,15 @@ class Entry:
     data: bytes | None = None  # a file's content, when generated in memory
     blob: str | None = None  # else: a path the daemon opens read-only
     native: str | None = None  # else: a native file (relative to SRC)
+    writable: bool = False  # the owner may write it (.tab/requirements.md and its directory)
 
     @property
     def mode(self) -> int:
         read = self.access.mode & 0o444
+        write = 0o200 if self.writable else 0
         if self.is_dir:
-            return stat.S_IFDIR | read | (read >> 2)
-        return stat.S_IFREG | read
+            return stat.S_IFDIR | read | (read >> 2) | write
+        return stat.S_IFREG | read | write
 
 
 class SyntheticTree(Protocol):

@@ -13,6 +13,7 @@ Layout of a store directory (``SRC/.swfs/`` by default)::
                    deleting them costs a re-index, never data (swfs.search).
     render/        .render images and office-to-PDF conversions, by content
                    hash; plain files, no LMDB keys (see swfs.render)
+    tab/           the task's tab: tab.json, requirements.md, old/<NAME>/ (swfs.tab)
 
 Sub-databases, keys and values (all values are compact UTF-8 JSON unless
 noted).  Paths are workspace-relative, '/'-separated, encoded with

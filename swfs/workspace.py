@@ -59,7 +59,7 @@ from .writesession import InPlaceWrites
 log = logging.getLogger(__name__)
 
 STORE_NAME = ".swfs"
-RESERVED_ROOTS = frozenset({".parsed", ".review", ".versions", ".search", ".render"})
+RESERVED_ROOTS = frozenset({".parsed", ".review", ".versions", ".search", ".render", ".tab"})
 _HASH_THREADS = 4
 _PRESERVE_TRIES = 5  # a file that changes under every try fails the write (EIO)
 
