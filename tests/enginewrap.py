@@ -68,6 +68,12 @@ class Watched:
         self, engine: EngineAPI, *, calls: Path | None = None, crash_after: float | None = None
     ) -> None:
         self._engine = engine
+        # The write protocol asks the engine's history primitives (preserve,
+        # record_write...) of whatever it was given: route them through here,
+        # so they are logged and faulted like the daemon's own calls.
+        writes = getattr(engine, "writes", None)
+        if writes is not None and hasattr(writes, "history"):
+            writes.history = self
         self._calls_file = calls
         self._crash_after = crash_after
         self.calls: list[list[str]] = []

@@ -185,7 +185,7 @@ def test_review_tree(mount_tree: MountFactory) -> None:
     (m.mnt / "gone.txt").unlink()
     (m.mnt / "d/new.txt").write_text("hi\n")
     names = sorted(os.listdir(m.mnt / ".review"))
-    assert names == ["ALL.diff", "SUMMARY.md", "a.txt.diff", "d", "gone.txt.diff"]
+    assert names == ["ALL.diff", "LINEAGE.md", "SUMMARY.md", "a.txt.diff", "d", "gone.txt.diff"]
     assert os.listdir(m.mnt / ".review/d") == ["new.txt.diff"]
     diff = (m.mnt / ".review/a.txt.diff").read_text()
     assert "+two" in diff
