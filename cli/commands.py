@@ -295,7 +295,8 @@ def cmd_restore(args: argparse.Namespace) -> int:
             2,
         )
     rel = workspace_rel(t, path)
-    _require_tracked(t, args, rel)
+    if number.isdigit():  # a snapshot may hold a path that has no versions now
+        _require_tracked(t, args, rel)
     with connect(t, args) as client:
         if not number.isdigit():
             h = client.restore_from(rel, number)

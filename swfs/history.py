@@ -22,6 +22,7 @@ import datetime
 import errno
 import logging
 import os
+import re
 import stat
 import threading
 import time
@@ -746,11 +747,32 @@ def restore_from(ws: Workspace, rel: str, source: str) -> str:
 
 
 # ----------------------------------------------------------- temp files
+_TEMP_NAME = re.compile(
+    r"""(
+        \..*\.sw[a-p] | .*~ | \.?~\$.* | \.~lock\..* | \.?\#.* | 4913
+        | .*\.(tmp|temp|part|crdownload|bak) | \.goutputstream-.* | tmp[a-z0-9_]{6,}
+    )""",
+    re.VERBOSE | re.IGNORECASE,
+)
+
+
+def looks_temporary(rel: str) -> bool:
+    """Named the way editors and libraries name their scratch files (vim's
+    swap files and 4913 probe, `file~` backups, LibreOffice and Office lock
+    files, `.tmp`/`.part` downloads, Python's mkstemp names)."""
+    return _TEMP_NAME.fullmatch(rel.rpartition("/")[2]) is not None
+
+
 def is_ephemeral(ws: Workspace, rel: str, versions: list[list[Any]]) -> bool:
     """A path whose whole recorded life is shorter than the configured
-    temp-file lifetime and that the baseline does not hold: an editor's temp
-    file, whose history is not worth keeping once it is renamed or deleted."""
+    temp-file lifetime, that the baseline does not hold and that is named like
+    a scratch file: an editor's temp file, whose history is not worth keeping
+    once it is renamed or deleted.  A short-lived file with an ordinary name
+    (an agent's report deleted a minute after it was written) keeps its
+    history: deleting it must not lose it."""
     if not versions or time.time() - float(versions[0][2]) >= ws.config.temp_lifetime:
+        return False
+    if not looks_temporary(rel):
         return False
     manifest = ws.baseline_manifest()
     if rel in manifest:

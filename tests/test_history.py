@@ -322,8 +322,10 @@ def test_long_lived_files_keep_their_history(src: Path) -> None:
 
 @pytest.fixture
 def lasting(src: Path) -> Iterator[Engine]:
-    """An engine for which no file is a temp file (histories of deleted files stay)."""
-    with Engine.open(src, config=Config(rescan_interval=0, temp_lifetime=0.0)) as eng:
+    """An engine for which no file is a temp file (histories of deleted files
+    stay) and every write is a version of its own (no bursts)."""
+    config = Config(rescan_interval=0, temp_lifetime=0.0, version_interval=0.0)
+    with Engine.open(src, config=config) as eng:
         eng.scan()
         yield eng
 
@@ -445,3 +447,19 @@ def test_temp_files_leave_no_blob_behind_but_reset_keeps_young_work(engine: Engi
     assert [v.hash for v in versions] == [hash_bytes(b"young output\n")]
     assert versions[0].available
     assert run_checks(engine) == []
+
+
+def test_a_young_file_with_an_ordinary_name_keeps_its_history(engine: Engine) -> None:
+    """Deleting a report a minute after writing it must not lose it: only
+    names editors give their scratch files count as temp files."""
+    write(engine, "report.md", b"findings, first draft\n")
+    write(engine, "report.md", b"findings, second draft\n")
+    unlink(engine, "report.md")
+    kept = engine.versions(RelPath("report.md"))
+    assert [v.hash for v in kept][-1] == hash_bytes(b"findings, second draft\n")
+    assert history.looks_temporary("docs/.a.txt.swp")
+    assert history.looks_temporary(".~lock.book.xlsx#")
+    assert history.looks_temporary("tmpab12cd_9")
+    assert history.looks_temporary("notes.md~")
+    assert not history.looks_temporary("report.md")
+    assert not history.looks_temporary("templates.md")

@@ -121,7 +121,8 @@ def test_submit_then_reset_to_the_baseline_byte_for_byte() -> None:
         check = swfs("check", m.mnt, check=False)
         assert check.returncode == 0, check.stdout
         events = [
-            json.loads(line)["ev"] for line in swfs("log", m.mnt, "--json").stdout.splitlines()
+            json.loads(line)["ev"]
+            for line in swfs("log", m.mnt, "--json", "--kind", "state").stdout.splitlines()
         ]
         assert "submit" in events
         assert events.count("reset") == 4
@@ -129,7 +130,7 @@ def test_submit_then_reset_to_the_baseline_byte_for_byte() -> None:
 
 def test_gc_frees_space_and_keeps_what_a_snapshot_needs() -> None:
     # No temp-file rule here: every version of big.bin is kept until gc.
-    with workspace(["--temp-lifetime", "0"], populate=populate) as m:
+    with workspace(["--temp-lifetime", "0", "--version-interval", "0"], populate=populate) as m:
         kept = os.urandom(2_000_000)
         (m.mnt / "big.bin").write_bytes(kept)
         swfs("snapshot", m.mnt, "with-big")
