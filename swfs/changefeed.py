@@ -43,6 +43,7 @@ from typing import Any, Protocol
 import trio
 
 from .api import RelPath
+from .fsutil import scan_dir
 
 log = logging.getLogger(__name__)
 
@@ -258,7 +259,7 @@ class ChangeFeed:
                 continue
             yield rel
             try:
-                with os.scandir(os.path.join(self.src, rel)) as it:
+                with scan_dir(os.path.join(self.src, rel)) as it:
                     for e in it:
                         if e.is_dir(follow_symlinks=False):
                             stack.append(_join(rel, e.name))
@@ -455,7 +456,7 @@ class ChangeFeed:
         out = []
         for rel in self._dirs(top):
             try:
-                with os.scandir(os.path.join(self.src, rel)) as it:
+                with scan_dir(os.path.join(self.src, rel)) as it:
                     for e in it:
                         try:
                             if stat.S_ISREG(e.stat(follow_symlinks=False).st_mode):

@@ -12,6 +12,7 @@ import fcntl
 import logging
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import blake3
@@ -33,6 +34,29 @@ _NO_REFLINK = frozenset({errno.EOPNOTSUPP, errno.ENOTSUP, errno.EXDEV, errno.EIN
 # copy_file_range / sendfile answers meaning "not for this pair of files": try
 # the next, more general method instead.
 _NO_FAST_COPY = frozenset({errno.EXDEV, errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP})
+
+
+def open_dir_noatime(path: str | os.PathLike[str]) -> int:
+    """A directory's fd for the engine's own listings: O_NOATIME, so scans
+    and the change feed do not move the access time a user's stat shows
+    (under relatime a listing would).  Falls back where NOATIME is refused."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+    try:
+        return os.open(path, flags | os.O_NOATIME)
+    except PermissionError:
+        return os.open(path, flags)
+
+
+@contextlib.contextmanager
+def scan_dir(path: str | os.PathLike[str]) -> Iterator[Iterator[os.DirEntry[str]]]:
+    """``os.scandir`` of ``path`` that leaves its access time alone (an
+    ``OSError`` from opening it is raised at entry)."""
+    fd = open_dir_noatime(path)
+    try:
+        with os.scandir(fd) as it:
+            yield it
+    finally:
+        os.close(fd)
 
 
 def fsync_dir(path: str | os.PathLike[str]) -> None:

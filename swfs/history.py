@@ -33,7 +33,7 @@ import lmdb
 
 from .api import Cause, ChangeStatus, RelPath
 from .blobs import HashMismatch
-from .fsutil import copy_fd
+from .fsutil import copy_fd, open_dir_noatime
 from .store import dumps, loads, pdecode
 
 if TYPE_CHECKING:
@@ -92,22 +92,25 @@ def empty_dirs(ws: Workspace, manifest: dict[str, Any]) -> list[str]:
     while stack:
         parent = stack.pop()
         try:
-            it = os.scandir(ws.abspath(parent))
+            dfd = open_dir_noatime(ws.abspath(parent))
         except OSError:
             continue
-        with it:
-            for entry in it:
-                rel = f"{parent}/{entry.name}" if parent else entry.name
-                if ws._hidden(rel):
-                    continue
-                try:
-                    if not entry.is_dir(follow_symlinks=False):
+        try:
+            with os.scandir(dfd) as it:
+                for entry in it:
+                    rel = f"{parent}/{entry.name}" if parent else entry.name
+                    if ws._hidden(rel):
                         continue
-                except OSError:
-                    continue
-                stack.append(rel)
-                if rel not in implied:
-                    out.append(rel)
+                    try:
+                        if not entry.is_dir(follow_symlinks=False):
+                            continue
+                    except OSError:
+                        continue
+                    stack.append(rel)
+                    if rel not in implied:
+                        out.append(rel)
+        finally:
+            os.close(dfd)
     return sorted(out)
 
 

@@ -43,7 +43,7 @@ from .api import (
     WriteSession,
 )
 from .blobs import BlobStore, HashMismatch
-from .fsutil import hash_fd, open_to_read
+from .fsutil import hash_fd, open_dir_noatime, open_to_read
 from .ignore import IgnoreRules
 from .parsework import FAILED, OK, UNSUPPORTED, ParseOutcome, WorkerLimits
 from .store import (
@@ -230,24 +230,29 @@ class Workspace:
         while stack:
             rel_dir = stack.pop()
             try:
-                it = os.scandir(self.abspath(rel_dir))
+                dfd = open_dir_noatime(self.abspath(rel_dir))
             except OSError as exc:
                 log.warning("%s: cannot list: %s", rel_dir or ".", exc.strerror)
                 continue
-            with it:
-                for entry in it:
-                    rel = _join(rel_dir, entry.name)
-                    if not rel_dir and (entry.name == STORE_NAME or entry.name in RESERVED_ROOTS):
-                        continue
-                    try:
-                        st = entry.stat(follow_symlinks=False)
-                    except OSError:
-                        continue
-                    if stat.S_ISDIR(st.st_mode):
-                        if Path(entry.path) != self.store_dir:
-                            stack.append(rel)
-                    elif stat.S_ISREG(st.st_mode):
-                        yield rel, st
+            try:
+                with os.scandir(dfd) as it:
+                    for entry in it:
+                        rel = _join(rel_dir, entry.name)
+                        if not rel_dir and (
+                            entry.name == STORE_NAME or entry.name in RESERVED_ROOTS
+                        ):
+                            continue
+                        try:
+                            st = entry.stat(follow_symlinks=False)
+                        except OSError:
+                            continue
+                        if stat.S_ISDIR(st.st_mode):
+                            if Path(self.abspath(rel)) != self.store_dir:
+                                stack.append(rel)
+                        elif stat.S_ISREG(st.st_mode):
+                            yield rel, st
+            finally:
+                os.close(dfd)
 
     def scan(self, progress: Callable[[int, int], None] | None = None) -> ScanStats:
         """*slow*: bring the file table up to date with SRC.
