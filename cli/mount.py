@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import signal
 from contextlib import AbstractContextManager
 from pathlib import Path
 
@@ -85,6 +86,10 @@ def unmount_workspace(args: argparse.Namespace) -> int:
 
 
 def cmd_mount(args: argparse.Namespace) -> int:
+    # The command line dies quietly of SIGPIPE (`swfs log | head`); the
+    # daemon must not: a worker process that retires or a control client
+    # that hangs up early must be an EPIPE, not the end of the mount.
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     return mount_workspace(args, config_from(args))
 
 
