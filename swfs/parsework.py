@@ -202,7 +202,7 @@ class ParsePool:
                     limiter=self._unbounded,
                 )
             except trio_parallel.BrokenWorkerError as exc:
-                reason = _describe_broken(exc)
+                reason = describe_broken(exc)
                 log.warning("%s: parser process died: %s", rel, reason)
                 return ParseOutcome(
                     FAILED, error=f"parser process died ({reason})", secs=time.monotonic() - t0
@@ -216,7 +216,11 @@ class ParsePool:
         )
 
 
-def _describe_broken(exc: trio_parallel.BrokenWorkerError) -> str:
+def describe_broken(
+    exc: trio_parallel.BrokenWorkerError,
+    unknown: str = "worker crashed; likely out of memory or a crash in a native library",
+) -> str:
+    """Why a worker process died, in a few words (its signal or exit status)."""
     for arg in exc.args:
         code = getattr(arg, "exitcode", None)
         if isinstance(code, int) and code < 0:
@@ -226,4 +230,4 @@ def _describe_broken(exc: trio_parallel.BrokenWorkerError) -> str:
                 return f"killed by signal {-code}"
         if isinstance(code, int):
             return f"exit status {code}"
-    return "worker crashed; likely out of memory or a crash in a native library"
+    return unknown

@@ -59,6 +59,7 @@ import trio_parallel
 
 from .api import Freshness, Hash, RelPath, WorkspaceAPI
 from .fsutil import save_file
+from .parsework import describe_broken
 
 log = logging.getLogger(__name__)
 
@@ -947,7 +948,7 @@ class Renderer:
                         fn, *args, kill_on_cancel=True, limiter=self._unbounded
                     )
                 except trio_parallel.BrokenWorkerError as exc:
-                    reason = _describe_broken(exc)
+                    reason = describe_broken(exc, "crashed")
                     log.warning("%s: render process died: %s", what, reason)
                     return (
                         "crashed",
@@ -955,16 +956,3 @@ class Renderer:
                     )
         log.warning("%s: timed out after %g s", what, limit)
         return "timeout", f"timed out after {limit:g} s"
-
-
-def _describe_broken(exc: trio_parallel.BrokenWorkerError) -> str:
-    for arg in exc.args:
-        code = getattr(arg, "exitcode", None)
-        if isinstance(code, int) and code < 0:
-            try:
-                return f"killed by {signal.Signals(-code).name}"
-            except ValueError:
-                return f"killed by signal {-code}"
-        if isinstance(code, int):
-            return f"exit status {code}"
-    return "crashed"
