@@ -17,7 +17,7 @@ import pytest
 
 from parsers._base import FileInfo, ParseFailed, ParseOptions, Parser, Unit
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "corpus_report.py"
 
 

@@ -9,8 +9,8 @@ import os
 from pathlib import Path
 
 from swfs.fsutil import hash_bytes
+from tests.mounted.test_history_mounted import tree
 from tests.realmount import swfs
-from tests.test_history_mounted import tree
 
 
 def make(root: Path) -> Path:

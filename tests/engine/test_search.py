@@ -262,7 +262,7 @@ def test_a_bad_model_is_one_clear_error(src: Path, tmp_path: Path) -> None:
 
 
 def swfs_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     return subprocess.run(
         [sys.executable, "-m", "cli", *args],
         capture_output=True,
