@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import errno
 import os
-from typing import TYPE_CHECKING
 
 import pyfuse3
 
@@ -26,14 +25,12 @@ from mountd.provider import (
     Handle,
     Mount,
     NativeOpen,
+    NativeSource,
     absent,
     fail,
     read_only,
 )
 from swfs.api import XATTR_PREFIX, RelPath
-
-if TYPE_CHECKING:
-    from mountd.passthrough import Passthrough
 
 
 def _creds(ctx: pyfuse3.RequestContext) -> Creds:
@@ -44,7 +41,7 @@ class NativeProvider:
     evidence = True
     rename_across = errno.EROFS  # into or out of a read-only tree
 
-    def __init__(self, mount: Mount, source: Passthrough) -> None:
+    def __init__(self, mount: Mount, source: NativeSource) -> None:
         self.mount = mount
         self.source = source  # whatever sits in Operations.native
         self.table = mount.table

@@ -29,7 +29,7 @@ from mountd.options import MountOptions
 from mountd.passthrough import Passthrough
 from mountd.poll import Poller
 from mountd.provider import NOFLUSH as NOFLUSH
-from mountd.provider import DirHandle, FileHandle, Handle, Provider, fail
+from mountd.provider import DirHandle, FileHandle, Handle, NativeSource, Provider, fail
 from mountd.render import RenderTree
 from mountd.router import Router
 from mountd.searchtree import SearchTree
@@ -96,6 +96,7 @@ class Operations(pyfuse3.Operations):
         self.poller = Poller(options.poll_window)
         # The native source: the one object that touches native files
         # (mountd.native.NativeProvider wraps whatever sits here).
+        self.native: NativeSource
         self.native = Passthrough(engine, src, hidden=_hidden(src, store), poller=self.poller)
         root = os.fstat(self.native.root_fd)
         self.table = InodeTable((root.st_dev, root.st_ino))

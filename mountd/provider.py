@@ -25,22 +25,24 @@ from __future__ import annotations
 
 import errno
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import pyfuse3
 
 from mountd.nodes import Node
-from mountd.passthrough import NativeHandle
+from mountd.passthrough import Creds, NativeHandle, SetAttr
 
 if TYPE_CHECKING:
     from mountd.invalidator import Invalidator
     from mountd.nodes import InodeTable
     from mountd.options import MountOptions
-    from mountd.passthrough import Passthrough
     from mountd.router import Router
     from mountd.synthetic import Generation
     from swfs.api import EngineAPI
+
+T = TypeVar("T")
 
 # pyfuse3 as `make install` builds it (scripts/pyfuse3-dircache.patch) lets
 # open skip FLUSH for a file that cannot be written.
@@ -116,6 +118,57 @@ Handle = DataHandle | FdHandle | NativeOpen | DirHandle | TabHandle
 FileHandle = DataHandle | FdHandle | NativeOpen | TabHandle
 
 
+class NativeSource(Protocol):
+    """What the native provider asks of the native source in
+    ``Operations.native``: ``mountd.passthrough.Passthrough`` has it all, and
+    so must any class that takes its place (a subclass, or one of its own)."""
+
+    root_fd: int
+    reserved: frozenset[str]
+
+    def close(self) -> None: ...
+    async def slow(self, fn: Callable[..., T], *args: Any) -> T: ...
+    def open_dir(self, rel: str) -> int: ...
+    def entries(self, rel: str, fd: int) -> list[tuple[str, int]]: ...
+    def lstat(self, rel: str) -> os.stat_result: ...
+    def readlink(self, rel: str) -> bytes: ...
+    def statvfs(self) -> os.statvfs_result: ...
+    async def setattr(
+        self, rel: str, fh: NativeHandle | None, change: SetAttr
+    ) -> os.stat_result: ...
+    async def open(self, rel: str, flags: int, creds: Creds) -> NativeHandle: ...
+    async def create(
+        self, parent: str, name: str, mode: int, flags: int, creds: Creds
+    ) -> tuple[NativeHandle, os.stat_result]: ...
+    async def write(self, fh: NativeHandle, off: int, buf: bytes) -> int: ...
+    async def flush(self, fh: NativeHandle) -> None: ...
+    async def fsync(self, fh: NativeHandle, datasync: bool) -> None: ...
+    async def release(self, fh: NativeHandle) -> None: ...
+    async def mkdir(self, parent: str, name: str, mode: int, creds: Creds) -> os.stat_result: ...
+    async def mknod(
+        self, parent: str, name: str, mode: int, rdev: int, creds: Creds
+    ) -> os.stat_result: ...
+    async def symlink(
+        self, parent: str, name: str, target: bytes, creds: Creds
+    ) -> os.stat_result: ...
+    async def link(self, rel: str, parent: str, name: str) -> os.stat_result: ...
+    async def unlink(self, parent: str, name: str) -> bool: ...
+    async def rmdir(self, parent: str, name: str) -> None: ...
+    async def rename(
+        self,
+        old_parent: str,
+        old_name: str,
+        new_parent: str,
+        new_name: str,
+        flags: int,
+        moved: Callable[[], None] = ...,
+    ) -> None: ...
+    def getxattr(self, rel: str, name: str) -> bytes: ...
+    def listxattr(self, rel: str) -> list[str]: ...
+    def setxattr(self, rel: str, name: str, value: bytes) -> None: ...
+    def removexattr(self, rel: str, name: str) -> None: ...
+
+
 class Mount(Protocol):
     """What providers share with the adapter (``mountd.operations.Operations``)."""
 
@@ -125,7 +178,7 @@ class Mount(Protocol):
     gen: Generation
     router: Router
     journal: Any
-    native: Passthrough  # the native source (slow(), root_fd): generated trees open through it
+    native: NativeSource  # generated trees open blobs through it (slow(), root_fd)
     invalidator: Invalidator
     handles: dict[int, Handle]
     src: str
