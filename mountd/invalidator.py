@@ -107,7 +107,7 @@ class Invalidator:
                 key = (node.tree, head)
                 if key not in listed:
                     try:
-                        listed[key] = set(await self.ops._tree(node).children(head))
+                        listed[key] = set(await self.ops.router.provider(node.tree).children(head))
                     except pyfuse3.FUSEError:
                         listed[key] = set()
                 if name not in listed[key]:

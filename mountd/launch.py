@@ -250,6 +250,10 @@ async def _serve(
         nursery = await stack.enter_async_context(trio.open_nursery())
         stack.callback(nursery.cancel_scope.cancel)
         await nursery.start(engine.run_background)
+        # The socket the CLI talks to (swfs.control), once the engine's work runs.
+        control = engine.control_server()
+        stack.callback(control.stop)
+        await nursery.start(control.run)
         stack.callback(ops.invalidator.stop)
         await nursery.start(ops.invalidator.run)
         # Changes behind the mount, seen within a fraction of a second (the

@@ -61,13 +61,8 @@ class RenderTree(Base):
         """(file rel, unit name or None) for a path inside a file's directory."""
         for fresh in (False, True):
             idx = self._index.get(fresh=fresh)
-            if path in idx.leaves:
-                return path, None
-            parent, _, name = path.rpartition("/")
-            if parent in idx.leaves:
-                return parent, name
-            if path in idx.dirs:
-                return None
+            if idx.knows(path):
+                return idx.locate(path)
         return None
 
     def _stale_wait(self) -> float:

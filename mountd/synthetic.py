@@ -138,6 +138,21 @@ class _Index:
             kids.add(name)
             child = parent
 
+    def locate(self, path: str) -> tuple[str, str | None] | None:
+        """(leaf, name inside it or None) for ``path``: a leaf's directory or
+        an entry of it; None if this index has no such leaf."""
+        if path in self.leaves:
+            return path, None
+        parent, _, name = path.rpartition("/")
+        if parent in self.leaves:
+            return parent, name
+        return None
+
+    def knows(self, path: str) -> bool:
+        """Whether this index answers for ``path`` (a leaf, an entry of one, or
+        a directory above leaves); if not, a fresher index may."""
+        return path in self.dirs or self.locate(path) is not None
+
 
 class _Cached(Generic[T]):
     """A value rebuilt on the next use after a change event or INDEX_TTL.
@@ -332,13 +347,8 @@ class ParsedTree(Base):
         """(view rel, unit name or None) for a path inside a view."""
         for fresh in (False, True):
             idx = await self._index.aget(fresh=fresh)
-            if path in idx.leaves:
-                return path, None
-            parent, _, name = path.rpartition("/")
-            if parent in idx.leaves:
-                return parent, name
-            if path in idx.dirs:
-                return None
+            if idx.knows(path):
+                return idx.locate(path)
         return None
 
     async def entry(self, path: str, *, wait: bool = True) -> Entry | None:

@@ -12,7 +12,10 @@ from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NewType, Protocol
+from typing import TYPE_CHECKING, Any, NewType, Protocol
+
+if TYPE_CHECKING:
+    from .control import ControlServer
 
 Hash = NewType("Hash", str)  # lowercase hex blake3, 64 characters
 RelPath = NewType("RelPath", str)  # '/'-separated, relative to the workspace root, no '..'
@@ -326,6 +329,11 @@ class EngineAPI(WorkspaceAPI, Protocol):
     async def run_background(self, *, task_status: Any = ...) -> None:
         """Parse workers, the re-parse queue and the periodic rescan.  Runs until
         cancelled; calls ``task_status.started()`` once ready."""
+        ...
+
+    def control_server(self) -> ControlServer:
+        """The control socket as background work (``run()``/``stop()``),
+        started by the daemon's lifecycle once ``run_background`` is ready."""
         ...
 
     def add_listener(self, fn: Callable[[RelPath], None]) -> None:

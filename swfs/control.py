@@ -86,6 +86,28 @@ async def _serve_one(engine: Engine, conn: trio.SocketStream) -> None:
             await conn.send_all(json.dumps(reply).encode() + b"\n")
 
 
+class ControlServer:
+    """The control socket as background work, like the parse scheduler and the
+    change feed: the daemon's lifecycle (``mountd.launch``) starts it with
+    ``nursery.start(server.run)`` once the engine's background work runs
+    (``run`` returns from ``start`` when the socket listens) and ends it with
+    ``stop()`` before the engine's, which removes the socket.  Each connection
+    is answered in a task of its own; a request's error goes back to its
+    client as one line and never ends the server."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.path = engine.store_dir / SOCKET_NAME
+        self._cancel = trio.CancelScope()
+
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        with self._cancel:
+            await serve_control(self.engine, task_status=task_status)
+
+    def stop(self) -> None:
+        self._cancel.cancel()
+
+
 async def serve_control(engine: Engine, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
     path = engine.store_dir / SOCKET_NAME
     with contextlib.suppress(FileNotFoundError):

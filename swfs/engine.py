@@ -1,6 +1,7 @@
 """The engine as the daemon and the CLI drive it: the workspace plus its
-background work (the re-parse queue, parse workers, the periodic rescan and
-the control socket).
+background work (the re-parse queue, parse workers, the periodic rescan), and
+the control socket as an object the daemon's lifecycle starts
+(``control_server``).
 
 The queue coalesces per path: a path is in it at most once, however often it
 is written; a path asked for by a reader (``wait_view``) moves to the front.
@@ -28,6 +29,7 @@ import trio
 
 from . import review as review_mod
 from .api import Access, Freshness, RelPath, ReviewEntry
+from .control import ControlServer
 from .parsework import ParsePool
 from .scheduler import ParseScheduler
 from .search import Caller, SearchIndex, SearchResult
@@ -242,6 +244,11 @@ class Engine(Workspace):
         with self._daemon_lock():
             await self._run(task_status=task_status, drain=False)
 
+    def control_server(self) -> ControlServer:
+        """The control socket the CLI talks to while this engine runs in a
+        daemon (started by the daemon's lifecycle, after run_background)."""
+        return ControlServer(self)
+
     @contextmanager
     def _daemon_lock(self) -> Iterator[None]:
         """One daemon per store: a second mount of the same workspace would
@@ -296,9 +303,6 @@ class Engine(Workspace):
                     await nursery.start(self.search_index.run)
                     nursery.start_soon(self._rescan_loop)
                     nursery.start_soon(self._flush_loop)
-                    from .control import serve_control
-
-                    await nursery.start(serve_control, self)
                 task_status.started()
                 if drain:
                     while not queue.idle():

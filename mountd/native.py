@@ -1,0 +1,428 @@
+"""The native tree as a provider (``mountd.provider.Provider``).
+
+``NativeProvider`` wraps the native source the adapter was built with
+(``Operations.native``: ``mountd.passthrough.Passthrough`` or a class built
+on it).  The source does the system calls on paths and keeps the engine's
+write protocol; this layer turns inode-table nodes into paths, stat results
+into the attributes the kernel caches, and keeps the table's names in step
+with what a change did.  It never touches a native file itself except
+through the source's descriptors.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+
+import pyfuse3
+
+from mountd.fsutil import open_beneath
+from mountd.invalidator import sig as _sig
+from mountd.nodes import Node, Tree
+from mountd.passthrough import Creds, SetAttr, join
+from mountd.provider import (
+    FileHandle,
+    Handle,
+    Mount,
+    NativeOpen,
+    NativeSource,
+    absent,
+    fail,
+    read_only,
+)
+from swfs.api import XATTR_PREFIX, RelPath
+
+
+def _creds(ctx: pyfuse3.RequestContext) -> Creds:
+    return Creds(ctx.uid, ctx.gid, ctx.umask)
+
+
+class NativeProvider:
+    evidence = True
+    rename_across = errno.EROFS  # into or out of a read-only tree
+
+    def __init__(self, mount: Mount, source: NativeSource) -> None:
+        self.mount = mount
+        self.source = source  # whatever sits in Operations.native
+        self.table = mount.table
+
+    # -- paths and attributes
+
+    def path(self, node: Node) -> str:
+        rel = self.table.path(node)
+        if rel is None:
+            raise fail(errno.ENOENT)
+        return rel
+
+    def attributes(self, node: Node, st: os.stat_result) -> pyfuse3.EntryAttributes:
+        options = self.mount.options
+        a = pyfuse3.EntryAttributes()
+        a.st_ino = node.ino
+        a.generation = node.generation
+        a.entry_timeout = options.entry_timeout
+        a.attr_timeout = options.attr_timeout
+        a.st_mode = st.st_mode
+        a.st_nlink = st.st_nlink
+        a.st_uid = st.st_uid
+        a.st_gid = st.st_gid
+        a.st_rdev = st.st_rdev
+        a.st_size = st.st_size
+        a.st_blksize = st.st_blksize
+        a.st_blocks = st.st_blocks
+        a.st_atime_ns = st.st_atime_ns
+        a.st_mtime_ns = st.st_mtime_ns
+        a.st_ctime_ns = st.st_ctime_ns
+        node.attr_sig = _sig(st)
+        return a
+
+    def stat(self, node: Node) -> os.stat_result:
+        """Stat through a name (preferring one that still leads to this inode),
+        else through an open handle (an unlinked but open file)."""
+        first: os.stat_result | None = None
+        for rel in self.table.paths(node):
+            try:
+                st = self.source.lstat(rel)
+            except FileNotFoundError:
+                continue
+            if node is self.table.root or (st.st_dev, st.st_ino) == node.key:
+                return st
+            first = first or st
+        if first is not None:
+            return first
+        for h in self.mount.handles.values():
+            if isinstance(h, NativeOpen) and h.node is node:
+                return os.fstat(h.fh.fd)
+        self._gone_behind_our_back(node)
+        raise fail(errno.ENOENT)
+
+    def _gone_behind_our_back(self, node: Node) -> None:
+        """``node``'s names no longer lead to it: have the kernel drop its cached
+        entries (from the invalidation task, never from this handler)."""
+        self.mount.invalidator.gone(node.links)
+
+    async def attr(self, node: Node) -> pyfuse3.EntryAttributes:
+        return self.attributes(node, self.stat(node))
+
+    def child(
+        self, parent: Node, name: str, st: os.stat_result
+    ) -> tuple[Node, pyfuse3.EntryAttributes]:
+        """The node and attributes of ``name`` in ``parent``, found as ``st``."""
+        node = self.table.native(parent, name, (st.st_dev, st.st_ino))
+        return node, self.attributes(node, st)
+
+    async def lookup(
+        self, parent: Node, name: str, *, wait: bool = True
+    ) -> tuple[Node, pyfuse3.EntryAttributes]:
+        return self.child(parent, name, self.source.lstat(join(self.path(parent), name)))
+
+    async def reply_entry(
+        self, parent: Node, name: str, fd: int | None
+    ) -> tuple[Node, pyfuse3.EntryAttributes]:
+        if fd is None:
+            return await self.lookup(parent, name, wait=False)
+        return self.child(parent, name, os.stat(name, dir_fd=fd, follow_symlinks=False))
+
+    def readlink(self, node: Node) -> bytes:
+        return self.source.readlink(self.path(node))
+
+    def statvfs(self) -> os.statvfs_result:
+        return self.source.statvfs()
+
+    def _writable_parent(self, parent: Node, name: str | None = None) -> str:
+        """The native path of a directory about to change."""
+        if name is not None and parent is self.table.root and name in self.mount.router.names:
+            raise fail(errno.EPERM)
+        return self.path(parent)
+
+    def _created(self, parent: Node, name: str, st: os.stat_result) -> pyfuse3.EntryAttributes:
+        node = self.table.native(parent, name, (st.st_dev, st.st_ino))
+        self.table.remember(node)
+        return self.attributes(node, st)
+
+    # -- directories
+
+    def open_dir(self, node: Node) -> int | None:
+        return self.source.open_dir(self.path(node))
+
+    async def listing(self, node: Node, fd: int | None) -> tuple[list[str], list[Node | None]]:
+        table, router = self.table, self.mount.router
+        rel = self.path(node)
+        dfd = self.source.open_dir(rel) if fd is None else fd
+        try:
+            entries = self.source.entries(rel, dfd)
+            dev = os.fstat(dfd).st_dev
+        finally:
+            if fd is None:
+                os.close(dfd)
+        if node is table.root:
+            entries = [(n, i) for n, i in entries if n not in router.names]
+        names = [n for n, _ in entries]
+        found = [table.find_key((dev, i)) for _, i in entries]
+        if node is table.root:
+            # Generated trees first; some are reachable by name only.
+            shown = router.listed()
+            names = shown + names
+            found = [table.find_synthetic(Tree(n), "") for n in shown] + found
+        return names, found
+
+    def parent_ino(self, node: Node) -> int:
+        for parent_ino, _ in reversed(list(node.links)):
+            return parent_ino
+        return node.ino
+
+    def dir_path(self, node: Node) -> str:
+        return self.path(node)
+
+    async def fsyncdir(self, node: Node) -> None:
+        fd = open_beneath(self.source.root_fd, self.path(node), os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            await self.source.slow(os.fsync, fd)
+        finally:
+            os.close(fd)
+
+    # -- files
+
+    async def open(self, node: Node, flags: int, ctx: pyfuse3.RequestContext) -> pyfuse3.FileInfo:
+        rel = self.path(node)
+        try:
+            fh = await self.source.open(rel, flags, _creds(ctx))
+        except FileNotFoundError:
+            self._gone_behind_our_back(node)
+            raise
+        try:
+            st = os.fstat(fh.fd)
+        except BaseException:
+            os.close(fh.fd)
+            raise
+        direct = bool(flags & os.O_DIRECT)
+        sig = _sig(st)
+        if sig != node.attr_sig or fh.written:
+            # Changed behind the kernel's back (or by a hard link): its cached
+            # size would cut reads short.  Or truncated here, maybe losing
+            # set-id bits the kernel's cached mode still has.
+            self.mount.invalidate_attrs(node.ino)
+            node.attr_sig = None
+        keep = node.cache_sig == sig and not fh.written
+        node.cache_sig = None if direct else sig
+        self.table.opened(node)
+        fi = pyfuse3.FileInfo(fh=self.mount.add_handle(NativeOpen(node, fh, direct)))
+        fi.direct_io = direct
+        fi.keep_cache = keep
+        if flags & os.O_ACCMODE == os.O_RDONLY and not flags & os.O_TRUNC:
+            read_only(fi)
+        self.mount.journal.on_open(fi.fh, ctx.pid, rel, flags=flags)
+        return fi
+
+    async def create(
+        self, parent: Node, name: str, mode: int, flags: int, ctx: pyfuse3.RequestContext
+    ) -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes]:
+        pdir = self._writable_parent(parent)
+        if parent is self.table.root and name in self.mount.router.names:
+            raise fail(errno.EEXIST)
+        fh, st = await self.source.create(pdir, name, mode, flags, _creds(ctx))
+        attr = self._created(parent, name, st)
+        node = self.table.get(attr.st_ino)
+        assert node is not None
+        node.cache_sig = None
+        self.table.opened(node)
+        direct = bool(flags & os.O_DIRECT)
+        fi = pyfuse3.FileInfo(fh=self.mount.add_handle(NativeOpen(node, fh, direct)))
+        fi.direct_io = direct
+        self.mount.journal.on_open(fi.fh, ctx.pid, join(pdir, name), flags=flags)
+        return fi, attr
+
+    async def read(self, h: FileHandle, off: int, size: int) -> bytes:
+        assert isinstance(h, NativeOpen)
+        return os.pread(h.fh.fd, size, off)
+
+    async def write(self, h: FileHandle, off: int, buf: bytes) -> int:
+        if not isinstance(h, NativeOpen):
+            raise fail(errno.EBADF)
+        return await self.source.write(h.fh, off, buf)
+
+    async def flush(self, h: FileHandle, fh: int) -> None:
+        assert isinstance(h, NativeOpen)
+        if h.fh.wrote and not h.direct:
+            # The kernel's pages hold what was written: the invalidation the
+            # record below triggers need not drop them.
+            h.node.cache_sig = _sig(os.fstat(h.fh.fd))
+        recorded = h.fh.wrote
+        await self.source.flush(h.fh)
+        if recorded:
+            self.mount.journal.on_wrote(fh, h.fh.path())
+
+    async def fsync(self, h: FileHandle, fh: int, datasync: bool) -> None:
+        assert isinstance(h, NativeOpen)
+        recorded = h.fh.written
+        await self.source.fsync(h.fh, datasync)
+        if recorded:
+            self.mount.journal.on_wrote(fh, h.fh.path())
+
+    async def release(self, h: FileHandle, fh: int) -> None:
+        assert isinstance(h, NativeOpen)
+        if h.fh.written and not h.direct:
+            # The kernel's cache saw every write through this handle.
+            h.node.cache_sig = _sig(os.fstat(h.fh.fd))
+        elif h.direct and h.fh.written:
+            h.node.cache_sig = None
+        recorded = h.fh.written
+        await self.source.release(h.fh)
+        if recorded:
+            self.mount.journal.on_wrote(fh, h.fh.path())
+
+    # -- attributes that change
+
+    async def setattr(
+        self,
+        node: Node,
+        attr: pyfuse3.EntryAttributes,
+        fields: pyfuse3.SetattrFields,
+        h: Handle | None,
+        ctx: pyfuse3.RequestContext,
+    ) -> pyfuse3.EntryAttributes:
+        native_fh = h.fh if isinstance(h, NativeOpen) else None
+        change = SetAttr(
+            mode=attr.st_mode if fields.update_mode else None,
+            uid=attr.st_uid if fields.update_uid else None,
+            gid=attr.st_gid if fields.update_gid else None,
+            size=attr.st_size if fields.update_size else None,
+            atime_ns=attr.st_atime_ns if fields.update_atime else None,
+            mtime_ns=attr.st_mtime_ns if fields.update_mtime else None,
+        )
+        if change == SetAttr():
+            # Nothing but the change time: chown(f, -1, -1) on a file without
+            # set-id bits (the kernel sends no FATTR_CTIME unless it keeps
+            # times itself).
+            change = SetAttr(ctime=True)
+        rel = self.path(node)
+        st = await self.source.setattr(rel, native_fh, change)
+        if change.mode is not None or change.uid is not None or change.gid is not None:
+            self._access_changed(rel)
+        return self.attributes(node, st)
+
+    def _access_changed(self, rel: str) -> None:
+        """Who may read ``rel`` changed: its generated nodes must not keep
+        serving the old owner and bits from the kernel's attribute cache.
+        Synchronous (attributes only, so safe here): when chmod returns, the
+        views are closed too."""
+        self.mount.gen.bump(rel)
+        nodes = [
+            n
+            for tree, at in self.mount.router.below(rel)
+            for n in self.table.synthetic_below(tree, at)
+        ]
+        for n in nodes:
+            self.mount.invalidate_attrs(n.ino)
+
+    # -- directory entries
+
+    async def mknod(
+        self, parent: Node, name: str, mode: int, rdev: int, ctx: pyfuse3.RequestContext
+    ) -> pyfuse3.EntryAttributes:
+        pdir = self._writable_parent(parent)
+        st = await self.source.mknod(pdir, name, mode, rdev, _creds(ctx))
+        return self._created(parent, name, st)
+
+    async def mkdir(
+        self, parent: Node, name: str, mode: int, ctx: pyfuse3.RequestContext
+    ) -> pyfuse3.EntryAttributes:
+        st = await self.source.mkdir(self._writable_parent(parent), name, mode, _creds(ctx))
+        return self._created(parent, name, st)
+
+    async def symlink(
+        self, parent: Node, name: str, target: bytes, ctx: pyfuse3.RequestContext
+    ) -> pyfuse3.EntryAttributes:
+        pdir = self._writable_parent(parent)
+        st = await self.source.symlink(pdir, name, target, _creds(ctx))
+        return self._created(parent, name, st)
+
+    async def link(self, node: Node, parent: Node, name: str) -> pyfuse3.EntryAttributes:
+        st = await self.source.link(self.path(node), self._writable_parent(parent), name)
+        return self._created(parent, name, st)
+
+    async def unlink(self, parent: Node, name: str, ctx: pyfuse3.RequestContext) -> None:
+        if await self.source.unlink(self._writable_parent(parent, name), name):
+            self.table.removed((parent.ino, name))
+        else:
+            self.table.remove_link((parent.ino, name))
+        self.mount.journal.on_unlink(ctx.pid, join(self.path(parent), name))
+
+    async def rmdir(self, parent: Node, name: str) -> None:
+        await self.source.rmdir(self._writable_parent(parent, name), name)
+        self.table.removed((parent.ino, name))  # a directory has no other names
+
+    async def rename(
+        self,
+        old_parent: Node,
+        old: str,
+        new_parent: Node,
+        new: str,
+        flags: int,
+        ctx: pyfuse3.RequestContext,
+    ) -> None:
+        old_dir = self._writable_parent(old_parent, old)
+        new_dir = self._writable_parent(new_parent, new)
+
+        def moved() -> None:
+            # Before the engine records the rename: the invalidations its record
+            # triggers must see the new names, or they would drop the kernel's
+            # entry of the renamed file under its new name.
+            if flags & pyfuse3.RENAME_EXCHANGE:
+                self.table.exchange_links((old_parent.ino, old), (new_parent.ino, new))
+            else:
+                self.table.move_link((old_parent.ino, old), (new_parent.ino, new))
+
+        await self.source.rename(old_dir, old, new_dir, new, flags, moved)
+        self.mount.journal.on_rename(ctx.pid, join(old_dir, old), join(new_dir, new))
+
+    # -- extended attributes
+
+    async def sw_xattrs(self, node: Node) -> dict[str, str]:
+        rel = self.path(node)
+        if not rel:
+            return {"source": self.mount.src, "store": self.mount.store}
+        out: dict[str, str] = {}
+        # Counts versions and reads the baseline: a store read, off the loop.
+        state = await self.source.slow(self.mount.engine.file_state, RelPath(rel))
+        if state is not None:
+            out["freshness"] = str(state.freshness)
+            out["versions"] = str(state.versions)
+            if state.hash is not None:
+                out["hash"] = state.hash
+            if state.baseline_hash is not None:
+                out["baseline_hash"] = state.baseline_hash
+            inputs = self.mount.journal.inputs_xattr(rel, state.hash)
+            if inputs is not None:
+                out["inputs"] = inputs
+        return out
+
+    async def getxattr(self, node: Node, name: str) -> bytes:
+        if name.startswith(XATTR_PREFIX):
+            value = (await self.sw_xattrs(node)).get(name[len(XATTR_PREFIX) :])
+            if value is None:
+                raise fail(absent(name))
+            return value.encode("utf-8", "surrogateescape")
+        try:
+            return self.source.getxattr(self.path(node), name)
+        except OSError as exc:
+            if exc.errno == errno.ENODATA:
+                raise fail(absent(name)) from None
+            raise
+
+    async def listxattr(self, node: Node) -> list[bytes]:
+        ours = [os.fsencode(XATTR_PREFIX + k) for k in await self.sw_xattrs(node)]
+        own = self.source.listxattr(self.path(node))
+        return [os.fsencode(n) for n in own if not n.startswith(XATTR_PREFIX)] + ours
+
+    async def setxattr(self, node: Node, name: str, value: bytes) -> None:
+        if name.startswith(XATTR_PREFIX):
+            raise fail(errno.EPERM)
+        self.source.setxattr(self.path(node), name, value)
+
+    async def removexattr(self, node: Node, name: str) -> None:
+        if name.startswith(XATTR_PREFIX):
+            raise fail(errno.EPERM)
+        self.source.removexattr(self.path(node), name)
+
+    def __repr__(self) -> str:
+        return f"NativeProvider({type(self.source).__name__})"
