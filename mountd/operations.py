@@ -24,7 +24,6 @@ from mountd.options import MountOptions
 from mountd.passthrough import (
     Creds,
     NativeHandle,
-    Passthrough,
     SetAttr,
     join,
     split,
@@ -33,6 +32,7 @@ from mountd.poll import Poller
 from mountd.render import RenderTree
 from mountd.router import Router
 from mountd.searchtree import SearchTree
+from mountd.staged import native_tree
 from mountd.synthetic import Entry, Generation, ReviewTree, SyntheticTree, make_trees
 from mountd.tabtree import TabTree
 from swfs.api import XATTR_PREFIX, EngineAPI, RelPath
@@ -146,7 +146,7 @@ class Operations(pyfuse3.Operations):
         self.options = options
         self.src, self.store = src, store
         self.poller = Poller(options.poll_window)
-        self.native = Passthrough(engine, src, hidden=_hidden(src, store), poller=self.poller)
+        self.native = native_tree(engine, src, hidden=_hidden(src, store), poller=self.poller)
         root = os.fstat(self.native.root_fd)
         self.table = InodeTable((root.st_dev, root.st_ino))
         self.gen = Generation()
@@ -824,7 +824,7 @@ class Operations(pyfuse3.Operations):
                 continue
             try:
                 if fd is not None and not (dnode is self.table.root and name in self.router.names):
-                    st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                    st = self.native.lstat_entry(self._path(dnode), fd, name)
                     node, attr = self._native_child(dnode, name, st)
                 else:
                     node, attr = await self._lookup(dnode, name, wait=False)

@@ -157,6 +157,11 @@ class Passthrough:
             out = [(n, i) for n, i in out if not self.is_hidden(join(rel, n))]
         return out
 
+    def lstat_entry(self, rel_dir: str, fd: int, name: str) -> os.stat_result:
+        """Entry ``name`` of directory ``rel_dir`` (open as ``fd``, from
+        ``open_dir``), as the mount shows it."""
+        return os.stat(name, dir_fd=fd, follow_symlinks=False)
+
     def lstat(self, rel: str) -> os.stat_result:
         if not rel:
             return os.stat(self.root_fd)
