@@ -704,3 +704,84 @@ CONTROL_OPS: dict[str, Callable[[Any, dict[str, Any]], Any]] = {
     "commit": lambda ws, r: commit_ws(ws, _paths(r)),
     "discard": lambda ws, r: discard_ws(ws, _paths(r)),
 }
+
+
+# -- .review/STAGED.md and STAGED.diff: the staged tree against SRC
+
+
+def _sides(ws: Any, st: Staging, c: Staged) -> tuple[list[Any] | None, list[Any] | None]:
+    from swfs.fsutil import hash_file
+
+    new = None
+    if c.status != "deleted":
+        rec = ws.get_record(c.path)
+        new = rec.manifest_entry() if rec is not None else None
+    old = None
+    lower = st.lpath(c.path)
+    if c.status != "added" and os.path.isfile(lower) and not os.path.islink(lower):
+        lst = os.lstat(lower)
+        parser = new[5] if new is not None else None
+        if parser is None:
+            base = ws.baseline_manifest().get(c.path)
+            parser = base[5] if base else None
+        old = [hash_file(lower), lst.st_size, lst.st_mode, lst.st_uid, lst.st_gid, parser]
+    return old, new
+
+
+def _review_entries(ws: Any) -> list[tuple[Any, list[Any] | None, list[Any] | None]]:
+    from swfs.api import ChangeStatus, Hash, RelPath, ReviewEntry
+
+    st = require(ws)
+    status = {
+        "added": ChangeStatus.ADDED,
+        "deleted": ChangeStatus.DELETED,
+        "modified": ChangeStatus.MODIFIED,
+        "replaced": ChangeStatus.MODIFIED,
+    }
+    out = []
+    for c in st.changes():
+        if c.kind != "file":
+            continue
+        old, new = _sides(ws, st, c)
+        e = ReviewEntry(
+            RelPath(c.path),
+            status[c.status],
+            Hash(old[0]) if old else None,
+            Hash(new[0]) if new else None,
+        )
+        out.append((e, old, new))
+    return out
+
+
+def staged_summary(ws: Any) -> bytes:
+    from swfs.hashform import label
+
+    st = require(ws)
+    changes = st.changes()
+    lines = [
+        "# swfs review: staged changes, not yet in SRC",
+        "",
+        f"{len(changes)} staged path(s). `swfs commit TARGET [PATH...]` writes them to SRC,",
+        "`swfs discard TARGET [PATH...]` drops them. Diffs against SRC: `.review/STAGED.diff`.",
+        "",
+    ]
+    hashes = {e.rel: (e.baseline_hash, e.current_hash) for e, _, _ in _review_entries(ws)}
+    if changes:
+        lines += [
+            "| status | kind | path | SRC hash | staged hash |",
+            "| --- | --- | --- | --- | --- |",
+        ]
+        for c in changes:
+            old, new = hashes.get(c.path, (None, None))
+            lines.append(f"| {c.status} | {c.kind} | {c.path} | {label(old)} | {label(new)} |")
+    return ("\n".join(lines) + "\n").encode("utf-8", "surrogateescape")
+
+
+def staged_diff(ws: Any) -> bytes:
+    from swfs import review
+
+    parts = []
+    for e, old, new in _review_entries(ws):
+        text, _final = review._render(ws, e, old, new)
+        parts.append(text)
+    return "".join(parts).encode("utf-8", "surrogateescape")
