@@ -669,6 +669,14 @@ def list_staged(ws: Any, paths: list[str] | None = None) -> dict[str, Any]:
 
 def commit_ws(ws: Any, paths: list[str] | None = None) -> dict[str, Any]:
     st = require(ws)
+    # A descriptor open for writing writes to the upper copy, which a commit
+    # replaces: the writer must close first, or its later writes would be lost.
+    writing = sorted(ws.writes.open_paths() & {c.path for c in st.changes(paths)})
+    if writing:
+        raise StagingError(
+            f"{', '.join(writing)}: open for writing; close it, then commit "
+            "(or commit the other paths by name)"
+        )
     touched: list[str] = []
     try:
         return st.commit(paths, changed=touched.append)

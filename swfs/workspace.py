@@ -1012,6 +1012,7 @@ class Workspace:
     # --------------------------------------------------------------- restore
     def restore(self, rel: RelPath, number: int) -> Version:
         """*slow*: bring back version ``number`` of ``rel`` as a new version."""
+        history._not_staged(self, "restore")
         versions = {v.number: v for v in self.versions(rel)}
         if number not in versions:
             raise WorkspaceError(f"{rel}: no version {number}")

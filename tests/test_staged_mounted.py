@@ -201,6 +201,22 @@ def test_copy_up_keeps_the_inode_number() -> None:
         assert os.stat(m.src / "notes.md").st_mode & 0o777 != 0o600
         assert staged_paths(mnt)["notes.md"] == "modified"
 
+        # A file open for writing is not committed from under its writer.
+        with open(mnt / "log.txt", "a") as f:
+            f.write("more\n")
+            f.flush()
+            proc = swfs("commit", mnt, "log.txt", check=False)
+            assert proc.returncode != 0
+            assert "log.txt: open for writing" in proc.stderr
+        assert (m.src / "log.txt").read_text() == "line one\n"
+        swfs("commit", mnt, "log.txt")
+        assert (m.src / "log.txt").read_text() == "line one\nmore\n"
+        # reset would write into SRC: refused, with what to do instead.
+        proc = swfs("reset", mnt, check=False)
+        assert proc.returncode != 0
+        assert "swfs discard" in proc.stderr
+        assert (m.src / "notes.md").read_text() == "# Notes\n\nthe plan is draft one\n"
+
 
 @pytest.mark.timeout(900)
 def test_commit_killed_halfway_then_finished() -> None:
