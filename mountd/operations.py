@@ -569,7 +569,7 @@ class Operations(pyfuse3.Operations):
             # A chunked blob is reassembled on first open: not on the loop.
             fd = await self.native.slow(self.engine.open_blob, e.blob)
         elif e.native is not None:
-            fd = open_beneath(self.native.root_fd, e.native, os.O_RDONLY)
+            fd = self.native.open_read(e.native)
         else:
             raise fail(errno.EIO)
         self.table.opened(node)

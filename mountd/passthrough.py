@@ -171,6 +171,11 @@ class Passthrough:
         with dir_fd(self.root_fd, parent) as pfd:
             return os.stat(name, dir_fd=pfd, follow_symlinks=False)
 
+    def open_read(self, rel: str) -> int:
+        """A read-only descriptor of file ``rel`` as the mount shows it
+        (``.versions`` serves a present version's bytes from it)."""
+        return open_beneath(self.root_fd, rel, os.O_RDONLY)
+
     def readlink(self, rel: str) -> bytes:
         parent, name = split(rel)
         with dir_fd(self.root_fd, parent) as pfd:

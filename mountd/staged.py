@@ -147,6 +147,13 @@ class StagedPassthrough(Passthrough):
             raise _err(errno.ENOENT)
         return super().lstat(rel)
 
+    def open_read(self, rel: str) -> int:
+        if self.staging.in_upper(rel):
+            return self.top.open_read(rel)
+        if self.staging.lower_hidden(rel):
+            raise _err(errno.ENOENT)
+        return super().open_read(rel)
+
     def readlink(self, rel: str) -> bytes:
         if self.staging.in_upper(rel):
             return self.top.readlink(rel)

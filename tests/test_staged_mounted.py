@@ -201,6 +201,13 @@ def test_copy_up_keeps_the_inode_number() -> None:
         assert os.stat(m.src / "notes.md").st_mode & 0o777 != 0o600
         assert staged_paths(mnt)["notes.md"] == "modified"
 
+        # Staged writes are versions as ever; the present one is the staged bytes.
+        vdir = mnt / ".versions" / "docs" / "a.txt"
+        poll(lambda: len(os.listdir(vdir)) >= 2)
+        versions = sorted(os.listdir(vdir))
+        assert (vdir / versions[0]).read_text() == "doc a\n"
+        assert (vdir / versions[-1]).read_text() == "doc a\nmore\n"
+
         # A file open for writing is not committed from under its writer.
         with open(mnt / "log.txt", "a") as f:
             f.write("more\n")
