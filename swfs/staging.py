@@ -42,6 +42,8 @@ log = logging.getLogger(__name__)
 STAGE_DIR = "staged"
 STATE = "state.json"
 INTENT = "commit.json"
+# Temp names of a copy-up (in the layer) and a commit (beside the target in
+# SRC): never shown in the staged tree.
 TMP_SUFFIX = ".swfs-commit"
 # Test hook: a commit stops (sleeps) after this many files, to be killed.
 PAUSE_ENV = "SWFS_TEST_COMMIT_PAUSE_AFTER"
@@ -179,11 +181,12 @@ class Staging:
         if not self.lower_hidden(rel):
             with contextlib.suppress(NotADirectoryError, FileNotFoundError):
                 for name in os.listdir(self.lpath(rel)):
-                    if _join(rel, name) not in self.whiteouts:
+                    if _join(rel, name) not in self.whiteouts and not name.endswith(TMP_SUFFIX):
                         out[name] = "lower"
         with contextlib.suppress(NotADirectoryError, FileNotFoundError):
             for name in os.listdir(self.upath(rel)):
-                out[name] = "upper"
+                if not name.endswith(TMP_SUFFIX):  # a copy-up under way
+                    out[name] = "upper"
         return out
 
     def identity(self, st: os.stat_result) -> tuple[int, int] | None:
@@ -260,7 +263,7 @@ class Staging:
             return
         for name in names:
             child = _join(rel, name)
-            if not rel and name.endswith(TMP_SUFFIX):
+            if name.endswith(TMP_SUFFIX):
                 continue
             try:
                 st = os.lstat(self.upath(child))
