@@ -349,13 +349,16 @@ class Staging:
                 changed(c.path)
             writes = [by_path[p] for p in todo if p in by_path and by_path[p].status != "deleted"]
             linked: dict[int, str] = {}
+            dirs: set[str] = set()
             for n, c in enumerate(writes):
                 if pause and n == pause:
                     log.warning("commit paused after %d files (%s)", n, PAUSE_ENV)
                     time.sleep(3600)
-                self._write_lower(c, linked)
+                self._write_lower(c, linked, dirs)
                 done.append(c.path)
                 changed(c.path)
+            for d in sorted(dirs):
+                fsync_dir(d)  # each rename is durable before its upper copy goes
             for c in writes:
                 self._drop_upper(c)
             for c in deletes:
@@ -436,7 +439,7 @@ class Staging:
         os.chmod(self.lpath(parent), stat.S_IMODE(ust.st_mode))
         fsync_dir(os.path.dirname(self.lpath(parent)))
 
-    def _write_lower(self, c: Staged, linked: dict[int, str]) -> None:
+    def _write_lower(self, c: Staged, linked: dict[int, str], dirs: set[str]) -> None:
         upper, lower = self.upath(c.path), self.lpath(c.path)
         self._make_lower_dirs(c.path)
         ust = os.lstat(upper)
@@ -480,7 +483,7 @@ class Staging:
         if os.path.isdir(lower) and not os.path.islink(lower):
             self._rmtree_hidden(c.path, None)  # a directory the staged tree replaced
         os.rename(tmp, lower)
-        fsync_dir(os.path.dirname(lower))
+        dirs.add(os.path.dirname(lower))  # fsynced once, before the upper copy goes
         if ust.st_nlink > 1:
             linked.setdefault(ust.st_ino, c.path)
 
