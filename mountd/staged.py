@@ -98,6 +98,14 @@ class StagedPassthrough(Passthrough):
     def _exists(self, rel: str) -> bool:
         return self.staging.in_upper(rel) or self.staging.in_lower(rel)
 
+    def _fresh(self, st: os.stat_result) -> os.stat_result:
+        """A node just made in the upper layer has no SRC original: forget
+        what an earlier node with its (reused) inode number had."""
+        with self.staging.lock:
+            if self.staging.origins.pop(st.st_ino, None) is not None:
+                self.staging.save()
+        return st
+
     async def _copy_up(self, rel: str) -> None:
         if not self.staging.in_upper(rel):
             await self.slow(self.staging.copy_up, rel)
@@ -196,7 +204,7 @@ class StagedPassthrough(Passthrough):
             return handle, self._mapped(os.fstat(handle.fd))
         await self._copy_up(parent)
         handle, st = await self.top.create(parent, name, mode, flags, creds)
-        return handle, self._mapped(st)
+        return handle, self._fresh(st)
 
     # -- directory entries
 
@@ -208,17 +216,17 @@ class StagedPassthrough(Passthrough):
 
     async def mkdir(self, parent: str, name: str, mode: int, creds: Creds) -> os.stat_result:
         await self._new_entry(parent, name)
-        return self._mapped(await self.top.mkdir(parent, name, mode, creds))
+        return self._fresh(await self.top.mkdir(parent, name, mode, creds))
 
     async def mknod(
         self, parent: str, name: str, mode: int, rdev: int, creds: Creds
     ) -> os.stat_result:
         await self._new_entry(parent, name)
-        return self._mapped(await self.top.mknod(parent, name, mode, rdev, creds))
+        return self._fresh(await self.top.mknod(parent, name, mode, rdev, creds))
 
     async def symlink(self, parent: str, name: str, target: bytes, creds: Creds) -> os.stat_result:
         await self._new_entry(parent, name)
-        return self._mapped(await self.top.symlink(parent, name, target, creds))
+        return self._fresh(await self.top.symlink(parent, name, target, creds))
 
     async def link(self, rel: str, parent: str, name: str) -> os.stat_result:
         if not self._exists(rel):
