@@ -24,6 +24,7 @@ from bench import (
     passthrough,
     renderload,
     searchload,
+    stagedloads,
     storage,
     swfsloads,
     unitcost,
@@ -53,6 +54,7 @@ _SWFS_MODULES = (
     renderload,
     historyloads,
     storage,
+    stagedloads,
 )
 WORKLOADS: dict[str, Workload] = dict(passthrough.WORKLOADS)
 for _module in _SWFS_MODULES:

@@ -20,11 +20,11 @@ from swfs.control import ControlError, ControlUnavailable
 from swfs.store import StoreError
 from swfs.workspace import WorkspaceError
 
-from . import commands, history, lineage, mount, prompt, search, tab
+from . import commands, history, lineage, mount, prompt, search, staged, tab
 from .base import CLIError, Commands
 from .mount import MountError
 
-_MODULES = (mount, commands, history, lineage, search, tab, prompt)
+_MODULES = (mount, commands, history, lineage, search, staged, tab, prompt)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -20,6 +20,7 @@ import trio
 from swfs import gc, hashform, history
 from swfs.api import Freshness, RelPath, ReviewEntry
 
+from . import staged
 from .base import (
     CLIError,
     Commands,
@@ -93,6 +94,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         "not_preserved": not_kept,
         "failures": [{"path": p, "error": e} for p, e in failed],
     }
+    staged_info, staged_lines = staged.status_lines(t, args)
+    if staged_info is not None:
+        info["staged"] = staged_info
     if args.json:
         print(json.dumps(info, ensure_ascii=False))
         return 0
@@ -106,6 +110,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"store size: {human_bytes(store_size)} on disk (`swfs gc` reclaims what nothing needs)")
     if not_kept:
         print(f"{not_kept} files keep hashes only (too large or in .swfsignore)")
+    for line in staged_lines:
+        print(line)
     for p, e in failed:
         print(f"failed: {p}: {e}")
     return 0

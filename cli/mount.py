@@ -14,6 +14,7 @@ from swfs.procinfo import ancestry
 from swfs.workspace import STORE_NAME, Config
 
 from .base import Commands, config_from
+from .staged import prepare_mount
 
 
 class MountError(Exception):
@@ -64,6 +65,7 @@ def mount_workspace(args: argparse.Namespace, config: Config) -> int:
         return Engine.open(src, store, config=config)
 
     store.mkdir(mode=0o700, parents=True, exist_ok=True)
+    prepare_mount(src, store, staged=args.staged)
     log_file = None if args.foreground else store / "daemon.log"
     try:
         mount(factory, src, mnt, options, foreground=args.foreground, log_file=log_file)
@@ -183,6 +185,11 @@ def register(c: Commands) -> None:
         "ranking; nothing is downloaded",
     )
     sp.add_argument("--debug", action="store_true", help="log every request")
+    sp.add_argument(
+        "--staged",
+        action="store_true",
+        help="hold writes in the store until `swfs commit` (SRC untouched until then)",
+    )
     c.parse_opts(sp)
     sp = c.sub.add_parser("umount", help="unmount MNT", description="unmount MNT")
     sp.add_argument("mountpoint", metavar="MNT")

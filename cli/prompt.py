@@ -91,6 +91,17 @@ file (cell-level for spreadsheets, per page/slide for documents).
 """,
     ),
     (
+        "Staged mounts",
+        """\
+If the workspace was mounted with --staged (`swfs status .` says
+`staged: N path(s)`), your writes are held back: the mount shows them, SRC
+does not have them yet.  `swfs staged .` lists them; .review/STAGED.md and
+STAGED.diff show them against SRC.  `swfs commit . [PATH...]` writes them to
+SRC (each file whole or not at all); `swfs discard . [PATH...]` drops them.
+Renaming a directory that SRC has fails with EXDEV: `mv` copies it instead.
+""",
+    ),
+    (
         "History: .versions/ and snapshots",
         """\
 .versions/<path>/NNNN-<hash16>.<ext> holds every recorded version of a file,

@@ -16,7 +16,6 @@ from collections.abc import Mapping
 
 import pyfuse3
 
-from mountd.fsutil import open_beneath
 from mountd.nodes import Node
 from mountd.passthrough import join, split
 from mountd.provider import (
@@ -149,7 +148,7 @@ class GeneratedProvider(ReadOnly):
             # A chunked blob is reassembled on first open: not on the loop.
             fd = await native.slow(self.mount.engine.open_blob, e.blob)
         elif e.native is not None:
-            fd = open_beneath(native.root_fd, e.native, os.O_RDONLY)
+            fd = native.open_read(e.native)
         else:
             raise fail(errno.EIO)
         self.table.opened(node)

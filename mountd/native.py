@@ -120,7 +120,7 @@ class NativeProvider:
     ) -> tuple[Node, pyfuse3.EntryAttributes]:
         if fd is None:
             return await self.lookup(parent, name, wait=False)
-        return self.child(parent, name, os.stat(name, dir_fd=fd, follow_symlinks=False))
+        return self.child(parent, name, self.source.lstat_entry(self.path(parent), fd, name))
 
     def readlink(self, node: Node) -> bytes:
         return self.source.readlink(self.path(node))

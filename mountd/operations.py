@@ -26,13 +26,13 @@ from mountd.invalidator import Invalidator, invalidate_attrs
 from mountd.native import NativeProvider
 from mountd.nodes import InodeTable, Node, Tree
 from mountd.options import MountOptions
-from mountd.passthrough import Passthrough
 from mountd.poll import Poller
 from mountd.provider import NOFLUSH as NOFLUSH
 from mountd.provider import DirHandle, FileHandle, Handle, NativeSource, Provider, fail
 from mountd.render import RenderTree
 from mountd.router import Router
 from mountd.searchtree import SearchTree
+from mountd.staged import native_tree
 from mountd.synthetic import Generation, ReviewTree, SyntheticTree, make_trees
 from mountd.tabtree import TabTree
 from swfs.api import XATTR_PREFIX, EngineAPI
@@ -97,7 +97,7 @@ class Operations(pyfuse3.Operations):
         # The native source: the one object that touches native files
         # (mountd.native.NativeProvider wraps whatever sits here).
         self.native: NativeSource
-        self.native = Passthrough(engine, src, hidden=_hidden(src, store), poller=self.poller)
+        self.native = native_tree(engine, src, hidden=_hidden(src, store), poller=self.poller)
         root = os.fstat(self.native.root_fd)
         self.table = InodeTable((root.st_dev, root.st_ino))
         self.gen = Generation()

@@ -157,6 +157,11 @@ class Passthrough:
             out = [(n, i) for n, i in out if not self.is_hidden(join(rel, n))]
         return out
 
+    def lstat_entry(self, rel_dir: str, fd: int, name: str) -> os.stat_result:
+        """Entry ``name`` of directory ``rel_dir`` (open as ``fd``, from
+        ``open_dir``), as the mount shows it."""
+        return os.stat(name, dir_fd=fd, follow_symlinks=False)
+
     def lstat(self, rel: str) -> os.stat_result:
         if not rel:
             return os.stat(self.root_fd)
@@ -165,6 +170,11 @@ class Passthrough:
         parent, name = split(rel)
         with dir_fd(self.root_fd, parent) as pfd:
             return os.stat(name, dir_fd=pfd, follow_symlinks=False)
+
+    def open_read(self, rel: str) -> int:
+        """A read-only descriptor of file ``rel`` as the mount shows it
+        (``.versions`` serves a present version's bytes from it)."""
+        return open_beneath(self.root_fd, rel, os.O_RDONLY)
 
     def readlink(self, rel: str) -> bytes:
         parent, name = split(rel)

@@ -28,7 +28,7 @@ import trio
 
 from mountd.nodes import Tree
 from mountd.options import MountOptions
-from swfs import hashform
+from swfs import hashform, staging
 from swfs.api import (
     Access,
     EngineAPI,
@@ -443,6 +443,8 @@ class ParsedTree(Base):
 SUMMARY = "SUMMARY.md"
 ALL_DIFF = "ALL.diff"
 LINEAGE = "LINEAGE.md"
+STAGED_MD = "STAGED.md"  # a --staged mount's changes against SRC (swfs.staging)
+STAGED_DIFF = "STAGED.diff"
 
 
 class ReviewTree(Base):
@@ -495,6 +497,10 @@ class ReviewTree(Base):
         if path == ALL_DIFF:
             data = self._content(ALL_DIFF, self.engine.review_all_diff)
             return None if data is None else self._file("", data, {})
+        if path in (STAGED_MD, STAGED_DIFF) and getattr(self.engine, "staging", None) is not None:
+            make = staging.staged_summary if path == STAGED_MD else staging.staged_diff
+            data = self._content(path, lambda: make(self.engine))
+            return None if data is None else self._file("", data, {})
         if path == LINEAGE and self.lineage is not None and self.lineage.enabled:
             data = self.lineage.lineage_md(self._entries.get(fresh=False)[1].values())
             return Entry(False, self.lineage.access(), len(data), self.gen.last_ns, data=data)
@@ -524,6 +530,8 @@ class ReviewTree(Base):
             names = [SUMMARY, ALL_DIFF] + [n for n in names if n not in (SUMMARY, ALL_DIFF)]
             if self.lineage is not None and self.lineage.enabled:
                 names.insert(2, LINEAGE)
+            if getattr(self.engine, "staging", None) is not None:
+                names[2:2] = [STAGED_MD, STAGED_DIFF]
         return names
 
 

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from . import history
+from . import history, staging
 from .api import RelPath
 from .fsutil import hash_file
 from .hashform import label as short_hash
@@ -314,6 +314,28 @@ def check_orphans(ws: Workspace, repair: bool) -> list[Problem]:
     return problems
 
 
+def check_staged_commit(ws: Workspace, repair: bool) -> list[Problem]:
+    """A commit of a staged mount that a crash interrupted: which of its
+    paths are in SRC already and which are still staged (from the bytes).
+    ``repair`` finishes it."""
+    if ws.staging is None or ws.staging.intent() is None:
+        return []
+    report = staging.committed_report(ws.staging)
+    if repair:
+        staging.commit_ws(ws, [])
+    done = sum(1 for _, state in report if state == "committed")
+    out = [
+        Problem(
+            "staged",
+            f"a commit was interrupted: {done} of {len(report)} path(s) committed; "
+            "`swfs commit TARGET` finishes it",
+            repaired=repair,
+        )
+    ]
+    out += [Problem("staged", f"{rel}: {state}", repaired=repair) for rel, state in report]
+    return out
+
+
 CHECKS: list[Callable[[Workspace, bool], list[Problem]]] = [
     check_files,
     check_parses,
@@ -322,6 +344,7 @@ CHECKS: list[Callable[[Workspace, bool], list[Problem]]] = [
     check_chunks,
     check_blobs,
     check_orphans,
+    check_staged_commit,
 ]
 
 

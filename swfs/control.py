@@ -57,9 +57,9 @@ async def _handle(engine: Engine, request: dict[str, Any]) -> Any:
     if op == "rescan":
         stats = await trio.to_thread.run_sync(engine.scan)
         return stats.__dict__
-    from . import gc, history
+    from . import gc, history, staging
 
-    fn = {**history.CONTROL_OPS, **gc.CONTROL_OPS}.get(str(op))
+    fn = {**history.CONTROL_OPS, **gc.CONTROL_OPS, **staging.CONTROL_OPS}.get(str(op))
     if fn is not None:
         return await trio.to_thread.run_sync(fn, engine, request)
     raise ControlError(f"unknown operation {op!r}")

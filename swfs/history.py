@@ -588,8 +588,19 @@ def _write_back(ws: Workspace, rel: str, entry: list[Any], *, durable: bool = Tr
         os.close(src_fd)
 
 
+def _not_staged(ws: Workspace, what: str) -> None:
+    """Writes into SRC's tree: not under a staged layer (swfs.staging)."""
+    if getattr(ws, "staging", None) is not None:
+        raise _error(
+            f"{ws.src}: {what} would write into SRC under a staged layer: "
+            "`swfs discard` drops staged changes; after `swfs commit` and a plain "
+            f"mount, {what} works again"
+        )
+
+
 def reset(ws: Workspace, to: str = BASELINE) -> ResetResult:
     """*slow* (in the number of changes): bring the whole tree back to ``to``."""
+    _not_staged(ws, "reset")
     t0 = time.monotonic()
     target = target_state(ws, to)
     plan = plan_reset(ws, target)
@@ -727,6 +738,7 @@ def _holds_target_file(d: str, manifest: dict[str, list[Any]]) -> bool:
 def restore_from(ws: Workspace, rel: str, source: str) -> str:
     """*slow*: bring back ``rel`` as the baseline or snapshot ``source`` had it,
     recorded as a new version; the hash restored."""
+    _not_staged(ws, "restore")
     target = target_state(ws, source)
     entry = target.manifest.get(rel)
     if entry is None:

@@ -711,7 +711,7 @@ class Renderer:
                 self.convert_timeout,
                 f"converting {rel}",
                 layout_job,
-                str(self.engine.src / rel),
+                self._src_path(rel),
                 h,
                 sig,
                 str(self.cache.root),
@@ -728,10 +728,15 @@ class Renderer:
                 return status, error
         return "changed", None
 
+    def _src_path(self, rel: str) -> str:
+        """Where ``rel``'s bytes are: SRC, or a staged layer's copy (swfs.staging)."""
+        resolve = getattr(self.engine, "abspath", None)
+        return str(resolve(rel)) if resolve is not None else str(self.engine.src / rel)
+
     async def _signature(self, rel: str, h: str) -> Signature | None:
         """The stat signature of ``rel`` when it still holds content ``h``
         (rechecked with the engine when it moved); None otherwise."""
-        path = str(self.engine.src / rel)
+        path = self._src_path(rel)
 
         def check() -> Signature | None:
             try:
@@ -869,7 +874,7 @@ class Renderer:
                 self.page_timeout,
                 f"rendering {rel} {name}",
                 render_job,
-                None if office else str(self.engine.src / rel),
+                None if office else self._src_path(rel),
                 h,
                 sig,
                 str(self.cache.root),

@@ -14,6 +14,10 @@ Layout of a store directory (``SRC/.swfs/`` by default)::
     render/        .render images and office-to-PDF conversions, by content
                    hash; plain files, no LMDB keys (see swfs.render)
     tab/           the task's tab: tab.json, requirements.md, old/<NAME>/ (swfs.tab)
+    staged/        a --staged mount's layer over SRC: upper/<rel>, state.json
+                   (whiteouts, copied-up nodes' SRC identities), commit.json
+                   (a commit's intent log while it runs); no LMDB keys
+                   (swfs.staging)
 
 Sub-databases, keys and values (all values are compact UTF-8 JSON unless
 noted).  Paths are workspace-relative, '/'-separated, encoded with

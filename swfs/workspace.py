@@ -28,7 +28,7 @@ from parsers import registry
 from parsers._base import FileInfo
 from parsers.cells import count_cells
 
-from . import history, versioning, views
+from . import history, staging, versioning, views
 from .api import (
     Access,
     Cause,
@@ -148,6 +148,8 @@ class Workspace:
         # (entries are confirmed by lstat before use), so deletes need no care.
         self._names_by_ino: dict[int, set[str]] | None = None
         self._ino_lock = threading.Lock()
+        # A --staged mount's layer over SRC: every path is read through it.
+        self.staging = staging.Staging.load(src, self.store_dir)
 
     def close(self) -> None:
         self.store.close()
@@ -160,6 +162,8 @@ class Workspace:
 
     # ------------------------------------------------------------------ paths
     def abspath(self, rel: str) -> str:
+        if self.staging is not None:
+            return self.staging.resolve(rel) or self.staging.gone_path(rel)
         return os.path.join(self.src, rel) if rel else str(self.src)
 
     def _hidden(self, rel: str) -> bool:
@@ -167,7 +171,7 @@ class Workspace:
         top = rel.split("/", 1)[0]
         if top == STORE_NAME or top in RESERVED_ROOTS:
             return True
-        ap = Path(self.abspath(rel))
+        ap = Path(os.path.join(self.src, rel))  # SRC's name (a staged copy lives in the store)
         return ap == self.store_dir or self.store_dir in ap.parents
 
     # -------------------------------------------------------------- listeners
@@ -226,6 +230,9 @@ class Workspace:
     # ----------------------------------------------------------------- scanning
     def walk(self) -> Iterator[tuple[str, os.stat_result]]:
         """Every regular file under SRC, never following symlinks."""
+        if self.staging is not None:
+            yield from staging.walk(self.staging, frozenset({STORE_NAME, *RESERVED_ROOTS}))
+            return
         stack = [""]
         while stack:
             rel_dir = stack.pop()
@@ -583,6 +590,8 @@ class Workspace:
         if not link and self._replaced_soon(rel, rec.hash):
             return True  # a burst's last version is replaced, not kept (swfs.versioning)
         path = Path(self.abspath(rel))
+        if link and self.staging is not None and not self.staging.in_upper(rel):
+            link = False  # SRC's inode lives on until a commit: the blob gets a copy
         if self.blobs.has(rec.hash):
             if link or not self._shares_inode(rec.hash, path):
                 return True
@@ -1003,6 +1012,7 @@ class Workspace:
     # --------------------------------------------------------------- restore
     def restore(self, rel: RelPath, number: int) -> Version:
         """*slow*: bring back version ``number`` of ``rel`` as a new version."""
+        history._not_staged(self, "restore")
         versions = {v.number: v for v in self.versions(rel)}
         if number not in versions:
             raise WorkspaceError(f"{rel}: no version {number}")

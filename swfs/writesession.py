@@ -399,6 +399,11 @@ class InPlaceWrites:
             out.update(s.rel for s in self._sessions if s.dirty and s.rel is not None)
         return out
 
+    def open_paths(self) -> set[str]:
+        """Paths open for writing now (written to or not)."""
+        with self._lock:
+            return {s.rel for s in self._sessions if s.rel is not None}
+
     def report(self) -> list[str]:
         """Open sessions, for the daemon's SIGUSR1 dump."""
         with self._lock:

@@ -1,0 +1,348 @@
+"""The native tree of a ``--staged`` mount: SRC with the store's staged layer
+over it (``swfs.staging``).  Reads go to the upper copy when there is one,
+else to SRC; every change copies the node up first (bytes, mode, owner,
+times), then runs the plain passthrough's code on the upper layer, so the
+engine's write protocol (preserve, record, settle) is the same one.
+Deletions and renames away from SRC's names leave whiteouts.  A copied-up
+node keeps showing its SRC inode number.  Renaming a directory that SRC has
+answers EXDEV, as overlayfs does without redirect_dir (``mv`` then copies).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from collections.abc import Callable
+
+from mountd.fsutil import RENAME_EXCHANGE, RENAME_NOREPLACE, dir_fd
+from mountd.passthrough import (
+    Creds,
+    NativeHandle,
+    Passthrough,
+    SetAttr,
+    _err,
+    join,
+    split,
+)
+from mountd.poll import Poller
+from swfs.api import EngineAPI
+from swfs.staging import Staging
+
+
+def native_tree(
+    engine: EngineAPI, src: str, *, hidden: frozenset[str], poller: Poller | None = None
+) -> Passthrough:
+    """The native tree for ``engine``: staged when its workspace has a staged layer."""
+    staging = getattr(engine, "staging", None)
+    if isinstance(staging, Staging):
+        return StagedPassthrough(engine, src, hidden=hidden, poller=poller, staging=staging)
+    return Passthrough(engine, src, hidden=hidden, poller=poller)
+
+
+def _with_identity(st: os.stat_result, ident: tuple[int, int] | None) -> os.stat_result:
+    if ident is None:
+        return st
+    seq = list(st)
+    seq[1], seq[2] = ident[1], ident[0]  # st_ino, st_dev
+    extra = {
+        k: getattr(st, k)
+        for k in (
+            "st_atime",
+            "st_mtime",
+            "st_ctime",
+            "st_atime_ns",
+            "st_mtime_ns",
+            "st_ctime_ns",
+            "st_blksize",
+            "st_blocks",
+            "st_rdev",
+        )
+    }
+    return os.stat_result(seq, extra)
+
+
+class StagedPassthrough(Passthrough):
+    def __init__(
+        self,
+        engine: EngineAPI,
+        src: str,
+        *,
+        hidden: frozenset[str],
+        poller: Poller | None = None,
+        staging: Staging,
+    ) -> None:
+        super().__init__(engine, src, hidden=hidden, poller=poller)
+        self.staging = staging
+        self.top = Passthrough(engine, staging.upper, hidden=frozenset(), poller=poller)
+        self.top.limiter = self.limiter
+        self._reserved = self.reserved
+
+    @property
+    def reserved(self) -> frozenset[str]:
+        return self._reserved
+
+    @reserved.setter
+    def reserved(self, names: frozenset[str]) -> None:
+        self._reserved = names
+        if "top" in self.__dict__:
+            self.top.reserved = names
+
+    def close(self) -> None:
+        self.top.close()
+        super().close()
+
+    def _mapped(self, st: os.stat_result) -> os.stat_result:
+        return _with_identity(st, self.staging.identity(st))
+
+    def _exists(self, rel: str) -> bool:
+        return self.staging.in_upper(rel) or self.staging.in_lower(rel)
+
+    def _fresh(self, st: os.stat_result) -> os.stat_result:
+        """A node just made in the upper layer has no SRC original: forget
+        what an earlier node with its (reused) inode number had."""
+        with self.staging.lock:
+            if self.staging.origins.pop(st.st_ino, None) is not None:
+                self.staging.save()
+        return st
+
+    async def _copy_up(self, rel: str) -> None:
+        if not self.staging.in_upper(rel):
+            await self.slow(self.staging.copy_up, rel)
+
+    def _own_handle(self, rel: str, fh: NativeHandle | None) -> NativeHandle | None:
+        """``fh`` if it is open on the upper copy (not on SRC's file)."""
+        if fh is None:
+            return None
+        try:
+            a, b = os.fstat(fh.fd), os.lstat(self.staging.upath(rel))
+        except OSError:
+            return None
+        return fh if (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino) else None
+
+    # -- reading the tree
+
+    def open_dir(self, rel: str) -> int:
+        if self.staging.in_upper(rel):
+            return self.top.open_dir(rel)
+        if self.staging.lower_hidden(rel):
+            raise _err(errno.ENOENT)
+        return super().open_dir(rel)
+
+    def entries(self, rel: str, fd: int) -> list[tuple[str, int]]:
+        out = []
+        for name, where in self.staging.names(rel).items():
+            child = join(rel, name)
+            if self.is_hidden(child):
+                continue
+            path = self.staging.upath(child) if where == "upper" else self.staging.lpath(child)
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
+                continue
+            out.append((name, self._mapped(st).st_ino))
+        return out
+
+    def lstat_entry(self, rel_dir: str, fd: int, name: str) -> os.stat_result:
+        return self.lstat(join(rel_dir, name))
+
+    def lstat(self, rel: str) -> os.stat_result:
+        if rel and self.is_hidden(rel):
+            raise _err(errno.ENOENT)
+        if self.staging.in_upper(rel):
+            return self._mapped(self.top.lstat(rel))
+        if self.staging.lower_hidden(rel):
+            raise _err(errno.ENOENT)
+        return super().lstat(rel)
+
+    def open_read(self, rel: str) -> int:
+        if self.staging.in_upper(rel):
+            return self.top.open_read(rel)
+        if self.staging.lower_hidden(rel):
+            raise _err(errno.ENOENT)
+        return super().open_read(rel)
+
+    def readlink(self, rel: str) -> bytes:
+        if self.staging.in_upper(rel):
+            return self.top.readlink(rel)
+        if self.staging.lower_hidden(rel):
+            raise _err(errno.ENOENT)
+        return super().readlink(rel)
+
+    # -- attributes
+
+    async def setattr(self, rel: str, fh: NativeHandle | None, change: SetAttr) -> os.stat_result:
+        if not self._exists(rel):
+            raise _err(errno.ENOENT)
+        await self._copy_up(rel)
+        own = self._own_handle(rel, fh)
+        return self._mapped(await self.top.setattr(rel, own, change))
+
+    # -- files
+
+    async def open(self, rel: str, flags: int, creds: Creds) -> NativeHandle:
+        if flags & os.O_ACCMODE != os.O_RDONLY or flags & os.O_TRUNC:
+            if not self._exists(rel):
+                raise _err(errno.ENOENT)
+            await self._copy_up(rel)
+            return await self.top.open(rel, flags, creds)
+        if self.staging.in_upper(rel):
+            return await self.top.open(rel, flags, creds)
+        if self.staging.lower_hidden(rel):
+            raise _err(errno.ENOENT)
+        return await super().open(rel, flags, creds)
+
+    async def create(
+        self, parent: str, name: str, mode: int, flags: int, creds: Creds
+    ) -> tuple[NativeHandle, os.stat_result]:
+        self.check_new_name(parent, name)
+        rel = join(parent, name)
+        if self._exists(rel):
+            if flags & os.O_EXCL:
+                raise _err(errno.EEXIST)
+            handle = await self.open(rel, flags & ~os.O_CREAT, creds)
+            return handle, self._mapped(os.fstat(handle.fd))
+        await self._copy_up(parent)
+        handle, st = await self.top.create(parent, name, mode, flags, creds)
+        return handle, self._fresh(st)
+
+    # -- directory entries
+
+    async def _new_entry(self, parent: str, name: str) -> None:
+        self.check_new_name(parent, name)
+        if self._exists(join(parent, name)):
+            raise _err(errno.EEXIST)
+        await self._copy_up(parent)
+
+    async def mkdir(self, parent: str, name: str, mode: int, creds: Creds) -> os.stat_result:
+        await self._new_entry(parent, name)
+        return self._fresh(await self.top.mkdir(parent, name, mode, creds))
+
+    async def mknod(
+        self, parent: str, name: str, mode: int, rdev: int, creds: Creds
+    ) -> os.stat_result:
+        await self._new_entry(parent, name)
+        return self._fresh(await self.top.mknod(parent, name, mode, rdev, creds))
+
+    async def symlink(self, parent: str, name: str, target: bytes, creds: Creds) -> os.stat_result:
+        await self._new_entry(parent, name)
+        return self._fresh(await self.top.symlink(parent, name, target, creds))
+
+    async def link(self, rel: str, parent: str, name: str) -> os.stat_result:
+        if not self._exists(rel):
+            raise _err(errno.ENOENT)
+        await self._new_entry(parent, name)
+        await self._copy_up(rel)
+        return self._mapped(await self.top.link(rel, parent, name))
+
+    async def unlink(self, parent: str, name: str) -> bool:
+        rel = join(parent, name)
+        if self.is_hidden(rel) or not self._exists(rel):
+            raise _err(errno.ENOENT)
+        staging = self.staging
+
+        def unlink() -> bool:
+            with staging.lock:
+                if staging.in_upper(rel):
+                    with dir_fd(self.top.root_fd, parent) as pfd:
+                        st = os.stat(name, dir_fd=pfd, follow_symlinks=False)
+                        if stat.S_ISDIR(st.st_mode):
+                            raise _err(errno.EISDIR)
+                        os.unlink(name, dir_fd=pfd)
+                    staging.forget_upper(st)
+                    last = st.st_nlink <= 1
+                else:
+                    st = os.lstat(staging.lpath(rel))
+                    if stat.S_ISDIR(st.st_mode):
+                        raise _err(errno.EISDIR)
+                    last = st.st_nlink <= 1
+                staging.whiteout(rel)
+                return last
+
+        return await self.slow(self.writes.unlink(rel).run, unlink)
+
+    async def rmdir(self, parent: str, name: str) -> None:
+        rel = join(parent, name)
+        if self.is_hidden(rel) or not self._exists(rel):
+            raise _err(errno.ENOENT)
+        if not stat.S_ISDIR(self.lstat(rel).st_mode):
+            raise _err(errno.ENOTDIR)
+        if self.staging.names(rel):
+            raise _err(errno.ENOTEMPTY)
+        staging = self.staging
+        with staging.lock:
+            if staging.in_upper(rel):
+                st = os.lstat(staging.upath(rel))
+                os.rmdir(staging.upath(rel))
+                staging.origins.pop(st.st_ino, None)
+            staging.whiteout(rel)
+            staging.save()
+
+    async def rename(
+        self,
+        old_parent: str,
+        old_name: str,
+        new_parent: str,
+        new_name: str,
+        flags: int,
+        moved: Callable[[], None] = lambda: None,
+    ) -> None:
+        old, new = join(old_parent, old_name), join(new_parent, new_name)
+        if self.is_hidden(old) or not self._exists(old):
+            raise _err(errno.ENOENT)
+        self.check_new_name(new_parent, new_name)
+        if flags & RENAME_EXCHANGE:
+            raise _err(errno.EINVAL)  # not in a staged tree
+        staging = self.staging
+        ost = self.lstat(old)
+        target_exists = self._exists(new)
+        if target_exists and flags & RENAME_NOREPLACE:
+            raise _err(errno.EEXIST)
+        if stat.S_ISDIR(ost.st_mode):
+            if staging.in_lower(old):
+                raise _err(errno.EXDEV)  # like overlayfs without redirect_dir
+            if target_exists:
+                if not stat.S_ISDIR(self.lstat(new).st_mode):
+                    raise _err(errno.ENOTDIR)
+                if staging.names(new):
+                    raise _err(errno.ENOTEMPTY)
+        elif target_exists and stat.S_ISDIR(self.lstat(new).st_mode):
+            raise _err(errno.EISDIR)
+        await self._copy_up(old)
+        await self._copy_up(new_parent)
+        if target_exists and not staging.in_upper(new):
+            if stat.S_ISDIR(self.lstat(new).st_mode):
+                staging.whiteout(new)  # an empty SRC directory replaced
+            else:
+                # The engine keeps the replaced bytes as a version: they must
+                # be where it looks (and SRC's inode is no blob's to take).
+                await self._copy_up(new)
+
+        def on_moved() -> None:
+            staging.whiteout(old)
+            moved()
+
+        await self.top.rename(old_parent, old_name, new_parent, new_name, flags, on_moved)
+
+    # -- extended attributes
+
+    def getxattr(self, rel: str, name: str) -> bytes:
+        if self.staging.in_upper(rel):
+            return self.top.getxattr(rel, name)
+        return super().getxattr(rel, name)
+
+    def listxattr(self, rel: str) -> list[str]:
+        if self.staging.in_upper(rel):
+            return self.top.listxattr(rel)
+        return super().listxattr(rel)
+
+    def setxattr(self, rel: str, name: str, value: bytes) -> None:
+        self.staging.copy_up(rel)
+        self.top.setxattr(rel, name, value)
+
+    def removexattr(self, rel: str, name: str) -> None:
+        self.staging.copy_up(rel)
+        self.top.removexattr(rel, name)
+
+
+__all__ = ["StagedPassthrough", "native_tree", "split"]
