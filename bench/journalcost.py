@@ -9,8 +9,9 @@ mounts are measured in adjacent pairs (off-on, on-off, ... alternating which
 goes first), each pair gives one ratio, and the median of the pairs counts
 (min and max show the spread).  Beside each wall time the daemon's own CPU
 time (``utime + stime`` of ``/proc/PID/stat``, every thread of it, including
-the journal's thread storing the batch of that run) is measured per run: it
-moves far less with other load than wall time does, so its ratio says where
+the journal's thread storing the batch of that run; in ns from the threads'
+``schedstat`` when no thread ended meanwhile) is measured per run: it moves
+far less with other load than wall time does, so its ratio says where
 recording stands when the wall ratio wavers.
 """
 
@@ -69,25 +70,43 @@ def _files(mnt: Path) -> dict[str, int]:
     return {"grep_parsed": parsed, "grep_native": native, "read_native": native}
 
 
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of process ``pid`` (all its threads, living or ended)."""
+def cpu_sample(pid: int) -> tuple[float, dict[str, int]]:
+    """(utime + stime of process ``pid`` in seconds, every thread of it living
+    or ended; each living thread's run time in ns from its schedstat)."""
     with open(f"/proc/{pid}/stat", "rb") as f:
         raw = f.read()
     rest = raw[raw.rfind(b")") + 2 :].split()
-    return (int(rest[11]) + int(rest[12])) / TICK
+    ticks = (int(rest[11]) + int(rest[12])) / TICK
+    threads: dict[str, int] = {}
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/schedstat") as f:
+                threads[task] = int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue
+    return ticks, threads
+
+
+def cpu_between(a: tuple[float, dict[str, int]], b: tuple[float, dict[str, int]]) -> float:
+    """CPU seconds between two samples: the threads' ns counts when no thread
+    ended in between (clock ticks are 10 ms, a run's CPU a few hundred), else
+    utime + stime, which keeps what ended threads ran."""
+    if a[1].keys() <= b[1].keys():
+        return sum(ns - a[1].get(t, 0) for t, ns in b[1].items()) / 1e9
+    return b[0] - a[0]
 
 
 def _run(m: Mount, store: Path | None, argv: list[str]) -> tuple[float, float]:
     """(wall seconds, daemon CPU seconds) of one run; with a journal, the CPU
     includes storing what the run recorded (its thread is asked to flush)."""
     assert m.pid is not None
-    c0 = cpu_seconds(m.pid)
+    c0 = cpu_sample(m.pid)
     t, out = run_tool(argv)
     if not out:
         raise BenchError(f"{argv}: no output")
     if store is not None and not request_flush(store, timeout=60):
         raise BenchError(f"{store}: the journal did not store its events")
-    return t, cpu_seconds(m.pid) - c0
+    return t, cpu_between(c0, cpu_sample(m.pid))
 
 
 def _loadavg() -> float:
