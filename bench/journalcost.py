@@ -20,18 +20,22 @@ from __future__ import annotations
 import logging
 import os
 import statistics
+import time
 from pathlib import Path
+from types import SimpleNamespace
 
 from bench import gen
 from bench.common import Ctx, run_tool
 from bench.mounter import BenchError, Mount, SwfsMounter, Unsupported, fuse_daemon_pid
 from bench.report import ABSOLUTE, Target, WorkloadResult
-from swfs.journal import request_flush
+from swfs.journal import Journal, hash_lookup, request_flush
+from swfs.store import FileRecord, Store
 
 log = logging.getLogger(__name__)
 
 WORD = "covenant"
 REPEAT = 5  # pairs per round
+RECORDED = 20_000  # opens recorded per round by the in-process measurement
 TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -109,6 +113,38 @@ def _run(m: Mount, store: Path | None, argv: list[str]) -> tuple[float, float]:
     return t, cpu_between(c0, cpu_sample(m.pid))
 
 
+def recording_cpu_us(scratch: Path, src: Path) -> tuple[float, float]:
+    """CPU microseconds one recorded open costs, in this process, without
+    FUSE: (the loop's part: ``on_open`` + ``on_close`` with the hash lookup
+    in a store holding the workspace's files; the journal thread's part:
+    storing the event).  Thread CPU time: what else runs hardly moves it."""
+    rels = [str(p.relative_to(src)) for p in gen.iter_files(src)]
+    store = Store(scratch / "rec-store")
+    try:
+        with store.write() as txn:
+            for i, rel in enumerate(rels):
+                rec = FileRecord(f"{i:064x}", 1, 1, 1, i, 0o100644, 0, 0, None)
+                store.put_file(txn, rel, rec)
+        (scratch / "rec-journal").mkdir(exist_ok=True)
+        j = Journal(  # not started: stored by hand below
+            scratch / "rec-journal", file_hash=hash_lookup(SimpleNamespace(store=store)), src=src
+        )
+        try:
+            pid = os.getpid()
+            t0 = time.thread_time()
+            for i in range(RECORDED):
+                j.on_open(i, pid, rels[i % len(rels)])
+                j.on_close(i)
+            t1 = time.thread_time()
+            j.flush()
+            t2 = time.thread_time()
+        finally:
+            j.close()
+    finally:
+        store.close()
+    return (t1 - t0) / RECORDED * 1e6, (t2 - t1) / RECORDED * 1e6
+
+
 def _loadavg() -> float:
     return os.getloadavg()[0]
 
@@ -147,6 +183,12 @@ def journal(ctx: Ctx, result: WorkloadResult) -> None:
         for n in names
         for side in ("off", "on")
     }
+    rec_loop = result.metric(
+        "record_loop_us_per_open", "us", kind=ABSOLUTE, note="in-process: on_open+on_close"
+    )
+    rec_thread = result.metric(
+        "record_thread_us_per_open", "us", kind=ABSOLUTE, note="in-process: storing one event"
+    )
     load = [_loadavg()]
     off = _mount(sw, src, off_mnt, scratch / "store-off", False)
     try:
@@ -185,6 +227,9 @@ def journal(ctx: Ctx, result: WorkloadResult) -> None:
                         statistics.median(cpu[name].ratios()[-REPEAT:]),
                         load[-1],
                     )
+                loop_us, thread_us = recording_cpu_us(scratch, src)
+                rec_loop.values.append(loop_us)
+                rec_thread.values.append(thread_us)
         finally:
             sw.unmount(on)
     finally:
