@@ -119,3 +119,37 @@ def test_a_batch_stores_each_change_once_and_nothing_unchanged(tmp_path: Path) -
     }
     assert j.flush() == 0
     j.close()
+
+
+# -- the benchmark's measurement of it
+
+
+def test_bench_cpu_between_uses_thread_ns_unless_a_thread_ended() -> None:
+    from bench.journalcost import cpu_between, cpu_sample
+
+    before = (1.00, {"10": 5_000_000, "11": 1_000_000})
+    grown = (1.02, {"10": 9_000_000, "11": 1_000_000, "12": 2_000_000})  # 12 started
+    assert cpu_between(before, grown) == pytest.approx(0.006)
+    ended = (1.05, {"10": 9_000_000})  # 11 ended: its ns are gone, the ticks keep them
+    assert cpu_between(before, ended) == pytest.approx(0.05)
+    ticks, threads = cpu_sample(os.getpid())
+    assert ticks >= 0
+    assert str(os.getpid()) in threads
+
+
+def test_bench_recording_cost_is_measured(tmp_path: Path) -> None:
+    from bench.journalcost import RECORDED, recording_cpu_us
+
+    src = tmp_path / "src"
+    (src / "d").mkdir(parents=True)
+    for i in range(5):
+        (src / "d" / f"f{i}.txt").write_text(f"{i}\n")
+    loop_us, thread_us = recording_cpu_us(tmp_path / "scratch", src)
+    assert loop_us > 0
+    assert thread_us > 0
+    con = sqlite3.connect(tmp_path / "scratch" / "rec-journal" / jmod.DB_NAME)
+    try:
+        (n,) = con.execute("SELECT count(*) FROM events WHERE hash IS NOT NULL").fetchone()
+    finally:
+        con.close()
+    assert n == RECORDED  # every open stored, each with the hash its record holds
