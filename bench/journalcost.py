@@ -2,25 +2,41 @@
 them and on one started with ``--no-journal``.
 
 Ratios are journal-on over journal-off (the "native" column is the mount
-without the journal); the goal is under 1.10.  The two mounts alternate
-(off, on, on, off, ...), both warmed before anything is timed.
+without the journal); the goal is under 1.10.
+
+Wall time on a shared machine moves with whatever else runs, so the two
+mounts are measured in adjacent pairs (off-on, on-off, ... alternating which
+goes first), each pair gives one ratio, and the median of the pairs counts
+(min and max show the spread).  Beside each wall time the daemon's own CPU
+time (``utime + stime`` of ``/proc/PID/stat``, every thread of it, including
+the journal's thread storing the batch of that run; in ns from the threads'
+``schedstat`` when no thread ended meanwhile) is measured per run: it moves
+far less with other load than wall time does, so its ratio says where
+recording stands when the wall ratio wavers.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import statistics
+import time
 from pathlib import Path
+from types import SimpleNamespace
 
 from bench import gen
 from bench.common import Ctx, run_tool
 from bench.mounter import BenchError, Mount, SwfsMounter, Unsupported, fuse_daemon_pid
-from bench.report import Target, WorkloadResult
+from bench.report import ABSOLUTE, Target, WorkloadResult
+from swfs.journal import Journal, hash_lookup, request_flush
+from swfs.store import FileRecord, Store
 
 log = logging.getLogger(__name__)
 
 WORD = "covenant"
-REPEAT = 5
+REPEAT = 5  # pairs per round
+RECORDED = 20_000  # opens recorded per round by the in-process measurement
+TICK = os.sysconf("SC_CLK_TCK")
 
 
 def _mount(sw: SwfsMounter, src: Path, mnt: Path, store: Path, journal: bool) -> Mount:
@@ -29,6 +45,8 @@ def _mount(sw: SwfsMounter, src: Path, mnt: Path, store: Path, journal: bool) ->
     flags = ("--store", str(store), *(() if journal else ("--no-journal",)))
     sw.cmd("mount", *flags, src, mnt, timeout=120)
     m.pid = fuse_daemon_pid(mnt)
+    if m.pid is None:
+        raise BenchError(f"{mnt}: no daemon found serving it")
     sw.cmd("sync", mnt, timeout=sw.sync_timeout)
     return m
 
@@ -37,7 +55,9 @@ def _loads(mnt: Path) -> dict[str, list[str]]:
     return {
         # grep -r over every unit of every parsed file
         "grep_parsed": ["grep", "-rn", WORD, str(mnt / ".parsed")],
-        # every native file opened and read to the end
+        # grep -r over the native tree (the text files' lines, the documents' bytes)
+        "grep_native": ["grep", "-rn", "--exclude-dir=.*", WORD, str(mnt)],
+        # every native file opened and read to the end: cat of many small files
         "read_native": [
             "bash",
             "-c",
@@ -47,10 +67,92 @@ def _loads(mnt: Path) -> dict[str, list[str]]:
     }
 
 
+def _files(mnt: Path) -> dict[str, int]:
+    """Files each load opens (what one request-heavy unit of work is)."""
+    parsed = sum(len(f) for _, _, f in os.walk(mnt / ".parsed"))
+    native = sum(1 for _ in gen.iter_files(mnt))
+    return {"grep_parsed": parsed, "grep_native": native, "read_native": native}
+
+
+def cpu_sample(pid: int) -> tuple[float, dict[str, int]]:
+    """(utime + stime of process ``pid`` in seconds, every thread of it living
+    or ended; each living thread's run time in ns from its schedstat)."""
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        raw = f.read()
+    rest = raw[raw.rfind(b")") + 2 :].split()
+    ticks = (int(rest[11]) + int(rest[12])) / TICK
+    threads: dict[str, int] = {}
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/schedstat") as f:
+                threads[task] = int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue
+    return ticks, threads
+
+
+def cpu_between(a: tuple[float, dict[str, int]], b: tuple[float, dict[str, int]]) -> float:
+    """CPU seconds between two samples: the threads' ns counts when no thread
+    ended in between (clock ticks are 10 ms, a run's CPU a few hundred), else
+    utime + stime, which keeps what ended threads ran."""
+    if a[1].keys() <= b[1].keys():
+        return sum(ns - a[1].get(t, 0) for t, ns in b[1].items()) / 1e9
+    return b[0] - a[0]
+
+
+def _run(m: Mount, store: Path | None, argv: list[str]) -> tuple[float, float]:
+    """(wall seconds, daemon CPU seconds) of one run; with a journal, the CPU
+    includes storing what the run recorded (its thread is asked to flush)."""
+    assert m.pid is not None
+    c0 = cpu_sample(m.pid)
+    t, out = run_tool(argv)
+    if not out:
+        raise BenchError(f"{argv}: no output")
+    if store is not None and not request_flush(store, timeout=60):
+        raise BenchError(f"{store}: the journal did not store its events")
+    return t, cpu_between(c0, cpu_sample(m.pid))
+
+
+def recording_cpu_us(scratch: Path, src: Path) -> tuple[float, float]:
+    """CPU microseconds one recorded open costs, in this process, without
+    FUSE: (the loop's part: ``on_open`` + ``on_close`` with the hash lookup
+    in a store holding the workspace's files; the journal thread's part:
+    storing the event).  Thread CPU time: what else runs hardly moves it."""
+    rels = [str(p.relative_to(src)) for p in gen.iter_files(src)]
+    store = Store(scratch / "rec-store")
+    try:
+        with store.write() as txn:
+            for i, rel in enumerate(rels):
+                rec = FileRecord(f"{i:064x}", 1, 1, 1, i, 0o100644, 0, 0, None)
+                store.put_file(txn, rel, rec)
+        (scratch / "rec-journal").mkdir(exist_ok=True)
+        j = Journal(  # not started: stored by hand below
+            scratch / "rec-journal", file_hash=hash_lookup(SimpleNamespace(store=store)), src=src
+        )
+        try:
+            pid = os.getpid()
+            t0 = time.thread_time()
+            for i in range(RECORDED):
+                j.on_open(i, pid, rels[i % len(rels)])
+                j.on_close(i)
+            t1 = time.thread_time()
+            j.flush()
+            t2 = time.thread_time()
+        finally:
+            j.close()
+    finally:
+        store.close()
+    return (t1 - t0) / RECORDED * 1e6, (t2 - t1) / RECORDED * 1e6
+
+
+def _loadavg() -> float:
+    return os.getloadavg()[0]
+
+
 def journal(ctx: Ctx, result: WorkloadResult) -> None:
     """The same folder mounted twice at once, with its own store each: one
-    mount records, the other runs ``--no-journal``; each load runs on both,
-    in alternating order, ``REPEAT`` times per round (the medians count)."""
+    mount records, the other runs ``--no-journal``; each load runs on both in
+    adjacent pairs, ``REPEAT`` pairs a round, alternating which goes first."""
     if not isinstance(ctx.mounter, SwfsMounter):
         raise Unsupported("needs --mounter swfs")
     sw = ctx.mounter
@@ -58,38 +160,88 @@ def journal(ctx: Ctx, result: WorkloadResult) -> None:
     src = gen.workspace(ctx.data, ctx.sizes.ws_files, ctx.sizes.ws_dirs)
     scratch = ctx.scratch("journal")
     off_mnt, on_mnt = ctx.mountpoint("journal-off"), ctx.mountpoint("journal-on")
+    on_store = scratch / "store-on"
     names = list(_loads(off_mnt))
-    metrics = {
-        name: result.metric(
-            name, "s", target=Target("<", 1.10, "<10%"), note="journal on / --no-journal"
-        )
-        for name in names
+    target = Target("<", 1.10, "<10%")
+    wall = {
+        n: result.metric(n, "s", target=target, note="wall, journal on / --no-journal")
+        for n in names
     }
+    cpu = {
+        n: result.metric(
+            f"{n}_cpu", "s", target=target, note="daemon CPU, journal on / --no-journal"
+        )
+        for n in names
+    }
+    per_file = {
+        (n, side): result.metric(
+            f"{n}_cpu_us_per_file_{side}",
+            "us",
+            kind=ABSOLUTE,
+            note="daemon CPU per file the load opens (median of the round)",
+        )
+        for n in names
+        for side in ("off", "on")
+    }
+    rec_loop = result.metric(
+        "record_loop_us_per_open", "us", kind=ABSOLUTE, note="in-process: on_open+on_close"
+    )
+    rec_thread = result.metric(
+        "record_thread_us_per_open", "us", kind=ABSOLUTE, note="in-process: storing one event"
+    )
+    load = [_loadavg()]
     off = _mount(sw, src, off_mnt, scratch / "store-off", False)
     try:
-        on = _mount(sw, src, on_mnt, scratch / "store-on", True)
+        on = _mount(sw, src, on_mnt, on_store, True)
         try:
+            mounts = {False: off, True: on}
+            stores = {False: None, True: on_store}
             loads = {False: _loads(off_mnt), True: _loads(on_mnt)}
+            files = _files(off_mnt)
             for side in (False, True):  # warm both: the kernel's and the daemons' caches
                 for argv in loads[side].values():
-                    run_tool(argv)
+                    _run(mounts[side], stores[side], argv)
             for r in range(ctx.rounds):
                 for name in names:
-                    times: dict[bool, list[float]] = {False: [], True: []}
+                    cpus: dict[bool, list[float]] = {False: [], True: []}
                     for k in range(REPEAT):
                         order = (False, True) if (r + k) % 2 == 0 else (True, False)
+                        got = {}
                         for side in order:
-                            t, out = run_tool(loads[side][name])
-                            if not out:
-                                raise BenchError(f"{name}: no output")
-                            times[side].append(t)
-                    metrics[name].native.append(statistics.median(times[False]))
-                    metrics[name].mount.append(statistics.median(times[True]))
+                            got[side] = _run(mounts[side], stores[side], loads[side][name])
+                        wall[name].native.append(got[False][0])
+                        wall[name].mount.append(got[True][0])
+                        cpu[name].native.append(got[False][1])
+                        cpu[name].mount.append(got[True][1])
+                        for side in (False, True):
+                            cpus[side].append(got[side][1])
+                    for side, label in ((False, "off"), (True, "on")):
+                        us = statistics.median(cpus[side]) / max(1, files[name]) * 1e6
+                        per_file[name, label].values.append(us)
+                    load.append(_loadavg())
+                    log.info(
+                        "journal round %d %s: wall %.2fx cpu %.2fx (load %.1f)",
+                        r + 1,
+                        name,
+                        statistics.median(wall[name].ratios()[-REPEAT:]),
+                        statistics.median(cpu[name].ratios()[-REPEAT:]),
+                        load[-1],
+                    )
+                loop_us, thread_us = recording_cpu_us(scratch, src)
+                rec_loop.values.append(loop_us)
+                rec_thread.values.append(thread_us)
         finally:
             sw.unmount(on)
     finally:
         sw.unmount(off)
-    result.info.update(files=ctx.sizes.ws_files, rounds=ctx.rounds, repeat=REPEAT)
+    result.info.update(
+        files=ctx.sizes.ws_files,
+        files_per_load=files,
+        rounds=ctx.rounds,
+        pairs_per_round=REPEAT,
+        loadavg_1min={"min": min(load), "median": statistics.median(load), "max": max(load)},
+    )
+    result.add_note(f"load average {min(load):.1f}-{max(load):.1f}")
 
 
 WORKLOADS = {"journal": journal}

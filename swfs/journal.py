@@ -61,7 +61,11 @@ MAX_OUTPUTS = 200_000
 MAX_RANGES = 64
 MAX_NAMES = 10_000  # names of one listing kept
 TEXT_LINES_LIMIT = 16 * 1024 * 1024  # text files up to this size get line ranges
+LINES_CHUNK = 256 * 1024  # bytes counted at a time for line ranges
 KINDS = ("read", "list", "write")
+_INSERT_EVENT = "INSERT INTO events VALUES (?,?,?,?,?,?,?,?,?,?,?)"
+_NO_RANGES = '{"ranges":[],"bytes":0}'
+_NO_RANGES_OPEN = '{"ranges":[],"bytes":0,"open":true}'
 PARSED = ".parsed"
 VERSIONS = ".versions"
 
@@ -394,73 +398,84 @@ class Journal:
         closed = self._closed
         self._closed = []
         reading = [h.event for h in list(self._open.values()) if h.event is not None]
-        # A new event is stored as it is now; one stored before, when it changed.
-        new_seqs = {ev.seq for ev in new}
-        changed = list(new)
-        for ev in closed + reading:
-            if ev.seq in new_seqs:
-                continue
-            ranges = ev.ranges
-            sig = (len(ranges), ranges[-1][1] if ranges else 0, ev.closed)
-            if sig != ev.stored:
-                new_seqs.add(ev.seq)
-                changed.append(ev)
-        if not changed:
-            return 0
-        stored = []
-        for k, ev in enumerate(changed):
-            ranges, is_closed = [list(r) for r in ev.ranges], ev.closed
-            ev.stored = (len(ranges), ranges[-1][1] if ranges else 0, is_closed)
-            stored.append(self._row(ev, ranges, is_closed))
+        # A new event is stored as it is now; one stored before, when it
+        # changed since (``Event.stored``: what its row says).
+        rows = []
+        callers: dict[str, Caller] = {}
+        writes = []
+        row = self._row
+        for k, ev in enumerate(new):
+            rows.append(row(ev))
+            callers[ev.caller.proc.key] = ev.caller
+            if ev.kind == "write":
+                writes.append(ev)
             if k % 64 == 63:
                 time.sleep(0)  # let the daemon's loop have the interpreter
-        rows, updates = stored[: len(new)], stored[len(new) :]
-        callers = {ev.caller.proc.key: ev.caller for ev in new}
+        updates = []
+        for ev in closed + reading:
+            ranges = ev.ranges
+            if ev.stored != (len(ranges), ranges[-1][1] if ranges else 0, ev.closed):
+                updates.append((row(ev)[10], ev.seq))
+        if not rows and not updates:
+            return 0
+        stored = self._stored_procs
         con = self._db
         with con:
             for key, c in callers.items():
-                if key not in self._stored_procs:
+                if key not in stored:
                     self._store_proc(con, c)
-            con.executemany("INSERT OR REPLACE INTO events VALUES (?,?,?,?,?,?,?,?,?,?,?)", rows)
+            try:  # seqs only grow: a plain insert (a third cheaper than a replace)
+                con.executemany(_INSERT_EVENT, rows)
+            except sqlite3.IntegrityError:  # never expected; keep the newest
+                con.executemany(_INSERT_EVENT.replace("INSERT", "INSERT OR REPLACE"), rows)
             # Only a read's detail changes after it was stored (ranges, closed).
-            con.executemany(
-                "UPDATE events SET detail=? WHERE seq=?", [(r[10], r[0]) for r in updates]
-            )
-            for ev in new:
-                if ev.kind == "write":
-                    self._lineage(con, ev)
-        if any(ev.kind == "write" for ev in new):
+            con.executemany("UPDATE events SET detail=? WHERE seq=?", updates)
+            for ev in writes:
+                self._lineage(con, ev)
+        if writes:
             self.outputs_version += 1
         return len(rows) + len(updates)
 
-    def _row(self, ev: Event, ranges: list[list[int]], closed: bool) -> tuple[Any, ...]:
+    def _row(self, ev: Event) -> tuple[Any, ...]:
+        """The event's row as it is now (and marked as stored so)."""
         if ev.kind == "read":
-            # Built by hand: this runs once per read, json.dumps costs more.
-            spans = ",".join(f"[{s},{e}]" for s, e in ranges)
-            detail = f'{{"ranges":[{spans}],"bytes":{sum(e - s for s, e in ranges)}'
-            if not closed:
-                detail += ',"open":true'
-            elif ranges and not ev.locator and ev.source == ev.path and self.src is not None:
-                # Line ranges need the file's bytes: read here, off the loop.
-                lines = text_lines(self.src / ev.source, ranges)
-                if lines is not None:
-                    detail += f',"lines":[{lines[0]},{lines[1]}]'
-            detail += "}"
+            closed = ev.closed
+            if not ev.ranges:  # no read reached the daemon (the kernel's cache served them)
+                ev.stored = (0, 0, closed)
+                detail = _NO_RANGES if closed else _NO_RANGES_OPEN
+            else:
+                ranges = [list(r) for r in ev.ranges]  # the loop may extend them meanwhile
+                ev.stored = (len(ranges), ranges[-1][1], closed)
+                detail = self._read_detail(ev, ranges, closed)
         else:
             detail = json.dumps(ev.detail, ensure_ascii=False)
+        c = ev.caller
         return (
             ev.seq,
             ev.t,
             ev.kind,
             ev.op,
-            ev.caller.proc.key,
-            ev.caller.job,
+            c.proc.key,
+            c.job,
             ev.path,
             ev.source,
             ev.hash,
             ev.locator,
             detail,
         )
+
+    def _read_detail(self, ev: Event, ranges: list[list[int]], closed: bool) -> str:
+        # Built by hand: this runs once per read, json.dumps costs more.
+        spans = ",".join(f"[{s},{e}]" for s, e in ranges)
+        detail = f'{{"ranges":[{spans}],"bytes":{sum(e - s for s, e in ranges)}'
+        if not closed:
+            detail += ',"open":true'
+        elif not ev.locator and ev.source == ev.path and self.src is not None:
+            # Line ranges need the file's bytes: read here, off the loop.
+            lines = text_lines(self.src / ev.source, ranges)
+            if lines is not None:
+                detail += f',"lines":[{lines[0]},{lines[1]}]'
+        return detail + "}"
 
     def _store_proc(self, con: sqlite3.Connection, c: Caller) -> None:
         p = c.proc
@@ -615,7 +630,9 @@ def _xattr_value(inputs: list[dict[str, Any]]) -> str:
 
 def text_lines(path: Path, ranges: list[list[int]]) -> list[int] | None:
     """[first, last] line (1-based) that byte ``ranges`` of a text file cover;
-    None for a file that is not text (a NUL in its first 8 KiB) or unreadable."""
+    None for a file that is not text (a NUL in its first 8 KiB) or unreadable.
+    The file is read and counted a chunk at a time: memory stays small and
+    the interpreter is never held for long (the daemon's loop shares it)."""
     if not ranges:
         return None
     try:
@@ -627,20 +644,30 @@ def text_lines(path: Path, ranges: list[list[int]]) -> list[int] | None:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_size > TEXT_LINES_LIMIT:
             return None
-        data = os.pread(fd, max(8192, max(e for _, e in ranges)), 0)
+        if b"\0" in os.pread(fd, 8192, 0):
+            return None
+        start = min(s for s, _ in ranges)
+        end = min(max(e for _, e in ranges), st.st_size)
+        if start >= st.st_size:
+            return None
+        first = _newlines(fd, 0, start) + 1
+        return [first, first + _newlines(fd, start, max(start, end - 1))]
     except OSError:
         return None
     finally:
         os.close(fd)
-    if b"\0" in data[:8192]:
-        return None
-    start = min(s for s, _ in ranges)
-    end = min(max(e for _, e in ranges), len(data))
-    if start >= len(data):
-        return None
-    first = data.count(b"\n", 0, start) + 1
-    last = first + data.count(b"\n", start, max(start, end - 1))
-    return [first, last]
+
+
+def _newlines(fd: int, start: int, end: int) -> int:
+    """Newlines in bytes [start, end) of ``fd``."""
+    n = 0
+    while start < end:
+        chunk = os.pread(fd, min(LINES_CHUNK, end - start), start)
+        if not chunk:
+            break
+        n += chunk.count(b"\n")
+        start += len(chunk)
+    return n
 
 
 # -- the reading side (swfs log, swfs lineage)
@@ -719,6 +746,9 @@ def hash_lookup(engine: Any) -> Callable[[str], str | None]:
     """The hash the engine recorded for a file, in one store lookup (a
     ``file_state`` also counts versions and asks for freshness)."""
     store = getattr(engine, "store", None)
+    fast = getattr(store, "get_file_hash", None)
+    if fast is not None:
+        return fast
     get_file = getattr(store, "get_file", None)
     if get_file is not None:
 

@@ -41,10 +41,11 @@ class Proc:
     pgid: int
     sid: int
     uid: int = -1
+    # "PID.START": made once (the journal names the process by it per event)
+    key: str = field(init=False, repr=False, compare=False)
 
-    @property
-    def key(self) -> str:
-        return f"{self.pid}.{self.start}"
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", f"{self.pid}.{self.start}")
 
 
 @dataclass(frozen=True)

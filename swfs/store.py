@@ -169,6 +169,7 @@ def loads(data: Raw) -> Any:
 
 
 _STATUS_PREFIX = b'{"status":"'
+_HASH_PREFIX = b'{"h":"'  # a file record's body starts with its hash
 
 
 def parse_key(h: str, parser: str) -> bytes:
@@ -513,6 +514,21 @@ class Store:
         else:
             raw = txn.get(pkey(rel), db=self.dbs["files"])
         return None if raw is None else FileRecord.decode(raw)
+
+    def get_file_hash(self, rel: str) -> str | None:
+        """The content hash recorded for ``rel`` (None if none), read from the
+        record's head without decoding all of it: the access journal asks
+        this on every open."""
+        with self.read() as t:
+            raw = t.get(pkey(rel), db=self.dbs["files"])
+        if raw is None:
+            return None
+        data = bytes(raw)
+        at = data.find(b"\n") + 1 + len(_HASH_PREFIX)
+        end = data.find(b'"', at)
+        if data.startswith(_HASH_PREFIX, at - len(_HASH_PREFIX)) and end > at:
+            return data[at:end].decode("ascii", "replace")
+        return FileRecord.decode(data).hash
 
     def iter_files(self, txn: lmdb.Transaction) -> Iterator[tuple[str, FileRecord]]:
         cur = txn.cursor(db=self.dbs["files"])

@@ -1,0 +1,155 @@
+"""What keeps the access journal cheap still records what it did: the hash
+read from a file record's head, line ranges counted a chunk at a time, and
+rows built only for what changed since the last batch."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from swfs import journal as jmod
+from swfs.store import FileRecord, Store
+
+
+def _record(h: str | None) -> FileRecord:
+    return FileRecord(h, 3, 1, 2, 3, 0o100644, 0, 0, "text@1")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "rel",
+    [
+        "a.txt",
+        'dir/naïve "quoted" name.md',
+        "deep/" + "x" * 600 + ".txt",  # a key too long for LMDB: stored under its hash
+    ],
+)
+def test_file_hash_from_the_record_head_matches_the_full_record(tmp_path: Path, rel: str) -> None:
+    store = Store(tmp_path / "store")
+    h = "0123456789abcdef" * 4
+    with store.write() as txn:
+        store.put_file(txn, rel, _record(h))
+    assert store.get_file_hash(rel) == h == store.get_file(rel).hash  # type: ignore[union-attr]
+    assert store.get_file_hash(rel + ".missing") is None
+    assert jmod.hash_lookup(type("Engine", (), {"store": store})())(rel) == h
+
+
+def test_file_hash_of_a_record_written_otherwise_is_decoded(tmp_path: Path) -> None:
+    """A record whose body does not start with the hash (older writers,
+    another key order) is decoded whole: never a wrong answer."""
+    store = Store(tmp_path / "store")
+    from swfs.store import pkey
+
+    body = json.dumps(
+        {"s": 3, "m": 1, "c": 2, "i": 3, "mode": 0o100644, "u": 0, "g": 0, "p": None, "h": "f" * 64}
+    )
+    with store.write() as txn:
+        txn.put(pkey("b.txt"), b"3,1,2,3\n" + body.encode(), db=store.dbs["files"])
+    assert store.get_file_hash("b.txt") == "f" * 64
+
+
+def _count_lines_naively(data: bytes, ranges: list[list[int]]) -> list[int] | None:
+    start = min(s for s, _ in ranges)
+    end = min(max(e for _, e in ranges), len(data))
+    if start >= len(data):
+        return None
+    first = data.count(b"\n", 0, start) + 1
+    return [first, first + data.count(b"\n", start, max(start, end - 1))]
+
+
+def test_line_ranges_counted_across_chunks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(jmod, "LINES_CHUNK", 7)  # every range crosses chunk edges
+    data = "".join(f"line {i}\n" for i in range(1, 501)).encode()
+    f = tmp_path / "t.txt"
+    f.write_bytes(data)
+    line_100 = data.index(b"line 100\n")
+    line_120_end = data.index(b"line 121\n")
+    assert jmod.text_lines(f, [[line_100, line_120_end]]) == [100, 120]
+    assert jmod.text_lines(f, [[0, len(data)]]) == [1, 500]
+    assert jmod.text_lines(f, [[len(data) + 5, len(data) + 10]]) is None  # past the end
+    for ranges in ([[3, 4]], [[0, 1]], [[50, 60], [700, 2000]], [[len(data) - 1, len(data) + 99]]):
+        assert jmod.text_lines(f, ranges) == _count_lines_naively(data, ranges), ranges
+    # A NUL in the first 8 KiB: not text, whatever the chunk size.
+    (tmp_path / "b").write_bytes(b"x" * 5000 + b"\0" + b"\n" * 100)
+    assert jmod.text_lines(tmp_path / "b", [[0, 10]]) is None
+
+
+def _journal(tmp_path: Path) -> jmod.Journal:
+    (tmp_path / "src").mkdir()
+    (tmp_path / "store").mkdir()
+    return jmod.Journal(
+        tmp_path / "store", file_hash=lambda rel: "a" * 64, src=tmp_path / "src", flush_seconds=60
+    )
+
+
+def _details(j: jmod.Journal) -> dict[int, dict[str, object]]:
+    con = sqlite3.connect(j.path)
+    try:
+        return {s: json.loads(d) for s, d in con.execute("SELECT seq, detail FROM events")}
+    finally:
+        con.close()
+
+
+def test_a_batch_stores_each_change_once_and_nothing_unchanged(tmp_path: Path) -> None:
+    j = _journal(tmp_path)
+    (tmp_path / "src" / "a.txt").write_text("one\ntwo\nthree\n")
+    pid = os.getpid()
+    j.on_open(1, pid, "a.txt")  # served from the kernel's cache: no read reaches us
+    j.on_open(2, pid, "a.txt")
+    j.on_read(2, 0, 4)
+    assert j.flush() == 2
+    assert _details(j) == {
+        1: {"ranges": [], "bytes": 0, "open": True},
+        2: {"ranges": [[0, 4]], "bytes": 4, "open": True},
+    }
+    assert j.flush() == 0  # nothing changed: nothing written
+    j.on_close(1)
+    j.on_read(2, 4, 4)
+    j.on_close(2)
+    j.on_open(3, pid, "a.txt")
+    j.on_close(3)  # opened and closed within one batch: one row
+    assert j.flush() == 3
+    assert _details(j) == {
+        1: {"ranges": [], "bytes": 0},
+        2: {"ranges": [[0, 8]], "bytes": 8, "lines": [1, 2]},
+        3: {"ranges": [], "bytes": 0},
+    }
+    assert j.flush() == 0
+    j.close()
+
+
+# -- the benchmark's measurement of it
+
+
+def test_bench_cpu_between_uses_thread_ns_unless_a_thread_ended() -> None:
+    from bench.journalcost import cpu_between, cpu_sample
+
+    before = (1.00, {"10": 5_000_000, "11": 1_000_000})
+    grown = (1.02, {"10": 9_000_000, "11": 1_000_000, "12": 2_000_000})  # 12 started
+    assert cpu_between(before, grown) == pytest.approx(0.006)
+    ended = (1.05, {"10": 9_000_000})  # 11 ended: its ns are gone, the ticks keep them
+    assert cpu_between(before, ended) == pytest.approx(0.05)
+    ticks, threads = cpu_sample(os.getpid())
+    assert ticks >= 0
+    assert str(os.getpid()) in threads
+
+
+def test_bench_recording_cost_is_measured(tmp_path: Path) -> None:
+    from bench.journalcost import RECORDED, recording_cpu_us
+
+    src = tmp_path / "src"
+    (src / "d").mkdir(parents=True)
+    for i in range(5):
+        (src / "d" / f"f{i}.txt").write_text(f"{i}\n")
+    loop_us, thread_us = recording_cpu_us(tmp_path / "scratch", src)
+    assert loop_us > 0
+    assert thread_us > 0
+    con = sqlite3.connect(tmp_path / "scratch" / "rec-journal" / jmod.DB_NAME)
+    try:
+        (n,) = con.execute("SELECT count(*) FROM events WHERE hash IS NOT NULL").fetchone()
+    finally:
+        con.close()
+    assert n == RECORDED  # every open stored, each with the hash its record holds
