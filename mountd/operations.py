@@ -24,7 +24,6 @@ from mountd.options import MountOptions
 from mountd.passthrough import (
     Creds,
     NativeHandle,
-    Passthrough,
     SetAttr,
     join,
     split,
@@ -35,6 +34,7 @@ from mountd.router import Router
 from mountd.searchtree import SearchTree
 from mountd.synthetic import Entry, Generation, ReviewTree, SyntheticTree, make_trees
 from mountd.tabtree import TabTree
+from mountd.world import is_world, native_source
 from swfs.api import XATTR_PREFIX, EngineAPI, RelPath
 from swfs.journal import hash_lookup, open_journal
 
@@ -146,7 +146,8 @@ class Operations(pyfuse3.Operations):
         self.options = options
         self.src, self.store = src, store
         self.poller = Poller(options.poll_window)
-        self.native = Passthrough(engine, src, hidden=_hidden(src, store), poller=self.poller)
+        # A world (swfs mount --at) shows a snapshot instead of SRC (mountd.world).
+        self.native = native_source(engine, src, hidden=_hidden(src, store), poller=self.poller)
         root = os.fstat(self.native.root_fd)
         self.table = InodeTable((root.st_dev, root.st_ino))
         self.gen = Generation()
@@ -165,6 +166,9 @@ class Operations(pyfuse3.Operations):
         self.trees[Tree.TAB] = self.tab
         if isinstance(review := self.trees[Tree.REVIEW], ReviewTree):
             review.lineage = self.journal  # .review/LINEAGE.md
+        if is_world(engine):  # one state, nothing to search, render or owe
+            for tree in (Tree.VERSIONS, Tree.SEARCH, Tree.RENDER, Tree.TAB):
+                self.trees.pop(tree, None)
         self.router = Router(self.trees)
         self.native.reserved = self.router.names
         self.handles: dict[int, Handle] = {}
@@ -868,9 +872,10 @@ class Operations(pyfuse3.Operations):
     # -- extended attributes
 
     async def _sw_xattrs(self, rel: str) -> dict[str, str]:
+        world = getattr(self.engine, "world_name", None)
         if not rel:
-            return {"source": self.src, "store": self.store}
-        out: dict[str, str] = {}
+            return {"source": self.src, "store": self.store, **({"world": world} if world else {})}
+        out: dict[str, str] = {"world": world} if world else {}
         # Counts versions and reads the baseline: a store read, off the loop.
         state = await self.native.slow(self.engine.file_state, RelPath(rel))
         if state is not None:
