@@ -242,13 +242,13 @@ class World:
             return name, at, self.manifest  # a baseline against itself
         present_at = store.get_meta("baseline_at")
         present = store.get_meta("baseline") or {}
-        if at is None or present_at is None or present_at <= at + 1.0:
+        if at is None or present_at is None or present_at <= at:
             return history.BASELINE, present_at, present
         best: tuple[float, str] | None = None
         for snap in store.snapshot_names():
             info = history._info(cast("Workspace", self), snap)
             t = info.get("at")
-            if info.get("kind") == history.KIND_BASELINE and t is not None and t <= at + 1.0:
+            if info.get("kind") == history.KIND_BASELINE and t is not None and t <= at:
                 best = max(best or (t, snap), (t, snap))
         if best is None:  # none kept from then: the present one, said in SUMMARY.md
             return history.BASELINE, present_at, present
