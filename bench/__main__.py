@@ -27,6 +27,7 @@ from bench import (
     storage,
     swfsloads,
     unitcost,
+    worldload,
 )
 from bench.common import Ctx, Sizes
 from bench.mounter import (
@@ -52,6 +53,7 @@ _SWFS_MODULES = (
     searchload,
     renderload,
     historyloads,
+    worldload,
     storage,
 )
 WORKLOADS: dict[str, Workload] = dict(passthrough.WORKLOADS)
