@@ -28,6 +28,7 @@ from bench import (
     storage,
     swfsloads,
     unitcost,
+    worldload,
 )
 from bench.common import Ctx, Sizes
 from bench.mounter import (
@@ -53,6 +54,7 @@ _SWFS_MODULES = (
     searchload,
     renderload,
     historyloads,
+    worldload,
     storage,
     stagedloads,
 )

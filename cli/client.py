@@ -22,6 +22,7 @@ from swfs.api import RelPath
 from swfs.engine import Engine
 
 from .base import Progress, Target, open_engine
+from .world import refuse_world
 
 
 @dataclass(frozen=True)
@@ -127,6 +128,7 @@ class LocalClient:
 
 @contextmanager
 def connect(t: Target, args: argparse.Namespace) -> Iterator[Client]:
+    refuse_world(t)  # changes go to the workspace, never through a world
     if t.mounted:
         yield DaemonClient(t)
         return

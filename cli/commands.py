@@ -33,6 +33,7 @@ from .base import (
 )
 from .client import connect
 from .history import human_bytes
+from .world import status_of_world
 
 if TYPE_CHECKING:
     from swfs.engine import Engine
@@ -73,6 +74,8 @@ def _print_counts(counts: dict[str, int]) -> None:
 
 def cmd_status(args: argparse.Namespace) -> int:
     t = resolve_target(args.target, args.store)
+    if t.mounted and (code := status_of_world(args, t.src, t.store)) is not None:
+        return code  # a read-only world (swfs mount --at)
     with open_engine(t, args) as engine:
         if not t.mounted:
             engine.scan()

@@ -6,10 +6,13 @@ import argparse
 import dataclasses
 import os
 import signal
+from collections.abc import Callable
 from contextlib import AbstractContextManager
+from functools import partial
 from pathlib import Path
 
 from swfs import versioning
+from swfs.api import EngineAPI
 from swfs.procinfo import ancestry
 from swfs.workspace import STORE_NAME, Config
 
@@ -61,11 +64,15 @@ def mount_workspace(args: argparse.Namespace, config: Config) -> int:
     except ValueError as exc:
         raise MountError(f"bad mount option: {exc}") from None
 
-    def factory() -> AbstractContextManager[Engine]:
-        return Engine.open(src, store, config=config)
+    factory: Callable[[], AbstractContextManager[EngineAPI]]
+    if args.at is not None:  # a read-only world beside the live mount (cli.world)
+        from .world import world_factory
 
-    store.mkdir(mode=0o700, parents=True, exist_ok=True)
-    prepare_mount(src, store, staged=args.staged)
+        factory, options = world_factory(src, store, args.at, config, options)
+    else:
+        factory = partial(Engine.open, src, store, config=config)
+        store.mkdir(mode=0o700, parents=True, exist_ok=True)
+        prepare_mount(src, store, staged=args.staged)
     log_file = None if args.foreground else store / "daemon.log"
     try:
         mount(factory, src, mnt, options, foreground=args.foreground, log_file=log_file)
@@ -103,6 +110,12 @@ def register(c: Commands) -> None:
     sp = c.add("mount", cmd_mount, "mount SRC at MNT (daemonizes once ready)", target="src")
     sp.add_argument("mountpoint", metavar="MNT")
     sp.add_argument("-f", "--foreground", action="store_true", help="stay in front, log to stderr")
+    sp.add_argument(
+        "--at",
+        metavar="SNAPSHOT",
+        help="mount a read-only world: the workspace as it was at a snapshot, a submission "
+        "or `baseline`, with its .parsed and .review as of then (beside the live mount)",
+    )
     sp.add_argument(
         "--stale",
         choices=("serve", "wait"),

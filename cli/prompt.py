@@ -115,6 +115,17 @@ records it.
 """,
     ),
     (
+        "Read-only worlds",
+        """\
+`swfs mount --at NAME SRC MNT2` mounts the workspace as it was at snapshot
+or submission NAME (or `baseline`), read-only, beside the live mount: the
+files byte for byte, .parsed/ with their text as of then, .review/ with the
+changes of then (SUMMARY.md's first line names the world and its baseline).
+Every write there fails with "Read-only file system"; change files in the
+live mount.  `swfs status MNT2` says which world it is; `swfs umount MNT2`.
+""",
+    ),
+    (
         "Hashes",
         """\
 Text shows `b3:` plus the first 16 hex digits of the blake3 hash;

@@ -27,6 +27,7 @@ from mountd.dump import DumpOnSignal
 from mountd.fsutil import raise_fd_limit
 from mountd.operations import Operations
 from mountd.options import MountOptions
+from mountd.world import is_world
 from swfs.api import EngineAPI
 from swfs.changefeed import ChangeFeed
 
@@ -250,17 +251,18 @@ async def _serve(
         nursery = await stack.enter_async_context(trio.open_nursery())
         stack.callback(nursery.cancel_scope.cancel)
         await nursery.start(engine.run_background)
-        # The socket the CLI talks to (swfs.control), once the engine's work runs.
-        control = engine.control_server()
-        stack.callback(control.stop)
-        await nursery.start(control.run)
         stack.callback(ops.invalidator.stop)
         await nursery.start(ops.invalidator.run)
-        # Changes behind the mount, seen within a fraction of a second (the
-        # engine's periodic rescan is the backstop).
-        feed = ChangeFeed(engine, changed=ops.changed_behind, skip=ops.writing)
-        stack.callback(feed.stop)
-        await nursery.start(feed.run)
+        if not is_world(engine):  # a world is one fixed state (mountd.world)
+            # The socket the CLI talks to (swfs.control), once the engine's work runs.
+            control = engine.control_server()
+            stack.callback(control.stop)
+            await nursery.start(control.run)
+            # Changes behind the mount, seen within a fraction of a second (the
+            # engine's periodic rescan is the backstop).
+            feed = ChangeFeed(engine, changed=ops.changed_behind, skip=ops.writing)
+            stack.callback(feed.stop)
+            await nursery.start(feed.run)
         await nursery.start(ops.poller.run)
         await nursery.start(_watch_signals)
         # SIGUSR1: the task tree, the parse queue and the write sessions to the log.

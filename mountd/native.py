@@ -379,9 +379,10 @@ class NativeProvider:
 
     async def sw_xattrs(self, node: Node) -> dict[str, str]:
         rel = self.path(node)
+        world = getattr(self.mount.engine, "world_name", None)  # swfs mount --at
+        out: dict[str, str] = {"world": world} if world else {}
         if not rel:
-            return {"source": self.mount.src, "store": self.mount.store}
-        out: dict[str, str] = {}
+            return {"source": self.mount.src, "store": self.mount.store, **out}
         # Counts versions and reads the baseline: a store read, off the loop.
         state = await self.source.slow(self.mount.engine.file_state, RelPath(rel))
         if state is not None:

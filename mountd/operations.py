@@ -32,9 +32,9 @@ from mountd.provider import DirHandle, FileHandle, Handle, NativeSource, Provide
 from mountd.render import RenderTree
 from mountd.router import Router
 from mountd.searchtree import SearchTree
-from mountd.staged import native_tree
 from mountd.synthetic import Generation, ReviewTree, SyntheticTree, make_trees
 from mountd.tabtree import TabTree
+from mountd.world import is_world, native_source
 from swfs.api import XATTR_PREFIX, EngineAPI
 from swfs.journal import hash_lookup, open_journal
 
@@ -95,9 +95,10 @@ class Operations(pyfuse3.Operations):
         self.src, self.store = src, store
         self.poller = Poller(options.poll_window)
         # The native source: the one object that touches native files
-        # (mountd.native.NativeProvider wraps whatever sits here).
+        # (mountd.native.NativeProvider wraps whatever sits here): SRC, its
+        # staged layer (mount --staged) or a snapshot's world (mount --at).
         self.native: NativeSource
-        self.native = native_tree(engine, src, hidden=_hidden(src, store), poller=self.poller)
+        self.native = native_source(engine, src, hidden=_hidden(src, store), poller=self.poller)
         root = os.fstat(self.native.root_fd)
         self.table = InodeTable((root.st_dev, root.st_ino))
         self.gen = Generation()
@@ -116,6 +117,9 @@ class Operations(pyfuse3.Operations):
         self.trees[Tree.TAB] = self.tab
         if isinstance(review := self.trees[Tree.REVIEW], ReviewTree):
             review.lineage = self.journal  # .review/LINEAGE.md
+        if is_world(engine):  # one state, nothing to search, render or owe
+            for tree in (Tree.VERSIONS, Tree.SEARCH, Tree.RENDER, Tree.TAB):
+                self.trees.pop(tree, None)
         self.handles: dict[int, Handle] = {}
         self._next_fh = 1
         self.mounted = False  # set once pyfuse3 has a session: kernel notifications work
