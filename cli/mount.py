@@ -56,6 +56,7 @@ def mount_workspace(args: argparse.Namespace, config: Config) -> int:
             share_tab=args.share_tab,
             callers=ancestry(os.getppid()),
             render_dpi=args.render_dpi,
+            passthrough=args.passthrough,
         )
     except ValueError as exc:
         raise MountError(f"bad mount option: {exc}") from None
@@ -157,6 +158,14 @@ def register(c: Commands) -> None:
         help="rewrites of a file within this many seconds of a burst's first version "
         "replace its last version instead of adding one; fsynced versions and those "
         f"a snapshot names are kept (default {versioning.DEFAULT_INTERVAL:g}; 0: every close)",
+    )
+    sp.add_argument(
+        "--passthrough",
+        choices=("auto", "off"),
+        default="auto",
+        help="auto: the kernel reads native files opened read-only itself (FUSE "
+        "passthrough; needs libfuse 3.17 and root; byte ranges of those reads are "
+        "not journaled); off: every read goes through the daemon",
     )
     sp.add_argument(
         "--poll-us",

@@ -16,6 +16,7 @@ from typing import Any, TypeVar, cast
 import pyfuse3
 
 from mountd.caller import REQUEST
+from mountd.fastpath import FastPath
 from mountd.fsutil import open_beneath
 from mountd.invalidator import Invalidator, invalidate_attrs
 from mountd.invalidator import sig as _sig
@@ -57,7 +58,8 @@ def handler(fn: F) -> F:
 
     @functools.wraps(fn)
     async def wrapper(*args: Any, **kwargs: Any) -> Any:
-        ctx = next((a for a in args if isinstance(a, pyfuse3.RequestContext)), None)
+        # pyfuse3 passes the context last, where a request has one.
+        ctx = args[-1] if isinstance(args[-1], pyfuse3.RequestContext) else None
         token = REQUEST.set(ctx)  # whose request this is (mountd.caller)
         try:
             poller = getattr(args[0], "poller", None)
@@ -146,6 +148,8 @@ class Operations(pyfuse3.Operations):
         self.options = options
         self.src, self.store = src, store
         self.poller = Poller(options.poll_window)
+        self.fastpath = FastPath(options.passthrough)  # kernel passthrough, the loop's spin
+        self.fastpath.prepare(self, options.poll_window)
         self.native = Passthrough(engine, src, hidden=_hidden(src, store), poller=self.poller)
         root = os.fstat(self.native.root_fd)
         self.table = InodeTable((root.st_dev, root.st_ino))
@@ -605,6 +609,11 @@ class Operations(pyfuse3.Operations):
         fi.keep_cache = keep
         if flags & os.O_ACCMODE == os.O_RDONLY and not flags & os.O_TRUNC:
             _read_only(fi)
+        try:
+            await self.fastpath.opened(fi, fi.fh, node.ino, fh, flags, self.native.slow)
+        except BaseException:
+            await self.release(fi.fh)  # the kernel sends no RELEASE for a failed open
+            raise
         return fi
 
     @handler
@@ -633,6 +642,13 @@ class Operations(pyfuse3.Operations):
         direct = bool(flags & os.O_DIRECT)
         fi = pyfuse3.FileInfo(fh=self._add_handle(NativeOpen(node, fh, direct)))
         fi.direct_io = direct
+        try:
+            await self.fastpath.opened(
+                fi, fi.fh, node.ino, fh, flags, self.native.slow, created=True
+            )
+        except BaseException:
+            await self.release(fi.fh)
+            raise
         self.journal.on_open(fi.fh, ctx.pid, join(pdir, n), flags=flags)
         return fi, attr
 
@@ -665,6 +681,7 @@ class Operations(pyfuse3.Operations):
     async def flush(self, fh: int) -> None:
         h = self._handle(fh)
         if isinstance(h, NativeOpen):
+            self.fastpath.note_writes(fh, h.fh)  # passthrough writers (mountd.fastpath)
             if h.fh.wrote and not h.direct:
                 # The kernel's pages hold what was written: the invalidation the
                 # record below triggers need not drop them.
@@ -678,6 +695,7 @@ class Operations(pyfuse3.Operations):
     async def fsync(self, fh: int, datasync: bool) -> None:
         h = self._handle(fh)
         if isinstance(h, NativeOpen):
+            self.fastpath.note_writes(fh, h.fh)
             recorded = h.fh.written
             await self.native.fsync(h.fh, datasync)
             if recorded:
@@ -690,6 +708,8 @@ class Operations(pyfuse3.Operations):
             return
         try:
             if isinstance(h, NativeOpen):
+                self.fastpath.note_writes(fh, h.fh)
+                self.fastpath.released(fh)
                 if h.fh.written and not h.direct:
                     # The kernel's cache saw every write through this handle.
                     h.node.cache_sig = _sig(os.fstat(h.fh.fd))
