@@ -161,11 +161,11 @@ def register(c: Commands) -> None:
     )
     sp.add_argument(
         "--passthrough",
-        choices=("auto", "off"),
+        choices=("auto", "on", "off"),
         default="auto",
-        help="auto: the kernel reads native files opened read-only itself (FUSE "
-        "passthrough; needs libfuse 3.17 and root; byte ranges of those reads are "
-        "not journaled); off: every read goes through the daemon",
+        help="on: the kernel reads native files opened read-only itself (FUSE passthrough; "
+        "needs libfuse 3.17 and root; the journal then records those reads without their "
+        "byte ranges); auto: on only with --no-journal; off: every read goes through the daemon",
     )
     sp.add_argument(
         "--poll-us",

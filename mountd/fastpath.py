@@ -9,8 +9,9 @@ event loop costs Python scheduling and an epoll wake-up.  With it,
 second time).  Stock pyfuse3 has no such loop; then ``mountd.poll`` polls as
 before.
 
-**Kernel passthrough** (``--passthrough=auto``; libfuse 3.17 or newer under
-pyfuse3, a kernel with FUSE passthrough, a daemon running as root): a
+**Kernel passthrough** (``--passthrough=on``, or ``auto`` with
+``--no-journal``; libfuse 3.17 or newer under pyfuse3, a kernel with FUSE
+passthrough, a daemon running as root): a
 read-only open of a native file is answered with a backing id, and the
 kernel reads the backing file itself, its page cache included: the daemon
 sees neither those reads nor their cost.
@@ -19,8 +20,9 @@ Only read-only opens are passed through by choice.  A write must reach the
 daemon: the write session keeps the recorded bytes before the first in-place
 change and records a version at close (``swfs.writesession``), and it can do
 neither for writes it never sees.  The access journal still records each
-passthrough open as a read of that file, without byte ranges (the reads
-never reach the daemon).
+passthrough open as a read of that file, but without the byte and line
+ranges read (the reads never reach the daemon): that is why ``auto`` stays
+off while the journal records, and ``on`` is the user's say-so.
 
 The kernel allows one backing file per inode, and once an inode is open for
 passthrough it fails (EIO) any open of it that is not.  So all passthrough
@@ -54,7 +56,7 @@ from mountd.passthrough import NativeHandle
 
 log = logging.getLogger(__name__)
 
-PASSTHROUGH_MODES: tuple[PassthroughMode, ...] = ("auto", "off")
+PASSTHROUGH_MODES: tuple[PassthroughMode, ...] = ("auto", "on", "off")
 
 # The patched pyfuse3's additions, looked up at run time: stock pyfuse3 (and
 # its type stubs) have none of them.
@@ -75,11 +77,19 @@ def passthrough_unavailable() -> str | None:
 
 
 class FastPath:
-    def __init__(self, mode: PassthroughMode) -> None:
+    def __init__(self, mode: PassthroughMode, *, journal: bool = False) -> None:
         if mode not in PASSTHROUGH_MODES:
             raise ValueError(f"passthrough must be one of {', '.join(PASSTHROUGH_MODES)}")
         self.mode = mode
-        self.why_not = "--passthrough=off" if mode == "off" else passthrough_unavailable()
+        if mode == "off":
+            self.why_not: str | None = "--passthrough=off"
+        elif mode == "auto" and journal:
+            self.why_not = (
+                "the access journal records the byte ranges of reads "
+                "(--passthrough=on passes through all the same, without them)"
+            )
+        else:
+            self.why_not = passthrough_unavailable()
         self.wanted = self.why_not is None
         self._backing: dict[int, list[int]] = {}  # ino -> [backing id, passthrough opens]
         self._cached: Counter[int] = Counter()  # ino -> live page-cache opens

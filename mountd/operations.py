@@ -148,7 +148,7 @@ class Operations(pyfuse3.Operations):
         self.options = options
         self.src, self.store = src, store
         self.poller = Poller(options.poll_window)
-        self.fastpath = FastPath(options.passthrough)  # kernel passthrough, the loop's spin
+        self.fastpath = FastPath(options.passthrough, journal=options.journal)  # mountd.fastpath
         self.fastpath.prepare(self, options.poll_window)
         self.native = Passthrough(engine, src, hidden=_hidden(src, store), poller=self.poller)
         root = os.fstat(self.native.root_fd)

@@ -1,6 +1,6 @@
 """Kernel FUSE passthrough for native files (mountd.fastpath), through a real mount.
 
-With ``--passthrough=auto`` and a pyfuse3 built against libfuse 3.17 (what
+With ``--passthrough=on`` and a pyfuse3 built against libfuse 3.17 (what
 ``make install`` builds when it can), the kernel reads read-only opens of
 native files itself.  Whether it is on is read from the daemon's log (it
 says so at the first open, or says why not); either way the same bytes,
@@ -20,7 +20,9 @@ from pathlib import Path
 
 import pytest
 
+from mountd.fastpath import FastPath, passthrough_unavailable
 from mountd.launch import mounted_swfs
+from mountd.options import MountOptions
 from swfs.fsutil import hash_file
 from tests import realmount
 from tests.mountutil import lazy_unmount, wait_for_mount, workdir
@@ -161,8 +163,8 @@ def check_reads_writes_versions(m: RealMount) -> None:
     assert "ok" in out.stdout
 
 
-def test_passthrough_auto_reads_writes_and_records() -> None:
-    with mounted("--passthrough", "auto") as m:
+def test_passthrough_on_reads_writes_and_records() -> None:
+    with mounted("--passthrough", "on") as m:
         state = passthrough_state(m)
         if state != "on":
             # The reasons the daemon may give; anything else is a defect.
@@ -173,6 +175,15 @@ def test_passthrough_auto_reads_writes_and_records() -> None:
         check_reads_writes_versions(m)
         assert "Traceback" not in m.log()
         assert m.alive()
+
+
+def test_auto_stays_off_while_the_journal_records_reads() -> None:
+    # 'auto' keeps the journal's byte ranges; with --no-journal it asks.
+    assert "journal" in (FastPath("auto", journal=True).why_not or "")
+    assert FastPath("auto", journal=False).why_not == passthrough_unavailable()
+    assert FastPath("off", journal=False).why_not == "--passthrough=off"
+    with pytest.raises(ValueError, match="passthrough"):
+        MountOptions(passthrough="sometimes")  # type: ignore[arg-type]
 
 
 def test_passthrough_off_behaves_as_before() -> None:
