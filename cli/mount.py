@@ -60,6 +60,7 @@ def mount_workspace(args: argparse.Namespace, config: Config) -> int:
             share_tab=args.share_tab,
             callers=ancestry(os.getppid()),
             render_dpi=args.render_dpi,
+            passthrough=args.passthrough,
         )
     except ValueError as exc:
         raise MountError(f"bad mount option: {exc}") from None
@@ -172,6 +173,14 @@ def register(c: Commands) -> None:
         help="rewrites of a file within this many seconds of a burst's first version "
         "replace its last version instead of adding one; fsynced versions and those "
         f"a snapshot names are kept (default {versioning.DEFAULT_INTERVAL:g}; 0: every close)",
+    )
+    sp.add_argument(
+        "--passthrough",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="on: the kernel reads native files opened read-only itself (FUSE passthrough; "
+        "needs libfuse 3.17 and root; the journal then records those reads without their "
+        "byte ranges); auto: on only with --no-journal; off: every read goes through the daemon",
     )
     sp.add_argument(
         "--poll-us",

@@ -19,7 +19,7 @@ import pyfuse3
 from mountd.fsutil import open_beneath
 from mountd.invalidator import sig as _sig
 from mountd.nodes import Node, Tree
-from mountd.passthrough import Creds, SetAttr, join
+from mountd.passthrough import Creds, NativeHandle, SetAttr, join
 from mountd.provider import (
     FileHandle,
     Handle,
@@ -210,8 +210,21 @@ class NativeProvider:
         fi.keep_cache = keep
         if flags & os.O_ACCMODE == os.O_RDONLY and not flags & os.O_TRUNC:
             read_only(fi)
+        await self._fastpath(fi, node, fh, flags)
         self.mount.journal.on_open(fi.fh, ctx.pid, rel, flags=flags)
         return fi
+
+    async def _fastpath(
+        self, fi: pyfuse3.FileInfo, node: Node, fh: NativeHandle, flags: int, created: bool = False
+    ) -> None:
+        """Kernel passthrough of the file's data where it applies (mountd.fastpath)."""
+        try:
+            await self.mount.fastpath.opened(
+                fi, fi.fh, node.ino, fh, flags, self.source.slow, created=created
+            )
+        except BaseException:
+            await self.mount.release(fi.fh)  # the kernel sends no RELEASE for a failed open
+            raise
 
     async def create(
         self, parent: Node, name: str, mode: int, flags: int, ctx: pyfuse3.RequestContext
@@ -228,6 +241,7 @@ class NativeProvider:
         direct = bool(flags & os.O_DIRECT)
         fi = pyfuse3.FileInfo(fh=self.mount.add_handle(NativeOpen(node, fh, direct)))
         fi.direct_io = direct
+        await self._fastpath(fi, node, fh, flags, created=True)
         self.mount.journal.on_open(fi.fh, ctx.pid, join(pdir, name), flags=flags)
         return fi, attr
 
@@ -242,6 +256,7 @@ class NativeProvider:
 
     async def flush(self, h: FileHandle, fh: int) -> None:
         assert isinstance(h, NativeOpen)
+        self.mount.fastpath.note_writes(fh, h.fh)  # passthrough writers (mountd.fastpath)
         if h.fh.wrote and not h.direct:
             # The kernel's pages hold what was written: the invalidation the
             # record below triggers need not drop them.
@@ -253,6 +268,7 @@ class NativeProvider:
 
     async def fsync(self, h: FileHandle, fh: int, datasync: bool) -> None:
         assert isinstance(h, NativeOpen)
+        self.mount.fastpath.note_writes(fh, h.fh)
         recorded = h.fh.written
         await self.source.fsync(h.fh, datasync)
         if recorded:
@@ -260,6 +276,8 @@ class NativeProvider:
 
     async def release(self, h: FileHandle, fh: int) -> None:
         assert isinstance(h, NativeOpen)
+        self.mount.fastpath.note_writes(fh, h.fh)
+        self.mount.fastpath.released(fh)
         if h.fh.written and not h.direct:
             # The kernel's cache saw every write through this handle.
             h.node.cache_sig = _sig(os.fstat(h.fh.fd))

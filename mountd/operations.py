@@ -22,6 +22,7 @@ from typing import Any, TypeVar, cast
 import pyfuse3
 
 from mountd.caller import REQUEST
+from mountd.fastpath import FastPath
 from mountd.invalidator import Invalidator, invalidate_attrs
 from mountd.native import NativeProvider
 from mountd.nodes import InodeTable, Node, Tree
@@ -55,7 +56,8 @@ def handler(fn: F) -> F:
 
     @functools.wraps(fn)
     async def wrapper(*args: Any, **kwargs: Any) -> Any:
-        ctx = next((a for a in args if isinstance(a, pyfuse3.RequestContext)), None)
+        # pyfuse3 passes the context last, where a request has one.
+        ctx = args[-1] if isinstance(args[-1], pyfuse3.RequestContext) else None
         token = REQUEST.set(ctx)  # whose request this is (mountd.caller)
         try:
             poller = getattr(args[0], "poller", None)
@@ -94,6 +96,8 @@ class Operations(pyfuse3.Operations):
         self.options = options
         self.src, self.store = src, store
         self.poller = Poller(options.poll_window)
+        self.fastpath = FastPath(options.passthrough, journal=options.journal)  # mountd.fastpath
+        self.fastpath.prepare(self, options.poll_window)
         # The native source: the one object that touches native files
         # (mountd.native.NativeProvider wraps whatever sits here): SRC, its
         # staged layer (mount --staged) or a snapshot's world (mount --at).

@@ -9,6 +9,7 @@ from typing import Literal
 
 StalePolicy = Literal["serve", "wait"]
 VersionsPolicy = Literal["hidden", "visible"]
+PassthroughMode = Literal["auto", "on", "off"]
 
 FUSE_CONF = Path("/etc/fuse.conf")
 
@@ -51,10 +52,15 @@ class MountOptions:
     # .tab/ readable by every user (excerpts still only from files they may
     # read); by default it belongs to the mounting user and root.
     share_tab: bool = False
+    # Kernel FUSE passthrough for read-only opens of native files (mountd.fastpath):
+    # 'auto' unless the journal records reads, 'on' even then.
+    passthrough: PassthroughMode = "auto"
 
     def __post_init__(self) -> None:
         if self.stale not in ("serve", "wait"):
             raise ValueError(f"stale policy must be 'serve' or 'wait', not {self.stale!r}")
+        if self.passthrough not in ("auto", "on", "off"):
+            raise ValueError(f"passthrough must be auto, on or off, not {self.passthrough!r}")
         if self.versions not in ("hidden", "visible"):
             raise ValueError(f"versions must be 'hidden' or 'visible', not {self.versions!r}")
         for name in ("stale_wait", "pending_wait", "entry_timeout", "attr_timeout", "poll_window"):

@@ -35,6 +35,7 @@ from mountd.nodes import Node
 from mountd.passthrough import Creds, NativeHandle, SetAttr
 
 if TYPE_CHECKING:
+    from mountd.fastpath import FastPath
     from mountd.invalidator import Invalidator
     from mountd.nodes import InodeTable
     from mountd.options import MountOptions
@@ -182,12 +183,14 @@ class Mount(Protocol):
     journal: Any
     native: NativeSource  # generated trees open blobs through it (slow(), root_fd)
     invalidator: Invalidator
+    fastpath: FastPath  # kernel passthrough of native file data
     handles: dict[int, Handle]
     src: str
     store: str
 
     def add_handle(self, h: Handle) -> int: ...
     def invalidate_attrs(self, ino: int) -> None: ...
+    async def release(self, fh: int) -> None: ...
 
 
 class Provider(Protocol):

@@ -25,6 +25,13 @@ if ! command -v soffice >/dev/null 2>&1; then
         echo "bootstrap: no LibreOffice (soffice): legacy formats stay unsupported, their tests skip" >&2
     fi
 fi
+# meson and ninja build libfuse 3.17 below (kernel FUSE passthrough); without
+# them (not root) pyfuse3 is built against the system libfuse.
+if [ "$(id -u)" = 0 ] && [ "${SWFS_LIBFUSE:-auto}" != system ]; then
+    command -v meson >/dev/null 2>&1 || need_debs="$need_debs meson"
+    command -v ninja >/dev/null 2>&1 || need_debs="$need_debs ninja-build"
+    command -v cc >/dev/null 2>&1 || need_debs="$need_debs gcc libc6-dev"
+fi
 if [ -n "$need_debs" ]; then
     if [ "$(id -u)" = 0 ]; then
         echo "bootstrap: installing Debian packages:$need_debs"
@@ -44,6 +51,57 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --upgrade pip
 
+# libfuse 3.17 has the kernel passthrough API that Debian 12's 3.14 lacks
+# (swfs --passthrough, mountd/fastpath.py).  Built from Debian 13's fuse3
+# source package, fetched through the mirror apt already uses: the library
+# only (no utilities, examples or tests), into .venv/libfuse-VERSION, once
+# per venv (half a minute).  pyfuse3 links it with an rpath; the system's
+# fusermount3 and /dev/fuse serve it as they serve 3.14.  If it cannot be
+# fetched or built, pyfuse3 is built against the system libfuse and swfs
+# mounts as before, without passthrough.  SWFS_LIBFUSE=system skips it.
+LIBFUSE_VERSION=3.17.2
+LIBFUSE_ORIG=fuse3_$LIBFUSE_VERSION.orig.tar.gz
+LIBFUSE_SHA256=3d932431ad94e86179e5265cddde1d67aa3bb2fb09a5bd35c641f86f2b5ed06f
+LIBFUSE_PREFIX="$PWD/.venv/libfuse-$LIBFUSE_VERSION"
+
+build_libfuse() {
+    work=$(mktemp -d)
+    # A private apt configuration: the machine's own lists stay as they are.
+    mirror=$(apt-get indextargets --format '$(SITE)' 2>/dev/null | grep -v -- -security | head -n 1)
+    [ -n "$mirror" ] || { rm -rf "$work"; return 1; }
+    mkdir -p "$work/lists/partial" "$work/cache/archives/partial" "$work/src"
+    echo "deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $mirror trixie main" \
+        >"$work/sources.list"
+    set -- -q -o Dir::Etc::SourceList="$work/sources.list" -o Dir::Etc::SourceParts=/dev/null \
+        -o Dir::State::Lists="$work/lists" -o Dir::Cache="$work/cache" -o APT::Sandbox::User=root
+    if apt-get "$@" update >"$work/log" 2>&1 &&
+        (cd "$work/src" && apt-get "$@" source --download-only fuse3) >>"$work/log" 2>&1 &&
+        echo "$LIBFUSE_SHA256  $work/src/$LIBFUSE_ORIG" | sha256sum -c --quiet >>"$work/log" 2>&1 &&
+        tar xzf "$work/src/$LIBFUSE_ORIG" -C "$work" &&
+        meson setup -Dutils=false -Dexamples=false -Dtests=false -Duseroot=false \
+            --prefix="$LIBFUSE_PREFIX" --libdir=lib --buildtype=release \
+            "$work/build" "$work/fuse-$LIBFUSE_VERSION" >>"$work/log" 2>&1 &&
+        ninja -C "$work/build" >>"$work/log" 2>&1 &&
+        meson install -C "$work/build" >>"$work/log" 2>&1; then
+        rm -rf "$work"
+        return 0
+    fi
+    tail -n 3 "$work/log" >&2
+    rm -rf "$work" "$LIBFUSE_PREFIX"
+    return 1
+}
+
+libfuse=system
+if [ "${SWFS_LIBFUSE:-auto}" != system ] && command -v meson >/dev/null 2>&1 &&
+    command -v ninja >/dev/null 2>&1; then
+    if [ ! -e "$LIBFUSE_PREFIX/lib/pkgconfig/fuse3.pc" ]; then
+        echo "bootstrap: building libfuse $LIBFUSE_VERSION (kernel passthrough)"
+        build_libfuse ||
+            echo "bootstrap: libfuse $LIBFUSE_VERSION could not be built: pyfuse3 uses the system libfuse (no kernel passthrough)" >&2
+    fi
+    [ -e "$LIBFUSE_PREFIX/lib/pkgconfig/fuse3.pc" ] && libfuse=$LIBFUSE_VERSION
+fi
+
 # pyfuse3 3.5.0 built with scripts/pyfuse3-dircache.patch: it lets the daemon
 # keep directory listings in the kernel and skip FLUSH on read-only closes.
 # Stock pyfuse3 works too (swfs checks at import), at more round trips.
@@ -51,9 +109,9 @@ fi
 # dependencies (Cython, setuptools) from source, minutes of compiling.
 PYFUSE3_SDIST=pyfuse3-3.5.0.tar.gz
 PYFUSE3_SHA256=88399a9494b88603230bba300f4ba9ad63fece5ed514ca3633d555a0c6a42b24
-patch_sum=$(sha256sum scripts/pyfuse3-dircache.patch | cut -d' ' -f1)
+patch_sum="$(sha256sum scripts/pyfuse3-dircache.patch | cut -d' ' -f1) libfuse-$libfuse"
 if [ "$(cat .venv/.pyfuse3-patch 2>/dev/null)" != "$patch_sum" ]; then
-    echo "bootstrap: building pyfuse3 with scripts/pyfuse3-dircache.patch"
+    echo "bootstrap: building pyfuse3 with scripts/pyfuse3-dircache.patch (libfuse: $libfuse)"
     build=$(mktemp -d)
     trap 'rm -rf "$build"' EXIT
     .venv/bin/python -m pip download -q --no-binary pyfuse3 --no-deps -d "$build" pyfuse3==3.5.0
@@ -61,7 +119,12 @@ if [ "$(cat .venv/.pyfuse3-patch 2>/dev/null)" != "$patch_sum" ]; then
     tar xzf "$build/$PYFUSE3_SDIST" -C "$build"
     rm -f "$build/pyfuse3-3.5.0/src/pyfuse3/__init__.c"  # regenerated from the patched .pyx
     patch -s -d "$build/pyfuse3-3.5.0" -p1 <scripts/pyfuse3-dircache.patch
-    .venv/bin/python -m pip install -q --force-reinstall --no-deps "$build/pyfuse3-3.5.0"
+    if [ "$libfuse" = system ]; then
+        .venv/bin/python -m pip install -q --force-reinstall --no-deps "$build/pyfuse3-3.5.0"
+    else
+        PKG_CONFIG_PATH="$LIBFUSE_PREFIX/lib/pkgconfig" LDFLAGS="-Wl,-rpath,$LIBFUSE_PREFIX/lib" \
+            .venv/bin/python -m pip install -q --force-reinstall --no-deps "$build/pyfuse3-3.5.0"
+    fi
     echo "$patch_sum" >.venv/.pyfuse3-patch
 fi
 .venv/bin/python -m pip install -q -e '.[dev]'

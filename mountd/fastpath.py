@@ -1,0 +1,205 @@
+"""What our patched pyfuse3 adds for speed, and the policy for using it.
+
+**The receive loop.**  After each reply the loop reads the FUSE descriptor
+again for up to the poll window (``--poll-us``), without the GIL, before it
+goes back to the event loop: a tool that walks a tree sends its next request
+within microseconds, and picking that up costs a read(2) where a pass of the
+event loop costs Python scheduling and an epoll wake-up.  With it,
+``mountd.poll``'s loop-pass polling is switched off (it would only spin a
+second time).  Stock pyfuse3 has no such loop; then ``mountd.poll`` polls as
+before.
+
+**Kernel passthrough** (``--passthrough=on``, or ``auto`` with
+``--no-journal``; libfuse 3.17 or newer under pyfuse3, a kernel with FUSE
+passthrough, a daemon running as root): a
+read-only open of a native file is answered with a backing id, and the
+kernel reads the backing file itself, its page cache included: the daemon
+sees neither those reads nor their cost.
+
+Only read-only opens are passed through by choice.  A write must reach the
+daemon: the write session keeps the recorded bytes before the first in-place
+change and records a version at close (``swfs.writesession``), and it can do
+neither for writes it never sees.  The access journal still records each
+passthrough open as a read of that file, but without the byte and line
+ranges read (the reads never reach the daemon): that is why ``auto`` stays
+off while the journal records, and ``on`` is the user's say-so.
+
+The kernel allows one backing file per inode, and once an inode is open for
+passthrough it fails (EIO) any open of it that is not.  So all passthrough
+opens of a node share one backing id, dropped at the last release; a
+read-only open while the node has page-cache opens (a writer) is served by
+the daemon as before; and an open for writing while the node has
+passthrough opens must pass through too.  Such a writer keeps history by
+other means: the recorded bytes are kept at open (before the kernel can
+write), and at flush, fsync and release a change of size, mtime or ctime
+since the last look marks the session written, so it records a version as
+if it had seen the writes (a rehash that finds the same bytes records
+nothing).
+
+Whenever passthrough cannot be had (off, stock libfuse, the kernel declined
+at INIT, registration refused) opens are served as before; the reason is
+logged once.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pyfuse3
+
+from mountd.options import PassthroughMode
+from mountd.passthrough import NativeHandle
+
+log = logging.getLogger(__name__)
+
+PASSTHROUGH_MODES: tuple[PassthroughMode, ...] = ("auto", "on", "off")
+
+# The patched pyfuse3's additions, looked up at run time: stock pyfuse3 (and
+# its type stubs) have none of them.
+_fuse: Any = pyfuse3
+HAVE_SPIN = hasattr(pyfuse3, "set_spin_window")
+
+
+def passthrough_unavailable() -> str | None:
+    """Why this daemon cannot ask for passthrough (None: it can ask)."""
+    available = getattr(pyfuse3, "passthrough_available", None)
+    if available is None:
+        return "pyfuse3 lacks the passthrough patch"
+    if not available():
+        return "pyfuse3 was built against a libfuse without passthrough (3.17 needed)"
+    if os.geteuid() != 0:
+        return "the kernel lets only root register backing files"
+    return None
+
+
+class FastPath:
+    def __init__(self, mode: PassthroughMode, *, journal: bool = False) -> None:
+        if mode not in PASSTHROUGH_MODES:
+            raise ValueError(f"passthrough must be one of {', '.join(PASSTHROUGH_MODES)}")
+        self.mode = mode
+        if mode == "off":
+            self.why_not: str | None = "--passthrough=off"
+        elif mode == "auto" and journal:
+            self.why_not = (
+                "the access journal records the byte ranges of reads "
+                "(--passthrough=on passes through all the same, without them)"
+            )
+        else:
+            self.why_not = passthrough_unavailable()
+        self.wanted = self.why_not is None
+        self._backing: dict[int, list[int]] = {}  # ino -> [backing id, passthrough opens]
+        self._cached: Counter[int] = Counter()  # ino -> live page-cache opens
+        # fh -> (ino, passed through, a writer's (size, mtime, ctime) at the last look)
+        self._handles: dict[int, tuple[int, bool, tuple[int, int, int] | None]] = {}
+        self._checked = False
+        self.passed = 0  # opens passed through, ever
+
+    def prepare(self, ops: Any, poll_window: float) -> None:
+        """Before ``pyfuse3.init``: what to ask the kernel for, and the loop's spin."""
+        ops.enable_passthrough = self.wanted
+        if not self.wanted:
+            log.info("kernel passthrough off: %s", self.why_not)
+        if HAVE_SPIN:
+            _fuse.set_spin_window(poll_window)
+            ops.poller.window = 0.0  # the loop spins in pyfuse3 instead
+
+    @property
+    def active(self) -> bool:
+        if not self.wanted:
+            return False
+        if not self._checked:  # INIT is answered by the time the first open comes
+            self._checked = True
+            if not _fuse.passthrough_active():
+                self._off("the kernel did not offer FUSE passthrough at INIT")
+                return False
+            log.info("kernel passthrough on: read-only opens of native files")
+        return self.wanted
+
+    def _off(self, why: str) -> None:
+        self.wanted, self.why_not = False, why
+        log.warning("kernel passthrough off: %s", why)
+
+    async def opened(
+        self,
+        fi: pyfuse3.FileInfo,
+        fh: int,
+        ino: int,
+        handle: NativeHandle,
+        flags: int,
+        slow: Callable[..., Awaitable[Any]],
+        *,
+        created: bool = False,
+    ) -> None:
+        """A native file was opened or ``created`` (``fi`` about to be
+        returned): pass it through when it may, or must."""
+        entry = self._backing.get(ino)
+        if entry is None:
+            read_only = flags & os.O_ACCMODE == os.O_RDONLY and not flags & os.O_TRUNC
+            if not read_only or created or self._cached[ino] or not self.active:
+                if not fi.direct_io:  # direct I/O has no page cache to conflict
+                    self._cached[ino] += 1
+                    self._handles[fh] = (ino, False, None)
+                return
+            try:
+                entry = self._backing[ino] = [_fuse.backing_open(handle.fd), 0]
+            except OSError as exc:
+                self._off(f"registering a backing file: {exc.strerror or exc}")
+                self._cached[ino] += 1
+                self._handles[fh] = (ino, False, None)
+                return
+        session = handle.session
+        if session is not None and session.needs_preserve:
+            # The kernel writes without us from the reply on: keep the
+            # recorded bytes now.  ENOSPC/EIO fails the open, nothing written.
+            await slow(session.preserve)
+        entry[1] += 1
+        fi.backing_id = entry[0]  # type: ignore[attr-defined]
+        fi.direct_io = False
+        fi.keep_cache = False  # no page cache of ours: the backing file has it
+        self._handles[fh] = (ino, True, None if session is None else _stamp(handle.fd))
+        self.passed += 1
+
+    def note_writes(self, fh: int, handle: NativeHandle) -> None:
+        """Before a flush, fsync or release: a passthrough writer whose file
+        changed since the last look is marked written (its writes never came
+        through the daemon)."""
+        got = self._handles.get(fh)
+        if got is None or got[2] is None or handle.session is None:
+            return
+        now = _stamp(handle.fd)
+        if now != got[2]:
+            self._handles[fh] = (got[0], True, now)
+            handle.session.dirty = handle.session.wrote = True
+
+    def released(self, fh: int) -> None:
+        got = self._handles.pop(fh, None)
+        if got is None:
+            return
+        ino, passed, _ = got
+        if not passed:
+            self._cached[ino] -= 1
+            if self._cached[ino] <= 0:
+                del self._cached[ino]
+            return
+        entry = self._backing[ino]
+        entry[1] -= 1
+        if entry[1] == 0:
+            del self._backing[ino]
+            try:
+                _fuse.backing_close(entry[0])
+            except OSError as exc:  # the kernel keeps its own reference
+                log.warning("closing backing id %d: %s", entry[0], exc)
+
+    def report(self) -> str:
+        state = "on" if self.wanted and self._checked else (self.why_not or "not yet asked")
+        live = len(self._backing)
+        return f"passthrough: {state}; {self.passed} opens passed through, {live} files live"
+
+
+def _stamp(fd: int) -> tuple[int, int, int]:
+    st = os.fstat(fd)
+    return st.st_size, st.st_mtime_ns, st.st_ctime_ns

@@ -1,0 +1,194 @@
+"""Kernel FUSE passthrough for native files (mountd.fastpath), through a real mount.
+
+With ``--passthrough=on`` and a pyfuse3 built against libfuse 3.17 (what
+``make install`` builds when it can), the kernel reads read-only opens of
+native files itself.  Whether it is on is read from the daemon's log (it
+says so at the first open, or says why not); either way the same bytes,
+versions and ``.parsed`` views must come out.  ``--passthrough=off`` is the
+path of a machine without it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from mountd.fastpath import FastPath, passthrough_unavailable
+from mountd.launch import mounted_swfs
+from mountd.options import MountOptions
+from swfs.fsutil import hash_file
+from tests import realmount
+from tests.mountutil import lazy_unmount, wait_for_mount, workdir
+from tests.realmount import RealMount, needs_fuse, swfs
+
+pytestmark = [pytest.mark.mount, needs_fuse, pytest.mark.timeout(180)]
+
+BIG = os.urandom(3 * 1024 * 1024 + 4099)
+
+
+@contextlib.contextmanager
+def mounted(*extra: str) -> Iterator[RealMount]:
+    """``realmount.workspace`` with the daemon logging at INFO (``swfs -v``)
+    and importing the pyfuse3 this test process would (a PYTHONPATH pointing
+    at another build included)."""
+    root = workdir()
+    src, mnt = root / "src", root / "mnt"
+    src.mkdir()
+    mnt.mkdir()
+    populate(src)
+    env = realmount.daemon_env()
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(realmount.REPO), os.environ.get("PYTHONPATH", "")) if p
+    )
+    with (root / "daemon.log").open("ab") as log:
+        proc = subprocess.Popen(
+            [realmount.SWFS, "-v", "mount", "-f", "--rescan-interval", "1", *extra, src, mnt],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+        )
+    m = RealMount(root, src, mnt, proc, extra)
+    try:
+        wait_for_mount(mnt, proc, 60)
+        swfs("sync", mnt)
+        yield m
+    finally:
+        m.stop()
+        lazy_unmount(mnt)
+        if not mounted_swfs(mnt):
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def poll(cond: Callable[[], object], what: str, bound: float = 60.0) -> None:
+    deadline = time.monotonic() + bound
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"after {bound} s: {what}")
+        time.sleep(0.05)
+
+
+def populate(src: Path) -> None:
+    (src / "notes").mkdir()
+    (src / "notes" / "readme.md").write_text("# Readme\nthe first line\n")
+    (src / "big.bin").write_bytes(BIG)
+
+
+def versions(m: RealMount, rel: str) -> list[str]:
+    return sorted(os.listdir(m.mnt / ".versions" / rel))
+
+
+def passthrough_state(m: RealMount) -> str:
+    """'on', or the reason the daemon logged for 'off' (after one open)."""
+    (m.mnt / "notes" / "readme.md").read_bytes()
+    state: list[str] = []
+
+    def said() -> bool:
+        for line in m.log().splitlines():
+            if "kernel passthrough on" in line:
+                state.append("on")
+                return True
+            if "kernel passthrough off:" in line:
+                state.append(line.partition("kernel passthrough off:")[2].strip())
+                return True
+        return False
+
+    poll(said, "the daemon logs whether kernel passthrough is on")
+    return state[0]
+
+
+def check_reads_writes_versions(m: RealMount) -> None:
+    readme = m.mnt / "notes" / "readme.md"
+    unit = m.mnt / ".parsed" / "notes" / "readme.md" / "content.txt"
+    # Reads: whole, and at offsets, of a file larger than one read request.
+    assert (m.mnt / "big.bin").read_bytes() == BIG
+    with open(m.mnt / "big.bin", "rb") as f:
+        f.seek(2 * 1024 * 1024 + 5)
+        assert f.read(70000) == BIG[2 * 1024 * 1024 + 5 : 2 * 1024 * 1024 + 70005]
+    assert len(versions(m, "notes/readme.md")) == 1
+
+    # A write while a reader holds the file open (with passthrough on, the
+    # writer passes through too: the kernel wants all opens alike).
+    with open(readme, "rb") as reader:
+        assert reader.read() == b"# Readme\nthe first line\n"
+        with open(readme, "ab") as w:
+            w.write(b"appended while read\n")
+        reader.seek(0)
+        assert reader.read() == b"# Readme\nthe first line\nappended while read\n"
+    assert (m.src / "notes" / "readme.md").read_bytes().endswith(b"appended while read\n")
+    new = hash_file(m.src / "notes" / "readme.md")
+    poll(lambda: len(versions(m, "notes/readme.md")) == 2, "a second version after close")
+    assert versions(m, "notes/readme.md")[-1].startswith(f"0002-{new[:16]}")
+    # The first version kept its bytes (kept before the kernel wrote).
+    first = m.mnt / ".versions" / "notes" / "readme.md" / versions(m, "notes/readme.md")[0]
+    assert first.read_bytes() == b"# Readme\nthe first line\n"
+
+    # The .parsed view follows.
+    swfs("sync", m.mnt)
+    text = unit.read_text()
+    assert f'current="b3:{new[:16]}"' in text.partition("\n")[0]
+    assert 'freshness="current"' in text.partition("\n")[0]
+    assert text.endswith("appended while read\n")
+    assert "the first line\n" in text
+
+    # A plain rewrite, nobody reading: recorded as before.
+    readme.write_bytes(b"# Readme\nrewritten\n")
+    poll(lambda: len(versions(m, "notes/readme.md")) == 3, "a third version")
+    swfs("sync", m.mnt)
+    assert unit.read_text().endswith("rewritten\n")
+    assert "appended while read" not in unit.read_text()
+
+    # A reader that closes without writing records nothing.
+    for _ in range(3):
+        assert readme.read_bytes() == b"# Readme\nrewritten\n"
+    swfs("sync", m.mnt)
+    assert len(versions(m, "notes/readme.md")) == 3
+
+    # Changed behind the mount, same size: the next read sees the new bytes.
+    changed = bytearray(BIG)
+    changed[100:104] = b"ABCD"
+    (m.src / "big.bin").write_bytes(bytes(changed))
+    poll(
+        lambda: (m.mnt / "big.bin").read_bytes() == bytes(changed),
+        "the mount serves bytes changed behind it",
+    )
+    out = swfs("check", m.mnt)
+    assert "ok" in out.stdout
+
+
+def test_passthrough_on_reads_writes_and_records() -> None:
+    with mounted("--passthrough", "on") as m:
+        state = passthrough_state(m)
+        if state != "on":
+            # The reasons the daemon may give; anything else is a defect.
+            assert any(
+                why in state
+                for why in ("pyfuse3", "libfuse", "root", "kernel did not offer", "backing file")
+            ), state
+        check_reads_writes_versions(m)
+        assert "Traceback" not in m.log()
+        assert m.alive()
+
+
+def test_auto_stays_off_while_the_journal_records_reads() -> None:
+    # 'auto' keeps the journal's byte ranges; with --no-journal it asks.
+    assert "journal" in (FastPath("auto", journal=True).why_not or "")
+    assert FastPath("auto", journal=False).why_not == passthrough_unavailable()
+    assert FastPath("off", journal=False).why_not == "--passthrough=off"
+    with pytest.raises(ValueError, match="passthrough"):
+        MountOptions(passthrough="sometimes")  # type: ignore[arg-type]
+
+
+def test_passthrough_off_behaves_as_before() -> None:
+    with mounted("--passthrough", "off") as m:
+        assert passthrough_state(m) == "--passthrough=off"
+        check_reads_writes_versions(m)
+        assert "Traceback" not in m.log()
+        assert m.alive()
