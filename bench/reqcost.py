@@ -109,7 +109,9 @@ class CmdMounter(Mounter):
 
 class StoreSwfsMounter(SwfsMounter):
     """``swfs mount --store STORE``: the store outside the folder, so that the
-    native folder (and the peers mounting it) hold only the user's files."""
+    native folder (and the peers mounting it) hold only the user's files.
+    ``SWFS_BENCH_MOUNT_ARGS`` adds options (to measure one, e.g.
+    ``--cache-timeout 60``)."""
 
     def __init__(self, base: SwfsMounter, store: Path) -> None:
         super().__init__(sync_timeout=base.sync_timeout, exe=base.exe)
@@ -121,7 +123,10 @@ class StoreSwfsMounter(SwfsMounter):
         m = Mount(source, mountpoint)
         _LIVE[mountpoint] = (self, m)
         try:
-            self.cmd("mount", "--store", self.store, source, mountpoint, timeout=MOUNT_TIMEOUT)
+            extra = os.environ.get("SWFS_BENCH_MOUNT_ARGS", "").split()
+            self.cmd(
+                "mount", "--store", self.store, *extra, source, mountpoint, timeout=MOUNT_TIMEOUT
+            )
             _wait_mounted(mountpoint, 10.0, None)
             m.pid = fuse_daemon_pid(mountpoint)
         except BaseException:
