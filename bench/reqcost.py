@@ -407,7 +407,7 @@ def reqcost_parsed(ctx: Ctx, result: WorkloadResult) -> None:
     rs = ReqSizes.for_ctx(ctx)
     src = gen.workspace(ctx.data, ctx.sizes.ws_files, ctx.sizes.ws_dirs)
     plan = Plan({"parsed_find": 1.0, "parsed_ls_lR": 1.0, "cat_units": 1.0, "grep_parsed": 1.0})
-    with _store(ctx, "ws", keep=True) as store:
+    with _store(ctx, src.name, keep=True) as store:
         sw = StoreSwfsMounter(_swfs(ctx), store)
         with sw.mounted(src, ctx.mountpoint("rq-ws-copy")) as m:
             sw.settle(m)
@@ -474,7 +474,7 @@ def reqcost_agent(ctx: Ctx, result: WorkloadResult) -> None:
     commands = agent_commands()
     plan = Plan({"agent_loop": 1.0})
     result.info.update(commands=len(commands), log=AGENT_LOG.name)
-    with _store(ctx, "ws", keep=True) as store:
+    with _store(ctx, src.name, keep=True) as store:
         sw = StoreSwfsMounter(_swfs(ctx), store)
         with sw.mounted(src, ctx.mountpoint("rq-ws-copy")) as m:
             sw.settle(m)
