@@ -23,6 +23,7 @@ from bench import (
     journalcost,
     passthrough,
     renderload,
+    reqcost,
     searchload,
     stagedloads,
     storage,
@@ -57,6 +58,7 @@ _SWFS_MODULES = (
     worldload,
     storage,
     stagedloads,
+    reqcost,
 )
 WORKLOADS: dict[str, Workload] = dict(passthrough.WORKLOADS)
 for _module in _SWFS_MODULES:
@@ -242,6 +244,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         write_json(out, _meta(args, ctx, started), results)
         print()
         print(format_table(results))
+        if peers := reqcost.peer_table(results):
+            print(f"\nratios next to the peers (mount / native, same run):\n{peers}")
         print(
             f"\nresults: {out}  (mounter {args.mounter}, cold: {_meta(args, ctx, started)['cold']})"
         )

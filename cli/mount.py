@@ -47,6 +47,11 @@ def mount_workspace(args: argparse.Namespace, config: Config) -> int:
         temp_lifetime=args.temp_lifetime,
         version_interval=args.version_interval,
     )
+    timeouts = {}
+    if args.cache_timeout is not None:
+        timeouts = dict.fromkeys(
+            ("entry_timeout", "attr_timeout", "synthetic_timeout"), args.cache_timeout
+        )
     try:
         options = MountOptions(
             stale=args.stale,
@@ -61,6 +66,7 @@ def mount_workspace(args: argparse.Namespace, config: Config) -> int:
             callers=ancestry(os.getppid()),
             render_dpi=args.render_dpi,
             passthrough=args.passthrough,
+            **timeouts,
         )
     except ValueError as exc:
         raise MountError(f"bad mount option: {exc}") from None
@@ -188,6 +194,13 @@ def register(c: Commands) -> None:
         default=500.0,
         help="microseconds the daemon keeps polling for the next request after one "
         "(saves a wake-up per request in tree walks; 0: always sleep)",
+    )
+    sp.add_argument(
+        "--cache-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="how long the kernel keeps names and attributes without asking again "
+        "(every change is invalidated explicitly; default 86400)",
     )
     sp.add_argument(
         "--share-tab",

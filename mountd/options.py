@@ -12,6 +12,7 @@ VersionsPolicy = Literal["hidden", "visible"]
 PassthroughMode = Literal["auto", "on", "off"]
 
 FUSE_CONF = Path("/etc/fuse.conf")
+CACHE_TIMEOUT = 86400.0  # seconds (libfuse's passthrough_hp keeps entries as long)
 
 
 def may_allow_other(conf: Path = FUSE_CONF) -> bool:
@@ -36,11 +37,15 @@ class MountOptions:
     # search from the root does not find every old version (ZFS snapdir=hidden).
     versions: VersionsPolicy = "hidden"
     allow_other: bool | None = None  # None: whenever the mounting user may
-    entry_timeout: float = 60.0  # kernel dentry cache, native tree
-    attr_timeout: float = 60.0  # kernel attribute cache, native tree
-    # Dentry and attribute cache of the generated trees: like the native tree's,
-    # since every change the engine sees is invalidated explicitly.
-    synthetic_timeout: float = 60.0
+    # Kernel dentry and attribute caches of the native tree.  Every change the
+    # daemon sees (through the mount, from the change feed, from a rescan) is
+    # invalidated explicitly, so the kernel may keep what it was told for long:
+    # a timeout would only make it ask again about what has not changed.
+    entry_timeout: float = CACHE_TIMEOUT
+    attr_timeout: float = CACHE_TIMEOUT
+    # The same for the generated trees: a view changes only when the engine
+    # says so (a new hash, a re-parse), which is invalidated explicitly too.
+    synthetic_timeout: float = CACHE_TIMEOUT
     poll_window: float = 0.0005  # seconds the loop keeps polling after a request (mountd.poll)
     debug: bool = False
     max_tasks: int = 64  # concurrent FUSE requests
@@ -63,7 +68,14 @@ class MountOptions:
             raise ValueError(f"passthrough must be auto, on or off, not {self.passthrough!r}")
         if self.versions not in ("hidden", "visible"):
             raise ValueError(f"versions must be 'hidden' or 'visible', not {self.versions!r}")
-        for name in ("stale_wait", "pending_wait", "entry_timeout", "attr_timeout", "poll_window"):
+        for name in (
+            "stale_wait",
+            "pending_wait",
+            "entry_timeout",
+            "attr_timeout",
+            "synthetic_timeout",
+            "poll_window",
+        ):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must not be negative")
         from swfs.render import clamp_dpi

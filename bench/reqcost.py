@@ -1,0 +1,566 @@
+"""Request-cost workloads (issue 16): what an agent's everyday commands cost
+through the mount, next to peers measured in the same run.
+
+Every metric is a ratio, mount / native, each round pairing the two.  Besides
+swfs, the same operations run through peers, each its own column in the
+peer table (and its own ``METRIC@PEER`` row in results.json):
+
+* ``hp``: libfuse's C example ``passthrough_hp`` (libfuse 3.17, kernel
+  passthrough of file data), built by ``bench/peer.sh`` outside the
+  repository;
+* ``hp_nopt``: the same with ``--nopassthrough``;
+* ``pyfuse3``: the plain pyfuse3 passthrough of bench/refpassthrough.py.
+
+A peer that cannot be built or mounted gets its reason in its rows' note; the
+run goes on.  One file system is mounted at a time (swfs keeps its store
+outside the folder, with ``--store``), so the peers never see swfs's store
+and nothing is written behind a mount's back.  The target of each swfs row is
+the C passthrough's ratio in the same run (twice that for walks from the
+root, which in swfs also cover ``.parsed``, ``.review`` and ``.versions``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench import gen
+from bench.common import NATIVE, Ctx, MiB, run_tool, timed
+from bench.mounter import (
+    _LIVE,
+    MOUNT_TIMEOUT,
+    UMOUNT_TIMEOUT,
+    BenchError,
+    Mount,
+    Mounter,
+    SwfsMounter,
+    Unsupported,
+    _wait_mounted,
+    fuse_daemon_pid,
+    run_cmd,
+)
+from bench.report import Target, WorkloadResult
+
+log = logging.getLogger(__name__)
+
+HERE = Path(__file__).resolve().parent
+AGENT_LOG = HERE / "agentlog.sh"
+SEARCH_WORD = "covenant"  # one of gen.WORDS, in many units of every parsed format
+PEER_BUILD_TIMEOUT = 1800.0
+
+
+@dataclass(frozen=True)
+class ReqSizes:
+    tree_files: int
+    tree_dirs: int
+    xattr_calls: int
+    creates: int
+    read_bytes: int
+    cat_units: int
+
+    @classmethod
+    def for_ctx(cls, ctx: Ctx) -> ReqSizes:
+        if ctx.quick:
+            return cls(1_000, 10, 300, 200, 32 * MiB, 100)
+        return cls(15_000, 150, 3_000, 2_000, 256 * MiB, 1_000)
+
+
+# -- the peers
+
+
+class CmdMounter(Mounter):
+    """A FUSE file system run in the foreground as a child process, unmounted
+    with ``fusermount3 -u``."""
+
+    def __init__(self, name: str, argv: list[str], logdir: Path) -> None:
+        self.name = name
+        self.argv = argv
+        self.logdir = logdir
+
+    def mount(self, source: Path, mountpoint: Path) -> Mount:
+        self.logdir.mkdir(parents=True, exist_ok=True)
+        with open(self.logdir / f"peer-{self.name}.log", "ab") as logf:
+            proc = subprocess.Popen(
+                [*self.argv, str(source), str(mountpoint)],
+                stdin=subprocess.DEVNULL,
+                stdout=logf,
+                stderr=logf,
+                cwd=HERE.parent,
+            )
+        m = Mount(source, mountpoint, proc.pid, proc)
+        _LIVE[mountpoint] = (self, m)
+        try:
+            _wait_mounted(mountpoint, MOUNT_TIMEOUT, proc)
+        except BaseException:
+            self.unmount(m)
+            raise
+        return m
+
+    def _unmount(self, m: Mount) -> None:
+        run_cmd(["fusermount3", "-u", m.mountpoint], timeout=UMOUNT_TIMEOUT)
+
+
+class StoreSwfsMounter(SwfsMounter):
+    """``swfs mount --store STORE``: the store outside the folder, so that the
+    native folder (and the peers mounting it) hold only the user's files.
+    ``SWFS_BENCH_MOUNT_ARGS`` adds options (to measure one, e.g.
+    ``--cache-timeout 60``)."""
+
+    def __init__(self, base: SwfsMounter, store: Path) -> None:
+        super().__init__(sync_timeout=base.sync_timeout, exe=base.exe)
+        self._commands = base._commands
+        self.store = store
+
+    def mount(self, source: Path, mountpoint: Path) -> Mount:
+        self.require("mount", "umount")
+        m = Mount(source, mountpoint)
+        _LIVE[mountpoint] = (self, m)
+        try:
+            extra = os.environ.get("SWFS_BENCH_MOUNT_ARGS", "").split()
+            self.cmd(
+                "mount", "--store", self.store, *extra, source, mountpoint, timeout=MOUNT_TIMEOUT
+            )
+            _wait_mounted(mountpoint, 10.0, None)
+            m.pid = fuse_daemon_pid(mountpoint)
+        except BaseException:
+            self.unmount(m)
+            raise
+        return m
+
+    def settle(self, m: Mount) -> None:
+        if self.has("sync"):
+            self.cmd("sync", m.mountpoint, timeout=self.sync_timeout)
+
+
+_HP: tuple[str | None, str] | None = None  # (binary, why not) once tried
+
+
+def passthrough_hp(ctx: Ctx) -> tuple[str | None, str]:
+    """The C peer's binary, built (or found cached) by bench/peer.sh; or None and
+    the one-line reason it is missing."""
+    global _HP
+    if _HP is None:
+        env_bin = os.environ.get("SWFS_BENCH_PASSTHROUGH_HP")
+        if env_bin:
+            _HP = (env_bin, "") if os.access(env_bin, os.X_OK) else (None, f"{env_bin}: absent")
+            return _HP
+        logf = ctx.workdir / "logs" / "peer-build.log"
+        logf.parent.mkdir(parents=True, exist_ok=True)
+        log.info("building the C peer (bench/peer.sh; log %s)", logf)
+        try:
+            with open(logf, "ab") as errf:
+                cp = subprocess.run(
+                    ["sh", str(HERE / "peer.sh")],
+                    stdout=subprocess.PIPE,
+                    stderr=errf,
+                    stdin=subprocess.DEVNULL,
+                    timeout=PEER_BUILD_TIMEOUT,
+                )
+            out = cp.stdout.decode(errors="replace").strip().splitlines()
+            if cp.returncode == 0 and out and os.access(out[-1], os.X_OK):
+                _HP = (out[-1], "")
+            else:
+                tail = [ln for ln in logf.read_text(errors="replace").splitlines() if ln.strip()]
+                why = next((ln for ln in reversed(tail) if ln.startswith("peer.sh:")), None)
+                _HP = (None, why or f"bench/peer.sh exit {cp.returncode} (see {logf.name})")
+        except (OSError, subprocess.SubprocessError) as exc:
+            _HP = (None, f"bench/peer.sh: {exc}")
+    return _HP
+
+
+@dataclass
+class Side:
+    """One column: a mounter (None for an unavailable peer, with the reason)."""
+
+    name: str  # "" for swfs itself, else the peer's name
+    mounter: Mounter | None
+    why_not: str = ""
+
+    def metric_name(self, metric: str) -> str:
+        return f"{metric}@{self.name}" if self.name else metric
+
+
+def sides(ctx: Ctx, store: Path) -> list[Side]:
+    """The peers first, then swfs (whose targets come from the C peer's ratios)."""
+    if not isinstance(ctx.mounter, SwfsMounter):
+        raise Unsupported("needs --mounter swfs")
+    logdir = ctx.workdir / "logs"
+    out: list[Side] = []
+    hp, why = passthrough_hp(ctx)
+    for name, extra in (("hp", []), ("hp_nopt", ["--nopassthrough"])):
+        if hp is None:
+            out.append(Side(name, None, f"passthrough_hp unavailable: {why}"))
+        else:
+            out.append(Side(name, CmdMounter(name, [hp, "--foreground", *extra], logdir)))
+    out.append(
+        Side(
+            "pyfuse3", CmdMounter("pyfuse3", [sys.executable, "-m", "bench.refpassthrough"], logdir)
+        )
+    )
+    out.append(Side("", StoreSwfsMounter(ctx.mounter, store)))
+    return out
+
+
+# -- the round loop over sides
+
+RoundFn = Callable[[Path, str, int], dict[str, float]]
+
+
+@dataclass
+class Plan:
+    metrics: dict[str, float]  # metric -> factor on the C peer's ratio for swfs's target
+
+
+def run_sides(
+    ctx: Ctx,
+    result: WorkloadResult,
+    src: Path,
+    mnt_name: str,
+    plan: Plan,
+    fn: RoundFn,
+    *,
+    store: Path,
+    warm: Callable[[Path, str], None] | None = None,
+    native_root: Path | None = None,
+    swfs_only: bool = False,
+) -> None:
+    """For each side: mount ``src``, warm both roots, then ``ctx.rounds`` paired
+    rounds of ``fn(root, side, round)`` (native first on even rounds), unmount.
+    ``fn`` returns {metric: seconds}."""
+    all_sides = sides(ctx, store)
+    if swfs_only:
+        all_sides = [s for s in all_sides if not s.name]
+    hp_ratio: dict[str, float] = {}
+    native = native_root or src
+    for side in all_sides:
+        for metric in plan.metrics:
+            mt = result.metric(side.metric_name(metric), "s")
+            if side.mounter is None:
+                mt.note = side.why_not
+        if side.mounter is None:
+            continue
+        label = side.name or "swfs"
+        try:
+            with side.mounter.mounted(src, ctx.mountpoint(f"{mnt_name}-{label}")) as m:
+                side.mounter.settle(m)
+                if warm is not None:
+                    warm(native, NATIVE)
+                    warm(m.mountpoint, label)
+                for r in range(ctx.rounds):
+                    order = ((native, NATIVE), (m.mountpoint, label))
+                    for root, who in order if r % 2 == 0 else order[::-1]:
+                        values = fn(root, who, r)
+                        side.mounter.settle(m)
+                        for name, v in values.items():
+                            mt = result.metric(side.metric_name(name), "s")
+                            (mt.native if who == NATIVE else mt.mount).append(v)
+                medians = {
+                    k: result.metric(side.metric_name(k), "s").summary()["ratio_median"]
+                    for k in plan.metrics
+                }
+                log.info(
+                    "%s %s: %s",
+                    result.name,
+                    label,
+                    ", ".join(f"{k} {v:.2f}x" for k, v in medians.items()),
+                )
+        except BenchError as exc:
+            if not side.name:
+                raise
+            log.warning("%s: peer %s failed: %s", result.name, side.name, exc)
+            for metric in plan.metrics:
+                result.metric(side.metric_name(metric), "s").note = f"{side.name}: {exc}"
+            continue
+        if side.name == "hp":
+            for metric in plan.metrics:
+                hp_ratio[metric] = result.metric(f"{metric}@hp", "s").summary()["ratio_median"]
+    for metric, factor in plan.metrics.items():
+        c = hp_ratio.get(metric)
+        if c is not None and c == c:
+            text = f"<={c * factor:.3g}x (C{' x2' if factor != 1 else ''})"
+            result.metric(metric, "s").target = Target("<=", c * factor, text)
+
+
+# -- workloads
+
+
+def _files(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in gen.iter_files(root))
+
+
+def reqcost_tree(ctx: Ctx, result: WorkloadResult) -> None:
+    """``find .``, ``ls -lR``, ``grep -r`` from the root, warm stat of every file
+    and ``getxattr`` of an absent name, on 15,000 / 1,000 small text files in
+    150 / 10 folders."""
+    rs = ReqSizes.for_ctx(ctx)
+    base = gen.file_tree(ctx.data, rs.tree_files, rs.tree_dirs)
+    src = base / "tree"
+    files = _files(src)
+    probe = files[len(files) // 2]
+    result.info.update(files=len(files), dirs=rs.tree_dirs, xattr_calls=rs.xattr_calls)
+    plan = Plan({"find_root": 2.0, "ls_lR": 1.0, "grep_root": 2.0, "stat_warm": 1.0})
+    plan.metrics["xattr_miss"] = 1.0
+    lines: dict[str, set[int]] = {}
+
+    def stat_all(root: Path) -> None:
+        for f in files:
+            os.stat(root / f)
+
+    def xattrs(path: Path) -> None:
+        for _ in range(rs.xattr_calls):
+            try:  # noqa: SIM105 (contextlib.suppress adds its own cost to each call)
+                os.getxattr(path, "user.bench.absent")
+            except OSError:
+                pass
+
+    def warm(root: Path, who: str) -> None:
+        for argv in (["find", "."], ["ls", "-lR"], ["grep", "-r", gen.NEEDLE, "."]):
+            run_tool(argv, cwd=root)
+        stat_all(root)
+
+    def one(root: Path, who: str, r: int) -> dict[str, float]:
+        t_find, _ = run_tool(["find", "."], cwd=root)
+        t_ls, _ = run_tool(["ls", "-lR"], cwd=root)
+        t_grep, out = run_tool(["grep", "-r", gen.NEEDLE, "."], cwd=root)
+        lines.setdefault(who, set()).add(out.count(b"\n"))
+        return {
+            "find_root": t_find,
+            "ls_lR": t_ls,
+            "grep_root": t_grep,
+            "stat_warm": timed(lambda: stat_all(root)),
+            "xattr_miss": timed(lambda: xattrs(root / probe)),
+        }
+
+    with _store(ctx, "tree") as store:
+        run_sides(ctx, result, src, "rq-tree", plan, one, store=store, warm=warm)
+    result.info["grep_lines"] = {k: sorted(v) for k, v in lines.items()}
+
+
+def reqcost_io(ctx: Ctx, result: WorkloadResult) -> None:
+    """Create 2,000 / 200 files of 100 bytes (binary, so swfs has nothing to
+    parse: the file path only), then a 256 / 32 MiB file read in 1 MiB blocks,
+    cold (caches dropped; n/a when not root) and warm."""
+    rs = ReqSizes.for_ctx(ctx)
+    src = gen.big_file(ctx.data, rs.read_bytes, seed=16)
+    big = "big/data.bin"
+    payload = b"\0bench\0" + bytes(range(93))
+    result.info.update(creates=rs.creates, file_bytes=100, read_bytes=rs.read_bytes)
+    plan = Plan({"create": 1.0, "read_cold": 1.0, "read_warm": 1.0})
+    native_dir = ctx.native_scratch("reqcost-io")
+    (native_dir / "big").mkdir()
+    os.link(src / big, native_dir / big)
+
+    def read_all(path: Path) -> None:
+        buf = bytearray(MiB)
+        with open(path, "rb", buffering=0) as f:
+            while f.readinto(buf):
+                pass
+
+    def one(root: Path, who: str, r: int) -> dict[str, float]:
+        d = root / f"churn-{who}-{r}"
+        paths = [d / f"f{i:05d}" for i in range(rs.creates)]
+
+        def create() -> None:
+            d.mkdir()
+            for p in paths:
+                with open(p, "wb") as f:
+                    f.write(payload)
+
+        os.sync()
+        try:
+            t_create = timed(create)
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+        cold = ctx.drop_caches()
+        t_cold = timed(lambda: read_all(root / big)) if cold else float("nan")
+        t_warm = timed(lambda: read_all(root / big))
+        return {"create": t_create, "read_cold": t_cold, "read_warm": t_warm}
+
+    try:
+        with _store(ctx, "io") as store:
+            run_sides(ctx, result, src, "rq-io", plan, one, store=store, native_root=native_dir)
+    finally:
+        shutil.rmtree(native_dir, ignore_errors=True)
+    if ctx.can_drop_caches is False:
+        for m in result.metrics:
+            if m.name.startswith("read_cold"):
+                m.note = "n/a: cannot drop caches (not root)"
+
+
+def _plain_copy(ctx: Ctx, parsed: Path) -> Path:
+    plain = ctx.scratch("reqcost-parsed") / "parsed"
+    shutil.copytree(parsed, plain)
+    return plain
+
+
+def reqcost_parsed(ctx: Ctx, result: WorkloadResult) -> None:
+    """On the generated workspace (11,000 / 40 files): a walk of ``.parsed``
+    (``find``, and ``ls -lR``), ``cat`` of 1,000 / 100 units, ``grep -r`` over
+    ``.parsed``; the native side is the same units copied as plain files."""
+    rs = ReqSizes.for_ctx(ctx)
+    src = gen.workspace(ctx.data, ctx.sizes.ws_files, ctx.sizes.ws_dirs)
+    plan = Plan({"parsed_find": 1.0, "parsed_ls_lR": 1.0, "cat_units": 1.0, "grep_parsed": 1.0})
+    with _store(ctx, src.name, keep=True) as store:
+        sw = StoreSwfsMounter(_swfs(ctx), store)
+        with sw.mounted(src, ctx.mountpoint("rq-ws-copy")) as m:
+            sw.settle(m)
+            plain = _plain_copy(ctx, m.mountpoint / ".parsed")
+        units = _files(plain)
+        step = max(1, len(units) // rs.cat_units)
+        pick = units[::step][: rs.cat_units]
+        result.info.update(units=len(units), cat_units=len(pick), word=SEARCH_WORD)
+        lines: dict[str, set[int]] = {}
+
+        def one(root: Path, who: str, r: int) -> dict[str, float]:
+            t_find, _ = run_tool(["find", "."], cwd=root)
+            t_ls, _ = run_tool(["ls", "-lR"], cwd=root)
+            t_cat, _ = run_tool(["cat", *pick], cwd=root)
+            t_grep, out = run_tool(["grep", "-rn", SEARCH_WORD, "."], cwd=root)
+            lines.setdefault(who, set()).add(out.count(b"\n"))
+            return {
+                "parsed_find": t_find,
+                "parsed_ls_lR": t_ls,
+                "cat_units": t_cat,
+                "grep_parsed": t_grep,
+            }
+
+        def warm(root: Path, who: str) -> None:
+            one(root, who, -1)
+
+        # The swfs side's root is MNT/.parsed: mount the workspace, walk its .parsed.
+        def one_sw(root: Path, who: str, r: int) -> dict[str, float]:
+            return one(root if who == NATIVE else root / ".parsed", who, r)
+
+        def warm_sw(root: Path, who: str) -> None:
+            warm(root if who == NATIVE else root / ".parsed", who)
+
+        run_sides(
+            ctx,
+            result,
+            src,
+            "rq-ws",
+            plan,
+            one_sw,
+            store=store,
+            warm=warm_sw,
+            native_root=plain,
+            swfs_only=True,
+        )
+    result.info["grep_lines"] = {k: sorted(v) for k, v in lines.items()}
+    for name in plan.metrics:
+        result.metric(name, "s").target = Target("<=", 2.0, "<=2x")
+
+
+def agent_commands() -> list[str]:
+    return [
+        ln
+        for ln in AGENT_LOG.read_text().splitlines()
+        if ln.strip() and not ln.lstrip().startswith("#")
+    ]
+
+
+def reqcost_agent(ctx: Ctx, result: WorkloadResult) -> None:
+    """The shell session of bench/agentlog.sh (grep, find, ls, cat, head, a Python
+    script reading xlsx with openpyxl, the same over ``.parsed``) replayed in the
+    workspace's root, every command to a pipe; one time for the whole log."""
+    src = gen.workspace(ctx.data, ctx.sizes.ws_files, ctx.sizes.ws_dirs)
+    commands = agent_commands()
+    plan = Plan({"agent_loop": 1.0})
+    result.info.update(commands=len(commands), log=AGENT_LOG.name)
+    with _store(ctx, src.name, keep=True) as store:
+        sw = StoreSwfsMounter(_swfs(ctx), store)
+        with sw.mounted(src, ctx.mountpoint("rq-ws-copy")) as m:
+            sw.settle(m)
+            plain = _plain_copy(ctx, m.mountpoint / ".parsed")
+        failures: set[str] = set()
+
+        def replay(root: Path, who: str) -> None:
+            env = dict(os.environ, PY=sys.executable, LC_ALL="C")
+            env["PARSED"] = ".parsed" if who == "swfs" else str(plain)
+            for cmd in commands:
+                cp = subprocess.run(
+                    ["sh", "-c", cmd],
+                    cwd=root,
+                    env=env,
+                    capture_output=True,
+                    stdin=subprocess.DEVNULL,
+                    timeout=600,
+                )
+                if cp.returncode not in (0, 1):
+                    err = cp.stderr.decode(errors="replace").strip().splitlines()[-1:]
+                    failures.add(f"{who}: {cmd[:40]}: exit {cp.returncode} {' '.join(err)}")
+
+        def one(root: Path, who: str, r: int) -> dict[str, float]:
+            return {"agent_loop": timed(lambda: replay(root, who))}
+
+        run_sides(ctx, result, src, "rq-agent", plan, one, store=store, warm=replay)
+    if failures:
+        result.add_note("; ".join(sorted(failures)[:3]))
+
+
+def _swfs(ctx: Ctx) -> SwfsMounter:
+    if not isinstance(ctx.mounter, SwfsMounter):
+        raise Unsupported("needs --mounter swfs")
+    return ctx.mounter
+
+
+@contextlib.contextmanager
+def _store(ctx: Ctx, name: str, *, keep: bool = False) -> Iterator[Path]:
+    """swfs's store for a data set, outside the folder; removed afterwards unless
+    ``keep`` (the workspace's, whose first parse is the costly part)."""
+    store = ctx.workdir / "stores" / f"reqcost-{name}"
+    if not keep:
+        shutil.rmtree(store, ignore_errors=True)
+    store.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        yield store
+    finally:
+        if not keep:
+            shutil.rmtree(store, ignore_errors=True)
+
+
+def peer_table(results: list[WorkloadResult]) -> str:
+    """Median ratios of every ``METRIC`` with ``METRIC@PEER`` rows, one column per
+    side: the issue's table."""
+    cols = ["hp", "hp_nopt", "pyfuse3", ""]
+    heads = ["C passthrough_hp", "hp --nopassthrough", "pyfuse3", "swfs"]
+    rows: list[list[str]] = []
+    for r in results:
+        by = {m.name: m for m in r.metrics}
+        for m in r.metrics:
+            if "@" in m.name:
+                continue
+            if not any(f"{m.name}@{c}" in by for c in cols if c):
+                continue
+            cells = [f"{r.name}.{m.name}"]
+            for c in cols:
+                mt = by.get(f"{m.name}@{c}" if c else m.name)
+                v = mt.summary()["ratio_median"] if mt is not None else float("nan")
+                cells.append("n/a" if v != v else f"{v:.2f}x")
+            rows.append(cells)
+    if not rows:
+        return ""
+    table = [["workload.metric", *heads], *rows]
+    widths = [max(len(row[i]) for row in table) for i in range(len(heads) + 1)]
+    return "\n".join(
+        "  ".join(
+            c.ljust(w) if i == 0 else c.rjust(w)
+            for i, (c, w) in enumerate(zip(row, widths, strict=True))
+        )
+        for row in table
+    )
+
+
+WORKLOADS = {
+    "reqcost_tree": reqcost_tree,
+    "reqcost_io": reqcost_io,
+    "reqcost_parsed": reqcost_parsed,
+    "reqcost_agent": reqcost_agent,
+}
