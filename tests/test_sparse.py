@@ -9,7 +9,6 @@ import random
 from collections.abc import Iterator
 from pathlib import Path
 
-import blake3
 import pytest
 
 from swfs import fsutil, gc, history
@@ -18,8 +17,8 @@ from swfs.blobs import BlobStore
 from swfs.check import run_checks
 from swfs.engine import Engine
 from swfs.workspace import Config
+from tests.sparseutil import SLACK, MiB, allocated, data_ranges, holds, make_sparse, stream_hash
 
-MiB = 1024 * 1024
 SIZE = 512 * MiB
 # Where the data sits: a header, a block in the middle that straddles a
 # FastCDC maximum, a tail a few bytes short of the end.
@@ -29,67 +28,6 @@ PIECES_V1 = {
     SIZE - 9: b"trailer!!",
 }
 PIECES_V2 = {**PIECES_V1, 300 * MiB: b"written later"}
-# A file's allocation beyond its data: a filesystem block per extent end,
-# and some slack for filesystems that allocate in bigger units.
-SLACK = 4 * MiB
-
-
-def stream_hash(size: int, pieces: dict[int, bytes]) -> str:
-    """blake3 of the full byte stream, zeros fed as bytes: independent of
-    any swfs code."""
-    hasher = blake3.blake3()
-    zeros = bytes(4 * MiB)
-    pos = 0
-    for offset in sorted(pieces):
-        while pos < offset:
-            step = min(len(zeros), offset - pos)
-            hasher.update(zeros[:step])
-            pos += step
-        hasher.update(pieces[offset])
-        pos = offset + len(pieces[offset])
-    while pos < size:
-        step = min(len(zeros), size - pos)
-        hasher.update(zeros[:step])
-        pos += step
-    return hasher.hexdigest()
-
-
-def make_sparse(path: Path, size: int, pieces: dict[int, bytes]) -> None:
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.ftruncate(fd, size)
-        for offset, data in pieces.items():
-            os.pwrite(fd, data, offset)
-    finally:
-        os.close(fd)
-
-
-def allocated(path: Path) -> int:
-    return os.stat(path).st_blocks * 512
-
-
-def holds(path: Path, size: int, pieces: dict[int, bytes]) -> None:
-    """``path`` is ``size`` bytes: ``pieces`` and zeros, checked by reading
-    the pieces, probing the holes and hashing the whole stream."""
-    assert os.stat(path).st_size == size
-    with open(path, "rb") as f:
-        for offset, data in pieces.items():
-            f.seek(offset)
-            assert f.read(len(data)) == data, offset
-        for probe in (4096, 100 * MiB, 250 * MiB, size - 5000):
-            f.seek(probe)
-            assert f.read(1000) == bytes(1000), probe
-    hasher = blake3.blake3()
-    hasher.update_mmap(str(path))
-    assert hasher.hexdigest() == stream_hash(size, pieces)
-
-
-def data_ranges(path: Path) -> list[tuple[int, int]]:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        return list(fsutil.data_extents(fd, os.fstat(fd).st_size))
-    finally:
-        os.close(fd)
 
 
 @pytest.fixture
