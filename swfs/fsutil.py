@@ -217,13 +217,17 @@ def hash_fd(fd: int) -> str:
     Holes (SEEK_HOLE) are hashed as the zeros they read as, without reading
     them: a sparse file costs what it holds, plus hashing the zeros.
     """
-    head = os.pread(fd, SMALL_FILE + 1, 0)
-    if len(head) <= SMALL_FILE:
-        return hash_bytes(head)
+    # Ask for what the file holds (one byte more, to see its end), never
+    # SMALL_FILE regardless: a 4 MiB buffer shrunk to a small file's size
+    # on every close leaves glibc's heaps holding megabytes per thread.
+    want = min(os.fstat(fd).st_size, SMALL_FILE) + 1
+    head = os.pread(fd, want, 0)
+    if len(head) < want:
+        return hash_bytes(head)  # the whole file
     hasher = _new_hasher()
     hasher.update(head)
     offset = len(head)
-    size = os.fstat(fd).st_size
+    size = max(os.fstat(fd).st_size, offset)
     while True:
         hole = _next_hole(fd, offset, size)
         if hole is not None:
