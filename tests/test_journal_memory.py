@@ -1,6 +1,7 @@
-"""The journal keeps user.sw.inputs of the recently written files only; an
-older one is read back from its outputs table, so the daemon's memory does
-not grow with every file ever written."""
+"""The daemon's long-run memory: the journal keeps user.sw.inputs of the
+recently written files only (an older one is read back from its outputs
+table), and the mount's change times are kept for a bounded number of
+paths, so memory does not grow with every file ever written."""
 
 from __future__ import annotations
 
@@ -60,3 +61,24 @@ def test_only_recent_inputs_stay_in_memory(tmp_path: Path, monkeypatch: pytest.M
         assert _inputs(again, "out0.txt") == ["a.txt"]
     finally:
         again.close()
+
+
+def test_generation_keeps_a_bounded_number_of_change_times(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from mountd import synthetic
+
+    monkeypatch.setattr(synthetic, "CHANGED_KEPT", 10)
+    gen = synthetic.Generation()
+    assert gen.changed_ns("never") == gen.started_ns
+    times = {}
+    for n in range(25):
+        gen.bump(f"f{n}")
+        times[f"f{n}"] = gen.changed_ns(f"f{n}")
+    assert len(gen._changed) <= 10
+    # The newest keep their own time; a dropped one is never shown older
+    # than its change; times never go backwards for any path.
+    assert gen.changed_ns("f24") == times["f24"]
+    for n in range(25):
+        assert gen.changed_ns(f"f{n}") >= times[f"f{n}"], n
+    assert gen.changed_ns("never") >= gen.started_ns
