@@ -13,9 +13,11 @@
   place (which first keeps the old version; goal: under 1 s).
 - ``edit_1g_1byte_close_s``: the close after a one-byte edit of a 1 GiB
   file (the whole file is rehashed).
-- ``daemon_rss_mb``: the daemon's resident memory after 100,000 small mixed
-  operations (goal: under 300 MB), with the RSS at the start and after
-  30,000 (``daemon_rss_start_mb``, ``daemon_rss_mid_mb``).
+- ``daemon_rss_mb`` (workload ``daemon_memory``, run on its own with
+  ``--only daemon_memory``): the daemon's resident memory after 100,000
+  small mixed operations (goal: under 300 MB), with the RSS at the start and
+  after 30,000 (``daemon_rss_start_mb``, ``daemon_rss_mid_mb``).  On a
+  loaded two-core machine the full run takes about an hour.
 """
 
 from __future__ import annotations
