@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.mounter import BenchError, Mount, Mounter
+from bench.mounter import BenchError, Mount, Mounter, SwfsMounter, Unsupported
 from bench.report import Metric, WorkloadResult
 
 log = logging.getLogger(__name__)
@@ -135,6 +135,17 @@ class Ctx:
 
 
 STORE = ".swfs"  # swfs's default store inside the workspace folder
+
+
+def swfs_mounter(ctx: Ctx, *commands: str, options: Sequence[str] = ()) -> SwfsMounter:
+    """The run's swfs mounter, for a workload that needs swfs itself
+    (``Unsupported`` with another mounter, or if the installed ``swfs``
+    lacks one of ``commands``); with ``options``, one whose mounts add them
+    to ``swfs mount``."""
+    if not isinstance(ctx.mounter, SwfsMounter):
+        raise Unsupported("needs --mounter swfs")
+    ctx.mounter.require(*commands)
+    return ctx.mounter.with_options(*options) if options else ctx.mounter
 
 
 @contextlib.contextmanager

@@ -266,6 +266,7 @@ class SwfsMounter(Mounter):
     def __init__(self, *, sync_timeout: float, exe: Path | None = None) -> None:
         self.exe = exe or Path(sys.executable).parent / "swfs"
         self.sync_timeout = sync_timeout
+        self.options: tuple[str, ...] = ()
         self._commands: dict[str, bool] = {}
 
     def has(self, command: str) -> bool:
@@ -289,7 +290,16 @@ class SwfsMounter(Mounter):
             raise Unsupported(f"swfs lacks: {', '.join(missing)} ({self.exe})")
 
     def cmd(self, *args: str | Path, timeout: float) -> subprocess.CompletedProcess[str]:
+        if self.options and args and args[0] == "mount":
+            args = ("mount", *self.options, *args[1:])
         return run_cmd([self.exe, *args], timeout=timeout)
+
+    def with_options(self, *options: str) -> SwfsMounter:
+        """The same mounter, its mounts given ``options`` (``swfs mount``)."""
+        other = SwfsMounter(sync_timeout=self.sync_timeout, exe=self.exe)
+        other._commands = self._commands
+        other.options = (*self.options, *options)
+        return other
 
     def mount(self, source: Path, mountpoint: Path) -> Mount:
         self.require("mount", "umount")

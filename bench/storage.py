@@ -11,8 +11,13 @@
 - ``sparse_2g_create_close_s`` / ``sparse_2g_rewrite_close_s``: the close of
   a 2 GiB sparse file written through the mount, new and then rewritten in
   place (which first keeps the old version; goal: under 1 s).
-- ``daemon_rss_mb``: the daemon's resident memory after many small
-  operations (goal: under 300 MB), with the RSS before them for comparison.
+- ``edit_1g_1byte_close_s``: the close after a one-byte edit of a 1 GiB
+  file (the whole file is rehashed).
+- ``daemon_rss_mb`` (workload ``daemon_memory``, run on its own with
+  ``--only daemon_memory``): the daemon's resident memory after 100,000
+  small mixed operations (goal: under 300 MB), with the RSS at the start and
+  after 30,000 (``daemon_rss_start_mb``, ``daemon_rss_mid_mb``).  On a
+  loaded two-core machine the full run takes about an hour.
 """
 
 from __future__ import annotations
@@ -23,12 +28,12 @@ import multiprocessing
 import os
 import random
 import shutil
-import subprocess
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from bench.common import STORE, Ctx, MiB
+from bench.common import STORE, Ctx, MiB, swfs_mounter
 from bench.mounter import Mount, SwfsMounter, Unsupported, proc_status_kb
 from bench.report import ABSOLUTE, Target, WorkloadResult
 
@@ -36,27 +41,12 @@ log = logging.getLogger(__name__)
 
 # (quick, full) sizes.
 FSSTRESS_LOAD = ((2, 400), (8, 1250))  # processes, operations each
-MEMORY_OPS = (5_000, 100_000)
-
-
-class _WithOptions(SwfsMounter):
-    """The same mounter, mounting with extra ``swfs mount`` options."""
-
-    def __init__(self, base: SwfsMounter, *options: str) -> None:
-        super().__init__(sync_timeout=base.sync_timeout, exe=base.exe)
-        self.options = options
-
-    def cmd(self, *args: str | Path, timeout: float) -> subprocess.CompletedProcess[str]:
-        if args and args[0] == "mount":
-            args = ("mount", *self.options, *args[1:])
-        return super().cmd(*args, timeout=timeout)
+# Operations at which the daemon's memory is sampled (the last is the end).
+MEMORY_OPS = ((1_500, 5_000), (30_000, 100_000))
 
 
 def _sw(ctx: Ctx, *options: str) -> SwfsMounter:
-    if not isinstance(ctx.mounter, SwfsMounter):
-        raise Unsupported("needs --mounter swfs")
-    ctx.mounter.require("mount", "umount", "sync")
-    return _WithOptions(ctx.mounter, *options)
+    return swfs_mounter(ctx, "mount", "umount", "sync", options=options)
 
 
 def _allocated(root: Path, *, skip: str | None = None) -> int:
@@ -296,6 +286,36 @@ def sparse_close(ctx: Ctx, result: WorkloadResult) -> None:
         result.info["sparse_store_allocated"] = _store_bytes(src)
 
 
+def dense_edit_close(ctx: Ctx, result: WorkloadResult) -> None:
+    """close() after a one-byte edit of a 1 GiB file of random bytes (put in
+    SRC before the mount): what rehashing on close costs for a big file
+    whose change is tiny.  The whole-file blake3 is recomputed: reusing
+    the unchanged subtrees would need blake3's chaining values, which the
+    Python binding does not expose."""
+    metric = result.metric(
+        "edit_1g_1byte_close_s",
+        "s",
+        kind=ABSOLUTE,
+        note="one byte written in place in a 1 GiB random file, then close()",
+    )
+    sw = _sw(ctx, "--version-interval", "0")
+    src = ctx.scratch("storage-dense")
+    rng = random.Random(7)
+    with open(src / "big.bin", "wb") as f:
+        for _ in range(64):
+            f.write(rng.randbytes(16 * MiB))
+    with sw.mounted(src, ctx.mountpoint("storage-dense")) as m:
+        sw.settle(m)
+        for r in range(1 if ctx.quick else 3):
+            fd = os.open(m.mountpoint / "big.bin", os.O_RDWR)
+            os.pwrite(fd, bytes([r]), rng.randrange(1024 * MiB))
+            t0 = time.perf_counter()
+            os.close(fd)
+            metric.values.append(time.perf_counter() - t0)
+            sw.settle(m)
+    shutil.rmtree(src, ignore_errors=True)
+
+
 # -- memory over a long run
 
 
@@ -332,30 +352,61 @@ def _small_ops_worker(root: str, seed: int, ops: int) -> None:
             continue
 
 
+def _rss(pid: int) -> dict[str, float]:
+    return {
+        key: round((proc_status_kb(pid, key) or 0) / 1024, 1)
+        for key in ("VmRSS", "RssAnon", "RssFile", "VmHWM")
+    }
+
+
+def _heap_dump(pid: int, log_file: Path) -> None:
+    """Ask the daemon (SIGUSR1) for its dump, heap growth included when it
+    runs with ``SWFS_TRACEMALLOC``; the dump lands in its log."""
+    if os.environ.get("SWFS_TRACEMALLOC"):
+        before = log_file.stat().st_size if log_file.exists() else 0
+        os.kill(pid, signal.SIGUSR1)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if log_file.exists() and log_file.stat().st_size > before:
+                with open(log_file, "rb") as f:
+                    f.seek(before)
+                    if b"end of swfs task dump" in f.read():
+                        return
+            time.sleep(0.2)
+
+
 def daemon_memory(ctx: Ctx, result: WorkloadResult) -> None:
-    total = MEMORY_OPS[0 if ctx.quick else 1]
+    """The daemon's RSS over a long run of small mixed operations through
+    the mount (create, append, stat, read, rename, unlink over a few
+    thousand live files): at the start, at the checkpoint and at the end.
+    Run with ``SWFS_TRACEMALLOC=N`` in the environment to have the daemon
+    log, at each checkpoint, the allocation sites that grew."""
+    checkpoints = MEMORY_OPS[0 if ctx.quick else 1]
     procs = 2
-    metric = result.metric(
-        "daemon_rss_mb",
-        "MB",
-        kind=ABSOLUTE,
-        target=Target("<", 300.0, "<300 MB"),
-        note=f"VmRSS after {total} operations",
+    total = checkpoints[-1]
+    goal = Target("<", 300.0, "<300 MB")
+    start = result.metric("daemon_rss_start_mb", "MB", kind=ABSOLUTE, note="VmRSS once mounted")
+    mid = result.metric(
+        "daemon_rss_mid_mb", "MB", kind=ABSOLUTE, note=f"VmRSS after {checkpoints[0]:,} operations"
+    )
+    end = result.metric(
+        "daemon_rss_mb", "MB", kind=ABSOLUTE, target=goal, note=f"VmRSS after {total:,} operations"
     )
     sw = _sw(ctx)
-    with _fresh(ctx, "memory", sw) as (_src, m):
+    with _fresh(ctx, "memory", sw) as (src, m):
         if m.pid is None:
             raise Unsupported("no daemon pid")
-        before = (proc_status_kb(m.pid, "VmRSS") or 0) / 1024
-        anon_before = (proc_status_kb(m.pid, "RssAnon") or 0) / 1024
-        samples = []
-        step = total // procs // 4
+        log_file = src / STORE / "daemon.log"
+        samples: dict[str, dict[str, float]] = {"0": _rss(m.pid)}
+        _heap_dump(m.pid, log_file)
         mp = multiprocessing.get_context("fork")
-        for quarter in range(4):
+        done = 0
+        t0 = time.perf_counter()
+        for phase, upto in enumerate(checkpoints):
+            each = (upto - done) // procs
             workers = [
                 mp.Process(
-                    target=_small_ops_worker,
-                    args=(str(m.mountpoint), quarter * 100 + p, step),
+                    target=_small_ops_worker, args=(str(m.mountpoint), phase * 100 + p, each)
                 )
                 for p in range(procs)
             ]
@@ -363,27 +414,26 @@ def daemon_memory(ctx: Ctx, result: WorkloadResult) -> None:
                 w.start()
             for w in workers:
                 w.join()
-            samples.append(round((proc_status_kb(m.pid, "VmRSS") or 0) / 1024, 1))
-        sw.settle(m)
-        after = (proc_status_kb(m.pid, "VmRSS") or 0) / 1024
-        # File-backed pages are mostly the store's memory map, which grows
-        # with the history it holds; anonymous ones are the heap.
-        split = {
-            key: round((proc_status_kb(m.pid, key) or 0) / 1024, 1)
-            for key in ("RssAnon", "RssFile", "VmHWM")
-        }
-    metric.values.append(after)
+            done = upto
+            sw.settle(m)
+            samples[str(upto)] = _rss(m.pid)
+            _heap_dump(m.pid, log_file)
+        elapsed = time.perf_counter() - t0
+        live = sum(len(files) for d in src.glob("m*") for _, _, files in os.walk(d))
+    start.values.append(samples["0"]["VmRSS"])
+    mid.values.append(samples[str(checkpoints[0])]["VmRSS"])
+    end.values.append(samples[str(total)]["VmRSS"])
     result.info["daemon_rss"] = {
-        "before_mb": round(before, 1),
-        "anon_before_mb": round(anon_before, 1),
-        "quarters_mb": samples,
-        **split,
+        "by_operations_mb": samples,
+        "processes": procs,
+        "ops_per_s": round(total / elapsed),
+        "live_files_at_end": live,
     }
 
 
 def storage(ctx: Ctx, result: WorkloadResult) -> None:
-    for part in (one_byte_edits, sparse_close, fsstress_figure, daemon_memory):
+    for part in (one_byte_edits, sparse_close, dense_edit_close, fsstress_figure):
         part(ctx, result)
 
 
-WORKLOADS = {"storage": storage}
+WORKLOADS = {"storage": storage, "daemon_memory": daemon_memory}

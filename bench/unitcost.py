@@ -23,8 +23,8 @@ import time
 from pathlib import Path
 
 from bench import gen
-from bench.common import Ctx
-from bench.mounter import BenchError, SwfsMounter, Unsupported
+from bench.common import Ctx, swfs_mounter
+from bench.mounter import BenchError
 from bench.report import ABSOLUTE, Target, WorkloadResult
 
 log = logging.getLogger(__name__)
@@ -36,13 +36,6 @@ LINES_PER_PAGE = 6
 OPENS_PER_ROUND = 100
 POLL_S = 0.005
 CURRENT_BOUND_S = 30.0
-
-
-def _swfs(ctx: Ctx) -> SwfsMounter:
-    if not isinstance(ctx.mounter, SwfsMounter):
-        raise Unsupported("needs --mounter swfs")
-    ctx.mounter.require("mount", "umount", "sync")
-    return ctx.mounter
 
 
 def unit_pdfs(root: Path) -> Path:
@@ -103,7 +96,7 @@ def _open_read(path: Path) -> tuple[float, bytes]:
 def unit_open(ctx: Ctx, result: WorkloadResult) -> None:
     """Median time of a first open + read of one ``.parsed`` page, 40-page
     PDFs against a 24,000-page one; ratio within 2x is the goal."""
-    sw = _swfs(ctx)
+    sw = swfs_mounter(ctx, "mount", "umount", "sync")
     src = unit_pdfs(ctx.data)
     small = result.metric("open_40p_ms", "ms", kind=ABSOLUTE, note="first open+read of a page")
     big = result.metric("open_24000p_ms", "ms", kind=ABSOLUTE, note="first open+read of a page")
@@ -241,7 +234,7 @@ def _wait_view(unit: Path, marker: bytes) -> float:
 def edit_current(ctx: Ctx, result: WorkloadResult) -> None:
     """Write -> ``.parsed`` shows the new text as current: through a hard link
     of the file whose view is read, and behind the mount in SRC."""
-    sw = _swfs(ctx)
+    sw = swfs_mounter(ctx, "mount", "umount", "sync")
     work = ctx.scratch("editcurrent")
     (work / "notes").mkdir()
     (work / "notes" / "readme.md").write_text("# Readme\nfirst words\n")

@@ -23,6 +23,7 @@ from typing import Any
 import pyfuse3
 import trio
 
+from mountd import malloc
 from mountd.dump import DumpOnSignal
 from mountd.fsutil import raise_fd_limit
 from mountd.operations import Operations
@@ -106,6 +107,7 @@ def mount(
     unmounted (or SIGTERM/SIGINT); else return once a daemon serves it."""
     src, mountpoint = Path(src).resolve(), Path(mountpoint).resolve()
     _check(src, mountpoint)
+    malloc.limit_arenas()  # before any thread starts (mountd.malloc)
     if foreground:
         if log_file is not None:
             _log_to(log_file, options.debug)

@@ -14,9 +14,11 @@ being computed never holds up a ``stat`` of a native file.
 from __future__ import annotations
 
 import datetime
+import itertools
 import logging
 import posixpath
 import stat
+import threading
 import time
 from abc import ABC, abstractmethod
 from collections import OrderedDict
@@ -98,6 +100,10 @@ class SyntheticTree(Protocol):
     async def xattrs(self, path: str) -> Mapping[str, str]: ...
 
 
+# Paths whose change time Generation keeps (see there).
+CHANGED_KEPT = 20_000
+
+
 class Generation:
     """Counts engine change events, so cached listings know when to rebuild,
     and remembers when each path last changed (the mtime of what shows it)."""
@@ -106,16 +112,27 @@ class Generation:
         self.value = 0
         self.started_ns = time.time_ns()
         self.last_ns = self.started_ns
+        # Bounded: a long run changes more paths than are worth a dict entry
+        # each.  Paths dropped (the least recently changed) and those never
+        # changed show ``_floor_ns``: no older than their change, which is
+        # what a tool comparing mtimes needs.
         self._changed: dict[str, int] = {}
+        self._floor_ns = self.started_ns
+        self._lock = threading.Lock()
 
     def bump(self, rel: str | None = None) -> None:
         self.value += 1
         self.last_ns = time.time_ns()
         if rel is not None:
-            self._changed[rel] = self.last_ns
+            with self._lock:
+                self._changed.pop(rel, None)
+                self._changed[rel] = self.last_ns  # insertion order: oldest first
+                if len(self._changed) > CHANGED_KEPT:
+                    for old in list(itertools.islice(self._changed, CHANGED_KEPT // 2)):
+                        self._floor_ns = max(self._floor_ns, self._changed.pop(old))
 
     def changed_ns(self, rel: str) -> int:
-        return self._changed.get(rel, self.started_ns)
+        return self._changed.get(rel, self._floor_ns)
 
 
 class _Index:

@@ -117,39 +117,75 @@ def reflink(src_fd: int, dst_fd: int) -> bool:
     return True
 
 
-def copy_fd(src_fd: int, dst_fd: int) -> int:
-    """Copy all of ``src_fd`` (from offset 0) to ``dst_fd`` (from offset 0).
+def data_extents(fd: int, size: int) -> Iterator[tuple[int, int]]:
+    """The ``(start, end)`` ranges of ``fd`` below ``size`` that hold data
+    (SEEK_DATA / SEEK_HOLE); one range of everything where the filesystem
+    cannot tell.  What lies between them reads as zeros."""
+    pos = 0
+    while pos < size:
+        try:
+            start = os.lseek(fd, pos, os.SEEK_DATA)
+            end = os.lseek(fd, start, os.SEEK_HOLE)
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:
+                return  # nothing but a hole up to the end
+            if exc.errno in (errno.EINVAL, errno.EOPNOTSUPP):
+                yield pos, size
+                return
+            raise
+        if start >= size:
+            return
+        end = min(end, size)
+        yield start, end
+        pos = end
 
-    Uses ``copy_file_range`` (in-kernel, server-side or reflinked where the
-    filesystem can), then ``sendfile``, then plain reads and writes.  Neither
-    descriptor's file position is relied on.  Returns the number of bytes copied.
+
+def copy_fd(src_fd: int, dst_fd: int) -> int:
+    """Copy all of ``src_fd`` (from offset 0) to ``dst_fd`` (an empty file),
+    holes as holes: only the data extents are copied, and the copy is
+    truncated up to the source's size.
+
+    Each extent goes by ``copy_file_range`` (in-kernel, server-side or
+    reflinked where the filesystem can), else ``sendfile``, else plain reads
+    and writes.  Neither descriptor's file position is relied on.  Returns
+    the size of the copy.
     """
-    offset = 0
+    size = os.fstat(src_fd).st_size
+    for start, end in data_extents(src_fd, size):
+        _copy_range(src_fd, dst_fd, start, end)
+    os.ftruncate(dst_fd, size)  # the trailing hole, if any
+    return size
+
+
+def _copy_range(src_fd: int, dst_fd: int, start: int, end: int) -> None:
+    offset = start
     try:
-        while True:
-            n = os.copy_file_range(src_fd, dst_fd, CHUNK, offset, offset)
+        while offset < end:
+            n = os.copy_file_range(src_fd, dst_fd, min(CHUNK, end - offset), offset, offset)
             if n == 0:
-                return offset
+                return  # the source shrank
             offset += n
+        return
     except OSError as exc:
         if exc.errno not in _NO_FAST_COPY:
             raise
         log.debug("copy_file_range unavailable (%s), falling back", exc)
     os.lseek(dst_fd, offset, os.SEEK_SET)
     try:
-        while True:
-            n = os.sendfile(dst_fd, src_fd, offset, CHUNK)
+        while offset < end:
+            n = os.sendfile(dst_fd, src_fd, offset, min(CHUNK, end - offset))
             if n == 0:
-                return offset
+                return
             offset += n
+        return
     except OSError as exc:
         if exc.errno not in _NO_FAST_COPY:
             raise
         log.debug("sendfile unavailable (%s), falling back", exc)
-    while True:
-        chunk = os.pread(src_fd, CHUNK, offset)
+    while offset < end:
+        chunk = os.pread(src_fd, min(CHUNK, end - offset), offset)
         if not chunk:
-            return offset
+            return
         write_all_at(dst_fd, chunk, offset)
         offset += len(chunk)
 
@@ -181,13 +217,17 @@ def hash_fd(fd: int) -> str:
     Holes (SEEK_HOLE) are hashed as the zeros they read as, without reading
     them: a sparse file costs what it holds, plus hashing the zeros.
     """
-    head = os.pread(fd, SMALL_FILE + 1, 0)
-    if len(head) <= SMALL_FILE:
-        return hash_bytes(head)
+    # Ask for what the file holds (one byte more, to see its end), never
+    # SMALL_FILE regardless: a 4 MiB buffer shrunk to a small file's size
+    # on every close leaves glibc's heaps holding megabytes per thread.
+    want = min(os.fstat(fd).st_size, SMALL_FILE) + 1
+    head = os.pread(fd, want, 0)
+    if len(head) < want:
+        return hash_bytes(head)  # the whole file
     hasher = _new_hasher()
     hasher.update(head)
     offset = len(head)
-    size = os.fstat(fd).st_size
+    size = max(os.fstat(fd).st_size, offset)
     while True:
         hole = _next_hole(fd, offset, size)
         if hole is not None:

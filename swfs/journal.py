@@ -42,6 +42,7 @@ import sqlite3
 import stat
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,6 +60,8 @@ FLUSH_SECONDS = 0.5
 MAX_EVENTS = 1_000_000
 MAX_OUTPUTS = 200_000
 MAX_RANGES = 64
+# Written files whose user.sw.inputs stays in memory (the rest: one query).
+INPUTS_CACHED = 2_000
 MAX_NAMES = 10_000  # names of one listing kept
 TEXT_LINES_LIMIT = 16 * 1024 * 1024  # text files up to this size get line ranges
 LINES_CHUNK = 256 * 1024  # bytes counted at a time for line ranges
@@ -199,7 +202,11 @@ class Journal:
         self._wake = threading.Event()
         self._stop = False
         self._thread: threading.Thread | None = None
-        self.inputs_by_path: dict[str, tuple[str | None, str]] = {}
+        # Only the recently written: the rest is read back from the outputs
+        # table when asked (each entry is a JSON list of everything its job
+        # read, kilobytes; a dict of every file ever written grew the
+        # daemon by that much per file).
+        self.inputs_by_path = RecentInputs(INPUTS_CACHED)
         self._load_inputs()
         self.owner = os.getuid()
         self.outputs_version = 0  # moves when a stored write changed lineage
@@ -344,9 +351,31 @@ class Journal:
         """``user.sw.inputs`` of ``path`` when its present hash is ``current``:
         JSON [{"path", "hash", "locators"}] of what it was derived from."""
         hit = self.inputs_by_path.get(path)
+        if hit is None:
+            hit = self._stored_inputs(path)
         if hit is None or (current is not None and hit[0] != current):
             return None
         return hit[1]
+
+    def _stored_inputs(self, path: str) -> tuple[str | None, str] | None:
+        """``path``'s present output row (what ``_lineage`` stored), for a
+        path no longer among the recently written."""
+        if self._reader is None:
+            self._reader = sqlite3.connect(str(self.path), check_same_thread=False, timeout=5)
+        try:
+            row = self._reader.execute(
+                "SELECT hash, inputs FROM outputs WHERE path=? AND gone=0 AND superseded=0 "
+                "ORDER BY seq DESC LIMIT 1",
+                (path,),
+            ).fetchone()
+        except sqlite3.Error as exc:
+            log.debug("inputs of %s: %s", path, exc)
+            return None
+        if row is None:
+            return None
+        hit = (row[0], _xattr_value(json.loads(row[1])))
+        self.inputs_by_path[path] = hit
+        return hit
 
     # -- the thread's side
 
@@ -547,9 +576,11 @@ class Journal:
 
     def _load_inputs(self) -> None:
         rows = self._db.execute(
-            "SELECT path, hash, inputs FROM outputs WHERE gone=0 AND superseded=0 ORDER BY seq"
-        )
-        for path, hash_, inputs in rows:
+            "SELECT path, hash, inputs FROM outputs WHERE gone=0 AND superseded=0 "
+            "ORDER BY seq DESC LIMIT ?",
+            (self.inputs_by_path.cap,),
+        ).fetchall()
+        for path, hash_, inputs in reversed(rows):
             self.inputs_by_path[path] = (hash_, _xattr_value(json.loads(inputs)))
 
     def retain(self) -> int:
@@ -572,6 +603,27 @@ class Journal:
                     (outs - MAX_OUTPUTS,),
                 )
         return extra
+
+
+class RecentInputs(OrderedDict[str, tuple[str | None, str]]):
+    """A mapping that keeps only its ``cap`` most recently set keys; safe
+    to use from the journal's thread and the loop at once."""
+
+    def __init__(self, cap: int) -> None:
+        super().__init__()
+        self.cap = cap
+        self._lock = threading.Lock()
+
+    def __setitem__(self, key: str, value: tuple[str | None, str]) -> None:
+        with self._lock:
+            super().__setitem__(key, value)
+            self.move_to_end(key)
+            while len(self) > self.cap:
+                self.popitem(last=False)
+
+    def pop(self, key: str, default: Any = None) -> Any:
+        with self._lock:
+            return super().pop(key, default)
 
 
 class NoJournal:
