@@ -157,7 +157,7 @@ class FastPath:
             # recorded bytes now.  ENOSPC/EIO fails the open, nothing written.
             await slow(session.preserve)
         entry[1] += 1
-        fi.backing_id = entry[0]  # type: ignore[attr-defined]
+        fi.backing_id = entry[0]
         fi.direct_io = False
         fi.keep_cache = False  # no page cache of ours: the backing file has it
         self._handles[fh] = (ino, True, None if session is None else _stamp(handle.fd))
