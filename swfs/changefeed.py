@@ -42,7 +42,7 @@ from typing import Any, Protocol
 
 import trio
 
-from .api import RelPath
+from .api import RelPath, WriteProtocol
 from .fsutil import scan_dir
 
 log = logging.getLogger(__name__)
@@ -97,6 +97,9 @@ class FeedEngine(Protocol):
 
     @property
     def store_dir(self) -> Path: ...
+
+    @property
+    def writes(self) -> WriteProtocol: ...
 
     def check_file(self, rel: RelPath) -> object: ...
 
@@ -448,7 +451,9 @@ class ChangeFeed:
                 log.exception("%s: rescan after lost or moved events failed", self.src)
         for rel in rels:
             try:
-                self.engine.check_file(RelPath(rel))
+                # Skipped if a write through the mount began since the batch
+                # was sorted: that write records the file itself.
+                self.engine.writes.check_behind(rel, self.engine.check_file)
             except Exception:
                 log.exception("%s: recording a change made behind the mount failed", rel)
 

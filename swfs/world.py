@@ -156,6 +156,11 @@ class _Writes:
     def busy(self, rels: Iterable[str]) -> set[str]:
         return set()
 
+    @staticmethod
+    def check_behind(rel: str, check: Callable[[RelPath], object]) -> bool:
+        check(RelPath(rel))
+        return True
+
     def report(self) -> list[str]:
         return [f"world {self.name}: read-only, no write sessions"]
 

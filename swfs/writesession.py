@@ -85,6 +85,9 @@ def _moved(rel: str, old: str, new: str) -> str | None:
     return None
 
 
+_STRIPES = 64
+
+
 class InPlaceSession:
     """One open-for-writing of one native file, written in place in SRC."""
 
@@ -126,14 +129,25 @@ class InPlaceSession:
 
     def write(self, off: int, buf: bytes) -> int:
         self.preserve()  # a no-op unless a record came in since needs_preserve
+        self._dirty()
         n = os.pwrite(self.fd, buf, off)
-        self.dirty = self.wrote = True
+        self.wrote = True
         return n
 
     def truncate(self, size: int) -> None:
         self.preserve()
+        self._dirty()
         os.ftruncate(self.fd, size)
-        self.dirty = self.wrote = True  # recorded on close (flush), release or fsync
+        self.wrote = True  # recorded on close (flush), release or fsync
+
+    def _dirty(self) -> None:
+        """Busy from before the first byte changes: a check of a change behind
+        the mount either ends before it (and sees the old bytes) or skips the
+        file (``InPlaceWrites.check_behind``); it never hashes a torn state."""
+        if not self.dirty and self.rel is not None:
+            with self._writes.stripe(self.rel):
+                self.dirty = True
+        self.dirty = True
 
     # -- settling
 
@@ -245,6 +259,10 @@ class InPlaceWrites:
         self._sessions: set[InPlaceSession] = set()
         self._kept: dict[tuple[int, int], _Kept] = {}  # (st_dev, st_ino) -> shared state
         self._inflight: Counter[str] = Counter()
+        # Per-path locks, striped: held by a check of a change behind the mount
+        # for as long as it reads the file, and taken by whatever is about to
+        # change a path's bytes (check_behind).
+        self._stripes = tuple(threading.Lock() for _ in range(_STRIPES))
 
     # -- sessions
 
@@ -374,9 +392,25 @@ class InPlaceWrites:
 
     # -- who is changing what
 
+    def stripe(self, rel: str) -> threading.Lock:
+        return self._stripes[hash(rel) % _STRIPES]
+
     def enter(self, rels: Iterable[str]) -> None:
-        with self._lock:
-            self._inflight.update(rels)
+        for rel in rels:
+            with self.stripe(rel), self._lock:  # waits out a check_behind of ``rel``
+                self._inflight[rel] += 1
+
+    def check_behind(self, rel: str, check: Callable[[RelPath], object]) -> bool:
+        """*slow*: ``check(rel)`` for a change seen behind the mount, unless the
+        mount is changing ``rel`` right now (it records that itself).  Nothing
+        through the mount starts changing ``rel`` while the check reads it, so
+        the check never records a state that is half a write through the
+        mount.  Whether the check ran."""
+        with self.stripe(rel):
+            if rel in self.busy_paths():
+                return False
+            check(RelPath(rel))
+            return True
 
     def leave(self, rels: Iterable[str]) -> None:
         with self._lock:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import os
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -153,3 +154,63 @@ def test_a_failed_change_is_not_recorded_and_frees_its_paths(engine: Engine) -> 
     assert engine.writes.busy_paths() == set()
     assert (engine.src / "a.txt").read_bytes() == OLD
     assert len(versions(engine, "a.txt")) == 1
+
+
+class _WatchedLock:
+    """A lock that says when someone has come to take it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.waiting = threading.Event()
+
+    def __enter__(self) -> None:
+        self.waiting.set()
+        self._lock.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
+
+
+def test_a_check_behind_the_mount_never_reads_half_a_write(engine: Engine) -> None:
+    """The change feed checks a file changed behind the mount while a write
+    through the mount begins: the write waits until the check has read the
+    file, so the check records the old bytes, never a torn state."""
+    locks = [_WatchedLock() for _ in engine.writes._stripes]
+    engine.writes._stripes = tuple(locks)  # type: ignore[assignment]
+    lock = locks[hash("a.txt") % len(locks)]
+    s = engine.begin_write("a.txt", opener(engine, "a.txt"), truncate=False)
+    assert not s.dirty
+    lock.waiting.clear()  # begin_write took it on its way through
+    seen: list[bytes] = []
+    in_check = threading.Event()
+
+    def check(rel: RelPath) -> None:
+        in_check.set()
+        # The write below has come for the path's lock, and must wait for us.
+        assert lock.waiting.wait(60)
+        seen.append((engine.src / rel).read_bytes())
+        engine.check_file(rel)
+
+    result: list[bool] = []
+    checker = threading.Thread(
+        target=lambda: result.append(engine.writes.check_behind("a.txt", check))
+    )
+    checker.start()
+    assert in_check.wait(60)
+    writer = threading.Thread(target=s.write, args=(0, b"NEW"))
+    writer.start()
+    checker.join(60)
+    writer.join(60)
+    assert not checker.is_alive()
+    assert not writer.is_alive()
+    assert seen == [OLD]  # read before the write changed a byte
+    assert result == [True]
+    assert (engine.src / "a.txt").read_bytes() == b"NEW" + OLD[3:]
+    # Now the session is changing the file: a check leaves it to the session.
+    assert s.dirty
+    ran: list[str] = []
+    assert engine.writes.check_behind("a.txt", ran.append) is False
+    assert ran == []
+    s.release()
+    assert engine.writes.check_behind("a.txt", ran.append) is True
+    assert ran == ["a.txt"]

@@ -383,13 +383,13 @@ def _run(request: pytest.FixtureRequest, uid: int | None, gid: int | None, label
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(900)  # a hang guard: 100 examples take minutes on a loaded machine
 def test_conformance_as_root(request: pytest.FixtureRequest) -> None:
     _run(request, None, None, "root")
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(900)  # a hang guard: 100 examples take minutes on a loaded machine
 def test_conformance_as_unprivileged_user(request: pytest.FixtureRequest) -> None:
     user = ensure_test_user()
     if user is None:
