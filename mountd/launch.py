@@ -271,7 +271,10 @@ async def _serve(
         dump = DumpOnSignal(lambda: engine.queue_report() + engine.writes.report())
         stack.callback(dump.stop)
         await nursery.start(dump.run)
-        pyfuse3.init(ops, str(mountpoint), fuse_options(src, options))
+        # A world is mounted read-only: the kernel refuses changes itself and
+        # reads cost no atime invalidation (a GETATTR on the next stat).
+        ro = {"ro"} if is_world(engine) else set()
+        pyfuse3.init(ops, str(mountpoint), fuse_options(src, options) | ro)
         ops.mounted = True
         stack.push(_FuseSession(mountpoint).__exit__)
         log.info("serving %s at %s", src, mountpoint)

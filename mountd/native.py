@@ -190,7 +190,7 @@ class NativeProvider:
             self._gone_behind_our_back(node)
             raise
         try:
-            st = os.fstat(fh.fd)
+            st = os.fstat(fh.fd) if fh.stat is None else fh.stat
         except BaseException:
             os.close(fh.fd)
             raise

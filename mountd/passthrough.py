@@ -79,6 +79,10 @@ class Creds:
 class NativeHandle:
     fd: int
     session: WriteSession | None = None  # opened for writing: the engine's write session
+    # What the tree says the file is, when ``fd`` holds its bytes elsewhere
+    # (a world's blob): the stat the provider compares with what the kernel
+    # was told.  None: ``fd``'s own fstat.
+    stat: os.stat_result | None = None
 
     @property
     def written(self) -> bool:

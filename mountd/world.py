@@ -130,8 +130,10 @@ class WorldNative:
     async def open(self, rel: str, flags: int, creds: Creds) -> NativeHandle:
         if flags & os.O_ACCMODE != os.O_RDONLY or flags & os.O_TRUNC:
             _erofs()
-        self.lstat(rel)  # ENOENT / ENOTDIR as the tree says
-        return NativeHandle(await self.slow(self.engine.open_file, rel))
+        st = self.lstat(rel)  # ENOENT / ENOTDIR as the tree says
+        # The blob's descriptor is another inode: the provider compares the
+        # skeleton's stat (what the kernel was told), which never changes.
+        return NativeHandle(await self.slow(self.engine.open_file, rel), stat=st)
 
     @staticmethod
     def read(fh: NativeHandle, off: int, size: int) -> bytes:
