@@ -27,6 +27,7 @@ import os
 import stat
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -50,7 +51,7 @@ from .api import (
     Version,
     ViewState,
 )
-from .blobs import BlobStore
+from .blobs import BlobStore, Manifest
 from .fsutil import hash_fd, write_all_at
 from .hashform import label as short_hash
 from .parsework import FAILED, OK, ParseOutcome, ParsePool
@@ -65,6 +66,9 @@ log = logging.getLogger(__name__)
 
 # Files up to this size are served from memory (see World._open_blob_bytes).
 MEMORY_FILE_MAX = 64 << 20
+# The memory files kept between opens, least recently used out beyond this.
+MEMORY_CACHE_BYTES = 256 << 20
+_PAGE = 4096
 _HASH_AT = len(b'{"h":"')  # where a file record's hash starts, after its signature line
 _FRESHNESS = {OK: Freshness.CURRENT, FAILED: Freshness.FAILED}
 
@@ -205,6 +209,7 @@ class World:
             self.store.close()
             raise
         self.writes = _Writes(name)
+        self.memory = MemoryFiles(MEMORY_CACHE_BYTES)
         self._view = _StoreView(self.store, self)
         self._parsed: dict[tuple[str, str], ParseOutcome] = {}  # parsed here, on demand
         self._wanted: dict[str, trio.Event] = {}
@@ -309,6 +314,7 @@ class World:
         return self.info.name
 
     def close(self) -> None:
+        self.memory.close()
         self.store.close()
 
     # -- native bytes
@@ -337,13 +343,19 @@ class World:
     def _open_blob_bytes(self, h: str, size: int) -> int:
         """*slow*: blob ``h`` in an anonymous memory file, reassembled from
         its chunks (each checked against its hash as it is read), holes left
-        as holes.  The blob store's ``cache/`` is not used for these: a tree
-        walk would reassemble thousands of files there, and each addition
-        scans that directory to trim it.  Large and whole-file blobs are
+        as holes, and kept for the next open (``MemoryFiles``).  The blob
+        store's ``cache/`` is not used for these: a tree walk would
+        reassemble thousands of files there.  Large and whole-file blobs are
         opened from the blob store as ``.versions`` opens them."""
+        fd = self.memory.get(h)
+        if fd is not None:
+            return fd
         manifest = self.blobs.manifest(h)
         if manifest is None or size > MEMORY_FILE_MAX:
             return self.blobs.open(h)
+        return self.memory.put(h, manifest.size, self._reassemble(h, manifest))
+
+    def _reassemble(self, h: str, manifest: Manifest) -> int:
         reader = self.blobs.reader(h)
         fd = os.memfd_create(f"swfs-world-{h[:16]}", os.MFD_CLOEXEC)
         try:
@@ -691,3 +703,61 @@ def world_of(path: str | os.PathLike[str]) -> str | None:
         return os.getxattr(path, "user.sw.world").decode("utf-8", "surrogateescape")
     except OSError:
         return None
+
+
+class MemoryFiles:
+    """Reassembled blobs kept between opens, by hash: a world never changes,
+    so a file opened again is a ``dup`` of the memory file of its last open
+    (the bytes already there, the kernel's pages of it still warm), not
+    another reassembly.  Least recently used out beyond ``limit`` bytes
+    (sizes rounded up to pages).  Thread-safe: opens run in worker threads."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+        self.hits = self.misses = 0
+        self._files: OrderedDict[str, tuple[int, int]] = OrderedDict()  # hash -> (fd, bytes)
+        self._lock = threading.Lock()
+
+    def get(self, h: str) -> int | None:
+        """A new descriptor of blob ``h``'s memory file (the caller closes
+        it), or None if none is kept."""
+        with self._lock:
+            got = self._files.get(h)
+            if got is None:
+                self.misses += 1
+                return None
+            self._files.move_to_end(h)
+            self.hits += 1
+            return os.dup(got[0])
+
+    def put(self, h: str, size: int, fd: int) -> int:
+        """Keep ``fd`` (``h``'s memory file, now owned here) and return a
+        descriptor of it for the caller; a file beyond the limit is not kept."""
+        used = -(-max(size, 1) // _PAGE) * _PAGE
+        if used > self.limit:
+            return fd
+        with self._lock:
+            old = self._files.get(h)
+            if old is not None:  # reassembled twice at once: keep the first
+                os.close(fd)
+                return os.dup(old[0])
+            try:
+                out = os.dup(fd)
+            except BaseException:
+                os.close(fd)
+                raise
+            self._files[h] = (fd, used)
+            self.used += used
+            while self.used > self.limit:
+                _, (old_fd, old_used) = self._files.popitem(last=False)
+                os.close(old_fd)
+                self.used -= old_used
+            return out
+
+    def close(self) -> None:
+        with self._lock:
+            for fd, _ in self._files.values():
+                os.close(fd)
+            self._files.clear()
+            self.used = 0
