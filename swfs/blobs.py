@@ -105,6 +105,7 @@ SHALLOW_MAX = 4 * 1024 * 1024
 # Reassembled blobs kept for readers needing a path; older unused ones go.
 CACHE_BYTES = 1 << 30
 CACHE_KEEP_SECS = 120.0
+CACHE_RESCAN = 1024  # additions between scans of cache/ while under CACHE_BYTES
 
 _MAGIC = b"SWFSMAN1"
 _HEAD = struct.Struct("<8sQI")
@@ -320,6 +321,12 @@ class BlobStore:
             d.mkdir(mode=DIR_MODE, exist_ok=True)
         self._lock_path = self.root / LOCK_FILE
         self._cache_lock = threading.Lock()
+        # The cache's size as of the last scan plus what was added here since
+        # (None: not scanned yet); a scan only when that passes the limit, or
+        # every CACHE_RESCAN additions (other processes add to it too).
+        self._cache_used: int | None = None
+        self._cache_added = 0
+        self.cache_scans = 0
 
     # -- names
 
@@ -384,7 +391,7 @@ class BlobStore:
         m = self.manifest(h)
         assert m is not None
         self._materialise(h, m, cached)
-        self._trim_cache(keep=h)
+        self._trim_cache(keep=h, added=cached)
         return cached
 
     def lazy_path(self, h: str) -> Path:
@@ -894,11 +901,22 @@ class BlobStore:
             _reraise_naming(exc, tmp)
             raise
 
-    def _trim_cache(self, *, keep: str) -> None:
+    def _trim_cache(self, *, keep: str, added: Path | None = None) -> None:
         """Drop the least recently used reassembled blobs beyond
         ``CACHE_BYTES``, sparing any used in the last ``CACHE_KEEP_SECS``
-        (a path handed out a moment ago must still open)."""
+        (a path handed out a moment ago must still open).  ``added`` (just
+        reassembled) counts towards the size known since the last scan; the
+        directory is scanned only once that passes the limit (or every
+        ``CACHE_RESCAN`` additions), not on every addition."""
         with self._cache_lock:
+            if added is not None and self._cache_used is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    self._cache_used += os.stat(added).st_blocks * 512
+                self._cache_added += 1
+                if self._cache_used <= CACHE_BYTES and self._cache_added < CACHE_RESCAN:
+                    return
+            self.cache_scans += 1
+            self._cache_added = 0
             entries = []
             total = 0
             for entry in os.scandir(self.cache):
@@ -906,6 +924,7 @@ class BlobStore:
                     st = entry.stat(follow_symlinks=False)
                     total += st.st_blocks * 512
                     entries.append((st.st_mtime, st.st_blocks * 512, entry.path, entry.name))
+            self._cache_used = total
             if total <= CACHE_BYTES:
                 return
             cutoff = time.time() - CACHE_KEEP_SECS
@@ -917,6 +936,8 @@ class BlobStore:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(path)
                     total -= used
+            # Still over (all recent): the next addition scans again.
+            self._cache_used = total
 
 
 class _LegacyReader(BlobReader):
