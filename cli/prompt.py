@@ -54,19 +54,17 @@ pending or failed.  `swfs sync .` waits until every view is current.
     (
         "Ranked search: .search/<query>",
         """\
-`cat ".search/regional revenue north"` runs the query: one hit a line,
-path<TAB>score<TAB>freshness<TAB>snippet, best first.  Words, "phrases",
-path:folder.  Use it when grep's exact words miss; open the hit's .parsed
-path as it is.  `swfs search . "QUERY" [--json]` prints the same.
+`cat ".search/regional revenue north"`: one hit a line (path, score,
+freshness, snippet; best first) when grep's exact words miss.  Words,
+"phrases", path:folder.  `swfs search . "QUERY" [--json]` prints the same.
 """,
     ),
     (
         "Pictures: .render/<path>/",
         """\
-PNG images to look at: page-0001.png (PDF, Word, sheets as printed),
-slide-001.png; PDF pages and slides are numbered as in .parsed.  Made on
-first open (seconds for an office file); freshness in the xattrs; not listed
-by `ls` of the root; an error.md says what failed.
+PNG images: page-0001.png (PDF, Word, sheets as printed), slide-001.png,
+numbered as in .parsed; made on first open (seconds for an office file), not
+listed by `ls` of the root; an error.md says what failed.
 """,
     ),
     (
@@ -77,8 +75,7 @@ the task asks, one line each: echo '- [ ] Q3 revenue by region' >>
 .tab/requirements.md.  Mark each `- [x] ... -- <file>#page=N` when found or
 `- [-] ... -- <why>` when set aside.  cat .tab/TAB.md shows, per item,
 matching text you read and files you listed but never opened (unopened.md,
-ranked); reads.md lists what you read.  Before you finish, `swfs tab check .`
-must exit 0.
+ranked); reads.md what you read.  `swfs tab check .` must exit 0 at the end.
 """,
     ),
     (
@@ -93,36 +90,30 @@ file (cell-level for spreadsheets, per page/slide for documents).
     (
         "Staged mounts",
         """\
-If the workspace was mounted with --staged (`swfs status .` says
-`staged: N path(s)`), your writes are held back: the mount shows them, SRC
-does not have them yet.  `swfs staged .` lists them; .review/STAGED.md and
-STAGED.diff show them against SRC.  `swfs commit . [PATH...]` writes them to
-SRC (each file whole or not at all); `swfs discard . [PATH...]` drops them.
-Renaming a directory that SRC has fails with EXDEV: `mv` copies it instead.
+Under `swfs mount --staged` (`swfs status .` says `staged: N path(s)`), your
+writes reach SRC only on `swfs commit . [PATH...]` (each file whole or not at
+all); `swfs staged .` and .review/STAGED.diff show them, `swfs discard .
+[PATH...]` drops them.  Renaming a directory of SRC fails (EXDEV): `mv` copies.
 """,
     ),
     (
         "History: .versions/ and snapshots",
         """\
 .versions/<path>/NNNN-<hash16>.<ext> holds every recorded version of a file,
-read-only (not listed by `ls` of the root; open it by path, `cp` it out).
-.versions/@snapshots/<name>/<path> is the tree as a snapshot named it.
-`swfs versions . PATH` lists a file's history; `swfs restore . PATH@N`
-brings version N back as a new version (`PATH@baseline` or `PATH@SNAPSHOT`:
-as then); `swfs snapshot . NAME` names the present state, `swfs snapshots .`
-lists them.  When asked to hand in your work, `swfs submit . NAME [PATH...]`
-records it.
+read-only (not listed by `ls` of the root; open it by path, `cp` it out);
+.versions/@snapshots/<name>/<path> the tree as a snapshot named it.  `swfs
+versions . PATH` lists a file's history; `swfs restore . PATH@N` (or
+`PATH@baseline`, `PATH@SNAPSHOT`) brings that version back as a new one;
+`swfs snapshot . NAME` names the present state, `swfs snapshots .` lists
+them.  To hand in your work: `swfs submit . NAME [PATH...]`.
 """,
     ),
     (
         "Read-only worlds",
         """\
-`swfs mount --at NAME SRC MNT2` mounts the workspace as it was at snapshot
-or submission NAME (or `baseline`), read-only, beside the live mount: the
-files byte for byte, .parsed/ with their text as of then, .review/ with the
-changes of then (SUMMARY.md's first line names the world and its baseline).
-Every write there fails with "Read-only file system"; change files in the
-live mount.  `swfs status MNT2` says which world it is; `swfs umount MNT2`.
+`swfs mount --at NAME SRC MNT2` mounts the tree as at snapshot or submission
+NAME (or `baseline`) read-only, .parsed/ and .review/ as of then (SUMMARY.md's
+first line names it); writes there fail (EROFS): change the live mount.
 """,
     ),
     (
