@@ -66,7 +66,8 @@ MAX_NAMES = 10_000  # names of one listing kept
 TEXT_LINES_LIMIT = 16 * 1024 * 1024  # text files up to this size get line ranges
 LINES_CHUNK = 256 * 1024  # bytes counted at a time for line ranges
 KINDS = ("read", "list", "write")
-_INSERT_EVENT = "INSERT INTO events VALUES (?,?,?,?,?,?,?,?,?,?,?)"
+_EVENT_ROW = "(?,?,?,?,?,?,?,?,?,?,?)"
+ROWS_PER_INSERT = 256
 _NO_RANGES = '{"ranges":[],"bytes":0}'
 _NO_RANGES_OPEN = '{"ranges":[],"bytes":0,"open":true}'
 PARSED = ".parsed"
@@ -148,6 +149,18 @@ def _merge(ranges: list[list[int]], off: int, end: int) -> None:
         if len(merged) > MAX_RANGES:  # keep the span of the rest
             merged[MAX_RANGES - 1 :] = [[merged[MAX_RANGES - 1][0], merged[-1][1]]]
         ranges[:] = merged
+
+
+def _insert_events(con: sqlite3.Connection, verb: str, rows: list[tuple[Any, ...]]) -> None:
+    """Insert ``rows`` into ``events``, ``ROWS_PER_INSERT`` to a statement.
+    ``executemany`` steps once per row, and the sqlite3 module lets go of
+    the interpreter lock around every step: on a loaded machine each of those
+    hand-overs can wake the daemon's loop for nothing and make it wait to
+    get the lock back.  One statement of many rows hands it over once."""
+    for i in range(0, len(rows), ROWS_PER_INSERT):
+        chunk = rows[i : i + ROWS_PER_INSERT]
+        sql = f"{verb} INTO events VALUES " + ",".join([_EVENT_ROW] * len(chunk))
+        con.execute(sql, [v for row in chunk for v in row])
 
 
 def _connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
@@ -475,9 +488,9 @@ class Journal:
                 if key not in stored:
                     self._store_proc(con, c)
             try:  # seqs only grow: a plain insert (a third cheaper than a replace)
-                con.executemany(_INSERT_EVENT, rows)
+                _insert_events(con, "INSERT", rows)
             except sqlite3.IntegrityError:  # never expected; keep the newest
-                con.executemany(_INSERT_EVENT.replace("INSERT", "INSERT OR REPLACE"), rows)
+                _insert_events(con, "INSERT OR REPLACE", rows)
             # Only a read's detail changes after it was stored (ranges, closed).
             con.executemany("UPDATE events SET detail=? WHERE seq=?", updates)
             for ev in writes:
