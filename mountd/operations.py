@@ -318,7 +318,7 @@ class Operations(pyfuse3.Operations):
     async def read(self, fh: int, off: int, size: int) -> bytes:
         h, provider = self._file(fh)
         data = await provider.read(h, off, size)
-        self.journal.on_read(fh, off, len(data))
+        self.journal.on_read(fh, off, len(data), data)
         return data
 
     @handler

@@ -66,7 +66,8 @@ MAX_NAMES = 10_000  # names of one listing kept
 TEXT_LINES_LIMIT = 16 * 1024 * 1024  # text files up to this size get line ranges
 LINES_CHUNK = 256 * 1024  # bytes counted at a time for line ranges
 KINDS = ("read", "list", "write")
-_INSERT_EVENT = "INSERT INTO events VALUES (?,?,?,?,?,?,?,?,?,?,?)"
+_EVENT_ROW = "(?,?,?,?,?,?,?,?,?,?,?)"
+ROWS_PER_INSERT = 256
 _NO_RANGES = '{"ranges":[],"bytes":0}'
 _NO_RANGES_OPEN = '{"ranges":[],"bytes":0,"open":true}'
 PARSED = ".parsed"
@@ -88,6 +89,10 @@ CREATE INDEX IF NOT EXISTS outputs_path ON outputs(path, seq);
 """
 
 
+UNCOUNTED, BINARY = -1, -2
+TEXT_PROBE = 8192  # a NUL in a file's first bytes makes it no text (as grep and git judge)
+
+
 class JournalError(Exception):
     """The journal cannot be read (missing, not allowed, damaged)."""
 
@@ -107,6 +112,11 @@ class Event:
     closed: bool = True
     ranges: list[list[int]] = field(default_factory=list)  # bytes read, [start, end)
     stored: tuple[int, int, bool] | None = None  # (ranges, end, closed) when last stored
+    # A native file read from byte 0 on, in order (``_count``): newlines in
+    # the bytes read but their last byte; UNCOUNTED once reads leave that
+    # order, BINARY once a NUL showed in its first 8 KiB.
+    newlines: int = 0
+    last_nl: bool = False
 
 
 @dataclass(slots=True)
@@ -139,6 +149,18 @@ def _merge(ranges: list[list[int]], off: int, end: int) -> None:
         if len(merged) > MAX_RANGES:  # keep the span of the rest
             merged[MAX_RANGES - 1 :] = [[merged[MAX_RANGES - 1][0], merged[-1][1]]]
         ranges[:] = merged
+
+
+def _insert_events(con: sqlite3.Connection, verb: str, rows: list[tuple[Any, ...]]) -> None:
+    """Insert ``rows`` into ``events``, ``ROWS_PER_INSERT`` to a statement.
+    ``executemany`` steps once per row, and the sqlite3 module lets go of
+    the interpreter lock around every step: on a loaded machine each of those
+    hand-overs can wake the daemon's loop for nothing and make it wait to
+    get the lock back.  One statement of many rows hands it over once."""
+    for i in range(0, len(rows), ROWS_PER_INSERT):
+        chunk = rows[i : i + ROWS_PER_INSERT]
+        sql = f"{verb} INTO events VALUES " + ",".join([_EVENT_ROW] * len(chunk))
+        con.execute(sql, [v for row in chunk for v in row])
 
 
 def _connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
@@ -262,18 +284,30 @@ class Journal:
             source, hash_, locator = path, self.file_hash(path), None
         ev = Event(self._next(), time.time(), "read", "open", caller, path, source, hash_, locator)
         ev.closed = False
+        if locator or source != path:
+            ev.newlines = UNCOUNTED  # no line ranges (see ``_read_detail``)
         return ev
 
-    def on_read(self, fh: int, off: int, n: int) -> None:
+    def on_read(self, fh: int, off: int, n: int, data: bytes | None = None) -> None:
+        """``n`` bytes read at ``off`` through handle ``fh``; ``data``, the
+        bytes themselves, lets a text file's lines be counted as they pass
+        (else the journal's thread reads the file again to count them)."""
         h = self._open.get(fh)
         if h is None or n <= 0:
             return
-        if h.event is None:
+        ev = h.event
+        if ev is None:
             if not h.readable:
                 return
-            h.event = self._read_event(h.caller, h.path, {})
-            self._add(h.event)
-        ranges = h.event.ranges
+            ev = h.event = self._read_event(h.caller, h.path, {})
+            ev.newlines = UNCOUNTED  # the handle writes too: lines of the file when stored
+            self._add(ev)
+        ranges = ev.ranges
+        if ev.newlines >= 0:
+            if data is None or off != (ranges[-1][1] if ranges else 0) or len(ranges) > 1:
+                ev.newlines = UNCOUNTED
+            else:
+                _count(ev, off, data)
         if ranges:
             last = ranges[-1]
             if last[0] <= off <= last[1]:  # the next sequential read
@@ -454,9 +488,9 @@ class Journal:
                 if key not in stored:
                     self._store_proc(con, c)
             try:  # seqs only grow: a plain insert (a third cheaper than a replace)
-                con.executemany(_INSERT_EVENT, rows)
+                _insert_events(con, "INSERT", rows)
             except sqlite3.IntegrityError:  # never expected; keep the newest
-                con.executemany(_INSERT_EVENT.replace("INSERT", "INSERT OR REPLACE"), rows)
+                _insert_events(con, "INSERT OR REPLACE", rows)
             # Only a read's detail changes after it was stored (ranges, closed).
             con.executemany("UPDATE events SET detail=? WHERE seq=?", updates)
             for ev in writes:
@@ -500,8 +534,9 @@ class Journal:
         if not closed:
             detail += ',"open":true'
         elif not ev.locator and ev.source == ev.path and self.src is not None:
-            # Line ranges need the file's bytes: read here, off the loop.
-            lines = text_lines(self.src / ev.source, ranges)
+            # Line ranges need the file's bytes: counted as they were read
+            # (``_count``), else read here, off the loop.
+            lines = _counted_lines(self.src / ev.source, ev, ranges)
             if lines is not None:
                 detail += f',"lines":[{lines[0]},{lines[1]}]'
         return detail + "}"
@@ -635,7 +670,7 @@ class NoJournal:
     def on_open(self, *args: Any, **kwargs: Any) -> None:
         pass
 
-    def on_read(self, fh: int, off: int, n: int) -> None:
+    def on_read(self, fh: int, off: int, n: int, data: bytes | None = None) -> None:
         pass
 
     def on_wrote(self, fh: int, path: str | None) -> None:
@@ -678,6 +713,41 @@ def _xattr_value(inputs: list[dict[str, Any]]) -> str:
         ensure_ascii=False,
         separators=(",", ":"),
     )
+
+
+def _count(ev: Event, off: int, data: bytes) -> None:
+    """Bytes ``data`` read at ``off``, right after those read before, of a
+    native file: count their newlines (a C scan of bytes already in memory,
+    where ``text_lines`` would open and read the file again)."""
+    if off < TEXT_PROBE and data.find(b"\0", 0, TEXT_PROBE - off) >= 0:
+        ev.newlines = BINARY
+    elif off + len(data) > TEXT_LINES_LIMIT:
+        ev.newlines = UNCOUNTED  # too big for line ranges: text_lines says so
+    elif data:
+        # Newlines of all bytes read so far, less the last byte's own.
+        total = ev.newlines + ev.last_nl + data.count(b"\n")
+        ev.last_nl = data[-1] == 0x0A
+        ev.newlines = total - ev.last_nl
+
+
+def _counted_lines(path: Path, ev: Event, ranges: list[list[int]]) -> list[int] | None:
+    """What ``text_lines(path, ranges)`` says, from the newlines counted while
+    the file was read (one ``lstat``) where they tell it, else from the file."""
+    if ev.newlines == BINARY:  # a NUL in the first bytes: no text, whatever was read
+        return None
+    if ev.newlines == UNCOUNTED or len(ranges) != 1 or ranges[0][0] != 0:
+        return text_lines(path, ranges)
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    # text_lines' own refusals: not a regular file (a link is not followed), too big
+    if not stat.S_ISREG(st.st_mode) or st.st_size > TEXT_LINES_LIMIT:
+        return None
+    end = ranges[0][1]
+    if end > st.st_size or end < min(TEXT_PROBE, st.st_size):
+        return text_lines(path, ranges)  # shrunk since, or the probe not all read
+    return [1, 1 + ev.newlines]
 
 
 def text_lines(path: Path, ranges: list[list[int]]) -> list[int] | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -340,4 +341,23 @@ def test_listing_taken_after_opendir(tmp_path: Path) -> None:
     j.flush()
     (ev,) = _events(j, "list")
     assert (ev["path"], ev["names"], ev["count"]) == ("reports", ["a.pdf", "b.xlsx"], 2)
+    j.close()
+
+
+def test_a_batch_larger_than_one_statement_is_stored_whole_and_in_order(tmp_path: Path) -> None:
+    j = _journal(tmp_path)
+    n = 2 * jmod.ROWS_PER_INSERT + 7
+    for i in range(n):
+        j.on_list(os.getpid(), f"d{i}", [f"n{i}"])
+    assert j.flush() == n
+    got = _events(j, "list")
+    assert [e["path"] for e in got] == [f"d{i}" for i in range(n)]
+    assert got[-1]["names"] == [f"n{n - 1}"]
+    # A row whose seq is taken (never expected) replaces it: the newest is kept.
+    row = (got[0]["seq"], 0.0, "list", "list", "", "", "again", "", None, None, "{}")
+    with pytest.raises(sqlite3.IntegrityError):
+        jmod._insert_events(j._db, "INSERT", [row])
+    jmod._insert_events(j._db, "INSERT OR REPLACE", [row])
+    j._db.commit()
+    assert _events(j, "list")[0]["path"] == "again"
     j.close()
