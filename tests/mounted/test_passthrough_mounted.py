@@ -49,7 +49,19 @@ def mounted(*extra: str) -> Iterator[RealMount]:
     )
     with (root / "daemon.log").open("ab") as log:
         proc = subprocess.Popen(
-            [realmount.SWFS, "-v", "mount", "-f", "--rescan-interval", "1", *extra, src, mnt],
+            [
+                realmount.SWFS,
+                "-v",
+                "mount",
+                "-f",
+                "--rescan-interval",
+                "1",
+                "--version-interval",
+                "0",
+                *extra,
+                src,
+                mnt,
+            ],
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
