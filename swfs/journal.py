@@ -50,6 +50,7 @@ from typing import Any
 
 from swfs.api import Access, RelPath, ReviewEntry
 from swfs.procinfo import Caller, ProcCache, read_cmdline, read_stat
+from swfs.sqlitetext import PathSafeConnection
 
 log = logging.getLogger(__name__)
 
@@ -168,14 +169,18 @@ def _connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
         if not path.exists():
             raise JournalError(f"{path}: no access journal (nothing was recorded yet)")
         try:
-            con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
+            con = sqlite3.connect(
+                f"file:{path}?mode=ro", uri=True, timeout=10, factory=PathSafeConnection
+            )
             con.execute("SELECT 1 FROM meta LIMIT 1")
         except sqlite3.Error as exc:
             if not os.access(path, os.R_OK):
                 raise JournalError(f"{path}: permission denied") from None
             raise JournalError(f"{path}: cannot read the access journal: {exc}") from None
         return con
-    con = sqlite3.connect(str(path), timeout=30, check_same_thread=False)
+    con = sqlite3.connect(
+        str(path), timeout=30, check_same_thread=False, factory=PathSafeConnection
+    )
     con.execute("PRAGMA journal_mode=WAL")
     con.execute("PRAGMA synchronous=NORMAL")
     con.executescript(_SCHEMA)
@@ -376,7 +381,9 @@ class Journal:
         key = (self.outputs_version, changed)
         if self._md is None or self._md[0] != key:
             if self._reader is None:
-                self._reader = sqlite3.connect(str(self.path), check_same_thread=False, timeout=5)
+                self._reader = sqlite3.connect(
+                    str(self.path), check_same_thread=False, timeout=5, factory=PathSafeConnection
+                )
             text = lineage_md(outputs(self._reader), changed)
             self._md = (key, text.encode("utf-8"))
         return self._md[1]
@@ -395,7 +402,9 @@ class Journal:
         """``path``'s present output row (what ``_lineage`` stored), for a
         path no longer among the recently written."""
         if self._reader is None:
-            self._reader = sqlite3.connect(str(self.path), check_same_thread=False, timeout=5)
+            self._reader = sqlite3.connect(
+                str(self.path), check_same_thread=False, timeout=5, factory=PathSafeConnection
+            )
         try:
             row = self._reader.execute(
                 "SELECT hash, inputs FROM outputs WHERE path=? AND gone=0 AND superseded=0 "
@@ -548,7 +557,9 @@ class Journal:
         if now is not None and now.start == p.start:
             # Read again now: a shell's child that opened a redirection has
             # exec'd its command since.
-            name, cmdline = now.name, read_cmdline(p.pid)
+            # A process that has exited but is not reaped yet (a zombie)
+            # has no command line left: keep the one read at its open.
+            name, cmdline = now.name, read_cmdline(p.pid) or cmdline
         chain = [[a.pid, a.name] for a in c.chain]
         con.execute(
             "INSERT OR REPLACE INTO procs VALUES (?,?,?,?,?,?,?,?,?,?)",

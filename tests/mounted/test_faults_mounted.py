@@ -2,7 +2,7 @@
 full, many agents at once, and parse workers that crash, hang or exhaust memory.
 
 Worker processes are this module run as a script (``python -m
-tests.test_faults_mounted writer|agent ...``): each appends what it has
+tests.mounted.test_faults_mounted writer|agent ...``): each appends what it has
 closed to a journal outside the mount, which the test checks afterwards.
 """
 
@@ -137,7 +137,7 @@ def spawn(
     role: str, m: RealMount, journal: Path, wid: int, seconds: float
 ) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.test_faults_mounted", role, str(m.mnt), str(journal)]
+        [sys.executable, "-m", "tests.mounted.test_faults_mounted", role, str(m.mnt), str(journal)]
         + [str(wid), str(seconds)],
         cwd=REPO,
         stdout=subprocess.PIPE,

@@ -6,7 +6,7 @@ read through the mount, must equal an in-memory model; every few steps, and
 at the end, the file in the backing SRC must equal it too; after every close,
 ``user.sw.hash`` must be the model's blake3.
 
-The exerciser runs in a child process (``python -m tests.test_fsx``) so that a
+The exerciser runs in a child process (``python -m tests.mounted.test_fsx``) so that a
 SIGBUS from an mmap beyond a wrongly reported EOF fails the test, not pytest.
 """
 
@@ -301,7 +301,13 @@ def test_fsx_random_io_matches_model(request: pytest.FixtureRequest) -> None:
             name = f"fsx-{seed}.bin"
             procs.append(
                 subprocess.Popen(
-                    [sys.executable, "-m", "tests.test_fsx", str(m.mnt / name), str(m.src / name)]
+                    [
+                        sys.executable,
+                        "-m",
+                        "tests.mounted.test_fsx",
+                        str(m.mnt / name),
+                        str(m.src / name),
+                    ]
                     + ["--seed", str(seed), "--ops", str(ops)],
                     cwd=REPO,
                     stdout=subprocess.PIPE,

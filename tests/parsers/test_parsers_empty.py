@@ -2,7 +2,7 @@
 
 Fixtures are written by the programs' usual libraries: python-docx (an empty
 document), python-pptx (a slide holding only a picture), openpyxl (a workbook
-with an empty sheet).  PDFs count pages and images (tests/test_parsers_pdf.py).
+with an empty sheet).  PDFs count pages and images (tests/parsers/test_parsers_pdf.py).
 """
 
 from __future__ import annotations

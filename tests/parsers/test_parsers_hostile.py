@@ -74,7 +74,7 @@ def test_encrypted_pdf(tmp_path: pathlib.Path) -> None:
 
 def test_truncated_pdf_is_served_as_partial(tmp_path: pathlib.Path) -> None:
     """Half of a 10-page file: the pages MuPDF can read are served, every unit
-    saying the file is partial (see tests/test_parsers_pdf.py for more)."""
+    saying the file is partial (see tests/parsers/test_parsers_pdf.py for more)."""
     units = parse(docgen.truncated_pdf(tmp_path))
     assert len(units) == 10
     assert all("[swfs: partial: truncated PDF" in u.text for u in units)

@@ -1,0 +1,47 @@
+"""sqlite connections that store any path: sqlite keeps text as UTF-8, and a
+file name need not be (``os.fsdecode`` keeps undecodable bytes as lone
+surrogates, which the sqlite3 module refuses to encode)."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Mapping
+from typing import Any
+
+
+def _sql_value(v: Any) -> Any:
+    """sqlite keeps text as UTF-8.  A path that is not UTF-8 (a name whose
+    bytes ``os.fsdecode`` escaped as lone surrogates) is kept as the
+    backslash escapes of those bytes, the same form on every write and every
+    lookup, so one undecodable name never fails a whole batch."""
+    if isinstance(v, str) and not v.isascii():
+        try:
+            v.encode("utf-8")
+        except UnicodeEncodeError:
+            raw = (
+                v.encode("utf-8", "surrogateescape")
+                if _escapes_only(v)
+                else v.encode("utf-8", "replace")
+            )
+            return raw.decode("utf-8", "backslashreplace")
+    return v
+
+
+def _escapes_only(v: str) -> bool:
+    return all(not 0xD800 <= ord(c) <= 0xDFFF or 0xDC80 <= ord(c) <= 0xDCFF for c in v)
+
+
+def _sql_params(params: Any) -> Any:
+    if isinstance(params, Mapping):
+        return {k: _sql_value(v) for k, v in params.items()}
+    return [_sql_value(v) for v in params]
+
+
+class PathSafeConnection(sqlite3.Connection):
+    """A connection whose parameters are made storable (``_sql_value``)."""
+
+    def execute(self, sql: str, parameters: Any = (), /) -> sqlite3.Cursor:
+        return super().execute(sql, _sql_params(parameters))
+
+    def executemany(self, sql: str, parameters: Any, /) -> sqlite3.Cursor:
+        return super().executemany(sql, (_sql_params(p) for p in parameters))
