@@ -507,6 +507,8 @@ class Passthrough:
         """Let the engine notice changes made behind the mount.  Advisory: a
         failure here must not keep anyone from their native file."""
         try:
-            await self.slow(self.engine.check_file, RelPath(rel))
+            # Unless the mount is writing it now: that writer records it, and
+            # a check in the middle could record a half-written state.
+            await self.slow(self.writes.check_behind, rel, self.engine.check_file)
         except Exception:
             log.exception("check_file(%r) failed", rel)

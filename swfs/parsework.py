@@ -72,14 +72,41 @@ def _one_line(text: str, limit: int = 300) -> str:
 
 # Set in a worker whose parse ran out of memory: what the earlier files left
 # on its heap may be what made the next one fail, so it retires (a fresh
-# process takes its place) and the pool tries that file once more.
+# process takes its place) and the pool tries that file once more, in a
+# process of its own.
 _out_of_memory = False
 OUT_OF_MEMORY = "out of memory"
+# A worker's address space right after start-up, and its cap (set in the
+# worker by ``_init_worker``).  A parse that grew the heap for good leaves
+# less room under the cap for the next file: past half of the room it had,
+# the worker retires before a small file fails for a big one's leftovers.
+_started_bytes = 0
+_cap_bytes = 0
+
+
+def _address_space() -> int:
+    """This process's mapped address space (what RLIMIT_AS counts), or 0."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            pages = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
+    return pages * resource.getpagesize()
 
 
 def _retire_worker() -> bool:
-    """Runs in a worker after each job (trio-parallel's ``retire``)."""
-    return _out_of_memory
+    """Runs in a worker after each job (trio-parallel's ``retire``; it must
+    not raise)."""
+    if _out_of_memory:
+        return True
+    if not _cap_bytes:
+        return False
+    room = _cap_bytes - _started_bytes
+    return _address_space() - _started_bytes > room // 2
+
+
+def _retire_always() -> bool:
+    return True
 
 
 def _ran_out_of_memory(outcome: ParseOutcome) -> bool:
@@ -151,6 +178,7 @@ def _parse_job(abs_path: str, rel: str, options: ParseOptions) -> ParseOutcome:
 
 def _init_worker(memory_bytes: int) -> None:
     """Worker process set-up: cap memory, no core dumps, yield CPU to the daemon."""
+    global _started_bytes, _cap_bytes
     resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -158,13 +186,22 @@ def _init_worker(memory_bytes: int) -> None:
         os.nice(5)
     # pymupdf and friends are imported once per worker, not per file.
     registry.all_parsers()
+    _started_bytes, _cap_bytes = _address_space(), memory_bytes
 
 
 class ParsePool:
     """Killable parse workers.  Use ``async with ParsePool.open(limits) as pool``."""
 
-    def __init__(self, ctx: trio_parallel.WorkerContext, limits: WorkerLimits) -> None:
+    def __init__(
+        self,
+        ctx: trio_parallel.WorkerContext,
+        limits: WorkerLimits,
+        fresh: trio_parallel.WorkerContext | None = None,
+    ) -> None:
         self._ctx = ctx
+        # Workers that run one job each: a retry after running out of memory
+        # must not land on another used worker whose heap is just as full.
+        self._fresh = fresh if fresh is not None else ctx
         self.limits = limits
         self._limiter = trio.CapacityLimiter(limits.workers)
         self._unbounded = trio.CapacityLimiter(math.inf)
@@ -173,10 +210,15 @@ class ParsePool:
     @asynccontextmanager
     async def open(cls, limits: WorkerLimits) -> AsyncIterator[ParsePool]:
         init = partial(_init_worker, limits.memory_mb * 1024 * 1024)
-        async with trio_parallel.open_worker_context(
-            init=init, retire=_retire_worker, idle_timeout=300
-        ) as ctx:
-            yield cls(ctx, limits)
+        async with (
+            trio_parallel.open_worker_context(
+                init=init, retire=_retire_worker, idle_timeout=300
+            ) as ctx,
+            trio_parallel.open_worker_context(
+                init=init, retire=_retire_always, idle_timeout=10
+            ) as fresh,
+        ):
+            yield cls(ctx, limits, fresh)
 
     async def parse(self, abs_path: str, rel: str) -> ParseOutcome:
         # The timeout counts the parse only, not the wait for a free worker.
@@ -186,14 +228,16 @@ class ParsePool:
                 # The worker retired: the file gets one try in a fresh process,
                 # so a heap grown by earlier files does not fail it.
                 log.info("%s: out of memory in a used worker; trying a fresh one", rel)
-                outcome = await self._parse_now(abs_path, rel)
+                outcome = await self._parse_now(abs_path, rel, self._fresh)
             return outcome
 
-    async def _parse_now(self, abs_path: str, rel: str) -> ParseOutcome:
+    async def _parse_now(
+        self, abs_path: str, rel: str, ctx: trio_parallel.WorkerContext | None = None
+    ) -> ParseOutcome:
         t0 = time.monotonic()
         with trio.move_on_after(self.limits.timeout) as scope:
             try:
-                return await self._ctx.run_sync(
+                return await (ctx or self._ctx).run_sync(
                     parse_job,
                     abs_path,
                     rel,

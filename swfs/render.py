@@ -57,7 +57,7 @@ from typing import Any
 import trio
 import trio_parallel
 
-from .api import Freshness, Hash, RelPath, WorkspaceAPI
+from .api import FileState, Freshness, Hash, RelPath, WorkspaceAPI
 from .fsutil import save_file
 from .parsework import describe_broken
 
@@ -744,8 +744,13 @@ class Renderer:
             except OSError:
                 return None
             if not self.engine.is_unchanged(RelPath(rel), st):
-                state = self.engine.check_file(RelPath(rel))
-                if state is None or state.hash != h:
+                # Through the write protocol: a file being written through
+                # the mount is the writer's to record, never a torn version.
+                states: list[FileState | None] = []
+                self.engine.writes.check_behind(
+                    rel, lambda r: states.append(self.engine.check_file(r))
+                )
+                if not states or states[0] is None or states[0].hash != h:
                     return None
                 try:
                     st = os.stat(path, follow_symlinks=False)

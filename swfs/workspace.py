@@ -302,7 +302,22 @@ class Workspace:
         cause = Cause.BASELINE if first else Cause.EXTERNAL
         if results or gone:
             self.store.ensure_room(1024 * (len(results) + len(gone)))
-            with self.store.write() as txn:
+            # The walk and the hashing took a while: a write through the mount
+            # may have recorded newer bytes meanwhile, which these results
+            # must not replace (that recorded the old bytes as a new version
+            # and left the record behind the file).  With every write held
+            # off, keep only the results that still describe the file.
+            with self.writes.quiet() as busy_now, self.store.write() as txn:
+                results = [
+                    (rel, res)
+                    for rel, res in results
+                    if rel not in busy_now and self._still(rel, res[0], known.get(rel), txn)
+                ]
+                gone = [
+                    rel
+                    for rel in gone
+                    if rel not in busy_now and self._still(rel, None, known.get(rel), txn)
+                ]
                 for rel, (st, h, parser) in results:
                     old = self.store.get_file(rel, txn)
                     if old is None:
@@ -340,6 +355,21 @@ class Workspace:
                 self._request_parse(rel)
         stats.secs = time.monotonic() - t0
         return stats
+
+    def _still(
+        self, rel: str, st: os.stat_result | None, sig: bytes | None, txn: lmdb.Transaction
+    ) -> bool:
+        """Whether a scan's finding for ``rel`` (its stat ``st``, None for
+        gone) still holds: nobody recorded ``rel`` since the scan read the
+        file table (signature ``sig``), and the file is as the scan saw it."""
+        old = self.store.get_file(rel, txn)
+        if (signature_bytes(*old.signature()) if old else None) != sig:
+            return False
+        try:
+            now = os.lstat(self.abspath(rel))
+        except OSError:
+            return st is None
+        return st is not None and stat_signature(now) == stat_signature(st)
 
     def _put_record(
         self,
@@ -738,7 +768,11 @@ class Workspace:
             )
         elif outcome.status not in (OK, FAILED):
             if outcome.status == UNSUPPORTED or outcome.hash != queued_hash:
-                self.check_file(rel, force=True)
+                # Changed while it was parsed.  If that is a write through the
+                # mount, still going on, the session records it: a check now
+                # could record its half-written state (after an O_TRUNC, the
+                # empty file) as a version.
+                self.writes.check_behind(rel, lambda r: self.check_file(r, force=True))
                 rec = self.store.get_file(rel)
                 return bool(
                     rec and rec.parser and self.store.get_parse(rec.hash, rec.parser) is None

@@ -40,11 +40,12 @@ and belong in a worker thread.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
@@ -394,6 +395,16 @@ class InPlaceWrites:
 
     def stripe(self, rel: str) -> threading.Lock:
         return self._stripes[hash(rel) % _STRIPES]
+
+    @contextlib.contextmanager
+    def quiet(self) -> Iterator[set[str]]:
+        """Every stripe held: nothing through the mount starts changing a file
+        (or records one) meanwhile.  Yields the paths being changed right now,
+        which the caller leaves alone.  For a short batch commit only."""
+        with contextlib.ExitStack() as stack:
+            for lock in self._stripes:  # in order, like every other taker
+                stack.enter_context(lock)
+            yield self.busy_paths()
 
     def enter(self, rels: Iterable[str]) -> None:
         for rel in rels:

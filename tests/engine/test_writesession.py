@@ -214,3 +214,75 @@ def test_a_check_behind_the_mount_never_reads_half_a_write(engine: Engine) -> No
     s.release()
     assert engine.writes.check_behind("a.txt", ran.append) is True
     assert ran == ["a.txt"]
+
+
+def test_a_scan_never_records_bytes_older_than_a_write_it_overlapped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The scan hashes a file changed behind the mount; before it stores what
+    # it found, a write through the mount records newer bytes.  Storing the
+    # scan's older finding then recorded those old bytes as a new version and
+    # left the file's record behind its content (seen under load as one
+    # version too many).
+    import blake3
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.txt").write_bytes(OLD)
+    config = Config(rescan_interval=0, version_interval=0)
+    with Engine.open(src, tmp_path / "store", config=config) as eng:
+        eng.scan()
+        behind, through = b"changed behind the mount\n", b"written through the mount\n"
+        (src / "a.txt").write_bytes(behind)
+        real = eng._examine
+        wrote: list[bool] = []
+
+        def examine(rel: str) -> object:
+            found = real(rel)
+            if rel == "a.txt" and not wrote:  # the write's own check examines too
+                wrote.append(True)
+                flags = os.O_WRONLY | os.O_TRUNC
+                s = eng.begin_write("a.txt", opener(eng, "a.txt", flags), truncate=True)
+                s.write(0, through)
+                s.release()
+            return found
+
+        monkeypatch.setattr(eng, "_examine", examine)
+        eng.scan()
+        want = [blake3.blake3(b).hexdigest() for b in (OLD, behind, through)]
+        assert versions(eng, "a.txt") == want
+        rec = eng.store.get_file("a.txt")
+        assert rec is not None
+        assert rec.hash == want[-1]
+        # The next scan finds nothing to do: the record describes the file.
+        monkeypatch.setattr(eng, "_examine", real)
+        eng.scan()
+        assert versions(eng, "a.txt") == want
+
+
+def test_a_parse_that_saw_a_write_midway_records_no_torn_version(tmp_path: Path) -> None:
+    # A re-parse that finds the file changed under it asks the engine to look
+    # again.  If the change is a write through the mount still going on (here
+    # just truncated, as `> f` or write_text does first), the look must be
+    # left to the writer: recording then stored the empty file as a version.
+    import blake3
+
+    from swfs.parsework import CHANGED, ParseOutcome
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.txt").write_bytes(OLD)
+    config = Config(rescan_interval=0, version_interval=0)
+    with Engine.open(src, tmp_path / "store", config=config) as eng:
+        eng.scan()
+        rec = eng.store.get_file("a.txt")
+        assert rec is not None
+        new = b"the next revision\n"
+        s = eng.begin_write("a.txt", opener(eng, "a.txt", os.O_WRONLY | os.O_TRUNC), truncate=True)
+        outcome = ParseOutcome(CHANGED, hash=blake3.blake3(b"").hexdigest())
+        eng.apply_parse(
+            RelPath("a.txt"), outcome, queued_hash=rec.hash, queued_parser=rec.parser or "text"
+        )
+        s.write(0, new)
+        s.release()
+        assert versions(eng, "a.txt") == [blake3.blake3(b).hexdigest() for b in (OLD, new)]

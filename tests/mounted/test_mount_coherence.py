@@ -260,9 +260,9 @@ def test_versions_are_hidden_from_the_root_listing_but_work_by_path() -> None:
         assert ".versions" not in names
         assert {".parsed", ".review", "contract.txt"} <= set(names)
         kept = os.listdir(m.mnt / ".versions" / "contract.txt")
-        # The first version and one per write; under heavy load one more can
-        # be recorded (an open gap, not what this test is about).
-        assert len(kept) >= 4
+        # The first version and one per write.  (Under load a rescan that
+        # overlapped a write once stored its older finding as a fifth.)
+        assert len(kept) == 4, (sorted(kept), m.log()[-3000:])
         ls = subprocess.run(
             ["ls", str(m.mnt / ".versions" / "contract.txt")], capture_output=True, text=True
         )
@@ -288,3 +288,21 @@ def test_versions_visible_lists_them_at_the_root() -> None:
             ["grep", "-rln", "Marisol", "."], cwd=m.mnt, capture_output=True, text=True, timeout=60
         ).stdout.splitlines()
         assert [h for h in hits if h.startswith("./.versions/contract.txt/")]
+
+
+@pytest.mark.timeout(120)
+def test_a_reader_opening_a_file_midway_through_a_write_records_no_torn_version() -> None:
+    # A writer has truncated the file (`> f`, write_text) and not yet written;
+    # a reader opens it then.  The reader's open sees a file unlike its record
+    # but must leave the recording to the writer: the empty file is no version.
+    with workspace(["--version-interval", "0"], populate=_contract) as m:
+        path = m.mnt / "contract.txt"
+        with open(path, "w") as writer:
+            with open(path) as reader:
+                assert reader.read() == ""
+            writer.write("tenant: Marisol Ortega, signed\n")
+        swfs("sync", m.mnt)
+        kept = sorted(os.listdir(m.mnt / ".versions" / "contract.txt"))
+        assert len(kept) == 2, kept  # the first version and the write's
+        empty = "af1349b9f5f9a1a6"  # blake3 of no bytes
+        assert not [k for k in kept if empty in k], kept

@@ -38,3 +38,51 @@ def test_out_of_memory_in_a_used_worker_is_retried_in_a_fresh_one(
     assert [o[0] for o in outcomes] == [OK, OK, OK], outcomes
     assert [o[2] for o in outcomes] == ["text of a\n", "text of b\n", "text of c\n"]
     assert FAILED not in {o[0] for o in outcomes}
+
+
+def test_the_retry_never_lands_on_another_used_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Two workers, both used: the retry of a file that ran out of memory in
+    # one of them must not go to the other, whose heap is just as worn (under
+    # load this failed a small text file with "out of memory").
+    monkeypatch.setenv(registry.EXTRA_ENV, "tests.evilparsers:UsedWorkerParser")
+    files = []
+    for name in ("a", "b", "c"):
+        p = tmp_path / f"{name}.oomonce"
+        p.write_text(f"text of {name}\n")
+        files.append(p)
+
+    async def main() -> list[tuple[str, str | None]]:
+        out: dict[str, tuple[str, str | None]] = {}
+        async with ParsePool.open(WorkerLimits(workers=2)) as pool:
+
+            async def one(p: Path) -> None:
+                o = await pool.parse(str(p), p.name)
+                out[p.name] = (o.status, o.error)
+
+            async with trio.open_nursery() as nursery:  # one job each for two workers
+                for p in files[:2]:
+                    nursery.start_soon(one, p)
+            await one(files[2])
+        return [out[p.name] for p in files]
+
+    outcomes = trio.run(main)
+    assert outcomes[:2] == [(OK, None), (OK, None)], outcomes
+    assert outcomes[2] == (OK, None), outcomes
+
+
+def test_a_worker_whose_heap_grew_retires(monkeypatch: pytest.MonkeyPatch) -> None:
+    from swfs import parsework
+
+    monkeypatch.setattr(parsework, "_out_of_memory", False)
+    monkeypatch.setattr(parsework, "_cap_bytes", 1000 << 20)
+    monkeypatch.setattr(parsework, "_started_bytes", 200 << 20)
+    monkeypatch.setattr(parsework, "_address_space", lambda: 500 << 20)
+    assert not parsework._retire_worker()  # 300 MB of 800 used: keeps going
+    monkeypatch.setattr(parsework, "_address_space", lambda: 700 << 20)
+    assert parsework._retire_worker()  # 500 MB of 800: past half, retires
+    monkeypatch.setattr(parsework, "_cap_bytes", 0)
+    assert not parsework._retire_worker()  # no cap known: only out of memory retires
+    monkeypatch.setattr(parsework, "_out_of_memory", True)
+    assert parsework._retire_worker()
