@@ -313,9 +313,17 @@ class InPlaceWrites:
         """The engine recorded something new for ``rel`` (a listener, any
         thread): the next in-place change must keep those bytes first."""
         with self._lock:
-            for s in self._sessions:
-                if s.rel == rel:
-                    s._kept.preserved = False
+            sessions = [s for s in self._sessions if s.rel == rel]
+            # Not while the mount is changing the file (a session dirty since
+            # its last record): nobody else records it meanwhile, so what
+            # changed is a view (a parse landing, say), not the bytes.  Keeping
+            # "again" then would take the writer's own half-written state for
+            # a change behind the mount and record it (after an O_TRUNC, the
+            # empty file) as a version.
+            if any(s.dirty for s in sessions):
+                return
+            for s in sessions:
+                s._kept.preserved = False
 
     # -- changes of names
 

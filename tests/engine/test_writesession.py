@@ -286,3 +286,35 @@ def test_a_parse_that_saw_a_write_midway_records_no_torn_version(tmp_path: Path)
         s.write(0, new)
         s.release()
         assert versions(eng, "a.txt") == [blake3.blake3(b).hexdigest() for b in (OLD, new)]
+
+
+def test_a_parse_landing_midway_through_a_write_records_no_torn_version(tmp_path: Path) -> None:
+    # The re-parse of the previous revision lands after the next write_text
+    # truncated the file and before it wrote.  That tells the write protocol
+    # something changed; the writer must not then take its own empty file for
+    # a change behind the mount (it recorded it as a version before keeping
+    # it; seen under load as one version too many).
+    import blake3
+
+    from swfs.parsework import OK, ParseOutcome
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.txt").write_bytes(OLD)
+    config = Config(rescan_interval=0, version_interval=0)
+    with Engine.open(src, tmp_path / "store", config=config) as eng:
+        eng.scan()
+        rec = eng.store.get_file("a.txt")
+        assert rec is not None
+        assert rec.parser is not None
+        new = b"the next revision\n"
+        s = eng.begin_write("a.txt", opener(eng, "a.txt", os.O_WRONLY | os.O_TRUNC), truncate=True)
+        landed = ParseOutcome(
+            OK, hash=rec.hash, parser=rec.parser, units=(("content.txt", "content", OLD.decode()),)
+        )
+        eng.apply_parse(RelPath("a.txt"), landed, queued_hash=rec.hash, queued_parser=rec.parser)
+        if s.needs_preserve:
+            s.preserve()  # what the daemon does in a worker thread before a write
+        s.write(0, new)
+        s.release()
+        assert versions(eng, "a.txt") == [blake3.blake3(b).hexdigest() for b in (OLD, new)]
