@@ -60,35 +60,41 @@ def _paths(t: Target, args: argparse.Namespace) -> list[str] | None:
     return [str(workspace_rel(t, p)) for p in args.paths] or None
 
 
-def cmd_commit(args: argparse.Namespace) -> int:
+def _change(args: argparse.Namespace, op: str, key: str) -> tuple[Target, list[str], Any] | None:
+    """Run ``op`` (commit or discard) on TARGET's PATHs; None once ``--json``
+    has printed the answer, else the target, the paths ``key`` lists and the
+    whole answer.  Naming paths that hold nothing staged is an error."""
     t = resolve_target(args.target, args.store)
     paths = _paths(t, args)
-    r = _call(t, args, "commit", paths)
+    r = _call(t, args, op, paths)
     if args.json:
         print(json.dumps(r, ensure_ascii=False))
-        return 0
-    if not r["committed"] and paths:
+        return None
+    if not r[key] and paths:
         raise CLIError(f"{', '.join(paths)}: nothing staged there")
-    print(f"committed {len(r['committed'])} path(s) to {t.src}")
-    for p in r["committed"]:
+    return t, r[key], r
+
+
+def _listed(head: str, paths: list[str]) -> None:
+    print(head)
+    for p in paths:
         print(f"  {p}")
-    for p in r["kept"]:
-        print(f"  {p}: kept in SRC (it holds files the staged tree never showed)")
+
+
+def cmd_commit(args: argparse.Namespace) -> int:
+    done = _change(args, "commit", "committed")
+    if done is not None:
+        t, committed, r = done
+        _listed(f"committed {len(committed)} path(s) to {t.src}", committed)
+        for p in r["kept"]:
+            print(f"  {p}: kept in SRC (it holds files the staged tree never showed)")
     return 0
 
 
 def cmd_discard(args: argparse.Namespace) -> int:
-    t = resolve_target(args.target, args.store)
-    paths = _paths(t, args)
-    r = _call(t, args, "discard", paths)
-    if args.json:
-        print(json.dumps(r, ensure_ascii=False))
-        return 0
-    if not r["discarded"] and paths:
-        raise CLIError(f"{', '.join(paths)}: nothing staged there")
-    print(f"discarded {len(r['discarded'])} staged path(s)")
-    for p in r["discarded"]:
-        print(f"  {p}")
+    done = _change(args, "discard", "discarded")
+    if done is not None:
+        _listed(f"discarded {len(done[1])} staged path(s)", done[1])
     return 0
 
 

@@ -111,6 +111,7 @@ class Operations(pyfuse3.Operations):
             enabled=options.journal,
             file_hash=hash_lookup(engine),
             src=engine.src,
+            locate=getattr(engine, "abspath", None),  # a --staged mount's staged bytes
             callers=options.callers,
         )
         # The generated trees, by top-level name (mountd.router).

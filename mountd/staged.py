@@ -4,8 +4,11 @@ else to SRC; every change copies the node up first (bytes, mode, owner,
 times), then runs the plain passthrough's code on the upper layer, so the
 engine's write protocol (preserve, record, settle) is the same one.
 Deletions and renames away from SRC's names leave whiteouts.  A copied-up
-node keeps showing its SRC inode number.  Renaming a directory that SRC has
-answers EXDEV, as overlayfs does without redirect_dir (``mv`` then copies).
+node keeps showing its SRC inode number, and a hard link SRC has stays one
+inode (``Staging.copy_up``).  Renaming (or exchanging) a directory that SRC
+has answers EXDEV, as overlayfs does without redirect_dir (``mv`` then
+copies); ``RENAME_EXCHANGE`` of anything else copies both names up and
+swaps them in the layer.
 """
 
 from __future__ import annotations
@@ -74,6 +77,8 @@ class StagedPassthrough(Passthrough):
     ) -> None:
         super().__init__(engine, src, hidden=hidden, poller=poller)
         self.staging = staging
+        # The workspace's records know every name of a hard-linked file.
+        staging.other_names = getattr(engine, "other_names", None)
         self.top = Passthrough(engine, staging.upper, hidden=frozenset(), poller=poller)
         self.top.limiter = self.limiter
         self._reserved = self.reserved
@@ -108,7 +113,12 @@ class StagedPassthrough(Passthrough):
 
     async def _copy_up(self, rel: str) -> None:
         if not self.staging.in_upper(rel):
-            await self.slow(self.staging.copy_up, rel)
+            linked = await self.slow(self.staging.copy_up, rel)
+            for other in linked:
+                # Another name of the same SRC inode now lives in the layer:
+                # the engine records its new inode, so a write through one
+                # name is seen under all of them.
+                await self.engine_check(other)
 
     def _own_handle(self, rel: str, fh: NativeHandle | None) -> NativeHandle | None:
         """``fh`` if it is open on the upper copy (not on SRC's file)."""
@@ -292,7 +302,17 @@ class StagedPassthrough(Passthrough):
             raise _err(errno.ENOENT)
         self.check_new_name(new_parent, new_name)
         if flags & RENAME_EXCHANGE:
-            raise _err(errno.EINVAL)  # not in a staged tree
+            # Both names stay, so no whiteout: both are copied up and swapped
+            # in the layer by the plain passthrough's code.
+            if self.is_hidden(new) or not self._exists(new):
+                raise _err(errno.ENOENT)
+            for rel in (old, new):
+                if stat.S_ISDIR(self.lstat(rel).st_mode) and self.staging.in_lower(rel):
+                    raise _err(errno.EXDEV)  # like overlayfs without redirect_dir
+            await self._copy_up(old)
+            await self._copy_up(new)
+            await self.top.rename(old_parent, old_name, new_parent, new_name, flags, moved)
+            return
         staging = self.staging
         ost = self.lstat(old)
         target_exists = self._exists(new)

@@ -201,6 +201,7 @@ class Journal:
         *,
         file_hash: Callable[[str], str | None],
         src: Path | None = None,
+        locate: Callable[[str], str] | None = None,
         callers: tuple[tuple[int, int], ...] = (),
         max_events: int = MAX_EVENTS,
         flush_seconds: float = FLUSH_SECONDS,
@@ -208,6 +209,9 @@ class Journal:
         self.store_dir = Path(store_dir)
         self.path = self.store_dir / DB_NAME
         self.src = src
+        # Where a path's bytes are now (a --staged mount: its staged copy,
+        # not SRC's); default: under ``src``.
+        self.locate = locate
         self.file_hash = file_hash
         self.procs = ProcCache(callers)
         self.max_events = max_events
@@ -542,13 +546,19 @@ class Journal:
         detail = f'{{"ranges":[{spans}],"bytes":{sum(e - s for s, e in ranges)}'
         if not closed:
             detail += ',"open":true'
-        elif not ev.locator and ev.source == ev.path and self.src is not None:
+        elif not ev.locator and ev.source == ev.path and (path := self._bytes_of(ev.source)):
             # Line ranges need the file's bytes: counted as they were read
             # (``_count``), else read here, off the loop.
-            lines = _counted_lines(self.src / ev.source, ev, ranges)
+            lines = _counted_lines(path, ev, ranges)
             if lines is not None:
                 detail += f',"lines":[{lines[0]},{lines[1]}]'
         return detail + "}"
+
+    def _bytes_of(self, rel: str) -> Path | None:
+        """The file whose bytes the mount serves for ``rel``."""
+        if self.locate is not None:
+            return Path(self.locate(rel))
+        return None if self.src is None else self.src / rel
 
     def _store_proc(self, con: sqlite3.Connection, c: Caller) -> None:
         p = c.proc
@@ -899,6 +909,7 @@ def open_journal(
     enabled: bool,
     file_hash: Callable[[str], str | None],
     src: Path | None = None,
+    locate: Callable[[str], str] | None = None,
     callers: tuple[tuple[int, int], ...] = (),
 ) -> Journal | NoJournal:
     """The mount's journal, started; ``NoJournal`` when recording is off or
@@ -906,7 +917,7 @@ def open_journal(
     if not enabled:
         return NoJournal()
     try:
-        j = Journal(store_dir, file_hash=file_hash, src=src, callers=callers)
+        j = Journal(store_dir, file_hash=file_hash, src=src, locate=locate, callers=callers)
     except (OSError, sqlite3.Error) as exc:
         log.error("%s: access journal off: %s", Path(store_dir) / DB_NAME, exc)
         return NoJournal()

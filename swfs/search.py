@@ -9,7 +9,10 @@ BM25, English stemming; see ``swfs.textindex``), the rest in SQLite
 ``units``     one row per unit of a content: name, locator, text bytes; its
               id (never reused) is the tantivy document's ``unit``.
 ``vecs``      unit id -> embedding (float32 bytes), only with an embedding model.
-``files``     path -> the content it shows now (its view's hash and parser).
+``files``     path -> the content it shows now (its view's hash and parser):
+              ``raw`` the path's exact bytes (the key), ``rel`` the path as
+              text (``swfs.sqlitetext``: a name that is not UTF-8 as the
+              backslash escapes of its bytes, for ``path:`` filters).
 ``meta``      ``schema``, ``model`` (the embedding model's fingerprint).
 
 A content is indexed once per (content hash, parser key), like a parse: a
@@ -23,6 +26,10 @@ words each in half the units) a warm two-word top-20 query took 83 ms in a
 bare SQLite FTS5 table, which scores every match, and 0.6 ms in tantivy,
 which skips blocks that cannot reach the top (block-max WAND); building took
 12 s and 14 s, and tantivy's index was the smaller.
+
+Every connection is a ``PathSafeConnection`` (any path, any unit name is
+storable), and a hit names a path that is not UTF-8 in its escaped form
+(``caf\\xe9.txt``), as the journal and the tab do.
 
 A hit is shown only to a caller who may read its source file and pass
 through every directory above it (root included), by the mode bits the
@@ -51,6 +58,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from .api import Access, Freshness, RelPath
+from .sqlitetext import PathSafeConnection, escaped, path_key, path_of
 from .textindex import DIR_NAME as TEXT_DIR
 from .textindex import TextIndex
 
@@ -61,7 +69,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 DB_NAME = "search.sqlite"
-SCHEMA = 2
+SCHEMA = 3  # 3: files keyed by the exact bytes of the path
 DEFAULT_LIMIT = 20
 MAX_LIMIT = 1000
 SNIPPET_TOKENS = 14
@@ -216,17 +224,18 @@ class AccessCheck:
 
 @dataclass(frozen=True)
 class Hit:
-    rel: str
+    rel: str  # the workspace path (not UTF-8: with os.fsdecode's surrogates)
     unit: str
-    locator: str
+    locator: str  # shown: the path ``escaped``
     score: float
     freshness: Freshness
     snippet: str
 
     @property
     def path(self) -> str:
-        """Where the unit is in the mount, relative to its root."""
-        return f".parsed/{self.rel}/{self.unit}"
+        """Where the unit is in the mount, relative to its root (a name
+        that is not UTF-8 ``escaped``)."""
+        return f".parsed/{escaped(self.rel)}/{self.unit}"
 
     def line(self) -> str:
         return f"{self.path}\t{self.score:.4g}\t{self.freshness}\t{self.snippet}"
@@ -234,7 +243,7 @@ class Hit:
     def as_json(self) -> dict[str, Any]:
         return {
             "path": self.path,
-            "source": self.rel,
+            "source": escaped(self.rel),
             "unit": self.unit,
             "locator": self.locator,
             "score": float(f"{self.score:.6g}"),
@@ -290,7 +299,8 @@ CREATE TABLE IF NOT EXISTS units(
     id INTEGER PRIMARY KEY AUTOINCREMENT, content INTEGER NOT NULL, name TEXT NOT NULL,
     locator TEXT NOT NULL, size INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS units_content ON units(content);
-CREATE TABLE IF NOT EXISTS files(rel TEXT PRIMARY KEY, content INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS files(
+    raw BLOB PRIMARY KEY, rel TEXT NOT NULL, content INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS files_content ON files(content);
 CREATE TABLE IF NOT EXISTS vecs(unit INTEGER PRIMARY KEY, v BLOB NOT NULL);
 """
@@ -354,7 +364,9 @@ class SearchIndex:
         conn = getattr(self._local, "conn", None)
         if conn is None:
             _private(self.path)
-            conn = sqlite3.connect(self.path, timeout=30, check_same_thread=False)
+            conn = sqlite3.connect(
+                self.path, timeout=30, check_same_thread=False, factory=PathSafeConnection
+            )
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.executescript(_CREATE)
@@ -483,9 +495,12 @@ class SearchIndex:
         conn = self._connect()
         with self.ws.store.read() as txn:
             wanted = {rel: self._view_key(rec) for rel, rec in self.ws.store.iter_files(txn)}
-        have = dict(
-            conn.execute("SELECT f.rel, c.key FROM files f JOIN contents c ON c.id = f.content")
-        )
+        have = {
+            path_of(raw): key
+            for raw, key in conn.execute(
+                "SELECT f.raw, c.key FROM files f JOIN contents c ON c.id = f.content"
+            )
+        }
         todo = [r for r in set(wanted) | set(have) if wanted.get(r) != have.get(r)]
         self._check_model(conn)
         for i in range(0, len(todo), BATCH):
@@ -528,16 +543,20 @@ class SearchIndex:
         with self._lock, conn:
             orphans: set[int] = set()
             for rel, key in keys.items():
-                row = conn.execute("SELECT content FROM files WHERE rel = ?", (rel,)).fetchone()
+                raw = path_key(rel)
+                row = conn.execute("SELECT content FROM files WHERE raw = ?", (raw,)).fetchone()
                 old = row[0] if row else None
                 new = None if key is None else self._content_id(conn, key, stats)
                 if old == new:
                     continue
                 stats.paths += 1
                 if new is None:
-                    conn.execute("DELETE FROM files WHERE rel = ?", (rel,))
+                    conn.execute("DELETE FROM files WHERE raw = ?", (raw,))
                 else:
-                    conn.execute("INSERT OR REPLACE INTO files VALUES(?, ?)", (rel, new))
+                    conn.execute(
+                        "INSERT OR REPLACE INTO files(raw, rel, content) VALUES(?, ?, ?)",
+                        (raw, rel, new),
+                    )
                 if old is not None:
                     orphans.add(old)
             for cid in orphans:
@@ -572,7 +591,7 @@ class SearchIndex:
                 (cid, name, locator, size),
             )
             uid = int(cur.lastrowid or 0)
-            self.text.add(uid, text)
+            self.text.add(uid, escaped(text))
             if self.model is not None:
                 conn.execute(
                     "INSERT INTO vecs VALUES(?, ?)", (uid, self.model.embed(text).tobytes())
@@ -619,13 +638,13 @@ class SearchIndex:
             where = " AND (" + " OR ".join(conds) + ")"
         marks = ",".join("?" * len(ids))
         out: dict[int, list[tuple[Any, ...]]] = {}
-        for uid, name, locator, key, rel in self._connect().execute(
-            "SELECT u.id, u.name, u.locator, c.key, f.rel FROM units u "
+        for uid, name, locator, key, raw in self._connect().execute(
+            "SELECT u.id, u.name, u.locator, c.key, f.raw FROM units u "
             "JOIN contents c ON c.id = u.content JOIN files f ON f.content = u.content "
             f"WHERE u.id IN ({marks}){where}",
             params,
         ):
-            out.setdefault(uid, []).append((name, locator, key, rel))
+            out.setdefault(uid, []).append((name, locator, key, path_of(raw)))
         return out
 
     def _hit_of(
@@ -674,7 +693,7 @@ class SearchIndex:
         for k, bm25, _uid, addr, rel, name, locator, fresh in pool[:limit]:
             score = k + bm25 / (bm25 + 1.0)
             snippet = _flatten(self.text.snippet(searcher, snippets, addr))
-            out.append(Hit(rel, name, f"{rel}#{locator}", score, fresh, snippet))
+            out.append(Hit(rel, name, f"{escaped(rel)}#{locator}", score, fresh, snippet))
         return out
 
     def _vectors(self) -> tuple[Any, Any]:
@@ -727,7 +746,9 @@ class SearchIndex:
                     continue
                 words = _flatten(self.text.text_of(searcher, uid)[:400]).split(" ")
                 snippet = " ".join(words[:SNIPPET_TOKENS]) + (" …" if len(words) > 14 else "")
-                out.append(Hit(rel, name, f"{rel}#{locator}", float(sims[i]), fresh, snippet))
+                out.append(
+                    Hit(rel, name, f"{escaped(rel)}#{locator}", float(sims[i]), fresh, snippet)
+                )
             if len(out) >= limit:
                 break
         return out

@@ -9,22 +9,31 @@ from collections.abc import Mapping
 from typing import Any
 
 
-def _sql_value(v: Any) -> Any:
-    """sqlite keeps text as UTF-8.  A path that is not UTF-8 (a name whose
-    bytes ``os.fsdecode`` escaped as lone surrogates) is kept as the
-    backslash escapes of those bytes, the same form on every write and every
-    lookup, so one undecodable name never fails a whole batch."""
-    if isinstance(v, str) and not v.isascii():
-        try:
-            v.encode("utf-8")
-        except UnicodeEncodeError:
-            raw = (
-                v.encode("utf-8", "surrogateescape")
-                if _escapes_only(v)
-                else v.encode("utf-8", "replace")
-            )
-            return raw.decode("utf-8", "backslashreplace")
+def escaped(v: str) -> str:
+    """``v`` as UTF-8 text can hold it: a path that is not UTF-8 (a name
+    whose bytes ``os.fsdecode`` escaped as lone surrogates) becomes the
+    backslash escapes of those bytes (``caf\\xe9.txt``), the form in which
+    swfs shows such a name wherever it writes text (the journal, the tab,
+    search hits); any other string comes back as it is."""
+    if v.isascii():
+        return v
+    try:
+        v.encode("utf-8")
+    except UnicodeEncodeError:
+        raw = (
+            v.encode("utf-8", "surrogateescape")
+            if _escapes_only(v)
+            else v.encode("utf-8", "replace")
+        )
+        return raw.decode("utf-8", "backslashreplace")
     return v
+
+
+def _sql_value(v: Any) -> Any:
+    """sqlite keeps text as UTF-8: a string it cannot hold is stored
+    ``escaped``, the same form on every write and every lookup, so one
+    undecodable name never fails a whole batch."""
+    return escaped(v) if isinstance(v, str) else v
 
 
 def _escapes_only(v: str) -> bool:
@@ -45,3 +54,14 @@ class PathSafeConnection(sqlite3.Connection):
 
     def executemany(self, sql: str, parameters: Any, /) -> sqlite3.Cursor:
         return super().executemany(sql, (_sql_params(p) for p in parameters))
+
+
+def path_key(rel: str) -> bytes:
+    """The exact bytes of a path, for a column that must give the very name
+    back (``escaped`` text may not: two names can share an escaped form)."""
+    return rel.encode("utf-8", "surrogateescape")
+
+
+def path_of(key: bytes) -> str:
+    """The path a ``path_key`` column holds."""
+    return bytes(key).decode("utf-8", "surrogateescape")

@@ -13,6 +13,13 @@ directory).  ``origins`` maps a copied-up node to the identity its SRC
 original had, so the mount keeps showing the same inode number after a
 copy-up (pjdfstest-style stability).
 
+A regular file with several names in SRC (hard links) is copied up once: its
+other names become links to the copy, so a write through one name shows
+through all of them, in the mount and after a commit, as overlayfs does with
+``index=on``.  The other names are the ones the workspace's records know
+(``other_names``); a name it never recorded (an ignored path) keeps SRC's
+inode.
+
 The staged layer exists while ``staged/`` does: from the first ``mount
 --staged`` until a commit or discard leaves nothing staged and the workspace
 is mounted without ``--staged``.  The engine resolves every path it reads
@@ -93,6 +100,9 @@ class Staging:
         self.lock = threading.RLock()
         self.whiteouts: set[str] = set()
         self.origins: dict[int, tuple[int, int]] = {}
+        # (rel, its lstat) -> the other names of that inode (the workspace's
+        # ``other_names``); None: hard links are copied up one name at a time.
+        self.other_names: Callable[[str, os.stat_result], list[str]] | None = None
         self._load()
 
     # -- lifecycle
@@ -195,21 +205,45 @@ class Staging:
 
     # -- copy-up
 
-    def copy_up(self, rel: str) -> None:
+    def copy_up(self, rel: str) -> list[str]:
         """Make ``rel`` (and its parents) live in the upper layer, keeping
         their bytes, mode, owner, times and user xattrs.  ENOENT if the
-        staged tree has no ``rel``."""
+        staged tree has no ``rel``.  Returns the other names of a hard-linked
+        file that now share its copy (their bytes live in the layer too)."""
         with self.lock:
             if self.in_upper(rel):
-                return
+                return []
             if not self.in_lower(rel):
                 raise OSError(errno.ENOENT, os.strerror(errno.ENOENT), rel)
             parent = rel.rpartition("/")[0]
             self.copy_up(parent)
-            self._copy_one(rel)
+            st = self._copy_one(rel)
+            linked = self._link_others(rel, st)
             self.save()
+            return linked
 
-    def _copy_one(self, rel: str) -> None:
+    def _link_others(self, rel: str, st: os.stat_result) -> list[str]:
+        """Link SRC's other names of ``rel``'s inode (``st``, SRC's lstat) to
+        its upper copy: one inode in the layer, as in SRC."""
+        if self.other_names is None or not stat.S_ISREG(st.st_mode) or st.st_nlink <= 1:
+            return []
+        out = []
+        for other in self.other_names(rel, st):
+            if self.in_upper(other) or not self.in_lower(other):
+                continue
+            try:
+                ost = os.lstat(self.lpath(other))
+            except FileNotFoundError:
+                continue
+            if (ost.st_dev, ost.st_ino) != (st.st_dev, st.st_ino):
+                continue
+            self.copy_up(other.rpartition("/")[0])
+            os.link(self.upath(rel), self.upath(other))
+            out.append(other)
+        return out
+
+    def _copy_one(self, rel: str) -> os.stat_result:
+        """Copy ``rel`` up; returns SRC's lstat of it."""
         lower, upper = self.lpath(rel), self.upath(rel)
         st = os.lstat(lower)
         if stat.S_ISDIR(st.st_mode):
@@ -240,6 +274,7 @@ class Staging:
                     os.setxattr(upper, name, os.getxattr(lower, name))
         os.utime(upper, ns=(st.st_atime_ns, st.st_mtime_ns), follow_symlinks=False)
         self.origins[os.lstat(upper).st_ino] = (st.st_dev, st.st_ino)
+        return st
 
     # -- bookkeeping for the mount's name changes
 

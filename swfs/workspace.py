@@ -42,6 +42,7 @@ from .api import (
     ViewState,
     WriteSession,
 )
+from .blobreads import BlobReads
 from .blobs import BlobStore, HashMismatch
 from .fsutil import hash_fd, open_dir_noatime, open_to_read
 from .ignore import IgnoreRules
@@ -114,7 +115,7 @@ def _join(parent: str, name: str) -> str:
     return f"{parent}/{name}" if parent else name
 
 
-class Workspace:
+class Workspace(BlobReads):
     """One workspace folder and its store."""
 
     def __init__(self, src: Path, store_dir: Path | None = None, *, config: Config | None = None):
@@ -985,24 +986,7 @@ class Workspace:
                 return None
         return None
 
-    def blob_path(self, h: Hash) -> str | None:
-        """*slow*: a readable path holding blob ``h``, or None if not kept."""
-        return str(self.blobs.readable_path(h)) if self.blobs.has(h) else None
-
-    def blob_ref(self, h: Hash) -> str | None:
-        """Like ``blob_path`` but cheap (see ``version_ref``)."""
-        return str(self.blobs.lazy_path(h)) if self.blobs.has(h) else None
-
-    def blob_size(self, h: Hash) -> int | None:
-        try:
-            return self.blobs.size(h)
-        except FileNotFoundError:
-            return None
-
-    def open_blob(self, path: str) -> int:
-        """*slow*: open a path from ``version_ref`` or ``blob_ref`` read-only
-        (a chunked blob is reassembled on first use)."""
-        return self.blobs.open_path(path)
+    # blob_path, blob_ref, blob_size, open_blob: swfs.blobreads.BlobReads
 
     # ------------------------------------------------------------ snapshots
     def snapshots(self) -> Sequence[str]:

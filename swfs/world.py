@@ -51,6 +51,7 @@ from .api import (
     Version,
     ViewState,
 )
+from .blobreads import BlobReads
 from .blobs import BlobStore, Manifest
 from .fsutil import hash_fd, write_all_at
 from .hashform import label as short_hash
@@ -191,7 +192,7 @@ class _StoreView:
         return self._store.get_meta(key, default)
 
 
-class World:
+class World(BlobReads):
     """Implements ``swfs.api.EngineAPI`` for a read-only world."""
 
     def __init__(self, src: Path, store_dir: Path, name: str, *, config: Config | None = None):
@@ -577,20 +578,7 @@ class World:
     def snapshot_manifest(self, name: str) -> dict[RelPath, Hash]:
         return {}
 
-    def blob_path(self, h: Hash) -> str | None:
-        return str(self.blobs.readable_path(h)) if self.blobs.has(h) else None
-
-    def blob_ref(self, h: Hash) -> str | None:
-        return str(self.blobs.lazy_path(h)) if self.blobs.has(h) else None
-
-    def blob_size(self, h: Hash) -> int | None:
-        try:
-            return self.blobs.size(h)
-        except FileNotFoundError:
-            return None
-
-    def open_blob(self, path: str) -> int:
-        return self.blobs.open_path(path)
+    # blob_path, blob_ref, blob_size, open_blob: swfs.blobreads.BlobReads
 
     # -- background work: on-demand parses of hashes the cache lacks
     def add_listener(self, fn: Callable[[RelPath], None]) -> None:

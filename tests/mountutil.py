@@ -44,6 +44,16 @@ def errno_of(fn: Callable[[], object]) -> int:
     return 0
 
 
+def wait_until(what: str, fn: Callable[[], bool], timeout: float = 90) -> None:
+    """Poll ``fn`` until it holds (a busy machine gets the whole ``timeout``);
+    fail naming ``what``."""
+    deadline = time.monotonic() + timeout
+    while not fn():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.2)
+
+
 def wait_for_mount(mnt: Path, proc: subprocess.Popen[bytes] | None, timeout: float) -> None:
     """Until ``mnt`` is an swfs mount that answers; fail early if the daemon dies."""
     deadline = time.monotonic() + timeout

@@ -7,8 +7,7 @@ Python allocations while serving one unit, against the size of the parse."""
 
 from __future__ import annotations
 
-import tracemalloc
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import lmdb
@@ -18,39 +17,15 @@ from swfs.api import Freshness, RelPath
 from swfs.check import check_parses
 from swfs.store import FORMAT_VERSION, ParseRecord, Store, dumps, parse_key, unit_prefix
 from swfs.workspace import Workspace
-
-PAGES = 12_000
-PAGE_TEXT = "lorem ipsum dolor sit amet, consectetur adipiscing elit " * 20 + "\n"
-
-
-def peak_bytes(fn: Callable[[], object]) -> int:
-    tracemalloc.start()
-    try:
-        fn()
-        return tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+from tests.bigparse import PAGE_TEXT, PAGES, big_parse, peak_bytes
 
 
 @pytest.fixture(scope="module")
 def big(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Workspace, int]]:
-    src = tmp_path_factory.mktemp("units") / "src"
-    src.mkdir()
-    (src / "report.txt").write_text("stands in for a long PDF\n")
-    ws = Workspace(src)
-    try:
-        ws.scan()
-        rec = ws.store.get_file("report.txt")
-        assert rec is not None
-        assert rec.parser is not None
-        units = [
-            (f"page-{i:05d}.md", f"page={i}", f"page {i} says {PAGE_TEXT}")
-            for i in range(1, PAGES + 1)
-        ]
-        ws.store.put_parse(rec.hash, rec.parser, ParseRecord("ok", secs=1.0), units)
-        yield ws, sum(len(u[2]) for u in units)
-    finally:
-        ws.close()
+    with big_parse(
+        tmp_path_factory.mktemp("units") / "src", lambda i: f"page {i} says {PAGE_TEXT}"
+    ) as b:
+        yield b
 
 
 def test_one_unit_is_served_without_reading_the_others(big: tuple[Workspace, int]) -> None:
