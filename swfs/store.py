@@ -519,16 +519,23 @@ class Store:
         """The content hash recorded for ``rel`` (None if none), read from the
         record's head without decoding all of it: the access journal asks
         this on every open."""
+        head = self.file_head(rel)
+        return None if head is None else head[1]
+
+    def file_head(self, rel: str) -> tuple[bytes, str] | None:
+        """(stat signature bytes, content hash) of ``rel``'s record, None if it
+        has none, without decoding the whole record: an open asks this."""
         with self.read() as t:
             raw = t.get(pkey(rel), db=self.dbs["files"])
         if raw is None:
             return None
         data = bytes(raw)
-        at = data.find(b"\n") + 1 + len(_HASH_PREFIX)
+        nl = data.find(b"\n")
+        at = nl + 1 + len(_HASH_PREFIX)
         end = data.find(b'"', at)
         if data.startswith(_HASH_PREFIX, at - len(_HASH_PREFIX)) and end > at:
-            return data[at:end].decode("ascii", "replace")
-        return FileRecord.decode(data).hash
+            return data[:nl], data[at:end].decode("ascii", "replace")
+        return data[:nl], FileRecord.decode(data).hash
 
     def iter_files(self, txn: lmdb.Transaction) -> Iterator[tuple[str, FileRecord]]:
         cur = txn.cursor(db=self.dbs["files"])

@@ -519,8 +519,9 @@ class Workspace(BlobReads):
                 self._names_by_ino.setdefault(ino, set()).add(rel)
 
     def is_unchanged(self, rel: RelPath, st: os.stat_result) -> bool:
-        rec = self.store.get_file(rel)
-        return rec is not None and rec.signature() == stat_signature(st)
+        # Every open of a native file asks: the record's head, not its JSON.
+        head = self.store.file_head(rel)
+        return head is not None and head[0] == signature_bytes(*stat_signature(st))
 
     def _state(self, rel: str, rec: FileRecord) -> FileState:
         baseline = self._baseline_manifest().get(rel)

@@ -215,3 +215,24 @@ def test_check_finds_missing_and_stray_units(tmp_path: Path) -> None:
         assert b is not None
         assert b.parser is not None
         assert ws.store.get_unit(b.hash, b.parser, "content.txt") == ("content.txt", "c", "beta\n")
+
+
+def test_a_record_head_gives_signature_and_hash_without_decoding(tmp_path: Path) -> None:
+    from swfs.store import FileRecord, signature_bytes
+
+    store = Store(tmp_path / "store")
+    try:
+        long_name = "d/" + "n" * 600 + ".txt"  # a hashed key: the path is in the body
+        recs = {
+            "a.txt": FileRecord("ab" * 32, 5, 10, 20, 30, 0o100644, 0, 0, "text@2"),
+            long_name: FileRecord("cd" * 32, 6, 11, 21, 31, 0o100644, 0, 0, None),
+        }
+        with store.write() as txn:
+            for rel, rec in recs.items():
+                store.put_file(txn, rel, rec)
+        for rel, rec in recs.items():
+            assert store.file_head(rel) == (signature_bytes(*rec.signature()), rec.hash)
+            assert store.get_file_hash(rel) == rec.hash
+        assert store.file_head("absent.txt") is None
+    finally:
+        store.close()
