@@ -1,8 +1,9 @@
 """SIGUSR1: the live daemon writes what it is doing to its log.
 
 ``kill -USR1 <daemon pid>`` logs the trio task tree (every task with the
-frames it is suspended in, the way ``py-spy dump`` shows threads) and the
-engine's parse queue, so a hung or slow mount can be diagnosed without
+frames it is suspended in, the way ``py-spy dump`` shows threads), the
+requests answered so far by kind (``mountd.reqcount``) and the engine's
+parse queue, so a hung or slow mount can be diagnosed without
 stopping it.  The dump is built on the trio thread from a signal receiver,
 never inside the signal handler.
 
@@ -22,6 +23,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import trio
+
+from mountd import reqcount
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +102,7 @@ def dump_text(
 ) -> str:
     lines = [MARK]
     lines += task_tree()
+    lines.append(reqcount.line())
     if queue_lines is not None:
         try:
             lines += queue_lines()

@@ -65,6 +65,7 @@ class GeneratedProvider(ReadOnly):
         a.st_atime_ns = a.st_mtime_ns = a.st_ctime_ns = e.mtime_ns
         node.size = e.size
         node.is_dir = e.is_dir
+        node.listing_kept = e.listing_kept
         return a
 
     async def entry(self, node: Node, *, wait: bool = False) -> Entry:
@@ -99,6 +100,9 @@ class GeneratedProvider(ReadOnly):
 
     def open_dir(self, node: Node) -> int | None:
         return None
+
+    def keeps_listing(self, node: Node) -> bool:
+        return node.listing_kept
 
     async def listing(self, node: Node, fd: int | None) -> tuple[list[str], list[Node | None]]:
         names = await self.source.children(node.spath)

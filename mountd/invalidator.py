@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import pyfuse3
 import trio
 
+from mountd.dirlist import NO_OPENDIR, watch_tabs
 from mountd.nodes import Node, Tree
 from mountd.passthrough import split
 from swfs.api import RelPath
@@ -37,11 +38,18 @@ def sig(st: os.stat_result) -> tuple[int, int, int]:
     return (st.st_mtime_ns, st.st_size, st.st_ino)
 
 
+def told(st: os.stat_result) -> tuple[int, int, int, int]:
+    """The same with the ctime, which every change of attributes moves (mode,
+    owner, links, size): attributes the kernel holds with this are right."""
+    return (st.st_ctime_ns, st.st_mtime_ns, st.st_size, st.st_ino)
+
+
 @dataclass
 class _Pending:
     rels: set[str] = field(default_factory=set)
     external: set[str] = field(default_factory=set)  # changed behind the mount
     entries: set[tuple[int, str]] = field(default_factory=set)  # names found gone
+    listings: set[int] = field(default_factory=set)  # directories listed for one caller
     wake: trio.Event = field(default_factory=trio.Event)
 
 
@@ -59,6 +67,12 @@ class Invalidator:
     def gone(self, links: Iterable[tuple[int, str]]) -> None:
         """These names no longer lead to their node: the kernel drops them."""
         self._pending.entries.update(links)
+        self._pending.wake.set()
+
+    def drop_listing(self, ino: int) -> None:
+        """The kernel drops its copy of this directory's listing (and its
+        attributes), which was made for one caller (mountd.dirlist)."""
+        self._pending.listings.add(ino)
         self._pending.wake.set()
 
     def changed(self, rel: RelPath) -> None:
@@ -87,16 +101,20 @@ class Invalidator:
         with self._cancel:
             self._token = trio.lowlevel.current_trio_token()
             task_status.started()
-            await self._loop()
+            async with trio.open_nursery() as nursery:
+                if NO_OPENDIR and self.ops.journal.enabled and Tree.TAB in self.ops.trees:
+                    nursery.start_soon(watch_tabs, self.ops)  # listings as evidence per tab
+                await self._loop()
 
     async def _loop(self) -> None:
         while True:
             await self._pending.wake.wait()
             rels, gone = self._pending.rels, self._pending.entries
-            external = self._pending.external
+            external, listings = self._pending.external, self._pending.listings
             self._pending = _Pending()
             todo = self._invalidations(rels, external)
             todo.entries += [(ino, os.fsencode(name)) for ino, name in gone]
+            todo.inodes = sorted(set(todo.inodes) | listings)
             listed: dict[tuple[Tree, str], set[str]] = {}
             for node in todo.dirs:
                 # A generated directory keeps its dentry (a shell may sit in it)
@@ -139,16 +157,33 @@ class Invalidator:
             if node is not None and node is not self.table.root:
                 st = self._lstat(rel)
                 if st is None or (st.st_dev, st.st_ino) != node.key:
-                    inodes.add(node.ino)
                     parent = self.table.find_native(split(rel)[0])
+                    if st is None or parent is None:
+                        inodes.add(node.ino)
+                    # Replaced: the name goes, and the old file's attributes
+                    # stay as they were (asked now, they would be the new
+                    # file's, maybe of another type: a bad inode, EIO).
                     if parent is not None:
                         entries.append((parent.ino, os.fsencode(split(rel)[1])))
-                elif sig(st) != node.cache_sig:
-                    inodes.add(node.ino)  # changed behind the kernel's back
-                else:
+                        # The listing the kernel keeps of it names the old file.
+                        inodes.add(parent.ino)
+                elif node.cache_sig is not None and sig(st) != node.cache_sig:
+                    # Changed behind the kernel's back.  (Pages it was never
+                    # told to keep, its next open drops: mountd.native.)
+                    inodes.add(node.ino)
+                elif told(st) != node.told:
                     # Written through the mount: the kernel's pages are right,
-                    # its attributes need not be (an O_TRUNC that cleared set-id bits).
+                    # its attributes need not be (an O_TRUNC that cleared set-id
+                    # bits).  Not when only the views changed (a parse ended):
+                    # the next stat would ask for nothing new.
                     attrs.add(node.ino)
+            elif node is None and rel in rels:
+                # A file the kernel holds no node of (a listing gives it one
+                # for each entry) may have appeared, as a removal discarded
+                # in a staged mount does: a listing it keeps lacks it.
+                parent = self.table.find_native(split(rel)[0])
+                if parent is not None and self._lstat(rel) is not None:
+                    inodes.add(parent.ino)
         if not rels:  # nothing the engine shows changed: the generated trees hold
             return _Invalidation(sorted(inodes), sorted(attrs - inodes), entries, dirs)
         router = self.ops.router

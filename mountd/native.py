@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 
 import pyfuse3
 
 from mountd.fsutil import open_beneath
 from mountd.invalidator import sig as _sig
+from mountd.invalidator import told
 from mountd.nodes import Node, Tree
 from mountd.passthrough import Creds, NativeHandle, SetAttr, join
 from mountd.provider import (
@@ -73,6 +75,8 @@ class NativeProvider:
         a.st_mtime_ns = st.st_mtime_ns
         a.st_ctime_ns = st.st_ctime_ns
         node.attr_sig = _sig(st)
+        node.told = told(st)
+        node.is_dir = stat.S_ISDIR(st.st_mode)
         return a
 
     def stat(self, node: Node) -> os.stat_result:
@@ -164,6 +168,11 @@ class NativeProvider:
             names = shown + names
             found = [table.find_synthetic(Tree(n), "") for n in shown] + found
         return names, found
+
+    def keeps_listing(self, node: Node) -> bool:
+        # Changes through the mount are the kernel's own; those behind it
+        # come from the change feed (mountd.invalidator).
+        return True
 
     def parent_ino(self, node: Node) -> int:
         for parent_ino, _ in reversed(list(node.links)):

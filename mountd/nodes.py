@@ -64,6 +64,8 @@ class Node:
     # directory's listing (see opendir).
     cache_sig: object = None
     attr_sig: object = None  # native: the attributes last reported to the kernel
+    told: object = None  # native: their ctime with them (mountd.invalidator.told)
+    listing_kept: bool = False  # generated: the kernel keeps the directory's listing
     size: int = -1  # generated: the size last reported to the kernel
     is_dir: bool = False  # generated: a directory, as last reported to the kernel
     # Native: bumped when the backing inode number comes back for a new file
@@ -123,6 +125,10 @@ class InodeTable:
             self._next_foreign += 1
             self._foreign[key] = number
         return number
+
+    def nodes(self) -> list[Node]:
+        """Every node the kernel may hold."""
+        return list(self._nodes.values())
 
     def get(self, ino: int) -> Node | None:
         return self._nodes.get(Inode(ino))

@@ -21,7 +21,10 @@ from typing import Any, TypeVar, cast
 
 import pyfuse3
 
+from mountd import reqcount
 from mountd.caller import REQUEST
+from mountd.dirlist import NO_OPENDIR, Listings
+from mountd.dirlist import readdir as readdir_by_inode
 from mountd.fastpath import FastPath
 from mountd.invalidator import Invalidator, invalidate_attrs
 from mountd.native import NativeProvider
@@ -54,11 +57,14 @@ def handler(fn: F) -> F:
     """Turn anything but FUSEError into an errno, so one bad request can never
     end ``pyfuse3.main()``."""
 
+    request = fn.__name__.removesuffix("_inode")  # READDIR, with a handle or without
+
     @functools.wraps(fn)
     async def wrapper(*args: Any, **kwargs: Any) -> Any:
         # pyfuse3 passes the context last, where a request has one.
         ctx = args[-1] if isinstance(args[-1], pyfuse3.RequestContext) else None
         token = REQUEST.set(ctx)  # whose request this is (mountd.caller)
+        reqcount.COUNTS[request] += 1
         try:
             poller = getattr(args[0], "poller", None)
             if poller is not None:
@@ -126,6 +132,7 @@ class Operations(pyfuse3.Operations):
             for tree in (Tree.VERSIONS, Tree.SEARCH, Tree.RENDER, Tree.TAB):
                 self.trees.pop(tree, None)
         self.handles: dict[int, Handle] = {}
+        self.listings = Listings()  # directories opened without OPENDIR (mountd.dirlist)
         self._next_fh = 1
         self.mounted = False  # set once pyfuse3 has a session: kernel notifications work
         # Background work: engine change events -> kernel cache invalidations.
@@ -358,6 +365,10 @@ class Operations(pyfuse3.Operations):
 
     @handler
     async def opendir(self, inode: int, ctx: pyfuse3.RequestContext) -> int | pyfuse3.FileInfo:
+        if NO_OPENDIR:
+            # The kernel sends no more OPENDIRs or RELEASEDIRs and keeps every
+            # listing until told otherwise (mountd.dirlist).
+            raise pyfuse3.FUSEError(errno.ENOSYS)
         node = self._node(inode)
         provider = self.router.route(node)
         if not KERNEL_DIR_CACHE:
@@ -422,6 +433,18 @@ class Operations(pyfuse3.Operations):
         finally:
             if fd is not None:
                 os.close(fd)
+
+    @handler
+    async def readdir_inode(
+        self, inode: int, start_id: int, token: pyfuse3.ReaddirToken, ctx: pyfuse3.RequestContext
+    ) -> None:
+        """A READDIR without a handle (no OPENDIR: mountd.dirlist)."""
+        await readdir_by_inode(self, self._node(inode), start_id, token, ctx)
+
+    @handler
+    async def fsyncdir_inode(self, inode: int, datasync: bool) -> None:
+        node = self._node(inode)
+        await self.router.route(node).fsyncdir(node)
 
     async def _reply_entries(
         self, h: DirHandle, start_id: int, token: pyfuse3.ReaddirToken, fd: int | None

@@ -227,6 +227,11 @@ class Provider(Protocol):
         """The names directory ``node`` shows, and the live node of each."""
         ...
 
+    def keeps_listing(self, node: Node) -> bool:
+        """The kernel may keep the directory's listing until it is
+        invalidated: every change to it is (mountd.dirlist)."""
+        ...
+
     def parent_ino(self, node: Node) -> int: ...
     def dir_path(self, node: Node) -> str:
         """The directory's path as the journal names it."""

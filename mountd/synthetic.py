@@ -78,6 +78,9 @@ class Entry:
     blob: str | None = None  # else: a path the daemon opens read-only
     native: str | None = None  # else: a native file (relative to SRC)
     writable: bool = False  # the owner may write it (.tab/requirements.md and its directory)
+    # A directory whose listing changes only with a change event for it, so
+    # the kernel may keep the listing until it is invalidated (mountd.dirlist).
+    listing_kept: bool = False
 
     @property
     def mode(self) -> int:
@@ -377,7 +380,11 @@ class ParsedTree(Base):
         rel, unit_name = loc
         if unit_name is None:
             # A view's directory exists whatever its state: nothing to wait for.
-            return Entry(True, self.access(rel), mtime_ns=self.gen.changed_ns(rel))
+            # Its units are named by the file's hash and parse, which change
+            # only with a change event for the file: the kernel may keep it.
+            return Entry(
+                True, self.access(rel), mtime_ns=self.gen.changed_ns(rel), listing_kept=True
+            )
         if wait and unit_name != PENDING:
             # pending.md answers at once: it says how far the parse has got.
             await self.settle(rel)

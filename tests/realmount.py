@@ -46,7 +46,8 @@ def daemon_env() -> dict[str, str]:
     return {
         **os.environ,
         "SWFS_EXTRA_PARSERS": evilparsers.SPEC,
-        "PYTHONPATH": str(REPO),
+        # The repository first; a caller's own entries after it.
+        "PYTHONPATH": os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]),
     }
 
 
