@@ -267,6 +267,7 @@ async def _serve(
             await nursery.start(feed.run)
         await nursery.start(ops.poller.run)
         await nursery.start(_watch_signals)
+        await nursery.start(malloc.trim_periodically)  # freed heap back to the kernel
         # SIGUSR1: the task tree, the parse queue and the write sessions to the log.
         dump = DumpOnSignal(lambda: engine.queue_report() + engine.writes.report())
         stack.callback(dump.stop)

@@ -73,7 +73,15 @@ import pyfastcdc
 import zstandard
 
 from swfs.api import Hash
-from swfs.fsutil import fsync_dir, hash_bytes, hash_fd, hash_file, write_all, write_all_at
+from swfs.fsutil import (
+    fsync_dir,
+    hash_bytes,
+    hash_fd,
+    hash_file,
+    hash_zeros,
+    write_all,
+    write_all_at,
+)
 
 log = logging.getLogger(__name__)
 
@@ -998,8 +1006,7 @@ def _is_zero(data: memoryview) -> bool:
 
 
 def _hash_zeros(hasher: blake3.blake3, n: int) -> None:
-    for piece in _zeros(n):
-        hasher.update(piece)
+    hash_zeros(hasher, n)
 
 
 def _reraise_naming(exc: BaseException, path: Path) -> None:

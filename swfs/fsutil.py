@@ -10,8 +10,10 @@ import contextlib
 import errno
 import fcntl
 import logging
+import mmap
 import os
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -233,7 +235,7 @@ def hash_fd(fd: int) -> str:
         if hole is not None:
             start, end = hole
             if start == offset:
-                _hash_zeros(hasher, end - start)
+                hash_zeros(hasher, end - start)
                 offset = end
                 continue
             want = min(CHUNK, start - offset)
@@ -246,15 +248,41 @@ def hash_fd(fd: int) -> str:
         offset += len(chunk)
 
 
-# Hashing a hole feeds blake3 this many zeros at a time (enough for it to use
-# several threads).
-_ZERO_BLOCK = memoryview(bytes(4 * 1024 * 1024))
+# Holes are hashed from a read-only anonymous mapping: every page of it is
+# the kernel's shared zero page, so it costs no memory however long it is,
+# and blake3 reads the same 4 KiB over and over from the CPU's cache instead
+# of streaming a real buffer through memory.  Long enough that one update()
+# spreads over every thread blake3 may use.
+_ZERO_MAP_LEN = 64 * 1024 * 1024
+_zero_view: memoryview | None = None
+_zero_lock = threading.Lock()
 
 
-def _hash_zeros(hasher: blake3.blake3, n: int) -> None:
+def _zeros() -> memoryview:
+    global _zero_view
+    if _zero_view is None:
+        with _zero_lock:
+            if _zero_view is None:
+                try:
+                    m = mmap.mmap(
+                        -1,
+                        _ZERO_MAP_LEN,
+                        flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS,
+                        prot=mmap.PROT_READ,
+                    )
+                    _zero_view = memoryview(m)
+                except (OSError, ValueError, AttributeError):
+                    _zero_view = memoryview(bytes(4 * 1024 * 1024))  # no such mapping here
+    return _zero_view
+
+
+def hash_zeros(hasher: blake3.blake3, n: int) -> None:
+    """Feed ``hasher`` ``n`` zero bytes (a hole) without reading or
+    allocating them."""
+    zeros = _zeros()
     while n > 0:
-        step = min(n, len(_ZERO_BLOCK))
-        hasher.update(_ZERO_BLOCK[:step])
+        step = min(n, len(zeros))
+        hasher.update(zeros[:step])
         n -= step
 
 

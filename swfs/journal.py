@@ -61,8 +61,12 @@ FLUSH_SECONDS = 0.5
 MAX_EVENTS = 1_000_000
 MAX_OUTPUTS = 200_000
 MAX_RANGES = 64
-# Written files whose user.sw.inputs stays in memory (the rest: one query).
+# Written files whose user.sw.inputs stays in memory (the rest: one query),
+# and the characters those values may hold in all: one write of a job that
+# read thousands of files has an input list of hundreds of KB, so a count
+# alone let the cache grow to hundreds of MB over a long run.
 INPUTS_CACHED = 2_000
+INPUTS_CACHED_CHARS = 8 * 1024 * 1024
 MAX_NAMES = 10_000  # names of one listing kept
 TEXT_LINES_LIMIT = 16 * 1024 * 1024  # text files up to this size get line ranges
 LINES_CHUNK = 256 * 1024  # bytes counted at a time for line ranges
@@ -237,7 +241,7 @@ class Journal:
         # table when asked (each entry is a JSON list of everything its job
         # read, kilobytes; a dict of every file ever written grew the
         # daemon by that much per file).
-        self.inputs_by_path = RecentInputs(INPUTS_CACHED)
+        self.inputs_by_path = RecentInputs(INPUTS_CACHED, INPUTS_CACHED_CHARS)
         self._load_inputs()
         self.owner = os.getuid()
         self.outputs_version = 0  # moves when a stored write changed lineage
@@ -662,24 +666,38 @@ class Journal:
 
 
 class RecentInputs(OrderedDict[str, tuple[str | None, str]]):
-    """A mapping that keeps only its ``cap`` most recently set keys; safe
-    to use from the journal's thread and the loop at once."""
+    """A mapping that keeps only its ``cap`` most recently set keys, and no
+    more than ``max_chars`` characters of values in all (a value longer
+    than that is not kept); safe to use from the journal's thread and the
+    loop at once."""
 
-    def __init__(self, cap: int) -> None:
+    def __init__(self, cap: int, max_chars: int | None = None) -> None:
         super().__init__()
         self.cap = cap
+        self.max_chars = max_chars
+        self.chars = 0  # of the values held
         self._lock = threading.Lock()
 
     def __setitem__(self, key: str, value: tuple[str | None, str]) -> None:
         with self._lock:
+            old = super().pop(key, None)
+            if old is not None:
+                self.chars -= len(old[1])
+            if self.max_chars is not None and len(value[1]) > self.max_chars:
+                return  # asked for again, it is read back from the outputs table
             super().__setitem__(key, value)
-            self.move_to_end(key)
-            while len(self) > self.cap:
-                self.popitem(last=False)
+            self.chars += len(value[1])
+            while len(self) > self.cap or (
+                self.max_chars is not None and self.chars > self.max_chars
+            ):
+                self.chars -= len(self.popitem(last=False)[1][1])
 
     def pop(self, key: str, default: Any = None) -> Any:
         with self._lock:
-            return super().pop(key, default)
+            out = super().pop(key, default)
+            if out is not default and out is not None:
+                self.chars -= len(out[1])
+            return out
 
 
 class NoJournal:
