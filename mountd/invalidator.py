@@ -14,6 +14,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import stat
 from collections.abc import Iterable
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
@@ -38,10 +39,22 @@ def sig(st: os.stat_result) -> tuple[int, int, int]:
     return (st.st_mtime_ns, st.st_size, st.st_ino)
 
 
-def told(st: os.stat_result) -> tuple[int, int, int, int]:
+def told(st: os.stat_result) -> tuple[int, int, int, int, int]:
     """The same with the ctime, which every change of attributes moves (mode,
-    owner, links, size): attributes the kernel holds with this are right."""
-    return (st.st_ctime_ns, st.st_mtime_ns, st.st_size, st.st_ino)
+    owner, links, size), and the file type last: attributes the kernel holds
+    with this are right."""
+    return (st.st_ctime_ns, st.st_mtime_ns, st.st_size, st.st_ino, stat.S_IFMT(st.st_mode))
+
+
+def _replaced(node: Node, st: os.stat_result | None) -> bool:
+    """The backing file of ``node`` is another one now.  Its inode number is
+    not enough: a file system hands a freed number straight to the next file
+    (a file removed and a directory made in its place behind the mount), so
+    a change of type says so too."""
+    if st is None or (st.st_dev, st.st_ino) != node.key:
+        return True
+    was = node.told
+    return isinstance(was, tuple) and was[-1] != stat.S_IFMT(st.st_mode)
 
 
 @dataclass
@@ -156,7 +169,7 @@ class Invalidator:
             node = self.table.find_native(rel)
             if node is not None and node is not self.table.root:
                 st = self._lstat(rel)
-                if st is None or (st.st_dev, st.st_ino) != node.key:
+                if st is None or _replaced(node, st):
                     parent = self.table.find_native(split(rel)[0])
                     if st is None or parent is None:
                         inodes.add(node.ino)
