@@ -10,10 +10,12 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import blake3
 import pytest
 
-from swfs.api import RelPath
+from swfs.api import RelPath, WriteSession
 from swfs.engine import Engine
+from swfs.parsework import CHANGED, OK, ParseOutcome
 from swfs.workspace import Config
 
 OLD = b"the recorded bytes\n"
@@ -216,105 +218,102 @@ def test_a_check_behind_the_mount_never_reads_half_a_write(engine: Engine) -> No
     assert ran == ["a.txt"]
 
 
+@pytest.fixture
+def every_write(tmp_path: Path) -> Iterator[Engine]:
+    """An engine over ``a.txt`` (OLD) that keeps every write as a version."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.txt").write_bytes(OLD)
+    config = Config(rescan_interval=0, version_interval=0)
+    with Engine.open(src, tmp_path / "store", config=config) as eng:
+        eng.scan()
+        yield eng
+
+
+def b3(*contents: bytes) -> list[str]:
+    return [blake3.blake3(b).hexdigest() for b in contents]
+
+
+def truncating(eng: Engine) -> WriteSession:
+    """What a write_text (or `> f`) through the mount opens: O_TRUNC, then writes."""
+    return eng.begin_write("a.txt", opener(eng, "a.txt", os.O_WRONLY | os.O_TRUNC), truncate=True)
+
+
 def test_a_scan_never_records_bytes_older_than_a_write_it_overlapped(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    every_write: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The scan hashes a file changed behind the mount; before it stores what
     # it found, a write through the mount records newer bytes.  Storing the
     # scan's older finding then recorded those old bytes as a new version and
     # left the file's record behind its content (seen under load as one
     # version too many).
-    import blake3
+    eng = every_write
+    behind, through = b"changed behind the mount\n", b"written through the mount\n"
+    (eng.src / "a.txt").write_bytes(behind)
+    real = eng._examine
+    wrote: list[bool] = []
 
-    src = tmp_path / "src"
-    src.mkdir()
-    (src / "a.txt").write_bytes(OLD)
-    config = Config(rescan_interval=0, version_interval=0)
-    with Engine.open(src, tmp_path / "store", config=config) as eng:
-        eng.scan()
-        behind, through = b"changed behind the mount\n", b"written through the mount\n"
-        (src / "a.txt").write_bytes(behind)
-        real = eng._examine
-        wrote: list[bool] = []
+    def examine(rel: str) -> object:
+        found = real(rel)
+        if rel == "a.txt" and not wrote:  # the write's own check examines too
+            wrote.append(True)
+            s = truncating(eng)
+            s.write(0, through)
+            s.release()
+        return found
 
-        def examine(rel: str) -> object:
-            found = real(rel)
-            if rel == "a.txt" and not wrote:  # the write's own check examines too
-                wrote.append(True)
-                flags = os.O_WRONLY | os.O_TRUNC
-                s = eng.begin_write("a.txt", opener(eng, "a.txt", flags), truncate=True)
-                s.write(0, through)
-                s.release()
-            return found
-
-        monkeypatch.setattr(eng, "_examine", examine)
-        eng.scan()
-        want = [blake3.blake3(b).hexdigest() for b in (OLD, behind, through)]
-        assert versions(eng, "a.txt") == want
-        rec = eng.store.get_file("a.txt")
-        assert rec is not None
-        assert rec.hash == want[-1]
-        # The next scan finds nothing to do: the record describes the file.
-        monkeypatch.setattr(eng, "_examine", real)
-        eng.scan()
-        assert versions(eng, "a.txt") == want
+    monkeypatch.setattr(eng, "_examine", examine)
+    eng.scan()
+    want = b3(OLD, behind, through)
+    assert versions(eng, "a.txt") == want
+    rec = eng.store.get_file("a.txt")
+    assert rec is not None
+    assert rec.hash == want[-1]
+    # The next scan finds nothing to do: the record describes the file.
+    monkeypatch.setattr(eng, "_examine", real)
+    eng.scan()
+    assert versions(eng, "a.txt") == want
 
 
-def test_a_parse_that_saw_a_write_midway_records_no_torn_version(tmp_path: Path) -> None:
+def test_a_parse_that_saw_a_write_midway_records_no_torn_version(every_write: Engine) -> None:
     # A re-parse that finds the file changed under it asks the engine to look
     # again.  If the change is a write through the mount still going on (here
     # just truncated, as `> f` or write_text does first), the look must be
     # left to the writer: recording then stored the empty file as a version.
-    import blake3
-
-    from swfs.parsework import CHANGED, ParseOutcome
-
-    src = tmp_path / "src"
-    src.mkdir()
-    (src / "a.txt").write_bytes(OLD)
-    config = Config(rescan_interval=0, version_interval=0)
-    with Engine.open(src, tmp_path / "store", config=config) as eng:
-        eng.scan()
-        rec = eng.store.get_file("a.txt")
-        assert rec is not None
-        new = b"the next revision\n"
-        s = eng.begin_write("a.txt", opener(eng, "a.txt", os.O_WRONLY | os.O_TRUNC), truncate=True)
-        outcome = ParseOutcome(CHANGED, hash=blake3.blake3(b"").hexdigest())
-        eng.apply_parse(
-            RelPath("a.txt"), outcome, queued_hash=rec.hash, queued_parser=rec.parser or "text"
-        )
-        s.write(0, new)
-        s.release()
-        assert versions(eng, "a.txt") == [blake3.blake3(b).hexdigest() for b in (OLD, new)]
+    eng = every_write
+    rec = eng.store.get_file("a.txt")
+    assert rec is not None
+    new = b"the next revision\n"
+    s = truncating(eng)
+    outcome = ParseOutcome(CHANGED, hash=b3(b"")[0])
+    eng.apply_parse(
+        RelPath("a.txt"), outcome, queued_hash=rec.hash, queued_parser=rec.parser or "text"
+    )
+    s.write(0, new)
+    s.release()
+    assert versions(eng, "a.txt") == b3(OLD, new)
 
 
-def test_a_parse_landing_midway_through_a_write_records_no_torn_version(tmp_path: Path) -> None:
+def test_a_parse_landing_midway_through_a_write_records_no_torn_version(
+    every_write: Engine,
+) -> None:
     # The re-parse of the previous revision lands after the next write_text
     # truncated the file and before it wrote.  That tells the write protocol
     # something changed; the writer must not then take its own empty file for
     # a change behind the mount (it recorded it as a version before keeping
     # it; seen under load as one version too many).
-    import blake3
-
-    from swfs.parsework import OK, ParseOutcome
-
-    src = tmp_path / "src"
-    src.mkdir()
-    (src / "a.txt").write_bytes(OLD)
-    config = Config(rescan_interval=0, version_interval=0)
-    with Engine.open(src, tmp_path / "store", config=config) as eng:
-        eng.scan()
-        rec = eng.store.get_file("a.txt")
-        assert rec is not None
-        assert rec.parser is not None
-        new = b"the next revision\n"
-        s = eng.begin_write("a.txt", opener(eng, "a.txt", os.O_WRONLY | os.O_TRUNC), truncate=True)
-        landed = ParseOutcome(
-            OK, hash=rec.hash, parser=rec.parser, units=(("content.txt", "content", OLD.decode()),)
-        )
-        eng.apply_parse(RelPath("a.txt"), landed, queued_hash=rec.hash, queued_parser=rec.parser)
-        if s.needs_preserve:
-            s.preserve()  # what the daemon does in a worker thread before a write
-        s.write(0, new)
-        s.release()
-        assert versions(eng, "a.txt") == [blake3.blake3(b).hexdigest() for b in (OLD, new)]
+    eng = every_write
+    rec = eng.store.get_file("a.txt")
+    assert rec is not None
+    assert rec.parser is not None
+    new = b"the next revision\n"
+    s = truncating(eng)
+    landed = ParseOutcome(
+        OK, hash=rec.hash, parser=rec.parser, units=(("content.txt", "content", OLD.decode()),)
+    )
+    eng.apply_parse(RelPath("a.txt"), landed, queued_hash=rec.hash, queued_parser=rec.parser)
+    if s.needs_preserve:
+        s.preserve()  # what the daemon does in a worker thread before a write
+    s.write(0, new)
+    s.release()
+    assert versions(eng, "a.txt") == b3(OLD, new)

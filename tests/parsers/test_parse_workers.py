@@ -13,9 +13,9 @@ from swfs.parsework import FAILED, OK, ParsePool, WorkerLimits
 pytestmark = pytest.mark.timeout(180)
 
 
-def test_out_of_memory_in_a_used_worker_is_retried_in_a_fresh_one(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _worn_worker_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """Three files of a test format that runs out of memory in any worker
+    that parsed a file before (tests.evilparsers.UsedWorkerParser)."""
     # Workers inherit the environment, so they load the test parser.
     monkeypatch.setenv(registry.EXTRA_ENV, "tests.evilparsers:UsedWorkerParser")
     files = []
@@ -23,6 +23,13 @@ def test_out_of_memory_in_a_used_worker_is_retried_in_a_fresh_one(
         p = tmp_path / f"{name}.oomonce"
         p.write_text(f"text of {name}\n")
         files.append(p)
+    return files
+
+
+def test_out_of_memory_in_a_used_worker_is_retried_in_a_fresh_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    files = _worn_worker_files(tmp_path, monkeypatch)
 
     async def main() -> list[tuple[str, str | None, str]]:
         out = []
@@ -46,12 +53,7 @@ def test_the_retry_never_lands_on_another_used_worker(
     # Two workers, both used: the retry of a file that ran out of memory in
     # one of them must not go to the other, whose heap is just as worn (under
     # load this failed a small text file with "out of memory").
-    monkeypatch.setenv(registry.EXTRA_ENV, "tests.evilparsers:UsedWorkerParser")
-    files = []
-    for name in ("a", "b", "c"):
-        p = tmp_path / f"{name}.oomonce"
-        p.write_text(f"text of {name}\n")
-        files.append(p)
+    files = _worn_worker_files(tmp_path, monkeypatch)
 
     async def main() -> list[tuple[str, str | None]]:
         out: dict[str, tuple[str, str | None]] = {}
