@@ -6,6 +6,7 @@ is ``blake3.blake3(data)`` of the file's bytes, read plainly."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import blake3
@@ -13,6 +14,7 @@ import pytest
 
 from swfs import fsutil
 from swfs.blobs import BlobStore
+from tests.sparseutil import make_sparse as make
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -23,14 +25,20 @@ def reference(path: Path) -> str:
     return blake3.blake3(path.read_bytes()).hexdigest()
 
 
-def make(path: Path, size: int, pieces: dict[int, bytes]) -> None:
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.ftruncate(fd, size)
-        for offset, data in pieces.items():
-            os.pwrite(fd, data, offset)
-    finally:
-        os.close(fd)
+def after_first_pread(monkeypatch: pytest.MonkeyPatch, change: Callable[[], None]) -> list[bool]:
+    """Run ``change`` once, right after the hash's first read (the head)."""
+    real_pread = os.pread
+    done: list[bool] = []
+
+    def pread(fd: int, n: int, offset: int) -> bytes:
+        out = real_pread(fd, n, offset)
+        if not done:
+            done.append(True)
+            change()
+        return out
+
+    monkeypatch.setattr(os, "pread", pread)
+    return done
 
 
 def hash_fd_of(path: Path) -> str:
@@ -138,23 +146,16 @@ def test_a_file_changed_while_hashed(tmp_path: Path, monkeypatch: pytest.MonkeyP
     size = 20 * MiB
     make(f, size, {0: os.urandom(5 * MiB)})
     before = os.stat(f)
-    real_pread = os.pread
-    changed = False
 
-    def pread(fd: int, n: int, offset: int) -> bytes:
-        nonlocal changed
-        out = real_pread(fd, n, offset)
-        if not changed:
-            changed = True
-            w = os.open(f, os.O_WRONLY)
-            try:
-                os.pwrite(w, b"written into the hole", 9 * MiB + 100)
-                os.pwrite(w, b"appended", size)
-            finally:
-                os.close(w)
-        return out
+    def write() -> None:
+        w = os.open(f, os.O_WRONLY)
+        try:
+            os.pwrite(w, b"written into the hole", 9 * MiB + 100)
+            os.pwrite(w, b"appended", size)
+        finally:
+            os.close(w)
 
-    monkeypatch.setattr(os, "pread", pread)
+    changed = after_first_pread(monkeypatch, write)
     got = hash_fd_of(f)
     monkeypatch.undo()
     assert changed
@@ -168,18 +169,7 @@ def test_a_file_truncated_while_hashed(tmp_path: Path, monkeypatch: pytest.Monke
     there to read, never of zeros assumed past the new end."""
     f = tmp_path / "f"
     make(f, 30 * MiB, {0: os.urandom(5 * MiB), 20 * MiB: b"tail data"})
-    real_pread = os.pread
-    cut = False
-
-    def pread(fd: int, n: int, offset: int) -> bytes:
-        nonlocal cut
-        out = real_pread(fd, n, offset)
-        if not cut:
-            cut = True
-            os.truncate(f, 6 * MiB)
-        return out
-
-    monkeypatch.setattr(os, "pread", pread)
+    cut = after_first_pread(monkeypatch, lambda: os.truncate(f, 6 * MiB))
     got = hash_fd_of(f)
     monkeypatch.undo()
     assert cut
