@@ -220,7 +220,7 @@ class NativeProvider:
         if flags & os.O_ACCMODE == os.O_RDONLY and not flags & os.O_TRUNC:
             read_only(fi)
         await self._fastpath(fi, node, fh, flags)
-        self.mount.journal.on_open(fi.fh, ctx.pid, rel, flags=flags)
+        self.mount.journal.on_open(fi.fh, ctx.pid, rel, flags=flags, known_hash=fh.hash)
         return fi
 
     async def _fastpath(

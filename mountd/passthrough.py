@@ -83,6 +83,9 @@ class NativeHandle:
     # (a world's blob): the stat the provider compares with what the kernel
     # was told.  None: ``fd``'s own fstat.
     stat: os.stat_result | None = None
+    # A read-only open of a file whose stat matched its record: the hash
+    # recorded with it (the access journal's hash of the read).
+    hash: str | None = None
 
     @property
     def written(self) -> bool:
@@ -289,13 +292,13 @@ class Passthrough:
             return NativeHandle(session.fd, session)
         fd = open_beneath(self.root_fd, rel, flags & ~_STRIP)
         try:
-            unchanged = self.engine.is_unchanged(RelPath(rel), os.fstat(fd))  # cheap
+            known = self.engine.unchanged_hash(RelPath(rel), os.fstat(fd))  # cheap
         except BaseException:
             os.close(fd)
             raise
-        if not unchanged:  # changed behind the mount (or never seen): look now
+        if known is None:  # changed behind the mount (or never seen): look now
             await self.engine_check(rel)
-        return NativeHandle(fd)
+        return NativeHandle(fd, hash=known)
 
     async def create(
         self,

@@ -226,6 +226,13 @@ class WorkspaceAPI(Protocol):
         recorded for ``rel``?  If not, the caller runs ``check_file``."""
         ...
 
+    def unchanged_hash(self, rel: RelPath, st: os.stat_result) -> str | None:
+        """Fast (no hashing): the content hash recorded for ``rel`` when ``st``
+        matches the stat signature recorded with it, else None (then the
+        caller runs ``check_file``).  An open asks this once, and the access
+        journal takes the hash from it rather than looking it up again."""
+        ...
+
     def check_file(self, rel: RelPath) -> FileState | None:
         """*slow*: stat-check ``rel`` against the file table; rehash and record an
         external change if the stat signature moved.  None if not a regular file."""

@@ -130,6 +130,7 @@ class _Open:
 
     caller: Caller
     path: str
+    xattrs: Mapping[str, str] | None  # a generated file's; None: a native file
     event: Event | None = None  # the read event (reading handles)
     readable: bool = False  # opened for writing and reading: a read makes the event
 
@@ -267,12 +268,16 @@ class Journal:
         path: str,
         *,
         flags: int = os.O_RDONLY,
-        xattrs: Mapping[str, str] = {},
+        xattrs: Mapping[str, str] | None = None,
+        known_hash: str | None = None,
     ) -> None:
         """A file opened with ``flags``.  ``path`` is its path in the mount;
-        ``xattrs`` a generated file's (source, source_hash, locator)."""
+        ``xattrs`` a generated file's (source, source_hash, locator), None
+        for a native file (hidden ones included); ``known_hash`` a native
+        file's content hash as the open found it recorded (else it is looked
+        up here)."""
         caller = self.procs.caller_of(pid)
-        h = _Open(caller, path)
+        h = _Open(caller, path, xattrs)
         self._open[fh] = h
         mode = flags & os.O_ACCMODE
         if mode != os.O_RDONLY or flags & os.O_TRUNC:
@@ -280,21 +285,24 @@ class Journal:
             # of the bytes before this handle's writes are recorded.
             h.readable = mode == os.O_RDWR and not flags & os.O_TRUNC
             return
-        h.event = self._read_event(caller, path, xattrs)
+        h.event = self._read_event(caller, path, xattrs, known_hash)
         self._add(h.event)
 
-    def _read_event(self, caller: Caller, path: str, xattrs: Mapping[str, str]) -> Event:
-        if path.startswith(PARSED + "/"):
+    def _read_event(
+        self, caller: Caller, path: str, xattrs: Mapping[str, str] | None, known: str | None = None
+    ) -> Event:
+        if xattrs is None:  # a native file
+            hash_ = known if known is not None else self.file_hash(path)
+            source, locator = path, None
+        elif path.startswith(PARSED + "/"):
             source = xattrs.get("source", "")
             hash_, locator = xattrs.get("source_hash"), xattrs.get("locator")
         elif path.startswith(VERSIONS + "/") and not path.startswith(VERSIONS + "/@"):
             # .versions/<rel>/NNNN-<hash8>.<ext>: a read of <rel> as it was
             source = path[len(VERSIONS) + 1 :].rpartition("/")[0]
             hash_, locator = xattrs.get("hash"), None
-        elif path.startswith("."):
-            source, hash_, locator = "", xattrs.get("hash"), None
         else:
-            source, hash_, locator = path, self.file_hash(path), None
+            source, hash_, locator = "", xattrs.get("hash"), None
         ev = Event(self._next(), time.time(), "read", "open", caller, path, source, hash_, locator)
         ev.closed = False
         if locator or source != path:
@@ -312,7 +320,7 @@ class Journal:
         if ev is None:
             if not h.readable:
                 return
-            ev = h.event = self._read_event(h.caller, h.path, {})
+            ev = h.event = self._read_event(h.caller, h.path, h.xattrs)
             ev.newlines = UNCOUNTED  # the handle writes too: lines of the file when stored
             self._add(ev)
         ranges = ev.ranges
@@ -355,7 +363,7 @@ class Journal:
 
     def on_opendir(self, fh: int, pid: int, path: str) -> None:
         """A directory opened whose listing is taken later (``on_listed``)."""
-        self._open[fh] = _Open(self.procs.caller_of(pid), path)
+        self._open[fh] = _Open(self.procs.caller_of(pid), path, None)
 
     def on_listed(self, fh: int, names: list[str]) -> None:
         h = self._open.get(fh)

@@ -519,9 +519,14 @@ class Workspace(BlobReads):
                 self._names_by_ino.setdefault(ino, set()).add(rel)
 
     def is_unchanged(self, rel: RelPath, st: os.stat_result) -> bool:
+        return self.unchanged_hash(rel, st) is not None
+
+    def unchanged_hash(self, rel: RelPath, st: os.stat_result) -> str | None:
         # Every open of a native file asks: the record's head, not its JSON.
         head = self.store.file_head(rel)
-        return head is not None and head[0] == signature_bytes(*stat_signature(st))
+        if head is None or head[0] != signature_bytes(*stat_signature(st)):
+            return None
+        return head[1]
 
     def _state(self, rel: str, rec: FileRecord) -> FileState:
         baseline = self._baseline_manifest().get(rel)

@@ -408,6 +408,10 @@ class World(BlobReads):
     def is_unchanged(self, rel: RelPath, st: os.stat_result) -> bool:
         return True
 
+    def unchanged_hash(self, rel: RelPath, st: os.stat_result) -> str | None:
+        rec = self.records.get(rel)
+        return None if rec is None else str(rec.hash)
+
     def check_file(self, rel: RelPath) -> FileState | None:
         return self.file_state(rel)
 

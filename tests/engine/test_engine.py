@@ -335,3 +335,21 @@ def test_new_parsers_reexamine_unchanged_files(
     finally:
         monkeypatch.delenv(registry.EXTRA_ENV)
         registry._instances.cache_clear()
+
+
+def test_unchanged_hash_is_the_recorded_hash_only_while_the_stat_matches(
+    engine: Engine, src: Path
+) -> None:
+    """What an open asks: the recorded hash when the file's stat is the one
+    recorded with it (the access journal takes it as the read's hash), None
+    once the file changed behind the engine's back."""
+    path = src / "docs" / "a.txt"
+    rel = RelPath("docs/a.txt")
+    assert engine.unchanged_hash(rel, os.stat(path)) == hash_file(path)
+    assert engine.is_unchanged(rel, os.stat(path))
+    path.write_text("alpha\nbeta\ngamma\ndelta\n")
+    assert engine.unchanged_hash(rel, os.stat(path)) is None
+    assert not engine.is_unchanged(rel, os.stat(path))
+    assert engine.unchanged_hash(RelPath("docs/never.txt"), os.stat(path)) is None
+    engine.check_file(rel)
+    assert engine.unchanged_hash(rel, os.stat(path)) == hash_file(path)

@@ -317,6 +317,38 @@ def test_journal_records_reads_listings_and_writes_with_processes(ws: RealMount)
     assert any('"kind": "read"' in x for x in everything)
 
 
+def test_a_read_records_the_hash_of_the_bytes_it_read(ws: RealMount) -> None:
+    """The hash an open found recorded is the read's hash; a file changed
+    behind the mount is checked at its open, and the read gets the new one."""
+    from blake3 import blake3
+
+    path = ws.src / "reports" / "q3.txt"
+    hashes = [blake3(path.read_bytes()).hexdigest()]
+    subprocess.run(
+        ["cat", "reports/q3.txt"], cwd=ws.mnt, check=True, timeout=60, stdout=subprocess.DEVNULL
+    )
+    path.write_text("Q3 report\nrevised behind the mount\n")
+    hashes.append(blake3(path.read_bytes()).hexdigest())
+    got = subprocess.run(
+        ["cat", "reports/q3.txt"], cwd=ws.mnt, check=True, timeout=60, capture_output=True
+    )
+    assert b"revised behind the mount" in got.stdout
+
+    def reads() -> list[str]:
+        out = swfs("log", ws.mnt, "--json", "--kind", "read").stdout.splitlines()
+        events = [json.loads(x) for x in out]
+        return [
+            e["hash"]
+            for e in events
+            if e["path"] == "reports/q3.txt" and e["process"]["name"] == "cat"
+        ]
+
+    deadline = time.monotonic() + 60
+    while len(reads()) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert reads() == hashes
+
+
 def _stored_reads(store: Path) -> set[str]:
     con = sqlite3.connect(f"file:{store / 'access.sqlite'}?mode=ro", uri=True)
     try:

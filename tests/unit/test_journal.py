@@ -122,6 +122,33 @@ def test_unit_reads_keep_their_locator_and_listings_their_names(tmp_path: Path) 
     j.close()
 
 
+def test_a_hidden_native_file_is_read_as_itself_and_generated_files_as_theirs(
+    tmp_path: Path,
+) -> None:
+    """A native name starting with a dot (``.env``, a vim swap file) is a
+    native read with its source and hash, not a generated file's; a
+    generated file without a source (``.review``) names none."""
+    hashes = {".env": "e" * 64, "a.txt": "a" * 64}
+    (tmp_path / "store").mkdir()
+    j = jmod.Journal(tmp_path / "store", file_hash=hashes.get, src=tmp_path)  # type: ignore[arg-type]
+    (tmp_path / ".env").write_text("KEY=1\n")
+    pid = os.getpid()
+    j.on_open(1, pid, ".env")
+    j.on_read(1, 0, 6, b"KEY=1\n")
+    j.on_close(1)
+    j.on_open(2, pid, ".review/SUMMARY.md", xattrs={})
+    j.on_close(2)
+    j.flush()
+    native, review = _events(j, "read")
+    assert (native["path"], native["hash"]) == (".env", "e" * 64)
+    assert "source" not in native  # a read of itself
+    assert native["lines"] == [1, 1]
+    assert review["path"] == ".review/SUMMARY.md"
+    assert "source" not in review
+    assert "hash" not in review
+    j.close()
+
+
 def test_retention_drops_the_oldest_events(tmp_path: Path) -> None:
     j = _journal(tmp_path, max_events=10)
     for i in range(25):

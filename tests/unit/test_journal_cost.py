@@ -153,3 +153,32 @@ def test_bench_recording_cost_is_measured(tmp_path: Path) -> None:
     finally:
         con.close()
     assert n == RECORDED  # every open stored, each with the hash its record holds
+
+
+def test_a_hash_known_at_open_is_used_without_a_lookup(tmp_path: Path) -> None:
+    """The open found the file's record (its stat matched): its hash is the
+    read's, with no second store lookup; without one the journal looks."""
+    (tmp_path / "src").mkdir()
+    (tmp_path / "store").mkdir()
+    asked: list[str] = []
+
+    def lookup(rel: str) -> str:
+        asked.append(rel)
+        return "b" * 64
+
+    j = jmod.Journal(tmp_path / "store", file_hash=lookup, src=tmp_path / "src", flush_seconds=60)
+    pid = os.getpid()
+    j.on_open(1, pid, "a.txt", known_hash="c" * 64)
+    j.on_close(1)
+    assert asked == []
+    j.on_open(2, pid, "b.txt")
+    j.on_close(2)
+    assert asked == ["b.txt"]
+    j.flush()
+    con = sqlite3.connect(j.path)
+    try:
+        got = dict(con.execute("SELECT path, hash FROM events"))
+    finally:
+        con.close()
+    j.close()
+    assert got == {"a.txt": "c" * 64, "b.txt": "b" * 64}
