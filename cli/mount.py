@@ -62,6 +62,7 @@ def mount_workspace(args: argparse.Namespace, config: Config) -> int:
             poll_window=max(0.0, args.poll_us) / 1e6,
             debug=args.debug,
             journal=not args.no_journal,
+            every_listing=args.every_listing,
             share_tab=args.share_tab,
             callers=ancestry(os.getppid()),
             render_dpi=args.render_dpi,
@@ -212,6 +213,14 @@ def register(c: Commands) -> None:
         "--no-journal",
         action="store_true",
         help="record no opens, reads, listings or writes (no lineage, swfs log shows state only)",
+    )
+    sp.add_argument(
+        "--every-listing",
+        action="store_true",
+        help="journal every directory listing, each process's (each directory open then "
+        "reaches the daemon: two requests per listing); by default the kernel keeps "
+        "listings and the journal records the first of each directory per tab and the "
+        "first after each change",
     )
     sp.add_argument(
         "--embed-model",

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import pyfuse3
 import trio
 
-from mountd.dirlist import NO_OPENDIR, watch_tabs
+from mountd.dirlist import watch_tabs
 from mountd.nodes import Node, Tree
 from mountd.passthrough import split
 from swfs.api import RelPath
@@ -115,7 +115,7 @@ class Invalidator:
             self._token = trio.lowlevel.current_trio_token()
             task_status.started()
             async with trio.open_nursery() as nursery:
-                if NO_OPENDIR and self.ops.journal.enabled and Tree.TAB in self.ops.trees:
+                if self.ops.no_opendir and self.ops.journal.enabled and Tree.TAB in self.ops.trees:
                     nursery.start_soon(watch_tabs, self.ops)  # listings as evidence per tab
                 await self._loop()
 

@@ -100,6 +100,9 @@ class Operations(pyfuse3.Operations):
         super().__init__()
         self.engine = engine
         self.options = options
+        # Directories open without OPENDIR (mountd.dirlist), unless every
+        # listing must reach the journal.
+        self.no_opendir = NO_OPENDIR and not (options.every_listing and options.journal)
         self.src, self.store = src, store
         self.poller = Poller(options.poll_window)
         self.fastpath = FastPath(options.passthrough, journal=options.journal)  # mountd.fastpath
@@ -365,7 +368,7 @@ class Operations(pyfuse3.Operations):
 
     @handler
     async def opendir(self, inode: int, ctx: pyfuse3.RequestContext) -> int | pyfuse3.FileInfo:
-        if NO_OPENDIR:
+        if self.no_opendir:
             # The kernel sends no more OPENDIRs or RELEASEDIRs and keeps every
             # listing until told otherwise (mountd.dirlist).
             raise pyfuse3.FUSEError(errno.ENOSYS)

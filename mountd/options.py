@@ -50,6 +50,9 @@ class MountOptions:
     debug: bool = False
     max_tasks: int = 64  # concurrent FUSE requests
     journal: bool = True  # record opens, reads, listings and writes (swfs.journal)
+    # Every listing reaches the daemon (an OPENDIR per directory opened) and
+    # is journaled, not only those the kernel asks for (mountd.dirlist).
+    every_listing: bool = False
     # (pid, start) of the process that ran `swfs mount` and its ancestors:
     # where the journal's jobs end (swfs.procinfo)
     callers: tuple[tuple[int, int], ...] = ()

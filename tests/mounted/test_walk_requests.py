@@ -187,3 +187,39 @@ def test_parse_end_keeps_native_attributes_cached() -> None:
         assert after.get("getattr", 0) == 0, after
         assert after.get("lookup", 0) == 0, after
         assert "held back" in (view / "content.txt").read_text()
+
+
+def _listers(m: RealMount, path: str) -> list[tuple[str, tuple[str, ...]]]:
+    return [(e["process"]["name"], tuple(e["process"]["cmdline"])) for e in _lists(m, path)]
+
+
+@needs_no_opendir
+def test_every_listing_reaches_the_journal_when_asked() -> None:
+    """By default a listing the kernel keeps is recorded once: a second
+    process listing the warm directory sends nothing.  With
+    ``--every-listing`` each directory open reaches the daemon, and every
+    process's listing is recorded with the names it returned."""
+    argvs = (["ls", "notes"], ["ls", "-a", "notes"], ["find", "notes", "-maxdepth", "1"])
+    for extra, recorded in (((), 1), (("--every-listing",), len(argvs))):
+        with workspace(list(extra), populate=_populate) as m:
+            _run(["ls", "notes"], m.mnt)  # warm: the kernel keeps the listing
+            before = _counts(m)
+            start = len(_lists(m, "notes"))
+            for argv in argvs:
+                assert "x.txt" in _run(argv, m.mnt)
+
+            def stored(m: RealMount = m, start: int = start, n: int = recorded) -> bool:
+                return len(_lists(m, "notes")) - start >= n
+
+            if recorded > 1:
+                _poll(stored, "every listing journaled")
+                got = _listers(m, "notes")[start:]
+                assert [c for _, c in got] == [tuple(a) for a in argvs], got
+                assert all(
+                    {"x.txt", "y.txt", "deep"} <= set(e["names"]) for e in _lists(m, "notes")
+                )
+                assert _delta(before, _counts(m)).get("opendir", 0) >= len(argvs)
+            else:
+                # `swfs log` has the journal store what it holds first.
+                assert len(_lists(m, "notes")) == start, _listers(m, "notes")
+                assert _delta(before, _counts(m)).get("opendir", 0) == 0
