@@ -50,7 +50,7 @@ from typing import Any
 
 from swfs.api import Access, RelPath, ReviewEntry
 from swfs.procinfo import Caller, ProcCache, read_cmdline, read_stat
-from swfs.sqlitetext import PathSafeConnection
+from swfs.sqlitetext import PathSafeConnection, escaped_json
 
 log = logging.getLogger(__name__)
 
@@ -536,7 +536,7 @@ class Journal:
                 ev.stored = (len(ranges), ranges[-1][1], closed)
                 detail = self._read_detail(ev, ranges, closed)
         else:
-            detail = json.dumps(ev.detail, ensure_ascii=False)
+            detail = _detail_json(ev.detail)
         c = ev.caller
         return (
             ev.seq,
@@ -754,6 +754,19 @@ class NoJournal:
         pass
 
 
+def _detail_json(detail: dict[str, Any]) -> str:
+    """An event's detail as JSON text SQLite can hold: names that are not
+    UTF-8 (a listing's, a rename's) in their ``escaped`` form, as paths are
+    stored; escaping the JSON text whole would break its string escapes."""
+    text = json.dumps(detail, ensure_ascii=False)
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            return json.dumps(escaped_json(detail), ensure_ascii=False)
+    return text
+
+
 def _xattr_value(inputs: list[dict[str, Any]]) -> str:
     return json.dumps(
         [{"path": i["path"], "hash": i["hash"], "locators": i.get("locators", [])} for i in inputs],
@@ -900,7 +913,10 @@ def iter_events(
             out["hash"] = hash_
         if locator:
             out["locator"] = locator
-        out.update(json.loads(detail or "{}"))
+        try:
+            out.update(json.loads(detail or "{}"))
+        except ValueError:  # one damaged row (an older journal's) hides nothing else
+            out["detail_error"] = "unreadable detail"
         out["process"] = {
             "pid": pid,
             "name": name,

@@ -4,6 +4,7 @@ surrogates, which the sqlite3 module refuses to encode)."""
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from collections.abc import Mapping
 from typing import Any
@@ -27,6 +28,34 @@ def escaped(v: str) -> str:
         )
         return raw.decode("utf-8", "backslashreplace")
     return v
+
+
+_BYTE_ESCAPE = re.compile(rb"\\x([0-9a-f]{2})")
+
+
+def unescaped(v: str) -> str:
+    """The name ``escaped`` made ``v`` from (``caf\\xe9.txt`` -> the name of
+    bytes ``caf\xe9.txt``, as ``os.fsdecode`` gives it).  A name may hold
+    such a sequence itself: callers keep ``v`` when no file has the
+    unescaped name."""
+    if "\\x" not in v:
+        return v
+    raw = _BYTE_ESCAPE.sub(
+        lambda m: bytes([int(m.group(1), 16)]), v.encode("utf-8", "surrogateescape")
+    )
+    return raw.decode("utf-8", "surrogateescape")
+
+
+def escaped_json(value: Any) -> Any:
+    """``value`` (JSON-ready lists, dicts, strings) with every string
+    ``escaped``: what a JSON column holds, so that it stays valid JSON."""
+    if isinstance(value, str):
+        return escaped(value)
+    if isinstance(value, list | tuple):
+        return [escaped_json(v) for v in value]
+    if isinstance(value, dict):
+        return {escaped(str(k)): escaped_json(v) for k, v in value.items()}
+    return value
 
 
 def _sql_value(v: Any) -> Any:

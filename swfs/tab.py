@@ -40,6 +40,7 @@ from typing import Any
 from swfs.api import Access, RelPath
 from swfs.fsutil import save_file
 from swfs.search import MAX_LIMIT, AccessCheck, Caller, Hit, SearchResult
+from swfs.sqlitetext import escaped, unescaped
 
 log = logging.getLogger(__name__)
 
@@ -271,7 +272,7 @@ class Read:
             "t": self.t,
             "path": self.path,
             "locator": self.locator,
-            "source": self.source,
+            "source": escaped(self.source),
             "process": self.process,
             "excerpt": self.excerpt,
         }
@@ -288,7 +289,7 @@ class Candidate:
 
     def as_json(self) -> dict[str, Any]:
         return {
-            "path": self.rel,
+            "path": escaped(self.rel),
             "score": float(f"{self.score:.6g}"),
             "locator": self.locator,
             "snippet": self.snippet,
@@ -337,10 +338,10 @@ class Report:
         parts = [head]
         for c in self.unopened:
             if c.score > 0:
-                parts.append(f"\n- {c.rel}  (score {c.score:.3g}, for: {c.requirement})\n")
+                parts.append(f"\n- {escaped(c.rel)}  (score {c.score:.3g}, for: {c.requirement})\n")
                 parts.append(f"  {c.locator}: {c.snippet}\n")
             else:
-                parts.append(f"\n- {c.rel}  (matches no open requirement)\n")
+                parts.append(f"\n- {escaped(c.rel)}  (matches no open requirement)\n")
         return "".join(parts).encode("utf-8", "replace")
 
     def tab_md(self) -> bytes:
@@ -455,11 +456,11 @@ class Builder:
                 for rel in self._listed(path, ev.get("names", [])):
                     listed.setdefault(rel, None)
             elif kind == "write":
-                touched.add(path)
+                touched.add(self._real(path))
                 if ev.get("from"):
-                    touched.add(str(ev["from"]))
+                    touched.add(self._real(str(ev["from"])))
             elif kind == "read":
-                source = str(ev.get("source", path if not path.startswith(".") else ""))
+                source = self._real(str(ev.get("source", path if not path.startswith(".") else "")))
                 if source:
                     touched.add(source)
                     if path.startswith(".parsed/"):
@@ -505,9 +506,18 @@ class Builder:
         else:
             base = path
         for n in names:
-            rel = f"{base}/{n}" if base else n
+            rel = self._real(f"{base}/{n}" if base else n)
             if self._is_file(rel):
                 yield rel
+
+    def _real(self, rel: str) -> str:
+        """The workspace's name for a path as the journal stores it: a name
+        that is not UTF-8 is stored ``escaped`` (``caf\\xe9.txt``); search
+        hits, the store and access checks use the name itself."""
+        if "\\x" not in rel:
+            return rel
+        real = unescaped(rel)
+        return real if real != rel and self._is_file(real) else rel
 
     def _read(self, ev: dict[str, Any], path: str, source: str) -> Read:
         proc = ev.get("process") or {}

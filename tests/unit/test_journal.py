@@ -388,3 +388,30 @@ def test_a_batch_larger_than_one_statement_is_stored_whole_and_in_order(tmp_path
     j._db.commit()
     assert _events(j, "list")[0]["path"] == "again"
     j.close()
+
+
+def test_a_listing_of_a_name_that_is_not_utf8_stays_valid_json(tmp_path: Path) -> None:
+    """The name is stored escaped inside the listing's JSON (escaping the
+    JSON text whole made ``\\x`` escapes JSON cannot read, and every later
+    reader of the journal failed); a row damaged so by an older daemon
+    hides nothing else."""
+    j = _journal(tmp_path)
+    bad = os.fsdecode(b"caf\xe9.txt")
+    j.on_list(os.getpid(), "data", [bad, "plain.txt"])
+    j.on_rename(os.getpid(), f"data/{bad}", "data/renamed.txt")
+    j.flush()
+    (listing,) = _events(j, "list")
+    assert listing["names"] == ["caf\\xe9.txt", "plain.txt"]
+    (rename,) = _events(j, "write")
+    assert rename["from"] == "data/caf\\xe9.txt"
+    con = sqlite3.connect(j.path)
+    try:
+        with con:
+            con.execute("UPDATE events SET detail=? WHERE kind='list'", ('{"names":["caf\\xe9"]}',))
+    finally:
+        con.close()
+    (listing,) = _events(j, "list")
+    assert listing["detail_error"] == "unreadable detail"
+    assert listing["path"] == "data"
+    assert len(_events(j)) == 2
+    j.close()
