@@ -41,6 +41,12 @@ GONE = "gone"  # not a regular file any more: nothing to store
 CHANGED = "changed"  # modified while being parsed: the result is discarded
 
 
+# Seconds a worker may take to start (its imports: seconds on a loaded
+# machine) and hand a result back, beyond the parse's own timeout, before
+# the pool gives up on it.
+STARTUP_GRACE = 300.0
+
+
 @dataclass(frozen=True)
 class WorkerLimits:
     timeout: float = 120.0  # seconds of wall-clock time per file
@@ -113,10 +119,25 @@ def _ran_out_of_memory(outcome: ParseOutcome) -> bool:
     return outcome.status == FAILED and OUT_OF_MEMORY in (outcome.error or "")
 
 
-def parse_job(abs_path: str, rel: str, options: ParseOptions) -> ParseOutcome:
-    """Runs in a worker process: open, hash, parse, check nothing moved."""
+def parse_job(
+    abs_path: str, rel: str, options: ParseOptions, timeout: float | None = None
+) -> ParseOutcome:
+    """Runs in a worker process: open, hash, parse, check nothing moved.
+
+    ``timeout``: seconds this job may take, counted here, from the job's
+    start: a worker still starting up (its imports take seconds on a loaded
+    machine) uses none of it.  Past it SIGALRM, left at its default action,
+    ends the process wherever it is, in a native library's loop too; the
+    pool reports that as a timeout (``ALARM``)."""
     global _out_of_memory
-    outcome = _parse_job(abs_path, rel, options)
+    if timeout is not None:
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)
+        signal.setitimer(signal.ITIMER_REAL, max(timeout, 0.001))
+    try:
+        outcome = _parse_job(abs_path, rel, options)
+    finally:
+        if timeout is not None:
+            signal.setitimer(signal.ITIMER_REAL, 0)
     if _ran_out_of_memory(outcome):
         _out_of_memory = True
     return outcome
@@ -235,29 +256,46 @@ class ParsePool:
         self, abs_path: str, rel: str, ctx: trio_parallel.WorkerContext | None = None
     ) -> ParseOutcome:
         t0 = time.monotonic()
-        with trio.move_on_after(self.limits.timeout) as scope:
+        # The worker times the parse itself (``parse_job``); this bound only
+        # catches a worker that never starts or never answers.
+        with trio.move_on_after(self.limits.timeout + STARTUP_GRACE) as scope:
             try:
                 return await (ctx or self._ctx).run_sync(
                     parse_job,
                     abs_path,
                     rel,
                     self.limits.options,
+                    self.limits.timeout,
                     kill_on_cancel=True,
                     limiter=self._unbounded,
                 )
             except trio_parallel.BrokenWorkerError as exc:
+                if _exit_signal(exc) == signal.SIGALRM:
+                    return self._timed_out(rel, t0)
                 reason = describe_broken(exc)
                 log.warning("%s: parser process died: %s", rel, reason)
                 return ParseOutcome(
                     FAILED, error=f"parser process died ({reason})", secs=time.monotonic() - t0
                 )
         assert scope.cancelled_caught
+        return self._timed_out(rel, t0)
+
+    def _timed_out(self, rel: str, t0: float) -> ParseOutcome:
         log.warning("%s: parse timed out after %.0f s", rel, self.limits.timeout)
         return ParseOutcome(
             FAILED,
             error=f"parse timed out after {self.limits.timeout:g} s",
             secs=time.monotonic() - t0,
         )
+
+
+def _exit_signal(exc: trio_parallel.BrokenWorkerError) -> int | None:
+    """The signal that ended the worker, if one did."""
+    for arg in exc.args:
+        code = getattr(arg, "exitcode", None)
+        if isinstance(code, int) and code < 0:
+            return -code
+    return None
 
 
 def describe_broken(

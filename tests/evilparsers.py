@@ -8,6 +8,10 @@ import time
 
 from parsers._base import FileInfo, ParseOptions, Parser, Unit
 
+# A worker that takes long to start, as on a loaded machine: its imports
+# (this module among them) delay its first job by this many seconds.
+time.sleep(float(os.environ.get("SWFS_EVIL_IMPORT_DELAY", "0")))
+
 
 class _Evil(Parser):
     version = 1

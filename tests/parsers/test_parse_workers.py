@@ -88,3 +88,31 @@ def test_a_worker_whose_heap_grew_retires(monkeypatch: pytest.MonkeyPatch) -> No
     assert not parsework._retire_worker()  # no cap known: only out of memory retires
     monkeypatch.setattr(parsework, "_out_of_memory", True)
     assert parsework._retire_worker()
+
+
+def test_the_timeout_counts_the_parse_not_the_worker_start_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker that takes longer to start than the timeout (its imports, on
+    a loaded machine) still parses a quick file; a parse that runs past the
+    timeout is still stopped, by the worker's own timer, and said so."""
+    monkeypatch.setenv(registry.EXTRA_ENV, "tests.evilparsers:HangParser")
+    monkeypatch.setenv("SWFS_EVIL_IMPORT_DELAY", "3")  # start-up takes 3 s
+    quick = tmp_path / "quick.txt"
+    quick.write_text("a quick file\n")
+    stuck = tmp_path / "stuck.hang"
+    stuck.write_text("never parsed\n")
+
+    async def main() -> list[tuple[str, str | None]]:
+        out = []
+        async with ParsePool.open(WorkerLimits(workers=1, timeout=1.5)) as pool:
+            for p in (quick, stuck, quick):
+                o = await pool.parse(str(p), p.name)
+                out.append((o.status, o.error))
+        return out
+
+    outcomes = trio.run(main)
+    assert outcomes[0] == (OK, None), outcomes
+    assert outcomes[1] == (FAILED, "parse timed out after 1.5 s"), outcomes
+    # The timed-out worker is gone; the next one starts (slowly) and parses.
+    assert outcomes[2] == (OK, None), outcomes
