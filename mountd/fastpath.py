@@ -16,7 +16,18 @@ read-only open of a native file is answered with a backing id, and the
 kernel reads the backing file itself, its page cache included: the daemon
 sees neither those reads nor their cost.
 
-Only read-only opens are passed through by choice.  A write must reach the
+Only read-only opens of files larger than ``SMALL_FILE`` are passed through
+by choice.  A small file is read in one or two requests, after which the
+kernel's page cache (kept across opens: ``keep_cache``) answers every read
+with no request at all.  Passed through, each read of it goes to the
+backing file, and each such read marks the atime the kernel holds stale
+(``fuse_file_accessed`` -> ``fuse_invalidate_atime`` in the kernel's
+fs/fuse/passthrough.c), so the next ``stat``/``fstat`` of the file (``grep``
+and ``cat`` make one after every open) is a GETATTR: a warm ``grep -r`` would
+cost a request per file, every time.  Past ``SMALL_FILE`` the cold read the
+kernel does itself is worth more than that request.
+
+A write is not passed through by choice either, for it must reach the
 daemon: the write session keeps the recorded bytes before the first in-place
 change and records a version at close (``swfs.writesession``), and it can do
 neither for writes it never sees.  The access journal still records each
@@ -62,6 +73,10 @@ PASSTHROUGH_MODES: tuple[PassthroughMode, ...] = ("auto", "on", "off")
 # its type stubs) have none of them.
 _fuse: Any = pyfuse3
 HAVE_SPIN = hasattr(pyfuse3, "set_spin_window")
+
+# Read-only opens of files up to this size go through the page cache, not
+# passthrough (see above): one read request's worth, the kernel's readahead.
+SMALL_FILE = 128 * 1024
 
 
 def passthrough_unavailable() -> str | None:
@@ -132,14 +147,16 @@ class FastPath:
         flags: int,
         slow: Callable[..., Awaitable[Any]],
         *,
+        size: int,
         created: bool = False,
     ) -> None:
-        """A native file was opened or ``created`` (``fi`` about to be
-        returned): pass it through when it may, or must."""
+        """A native file of ``size`` bytes was opened or ``created`` (``fi``
+        about to be returned): pass it through when it may, or must."""
         entry = self._backing.get(ino)
         if entry is None:
             read_only = flags & os.O_ACCMODE == os.O_RDONLY and not flags & os.O_TRUNC
-            if not read_only or created or self._cached[ino] or not self.active:
+            small = size <= SMALL_FILE
+            if not self.active or not read_only or created or small or self._cached[ino]:
                 if not fi.direct_io:  # direct I/O has no page cache to conflict
                     self._cached[ino] += 1
                     self._handles[fh] = (ino, False, None)
@@ -162,6 +179,12 @@ class FastPath:
         fi.keep_cache = False  # no page cache of ours: the backing file has it
         self._handles[fh] = (ino, True, None if session is None else _stamp(handle.fd))
         self.passed += 1
+
+    def passed_through(self, fh: int) -> bool:
+        """Whether the open ``fh`` is passed through (its writes, if any,
+        never went through the kernel's page cache of the file)."""
+        got = self._handles.get(fh)
+        return got is not None and got[1]
 
     def note_writes(self, fh: int, handle: NativeHandle) -> None:
         """Before a flush, fsync or release: a passthrough writer whose file

@@ -219,17 +219,23 @@ class NativeProvider:
         fi.keep_cache = keep
         if flags & os.O_ACCMODE == os.O_RDONLY and not flags & os.O_TRUNC:
             read_only(fi)
-        await self._fastpath(fi, node, fh, flags)
+        await self._fastpath(fi, node, fh, flags, st.st_size)
         self.mount.journal.on_open(fi.fh, ctx.pid, rel, flags=flags, known_hash=fh.hash)
         return fi
 
     async def _fastpath(
-        self, fi: pyfuse3.FileInfo, node: Node, fh: NativeHandle, flags: int, created: bool = False
+        self,
+        fi: pyfuse3.FileInfo,
+        node: Node,
+        fh: NativeHandle,
+        flags: int,
+        size: int,
+        created: bool = False,
     ) -> None:
         """Kernel passthrough of the file's data where it applies (mountd.fastpath)."""
         try:
             await self.mount.fastpath.opened(
-                fi, fi.fh, node.ino, fh, flags, self.source.slow, created=created
+                fi, fi.fh, node.ino, fh, flags, self.source.slow, size=size, created=created
             )
         except BaseException:
             await self.mount.release(fi.fh)  # the kernel sends no RELEASE for a failed open
@@ -250,7 +256,7 @@ class NativeProvider:
         direct = bool(flags & os.O_DIRECT)
         fi = pyfuse3.FileInfo(fh=self.mount.add_handle(NativeOpen(node, fh, direct)))
         fi.direct_io = direct
-        await self._fastpath(fi, node, fh, flags, created=True)
+        await self._fastpath(fi, node, fh, flags, st.st_size, created=True)
         self.mount.journal.on_open(fi.fh, ctx.pid, join(pdir, name), flags=flags)
         return fi, attr
 
@@ -266,14 +272,23 @@ class NativeProvider:
     async def flush(self, h: FileHandle, fh: int) -> None:
         assert isinstance(h, NativeOpen)
         self.mount.fastpath.note_writes(fh, h.fh)  # passthrough writers (mountd.fastpath)
-        if h.fh.wrote and not h.direct:
+        if h.fh.wrote:
             # The kernel's pages hold what was written: the invalidation the
-            # record below triggers need not drop them.
-            h.node.cache_sig = _sig(os.fstat(h.fh.fd))
+            # record below triggers need not drop them.  Not those of a
+            # passthrough writer, which went to the backing file.
+            h.node.cache_sig = self._cache_sig_after_writes(h, fh)
         recorded = h.fh.wrote
         await self.source.flush(h.fh)
         if recorded:
             self.mount.journal.on_wrote(fh, h.fh.path())
+
+    def _cache_sig_after_writes(self, h: NativeOpen, fh: int) -> tuple[int, int, int] | None:
+        """What the kernel's pages of a file written through ``h`` show: the
+        file as it is now if every write went through them, else nothing
+        (direct I/O, or kernel passthrough: the next open drops them)."""
+        if h.direct or self.mount.fastpath.passed_through(fh):
+            return None
+        return _sig(os.fstat(h.fh.fd))
 
     async def fsync(self, h: FileHandle, fh: int, datasync: bool) -> None:
         assert isinstance(h, NativeOpen)
@@ -286,12 +301,9 @@ class NativeProvider:
     async def release(self, h: FileHandle, fh: int) -> None:
         assert isinstance(h, NativeOpen)
         self.mount.fastpath.note_writes(fh, h.fh)
+        if h.fh.written:
+            h.node.cache_sig = self._cache_sig_after_writes(h, fh)
         self.mount.fastpath.released(fh)
-        if h.fh.written and not h.direct:
-            # The kernel's cache saw every write through this handle.
-            h.node.cache_sig = _sig(os.fstat(h.fh.fd))
-        elif h.direct and h.fh.written:
-            h.node.cache_sig = None
         recorded = h.fh.written
         await self.source.release(h.fh)
         if recorded:

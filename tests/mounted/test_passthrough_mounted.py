@@ -126,8 +126,9 @@ def check_reads_writes_versions(m: RealMount) -> None:
         assert f.read(70000) == BIG[2 * 1024 * 1024 + 5 : 2 * 1024 * 1024 + 70005]
     assert len(versions(m, "notes/readme.md")) == 1
 
-    # A write while a reader holds the file open (with passthrough on, the
-    # writer passes through too: the kernel wants all opens alike).
+    # A write while a reader holds the file open (a file this small is read
+    # through the page cache; a large one passes through, its writer too:
+    # tests/mounted/test_grep_requests.py).
     with open(readme, "rb") as reader:
         assert reader.read() == b"# Readme\nthe first line\n"
         with open(readme, "ab") as w:
