@@ -26,7 +26,8 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
@@ -59,7 +60,7 @@ def inputs_of(
         item = grouped.setdefault(
             (source, h), {"path": source, "hash": h, "locators": [], "readers": [], "t": t}
         )
-        loc = _read_locator(locator, json.loads(detail or "{}"))
+        loc = read_locator(locator, json.loads(detail or "{}"))
         if loc and loc not in item["locators"]:
             item["locators"].append(loc)
         if reader not in item["readers"]:
@@ -67,7 +68,7 @@ def inputs_of(
     return list(grouped.values())
 
 
-def _read_locator(locator: str | None, detail: dict[str, Any]) -> str | None:
+def read_locator(locator: str | None, detail: dict[str, Any]) -> str | None:
     if locator:
         return locator.partition("#")[2] or locator
     if detail.get("lines"):
@@ -77,6 +78,483 @@ def _read_locator(locator: str | None, detail: dict[str, Any]) -> str | None:
     if ranges:
         return "bytes=" + ",".join(f"{s}-{e - 1}" for s, e in ranges)
     return None
+
+
+# -- the same rule, kept up to date as events are stored
+#
+# ``JobReads`` holds what one job has read, grouped as ``inputs_of`` groups
+# it, and is advanced by each read event the journal stores (``fold``, in the
+# order of the events; ``update`` when a stored read's detail changed, its
+# ranges grown or its handle closed).  ``write`` gives the write's inputs as a
+# change against the job's previous output row, at a cost that follows what
+# changed since then, not all the job ever read.
+
+Key = tuple[str, str | None]
+
+
+class _Reads:
+    """One reader's reads of one (source, hash): seq -> (locator, t); the
+    locators of its closed reads (a closed read repeating one is not kept:
+    it changes nothing in the group)."""
+
+    __slots__ = ("entries", "final")
+
+    def __init__(self) -> None:
+        self.entries: dict[int, tuple[str | None, float]] = {}
+        self.final: set[str | None] = set()
+
+
+class _Group:
+    """The reads of one (source, hash) in a job: by the readers that count
+    (``inc``) and by those that do not (``exc``: other writers of the job)."""
+
+    __slots__ = ("inc", "exc", "item", "full", "new", "locs", "readers")
+
+    def __init__(self) -> None:
+        self.inc: dict[str, _Reads] = {}
+        self.exc: dict[str, _Reads] = {}
+        self.item: dict[str, Any] | None = None  # as last computed
+        self.full = True  # recompute from ``inc``, else extend by ``new``
+        self.new: list[tuple[int, str, str | None, float]] = []
+        self.locs: set[str] = set()
+        self.readers: set[str] = set()
+
+
+@dataclass
+class _Last:
+    """The job's previous output row: its seq, the (path, hash) it left out
+    (itself), and the items it carried on from an earlier write of its path."""
+
+    seq: int
+    own: Key
+    carry: dict[Key, dict[str, Any]]
+
+
+@dataclass
+class WriteInputs:
+    """What ``JobReads.write`` gives: the row's stored form and its size."""
+
+    base: int  # the row ``delta`` applies to; 0: ``text`` is the whole list
+    text: str  # JSON: the whole list, or {"set", "add", "del"} against ``base``
+    count: int  # inputs in the whole list
+    entries: int  # items stored (list items, or set + add + del)
+    items: list[dict[str, Any]] | None  # the whole list, when asked for and built
+
+
+def _key(item: dict[str, Any]) -> Key:
+    return (item["path"], item["hash"])
+
+
+def _order(item: dict[str, Any]) -> list[int]:
+    return item.get("o") or [0, 0]  # stored by format 1: the list's own order
+
+
+class JobReads:
+    """One job's reads, grouped (see the section's comment)."""
+
+    # A whole list is stored again once the changes stored since the last
+    # one reach its size in characters (at least this many): reading a row
+    # back reads at most about twice the last whole list, and the whole
+    # lists stored add up to about twice the changes (the list grows only by
+    # them): storage stays linear in what the job read and wrote.
+    SNAPSHOT_MIN = 2048
+
+    def __init__(self, job: str, base: int) -> None:
+        self.job = job
+        self.base = base  # the first output row this object computed
+        self.upto = 0  # the last read folded in
+        self.groups: dict[Key, _Group] = {}
+        self.by_reader: dict[str, set[Key]] = {}
+        self.writers: set[str] = set()  # procs of the job's writes so far
+        self.excluded: set[str] = set()  # readers whose reads do not count now
+        self.g: dict[Key, dict[str, Any]] = {}  # the groups' items that exist
+        self.dirty: set[Key] = set()
+        # reads whose detail may still change: seq -> (key, reader, locator)
+        self.open: dict[int, tuple[Key, str, str | None]] = {}
+        self.last: _Last | None = None
+        self.carries: dict[int, dict[Key, dict[str, Any]]] = {}
+        self.removed_at = 0  # the last write at which a group stopped counting
+        self.since_snapshot = 0  # characters of changes stored since the last whole list
+        self.snapshot_chars = 0  # of that whole list
+        self.touched = 0.0  # time.monotonic() of its last event (the journal's)
+
+    # -- advancing
+
+    def fold(
+        self,
+        seq: int,
+        reader: str,
+        source: str,
+        hash_: str | None,
+        locator: str | None,
+        detail: str | None,
+        t: float,
+    ) -> None:
+        """A read event, stored with ``detail`` (in the order of the events)."""
+        self.upto = max(self.upto, seq)
+        if not source:
+            return
+        d = json.loads(detail or "{}")
+        loc = read_locator(locator, d)
+        final = not d.get("open")
+        key = (source, hash_)
+        grp = self.groups.get(key)
+        if grp is None:
+            grp = self.groups[key] = _Group()
+        side = grp.exc if reader in self.excluded else grp.inc
+        reads = side.get(reader)
+        if reads is None:
+            reads = side[reader] = _Reads()
+            self.by_reader.setdefault(reader, set()).add(key)
+        elif final and loc in reads.final:
+            return  # a closed read of the same place again: nothing new
+        reads.entries[seq] = (loc, t)
+        if final:
+            reads.final.add(loc)
+        else:
+            self.open[seq] = (key, reader, locator)
+        if side is grp.inc:
+            if not grp.full:
+                grp.new.append((seq, reader, loc, t))
+            self.dirty.add(key)
+
+    def update(self, seq: int, detail: str | None) -> None:
+        """A read folded before was stored again with ``detail``."""
+        ref = self.open.get(seq)
+        if ref is None:
+            return
+        key, reader, locator = ref
+        d = json.loads(detail or "{}")
+        loc = read_locator(locator, d)
+        grp = self.groups[key]
+        side = grp.inc if reader in grp.inc else grp.exc
+        reads = side[reader]
+        old = reads.entries.get(seq)
+        if old is None:
+            self.open.pop(seq, None)
+            return
+        if not d.get("open"):
+            self.open.pop(seq, None)
+            reads.final.add(loc)
+        if old[0] == loc:
+            return
+        reads.entries[seq] = (loc, old[1])
+        if side is grp.inc:
+            grp.full = True
+            grp.new.clear()
+            self.dirty.add(key)
+
+    def _move(self, reader: str, *, exclude: bool) -> None:
+        for key in self.by_reader.get(reader, ()):
+            grp = self.groups[key]
+            frm, to = (grp.inc, grp.exc) if exclude else (grp.exc, grp.inc)
+            reads = frm.pop(reader, None)
+            if reads is not None:
+                to[reader] = reads
+                grp.full = True
+                grp.new.clear()
+                self.dirty.add(key)
+
+    # -- a write
+
+    def _compute(self, key: Key) -> tuple[str, Any]:
+        """Bring group ``key``'s item up to date; what changed: ("add",
+        (locators, readers)) appended in place, or ("set", the old item)."""
+        grp = self.groups[key]
+        old = grp.item
+        if grp.full or old is None:
+            grp.full = False
+            grp.new.clear()
+            grp.locs = set()
+            grp.readers = set()
+            entries = sorted(
+                (seq, reader, loc, t)
+                for reader, reads in grp.inc.items()
+                for seq, (loc, t) in reads.entries.items()
+            )
+            if not entries:
+                grp.item = None
+                self.g.pop(key, None)
+                return ("set", old)
+            item: dict[str, Any] = {
+                "path": key[0],
+                "hash": key[1],
+                "locators": [],
+                "readers": [],
+                "t": entries[0][3],
+                "o": [0, entries[0][0]],
+            }
+            for _seq, reader, loc, _t in entries:
+                if loc and loc not in grp.locs:
+                    grp.locs.add(loc)
+                    item["locators"].append(loc)
+                if reader not in grp.readers:
+                    grp.readers.add(reader)
+                    item["readers"].append(reader)
+            grp.item = self.g[key] = item
+            return ("set", old)
+        locs: list[str] = []
+        readers: list[str] = []
+        for _seq, reader, loc, _t in grp.new:
+            if loc and loc not in grp.locs:
+                grp.locs.add(loc)
+                locs.append(loc)
+            if reader not in grp.readers:
+                grp.readers.add(reader)
+                readers.append(reader)
+        grp.new.clear()
+        old["locators"].extend(locs)
+        old["readers"].extend(readers)
+        return ("add", (locs, readers))
+
+    def write(
+        self,
+        con: sqlite3.Connection,
+        seq: int,
+        proc: str,
+        path: str,
+        hash_: str | None,
+        prev: int | None,
+        *,
+        want_items: int = 0,
+    ) -> WriteInputs:
+        """The inputs of the write stored as event ``seq`` by ``proc``
+        (``prev``: the job's present output row of ``path``, which this one
+        carries on from); ``want_items``: build the whole list when it holds
+        no more than that many inputs."""
+        excluded = self.writers - {proc}
+        if excluded != self.excluded:
+            for reader in excluded - self.excluded:
+                self._move(reader, exclude=True)
+            for reader in self.excluded - excluded:
+                self._move(reader, exclude=False)
+            self.excluded = excluded
+        changes: dict[Key, tuple[str, Any]] = {}
+        for key in self.dirty:
+            changes[key] = change = self._compute(key)
+            if change[0] == "set" and change[1] is not None and key not in self.g:
+                self.removed_at = seq
+        self.dirty.clear()
+        own: Key = (path, hash_)
+        g = self.g
+        carry: dict[Key, dict[str, Any]] = {}
+        if prev is not None:
+            if prev >= self.base and self.removed_at <= prev:
+                # Nothing stopped counting since that write: what it carried
+                # is all it had that the groups may lack now.
+                for key, item in self.carries.get(prev, {}).items():
+                    if key not in g and key != own:
+                        carry[key] = item
+            else:
+                whole = stored_inputs(con, [prev], strip=False).get(prev, [])
+                for n, item in enumerate(whole):
+                    key = _key(item)
+                    if key not in g and key != own:
+                        carry[key] = {**item, "o": [1, n]}
+            self.carries.pop(prev, None)
+        count = len(g) - (own in g) + len(carry)
+        last = self.last
+        sets: list[dict[str, Any]] = []
+        adds: list[list[Any]] = []
+        dels: list[list[Any]] = []
+        if last is not None:
+            cands = set(changes) | {own, last.own} | last.carry.keys() | carry.keys()
+            for key in cands:
+                new = g.get(key) if key != own else None
+                grouped = new is not None
+                if new is None and key != own:
+                    new = carry.get(key)
+                ch = changes.get(key)
+                was_grouped = key not in last.carry and key != last.own
+                if was_grouped:
+                    old = ch[1] if ch and ch[0] == "set" else g.get(key)
+                else:
+                    old = last.carry.get(key)
+                if grouped and was_grouped and old is new:
+                    if ch and ch[0] == "add" and (ch[1][0] or ch[1][1]):
+                        adds.append([key[0], key[1], ch[1][0], ch[1][1]])
+                elif new is None:
+                    if old is not None:
+                        dels.append([key[0], key[1]])
+                elif old != new:
+                    sets.append(_copy(new))
+        entries = len(sets) + len(adds) + len(dels)
+        items = None
+        text = None
+        if last is not None:
+            delta: dict[str, Any] = {}
+            if sets:
+                delta["set"] = sets
+            if adds:
+                delta["add"] = adds
+            if dels:
+                delta["del"] = dels
+            text = _dumps(delta)
+        if text is None or self.since_snapshot + len(text) > max(
+            self.snapshot_chars, self.SNAPSHOT_MIN
+        ):
+            items = self._whole(own, carry)
+            wi = WriteInputs(0, _dumps(items), count, len(items), items)
+            self.snapshot_chars = len(wi.text)
+            self.since_snapshot = 0
+        else:
+            assert last is not None
+            self.since_snapshot += len(text)
+            if want_items and count <= want_items:
+                items = self._whole(own, carry)
+            wi = WriteInputs(last.seq, text, count, entries, items)
+        self.last = _Last(seq, own, carry)
+        if carry:
+            self.carries[seq] = carry
+        self.writers.add(proc)
+        return wi
+
+    def _whole(self, own: Key, carry: dict[Key, dict[str, Any]]) -> list[dict[str, Any]]:
+        items = [_copy(i) for k, i in self.g.items() if k != own]
+        items.sort(key=_order)
+        return items + sorted((_copy(i) for i in carry.values()), key=_order)
+
+    def forget_before(self, seq: int) -> None:
+        """Output rows up to ``seq`` were deleted: the next row is whole."""
+        if self.last is not None and self.last.seq <= seq:
+            self.last = None
+        for s in [s for s in self.carries if s <= seq]:
+            del self.carries[s]
+
+
+def _copy(item: dict[str, Any]) -> dict[str, Any]:
+    out = dict(item)
+    if "locators" in out:
+        out["locators"] = list(out["locators"])
+    if "readers" in out:
+        out["readers"] = list(out["readers"])
+    return out
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def job_reads(con: sqlite3.Connection, job: str, seq: int) -> JobReads:
+    """A job's reads before event ``seq``, from the events table (after a
+    restart, or for a job not kept in memory)."""
+    acc = JobReads(job, seq)
+    acc.writers = {
+        r[0]
+        for r in con.execute(
+            "SELECT DISTINCT proc FROM events WHERE job=? AND kind='write' AND op='write' "
+            "AND seq<?",
+            (job, seq),
+        )
+    }
+    rows = con.execute(
+        "SELECT seq, proc, source, hash, locator, detail, t FROM events "
+        "WHERE job=? AND kind='read' AND seq<? ORDER BY seq",
+        (job, seq),
+    )
+    for s, reader, source, h, locator, detail, t in rows:
+        acc.fold(s, reader, source, h, locator, detail, t)
+    acc.upto = max(acc.upto, seq)
+    return acc
+
+
+# -- output rows as stored
+
+
+def has_base(con: sqlite3.Connection) -> bool:
+    """Whether ``outputs`` has the ``base`` column (format 2 on)."""
+    return any(r[1] == "base" for r in con.execute("PRAGMA table_info(outputs)"))
+
+
+def _apply(state: dict[Key, dict[str, Any]], delta: dict[str, Any]) -> None:
+    for path, h in delta.get("del", ()):
+        state.pop((path, h), None)
+    for item in delta.get("set", ()):
+        state[_key(item)] = item
+    for path, h, locs, readers in delta.get("add", ()):
+        item = state.get((path, h))
+        if item is not None:
+            state[(path, h)] = {
+                **item,
+                "locators": item.get("locators", []) + locs,
+                "readers": item.get("readers", []) + readers,
+            }
+
+
+@contextmanager
+def _one_read(con: sqlite3.Connection) -> Iterator[None]:
+    """Queries that see one state of the journal (its thread may store and
+    delete rows between two queries of a reader)."""
+    if con.in_transaction:
+        yield
+        return
+    con.execute("BEGIN")
+    try:
+        yield
+    finally:
+        con.execute("COMMIT")
+
+
+def stored_inputs(
+    con: sqlite3.Connection,
+    seqs: Iterable[int],
+    *,
+    bases: dict[int, int] | None = None,
+    strip: bool = True,
+) -> dict[int, list[dict[str, Any]]]:
+    """The whole input lists of output rows ``seqs`` (a row stores its list,
+    or its changes against the job's previous row: see ``swfs.journal``);
+    ``bases``: seq -> base of every row, when already read."""
+    wanted = set(seqs)
+    if not wanted:
+        return {}
+    with _one_read(con):
+        return _stored_inputs(con, wanted, bases, strip)
+
+
+def _stored_inputs(
+    con: sqlite3.Connection, wanted: set[int], bases: dict[int, int] | None, strip: bool
+) -> dict[int, list[dict[str, Any]]]:
+    newer = has_base(con)
+    need: set[int] = set()
+    for s in sorted(wanted, reverse=True):
+        while s and s not in need:
+            need.add(s)
+            if not newer:
+                break
+            if bases is not None:
+                b = bases.get(s, 0)
+            else:
+                row = con.execute("SELECT base FROM outputs WHERE seq=?", (s,)).fetchone()
+                b = row[0] if row is not None else 0
+            s = b or 0
+    ordered = sorted(need)
+    states: dict[int, dict[Key, dict[str, Any]]] = {}
+    out: dict[int, list[dict[str, Any]]] = {}
+    col = "base" if newer else "0"
+    for i in range(0, len(ordered), 500):
+        chunk = ordered[i : i + 500]
+        rows = con.execute(
+            f"SELECT seq, {col}, inputs FROM outputs WHERE seq IN ({','.join('?' * len(chunk))}) "
+            "ORDER BY seq",
+            chunk,
+        )
+        for seq, base, text in rows:
+            data = json.loads(text or "[]")
+            if not base or isinstance(data, list):
+                state = {_key(i): i for i in data}
+            else:
+                state = states.pop(base) if base in states else {}
+                _apply(state, data)
+            states[seq] = state
+            if seq in wanted:
+                items = sorted(state.values(), key=_order)
+                if strip:
+                    items = [{k: v for k, v in i.items() if k != "o"} for i in items]
+                else:
+                    items = list(items)
+                out[seq] = items
+    return out
 
 
 # -- locators as people read them
@@ -191,14 +669,21 @@ def _process(row: Sequence[Any]) -> dict[str, Any]:
 
 def outputs(con: sqlite3.Connection) -> list[Output]:
     """Every written file version still in the workspace, oldest first."""
+    with _one_read(con):
+        return _outputs(con)
+
+
+def _outputs(con: sqlite3.Connection) -> list[Output]:
+    bases = dict(con.execute("SELECT seq, base FROM outputs")) if has_base(con) else None
     rows = con.execute(
-        "SELECT o.seq, o.t, o.path, o.hash, o.inputs, o.proc, p.pid, p.name, p.cmdline, o.job "
+        "SELECT o.seq, o.t, o.path, o.hash, o.proc, p.pid, p.name, p.cmdline, o.job "
         "FROM outputs o LEFT JOIN procs p ON p.key = o.proc "
         "WHERE o.superseded=0 AND o.gone=0 ORDER BY o.seq"
-    )
+    ).fetchall()
+    lists = stored_inputs(con, [r[0] for r in rows], bases=bases)
     return [
-        Output(seq, t, path, h, _process(rest), json.loads(inputs))
-        for seq, t, path, h, inputs, *rest in rows
+        Output(seq, t, path, h, _process(rest), lists.get(seq, []))
+        for seq, t, path, h, *rest in rows
     ]
 
 
