@@ -21,12 +21,12 @@ events, so it outlives them (up to ``MAX_OUTPUTS`` written versions).
 Lineage costs what a job read and wrote, once: the thread keeps, per job
 that wrote, what it has read so far (``lineage.JobReads``, fed the read
 events as it stores them), and a write stores only what changed in its
-inputs since the job's previous write.  Jobs are kept in memory up to
+inputs since its process's previous write.  Jobs are kept in memory up to
 ``MAX_JOBS``, and dropped after ``JOB_IDLE_SECONDS`` without events; a job
 not in memory (dropped, or the daemon restarted) is read back from the
-events table at its next write, and that write's row is stored whole.  So a
-job that outlived the retention of its reads keeps them while it stays in
-memory, and loses those already deleted when it is read back.
+events table at its next write.  So a job that outlived the retention of
+its reads keeps them while it stays in memory, and loses those already
+deleted when it is read back.
 
 Tables (``access.sqlite``, ``journal_format`` 2 in ``meta``):
 
@@ -40,19 +40,25 @@ Tables (``access.sqlite``, ``journal_format`` 2 in ``meta``):
              from)
 ``outputs``  seq of the write -> path (its present name: renames move it),
              hash, proc, job, inputs, superseded (a later write of the same
-             job replaced it), gone (unlinked), base.  With base 0, inputs
-             is the whole list (JSON [{path, hash, locators, readers, t,
-             o}]; ``o``: the list's order, [0, seq of the first read] for
-             what the job read, [1, n] for what it carried on from an
-             earlier write of the path); else it is the change against
-             output row ``base``, the job's previous write: JSON {"set":
-             [items added or replaced], "add": [[path, hash, locators,
-             readers] appended to an item], "del": [[path, hash]]}.  A whole
-             list is stored again once the changes since the last one reach
-             its size, and before ``retain`` deletes a row others rest on.
-             (Format 1 had no base: every row whole, in its list's order;
-             such a journal gets the column at open, its rows read as they
-             are.)
+             job replaced it), gone (unlinked), base, carry.  The write's
+             inputs are the writing process's view of its job's reads (the
+             groups of reads that count for its writes, ``swfs.lineage``)
+             less the written version itself, in the order of their first
+             read, then the inputs of output row ``carry`` (the job's
+             previous write of the path, 0: none) that the view has not and
+             that are not the written version, in that row's order.
+             ``inputs`` is JSON {"own": [path, hash] written, "g": [the view
+             whole: {path, hash, locators, readers, t, o}]} when base is 0,
+             else the view's change since output row ``base`` (the same
+             process's previous write): {"own", "set": [items added or
+             replaced], "add": [[path, hash, locators, readers] appended to
+             an item], "del": [[path, hash]]}; ``o`` is [0, seq of the
+             item's first read].  A view is stored whole again once the
+             changes since reach its size.  Before ``retain`` deletes a row
+             others rest on, they get the view whole ("g") or the carried
+             inputs themselves ("c": [items], carry 0).  A JSON list is
+             the whole list (format 1, which had no base and carry: a daemon
+             opening such a journal adds them, 0; readers take them as 0).
 """
 
 from __future__ import annotations
@@ -71,7 +77,7 @@ from pathlib import Path
 from typing import Any
 
 from swfs.api import Access, RelPath, ReviewEntry
-from swfs.lineage import JobReads, job_reads, stored_inputs
+from swfs.lineage import JobReads, job_reads, read_rows, stored_inputs
 from swfs.procinfo import Caller, ProcCache, read_cmdline, read_stat
 from swfs.sqlitetext import PathSafeConnection
 
@@ -118,7 +124,7 @@ CREATE INDEX IF NOT EXISTS events_job ON events(job, seq);
 CREATE TABLE IF NOT EXISTS outputs(
     seq INTEGER PRIMARY KEY, t REAL, path TEXT, hash TEXT, proc TEXT, job TEXT,
     inputs TEXT, superseded INTEGER DEFAULT 0, gone INTEGER DEFAULT 0,
-    base INTEGER DEFAULT 0);
+    base INTEGER DEFAULT 0, carry INTEGER DEFAULT 0);
 CREATE INDEX IF NOT EXISTS outputs_path ON outputs(path, seq);
 """
 
@@ -218,9 +224,11 @@ def _connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
     con.execute("PRAGMA journal_mode=WAL")
     con.execute("PRAGMA synchronous=NORMAL")
     con.executescript(_SCHEMA)
-    if not any(r[1] == "base" for r in con.execute("PRAGMA table_info(outputs)")):
-        # Format 1: every output row holds its whole input list (base 0).
-        con.execute("ALTER TABLE outputs ADD COLUMN base INTEGER DEFAULT 0")
+    cols = {r[1] for r in con.execute("PRAGMA table_info(outputs)")}
+    for col in ("base", "carry"):
+        if col not in cols:
+            # Format 1: every output row holds its whole input list (0: none).
+            con.execute(f"ALTER TABLE outputs ADD COLUMN {col} INTEGER DEFAULT 0")
     con.execute("INSERT OR REPLACE INTO meta VALUES ('journal_format', ?)", (str(FORMAT),))
     con.commit()
     return con
@@ -708,9 +716,19 @@ class Journal:
                 con.execute("UPDATE outputs SET superseded=1 WHERE seq=?", (prev[0],))
             con.execute(
                 "INSERT OR REPLACE INTO outputs"
-                "(seq, t, path, hash, proc, job, inputs, superseded, gone, base) "
-                "VALUES (?,?,?,?,?,?,?,0,0,?)",
-                (ev.seq, ev.t, ev.path, ev.hash, ev.caller.proc.key, job, got.text, got.base),
+                "(seq, t, path, hash, proc, job, inputs, superseded, gone, base, carry) "
+                "VALUES (?,?,?,?,?,?,?,0,0,?,?)",
+                (
+                    ev.seq,
+                    ev.t,
+                    ev.path,
+                    ev.hash,
+                    ev.caller.proc.key,
+                    job,
+                    got.text,
+                    got.base,
+                    got.carry,
+                ),
             )
             if got.items is not None:
                 self.inputs_by_path[ev.path] = (ev.hash, _xattr_value(got.items))
@@ -757,20 +775,31 @@ class Journal:
         return extra
 
     def _drop_outputs(self, con: sqlite3.Connection, n: int) -> None:
-        """Delete the ``n`` oldest output rows; a row kept that stored its
-        inputs as a change against one of them is stored whole first."""
+        """Delete the ``n`` oldest output rows; a row kept that rests on one
+        of them (its view's change against it, or what it carries on from
+        it) gets what it took from it stored in itself first."""
         row = con.execute("SELECT seq FROM outputs ORDER BY seq LIMIT 1 OFFSET ?", (n - 1,))
         (cut,) = row.fetchone()
-        resting = [
-            r[0]
-            for r in con.execute(
-                "SELECT seq FROM outputs WHERE seq>? AND base>0 AND base<=?", (cut, cut)
-            )
-        ]
-        for seq, items in stored_inputs(con, resting, strip=False).items():
+        resting = con.execute(
+            "SELECT seq, base, carry, inputs FROM outputs WHERE seq>? AND "
+            "((base>0 AND base<=?) OR (carry>0 AND carry<=?))",
+            (cut, cut, cut),
+        ).fetchall()
+        views = {s for s, b, _c, _i in resting if 0 < b <= cut}
+        carries = {s for s, _b, c, _i in resting if 0 < c <= cut}
+        got = read_rows(con, set(), views_of=views, carried_of=carries)
+        for seq, base, carry, text in resting:
+            data = json.loads(text)
+            if seq in views:
+                kept = {k: v for k, v in data.items() if k in ("own", "c")}
+                kept["g"] = sorted(got.views[seq].values(), key=lambda i: i.get("o") or [0, 0])
+                data, base = kept, 0
+            if seq in carries:
+                data["c"] = got.carried[seq]
+                carry = 0
             con.execute(
-                "UPDATE outputs SET base=0, inputs=? WHERE seq=?",
-                (json.dumps(items, ensure_ascii=False, separators=(",", ":")), seq),
+                "UPDATE outputs SET inputs=?, base=?, carry=? WHERE seq=?",
+                (json.dumps(data, ensure_ascii=False, separators=(",", ":")), base, carry, seq),
             )
         con.execute("DELETE FROM outputs WHERE seq<=?", (cut,))
         for acc in self._jobs.values():
