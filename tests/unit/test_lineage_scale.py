@@ -607,3 +607,58 @@ def test_a_job_in_memory_keeps_reads_retention_deleted(
     con.close()
     assert by_path["o3"] == ["a", "b", "c"]
     assert by_path["o4"] == ["c", "d"]
+
+
+def test_processes_taking_turns_writing_store_linearly(tmp_path: Path) -> None:
+    """A stress tool's processes share one process group, so one job, and
+    take turns reading and writing a few files.  Each write's list is its
+    process's reads plus what the file carried on from earlier writes: the
+    old rule stored those lists whole at every write (the rows still here
+    alone hold about 25 items per operation); stored as each process's
+    changes and a reference to the row carried on from, the items stored
+    follow the operations.  And one row reads back from a bounded number of
+    others."""
+    rnd = random.Random(5)
+    version: dict[str, int] = {}
+    j = jmod.Journal(tmp_path, file_hash=lambda p: f"{version.get(p, 0):064x}")
+    for pid in range(1, 9):
+        _as(j, pid, "S")
+    ops = 6000
+    for fh in range(1, ops + 1):
+        pid = rnd.randint(1, 8)
+        f = f"d{rnd.randint(0, 9)}/f{rnd.randint(0, 19)}"
+        r = rnd.random()
+        if r < 0.4:
+            j.on_open(fh, pid, f)
+            j.on_read(fh, rnd.randint(0, 1 << 16), rnd.randint(1, 8192))
+            j.on_close(fh)
+        elif r < 0.8:
+            j.on_open(fh, pid, f, flags=os.O_WRONLY | os.O_CREAT)
+            version[f] = version.get(f, 0) + 1
+            j.on_wrote(fh, f)
+            j.on_close(fh)
+        elif r < 0.9:
+            g = f"d{rnd.randint(0, 9)}/f{rnd.randint(0, 19)}"
+            j.on_rename(pid, f, g)
+            version[g] = version.pop(f, 0)
+        else:
+            j.on_unlink(pid, f)
+            version.pop(f, None)
+        if fh % 200 == 0:
+            j.flush()
+    j.flush()
+    con = j._db  # noqa: SLF001
+    stored = _stored_items(con)
+    lists = lineage.stored_inputs(
+        con, [s for (s,) in con.execute("SELECT seq FROM outputs WHERE gone=0")]
+    )
+    whole = sum(len(v) for v in lists.values())
+    assert whole > 20 * ops  # what the old rule would have stored, at least
+    assert stored < 3 * ops, (stored, whole)
+    queries: list[str] = []
+    con.set_trace_callback(queries.append)
+    (last,) = con.execute("SELECT max(seq) FROM outputs WHERE gone=0").fetchone()
+    assert lineage.stored_inputs(con, [last])[last] == lists[last]
+    con.set_trace_callback(None)
+    assert len(queries) < 400, len(queries)
+    j.close()
