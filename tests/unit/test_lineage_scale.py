@@ -290,6 +290,18 @@ def test_the_same_inputs_with_few_jobs_and_views_kept_and_many_snapshots(
     _check(world)
 
 
+@pytest.mark.parametrize("seed", range(2))
+def test_the_same_inputs_when_idle_jobs_are_dropped_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int
+) -> None:
+    # Every job dropped at the end of each flush: each write of a job after
+    # a flush reads it back from the events table.
+    monkeypatch.setattr(jmod, "JOB_IDLE_SECONDS", 0.0)
+    world = World(tmp_path)
+    _run(world, random.Random(300 + seed), 300)
+    _check(world)
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_a_restart_mid_job_gives_the_same_lineage(tmp_path: Path, seed: int) -> None:
     world = World(tmp_path)
