@@ -23,6 +23,7 @@ processes; ``used``, ``wasGeneratedBy``, ``wasDerivedFrom``).
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import sqlite3
@@ -161,6 +162,7 @@ class JobReads:
     # what it carries itself ("c"), so reading one row back reads a bounded
     # number of others (a file rewritten again and again by its job).
     CARRY_DEPTH = 16
+    MAX_DEPTHS = 65536  # rows whose depth is kept (one not kept: as if too deep)
 
     def __init__(self, job: str) -> None:
         self.job = job
@@ -364,6 +366,9 @@ class JobReads:
                 inline = [i for i in was if _key(i) not in g and _key(i) != mine]
                 carry = depth = 0
         self.depth[seq] = depth
+        if len(self.depth) > self.MAX_DEPTHS:  # the oldest: as if too deep
+            for s in list(itertools.islice(self.depth, self.MAX_DEPTHS // 2)):
+                del self.depth[s]
         text = None
         entries = len(sets) + len(adds) + len(dels)
         if view.last:
