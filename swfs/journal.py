@@ -18,7 +18,17 @@ oldest first.  Lineage (the ``outputs`` table: each written file version with
 its inputs) is computed when a write is stored and kept apart from the
 events, so it outlives them (up to ``MAX_OUTPUTS`` written versions).
 
-Tables (``access.sqlite``, ``journal_format`` 1 in ``meta``):
+Lineage costs what a job read and wrote, once: the thread keeps, per job
+that wrote, what it has read so far (``lineage.JobReads``, fed the read
+events as it stores them), and a write stores only what changed in its
+inputs since its process's previous write.  Jobs are kept in memory up to
+``MAX_JOBS``, and dropped after ``JOB_IDLE_SECONDS`` without events; a job
+not in memory (dropped, or the daemon restarted) is read back from the
+events table at its next write.  So a job that outlived the retention of
+its reads keeps them while it stays in memory, and loses those already
+deleted when it is read back.
+
+Tables (``access.sqlite``, ``journal_format`` 2 in ``meta``):
 
 ``procs``    key "PID.START" -> name, cmdline (JSON), uid, pgid, sid, chain
              (JSON [[pid, name], ...] nearest first), job
@@ -29,8 +39,26 @@ Tables (``access.sqlite``, ``journal_format`` 1 in ``meta``):
              a write), locator, detail (JSON: ranges, bytes, lines, names,
              from)
 ``outputs``  seq of the write -> path (its present name: renames move it),
-             hash, proc, job, inputs (JSON), superseded (a later write of
-             the same job replaced it), gone (unlinked)
+             hash, proc, job, inputs, superseded (a later write of the same
+             job replaced it), gone (unlinked), base, carry.  The write's
+             inputs are the writing process's view of its job's reads (the
+             groups of reads that count for its writes, ``swfs.lineage``)
+             less the written version itself, in the order of their first
+             read, then the inputs of output row ``carry`` (the job's
+             previous write of the path, 0: none) that the view has not and
+             that are not the written version, in that row's order.
+             ``inputs`` is JSON {"own": [path, hash] written, "g": [the view
+             whole: {path, hash, locators, readers, t, o}]} when base is 0,
+             else the view's change since output row ``base`` (the same
+             process's previous write): {"own", "set": [items added or
+             replaced], "add": [[path, hash, locators, readers] appended to
+             an item], "del": [[path, hash]]}; ``o`` is [0, seq of the
+             item's first read].  A view is stored whole again once the
+             changes since reach its size.  Before ``retain`` deletes a row
+             others rest on, they get the view whole ("g") or the carried
+             inputs themselves ("c": [items], carry 0).  A JSON list is
+             the whole list (format 1, which had no base and carry: a daemon
+             opening such a journal adds them, 0; readers take them as 0).
 """
 
 from __future__ import annotations
@@ -49,6 +77,7 @@ from pathlib import Path
 from typing import Any
 
 from swfs.api import Access, RelPath, ReviewEntry
+from swfs.lineage import JobReads, job_reads, read_rows, stored_inputs
 from swfs.procinfo import Caller, ProcCache, read_cmdline, read_stat
 from swfs.sqlitetext import PathSafeConnection, escaped_json
 
@@ -56,10 +85,15 @@ log = logging.getLogger(__name__)
 
 DB_NAME = "access.sqlite"
 FLUSH_REQUEST = "access.flush-request"
-FORMAT = 1
+FORMAT = 2
 FLUSH_SECONDS = 0.5
 MAX_EVENTS = 1_000_000
 MAX_OUTPUTS = 200_000
+MAX_JOBS = 64  # jobs whose reads the thread keeps (the rest: read back at a write)
+JOB_IDLE_SECONDS = 600.0
+# A write's user.sw.inputs is kept in memory when its list has at most this
+# many inputs (a longer one is built from the outputs table when asked).
+INPUTS_INLINE = 256
 MAX_RANGES = 64
 # Written files whose user.sw.inputs stays in memory (the rest: one query),
 # and the characters those values may hold in all: one write of a job that
@@ -89,7 +123,8 @@ CREATE TABLE IF NOT EXISTS events(
 CREATE INDEX IF NOT EXISTS events_job ON events(job, seq);
 CREATE TABLE IF NOT EXISTS outputs(
     seq INTEGER PRIMARY KEY, t REAL, path TEXT, hash TEXT, proc TEXT, job TEXT,
-    inputs TEXT, superseded INTEGER DEFAULT 0, gone INTEGER DEFAULT 0);
+    inputs TEXT, superseded INTEGER DEFAULT 0, gone INTEGER DEFAULT 0,
+    base INTEGER DEFAULT 0, carry INTEGER DEFAULT 0);
 CREATE INDEX IF NOT EXISTS outputs_path ON outputs(path, seq);
 """
 
@@ -189,7 +224,12 @@ def _connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
     con.execute("PRAGMA journal_mode=WAL")
     con.execute("PRAGMA synchronous=NORMAL")
     con.executescript(_SCHEMA)
-    con.execute("INSERT OR IGNORE INTO meta VALUES ('journal_format', ?)", (str(FORMAT),))
+    cols = {r[1] for r in con.execute("PRAGMA table_info(outputs)")}
+    for col in ("base", "carry"):
+        if col not in cols:
+            # Format 1: every output row holds its whole input list (0: none).
+            con.execute(f"ALTER TABLE outputs ADD COLUMN {col} INTEGER DEFAULT 0")
+    con.execute("INSERT OR REPLACE INTO meta VALUES ('journal_format', ?)", (str(FORMAT),))
     con.commit()
     return con
 
@@ -238,6 +278,9 @@ class Journal:
         self._wake = threading.Event()
         self._stop = False
         self._thread: threading.Thread | None = None
+        # What each job that wrote has read (the thread's only): see the
+        # module's comment; the least recently active first.
+        self._jobs: OrderedDict[str, JobReads] = OrderedDict()
         # Only the recently written: the rest is read back from the outputs
         # table when asked (each entry is a JSON list of everything its job
         # read, kilobytes; a dict of every file ever written grew the
@@ -423,16 +466,17 @@ class Journal:
             )
         try:
             row = self._reader.execute(
-                "SELECT hash, inputs FROM outputs WHERE path=? AND gone=0 AND superseded=0 "
+                "SELECT seq, hash FROM outputs WHERE path=? AND gone=0 AND superseded=0 "
                 "ORDER BY seq DESC LIMIT 1",
                 (path,),
             ).fetchone()
+            if row is None:
+                return None
+            items = stored_inputs(self._reader, [row[0]]).get(row[0], [])
         except sqlite3.Error as exc:
             log.debug("inputs of %s: %s", path, exc)
             return None
-        if row is None:
-            return None
-        hit = (row[0], _xattr_value(json.loads(row[1])))
+        hit = (row[1], _xattr_value(items))
         self.inputs_by_path[path] = hit
         return hit
 
@@ -500,10 +544,12 @@ class Journal:
             if k % 64 == 63:
                 time.sleep(0)  # let the daemon's loop have the interpreter
         updates = []
+        updated = []
         for ev in closed + reading:
             ranges = ev.ranges
             if ev.stored != (len(ranges), ranges[-1][1] if ranges else 0, ev.closed):
                 updates.append((row(ev)[10], ev.seq))
+                updated.append(ev)
         if not rows and not updates:
             return 0
         stored = self._stored_procs
@@ -518,8 +564,8 @@ class Journal:
                 _insert_events(con, "INSERT OR REPLACE", rows)
             # Only a read's detail changes after it was stored (ranges, closed).
             con.executemany("UPDATE events SET detail=? WHERE seq=?", updates)
-            for ev in writes:
-                self._lineage(con, ev)
+            if writes or self._jobs:
+                self._lineage(con, new, rows, updated, updates)
         if writes:
             self.outputs_version += 1
         return len(rows) + len(updates)
@@ -602,33 +648,92 @@ class Journal:
         if len(self._stored_procs) > 100_000:
             self._stored_procs.clear()
 
-    def _lineage(self, con: sqlite3.Connection, ev: Event) -> None:
-        from swfs.lineage import inputs_of
-
-        if ev.op == "write":
-            inputs = inputs_of(con, ev.seq, ev.caller.proc.key, ev.caller.job, ev.path, ev.hash)
-            prev = con.execute(
-                "SELECT seq, inputs FROM outputs WHERE path=? AND job=? AND gone=0 "
-                "ORDER BY seq DESC LIMIT 1",
-                (ev.path, ev.caller.job),
-            ).fetchone()
-            if prev is not None:
-                # The same job wrote this file before: this version carries on
-                # from that one (a shell's `>` then `>>`, a script's flushes).
-                have = {(i["path"], i["hash"]) for i in inputs}
-                for i in json.loads(prev[1]):
-                    if (i["path"], i["hash"]) not in have and (i["path"], i["hash"]) != (
-                        ev.path,
+    def _lineage(
+        self,
+        con: sqlite3.Connection,
+        new: list[Event],
+        rows: list[tuple[Any, ...]],
+        updated: list[Event],
+        updates: list[tuple[str, int]],
+    ) -> None:
+        """Advance the jobs' reads by the events just stored (``rows``, the
+        rows of ``new``; ``updates``, the new details of ``updated``) and
+        store the lineage of their writes, renames and unlinks, in order."""
+        jobs = self._jobs
+        details = {seq: detail for detail, seq in updates} if updates else {}
+        for ev in updated:  # stored before, changed since
+            acc = jobs.get(ev.caller.job)
+            if acc is not None and ev.seq <= acc.upto:
+                acc.update(ev.seq, details[ev.seq])
+        now = time.monotonic()
+        for ev, row in zip(new, rows, strict=True):
+            if ev.kind == "read":
+                acc = jobs.get(ev.caller.job)
+                if acc is not None and ev.seq > acc.upto:
+                    acc.fold(
+                        ev.seq,
+                        ev.caller.proc.key,
+                        ev.source,
                         ev.hash,
-                    ):
-                        inputs.append(i)
-                con.execute("UPDATE outputs SET superseded=1 WHERE seq=?", (prev[0],))
-            text = json.dumps(inputs, ensure_ascii=False)
-            con.execute(
-                "INSERT OR REPLACE INTO outputs VALUES (?,?,?,?,?,?,?,0,0)",
-                (ev.seq, ev.t, ev.path, ev.hash, ev.caller.proc.key, ev.caller.job, text),
+                        ev.locator,
+                        details.get(ev.seq, row[10]),
+                        ev.t,
+                    )
+                    acc.touched = now
+            elif ev.kind == "write":
+                self._write_lineage(con, ev, now)
+        while jobs:
+            first = next(iter(jobs.values()))
+            if len(jobs) <= MAX_JOBS and now - first.touched < JOB_IDLE_SECONDS:
+                break
+            jobs.popitem(last=False)
+
+    def _write_lineage(self, con: sqlite3.Connection, ev: Event, now: float) -> None:
+        if ev.op == "write":
+            job = ev.caller.job
+            acc = self._jobs.pop(job, None)
+            if acc is None:
+                acc = job_reads(con, job, ev.seq)
+            self._jobs[job] = acc  # the most recently active last
+            acc.touched = now
+            prev = con.execute(
+                "SELECT seq FROM outputs WHERE path=? AND job=? AND gone=0 "
+                "ORDER BY seq DESC LIMIT 1",
+                (ev.path, job),
+            ).fetchone()
+            # The same job wrote this file before: this version carries on
+            # from that one (a shell's `>` then `>>`, a script's flushes).
+            got = acc.write(
+                con,
+                ev.seq,
+                ev.caller.proc.key,
+                ev.path,
+                ev.hash,
+                None if prev is None else prev[0],
+                want_items=INPUTS_INLINE,
             )
-            self.inputs_by_path[ev.path] = (ev.hash, _xattr_value(inputs))
+            if prev is not None:
+                con.execute("UPDATE outputs SET superseded=1 WHERE seq=?", (prev[0],))
+            con.execute(
+                "INSERT OR REPLACE INTO outputs"
+                "(seq, t, path, hash, proc, job, inputs, superseded, gone, base, carry) "
+                "VALUES (?,?,?,?,?,?,?,0,0,?,?)",
+                (
+                    ev.seq,
+                    ev.t,
+                    ev.path,
+                    ev.hash,
+                    ev.caller.proc.key,
+                    job,
+                    got.text,
+                    got.base,
+                    got.carry,
+                ),
+            )
+            if got.items is not None:
+                self.inputs_by_path[ev.path] = (ev.hash, _xattr_value(got.items))
+            else:  # a long list: built from the outputs table when asked
+                self.inputs_by_path.pop(ev.path, None)
         elif ev.op == "rename":
             old = ev.detail["from"]
             con.execute("UPDATE outputs SET gone=1 WHERE path=? AND gone=0", (ev.path,))
@@ -644,12 +749,13 @@ class Journal:
 
     def _load_inputs(self) -> None:
         rows = self._db.execute(
-            "SELECT path, hash, inputs FROM outputs WHERE gone=0 AND superseded=0 "
+            "SELECT seq, path, hash FROM outputs WHERE gone=0 AND superseded=0 "
             "ORDER BY seq DESC LIMIT ?",
             (self.inputs_by_path.cap,),
         ).fetchall()
-        for path, hash_, inputs in reversed(rows):
-            self.inputs_by_path[path] = (hash_, _xattr_value(json.loads(inputs)))
+        lists = stored_inputs(self._db, [r[0] for r in rows])
+        for seq, path, hash_ in reversed(rows):
+            self.inputs_by_path[path] = (hash_, _xattr_value(lists.get(seq, [])))
 
     def retain(self) -> int:
         """Delete the oldest events beyond ``max_events``; the number deleted."""
@@ -665,12 +771,39 @@ class Journal:
             )
             (outs,) = con.execute("SELECT count(*) FROM outputs").fetchone()
             if outs > MAX_OUTPUTS:
-                con.execute(
-                    "DELETE FROM outputs WHERE seq IN "
-                    "(SELECT seq FROM outputs ORDER BY seq LIMIT ?)",
-                    (outs - MAX_OUTPUTS,),
-                )
+                self._drop_outputs(con, outs - MAX_OUTPUTS)
         return extra
+
+    def _drop_outputs(self, con: sqlite3.Connection, n: int) -> None:
+        """Delete the ``n`` oldest output rows; a row kept that rests on one
+        of them (its view's change against it, or what it carries on from
+        it) gets what it took from it stored in itself first."""
+        row = con.execute("SELECT seq FROM outputs ORDER BY seq LIMIT 1 OFFSET ?", (n - 1,))
+        (cut,) = row.fetchone()
+        resting = con.execute(
+            "SELECT seq, base, carry, inputs FROM outputs WHERE seq>? AND "
+            "((base>0 AND base<=?) OR (carry>0 AND carry<=?))",
+            (cut, cut, cut),
+        ).fetchall()
+        views = {s for s, b, _c, _i in resting if 0 < b <= cut}
+        carries = {s for s, _b, c, _i in resting if 0 < c <= cut}
+        got = read_rows(con, set(), views_of=views, carried_of=carries)
+        for seq, base, carry, text in resting:
+            data = json.loads(text)
+            if seq in views:
+                kept = {k: v for k, v in data.items() if k in ("own", "c")}
+                kept["g"] = sorted(got.views[seq].values(), key=lambda i: i.get("o") or [0, 0])
+                data, base = kept, 0
+            if seq in carries:
+                data["c"] = got.carried[seq]
+                carry = 0
+            con.execute(
+                "UPDATE outputs SET inputs=?, base=?, carry=? WHERE seq=?",
+                (json.dumps(data, ensure_ascii=False, separators=(",", ":")), base, carry, seq),
+            )
+        con.execute("DELETE FROM outputs WHERE seq<=?", (cut,))
+        for acc in self._jobs.values():
+            acc.forget_before(cut)
 
 
 class RecentInputs(OrderedDict[str, tuple[str | None, str]]):

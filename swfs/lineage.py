@@ -23,51 +23,19 @@ processes; ``used``, ``wasGeneratedBy``, ``wasDerivedFrom``).
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
 
-def inputs_of(
-    con: sqlite3.Connection, seq: int, proc: str, job: str, path: str, hash_: str | None
-) -> list[dict[str, Any]]:
-    """The inputs of the write stored as event ``seq`` (see the module's rule)."""
-    writers = {
-        r[0]
-        for r in con.execute(
-            "SELECT DISTINCT proc FROM events WHERE job=? AND kind='write' AND op='write' "
-            "AND seq<?",
-            (job, seq),
-        )
-    }
-    writers.discard(proc)
-    grouped: dict[tuple[str, str | None], dict[str, Any]] = {}
-    rows = con.execute(
-        "SELECT proc, source, hash, locator, detail, t FROM events "
-        "WHERE job=? AND kind='read' AND seq<? ORDER BY seq",
-        (job, seq),
-    )
-    for reader, source, h, locator, detail, t in rows:
-        if not source or reader in writers:
-            continue
-        if source == path and h == hash_:
-            continue  # read back what it wrote: no input
-        item = grouped.setdefault(
-            (source, h), {"path": source, "hash": h, "locators": [], "readers": [], "t": t}
-        )
-        loc = _read_locator(locator, json.loads(detail or "{}"))
-        if loc and loc not in item["locators"]:
-            item["locators"].append(loc)
-        if reader not in item["readers"]:
-            item["readers"].append(reader)
-    return list(grouped.values())
-
-
-def _read_locator(locator: str | None, detail: dict[str, Any]) -> str | None:
+def read_locator(locator: str | None, detail: dict[str, Any]) -> str | None:
     if locator:
         return locator.partition("#")[2] or locator
     if detail.get("lines"):
@@ -77,6 +45,586 @@ def _read_locator(locator: str | None, detail: dict[str, Any]) -> str | None:
     if ranges:
         return "bytes=" + ",".join(f"{s}-{e - 1}" for s, e in ranges)
     return None
+
+
+# -- the same rule, kept up to date as events are stored
+#
+# ``JobReads`` holds what one job has read: per (source, hash), per reader,
+# the reads' locators.  The journal's thread advances it by each read event
+# it stores (``fold``, in the order of the events; ``update`` when a stored
+# read's detail changed: its ranges grew, its handle closed).
+#
+# The reads that count for a write by process P are P's and those of the
+# job's processes that wrote nothing before it: the same for every write by
+# P but for P's new reads, whichever process wrote between.  So each writing
+# process has a view of the job (``_View``: the groups as its writes see
+# them), kept up to date by the reads that concern it, and a write stores
+# its view's change since that process's previous write (``base``), plus,
+# by reference, the output row it carries on from (``carry``: the job's
+# previous write of the path, whose inputs not read again come after).  A
+# group's item is extended by its new reads, and made again from its reads
+# only when a reader stops counting (it wrote) or an open read's detail
+# changed.  So a write costs what changed since its process's last write.
+
+Key = tuple[str, str | None]
+
+
+class _Reads:
+    """One reader's reads of one (source, hash): seq -> (locator, t); the
+    locators of its closed reads (a closed read repeating one is not kept:
+    it changes nothing in the group)."""
+
+    __slots__ = ("entries", "final")
+
+    def __init__(self) -> None:
+        self.entries: dict[int, tuple[str | None, float]] = {}
+        self.final: set[str | None] = set()
+
+
+class _Item:
+    """A group as one view sees it: its item (None: no read counts), and
+    what extends it since (``new``), unless it must be made again."""
+
+    __slots__ = ("item", "full", "new", "locs", "readers")
+
+    def __init__(self) -> None:
+        self.item: dict[str, Any] | None = None
+        self.full = True
+        self.new: list[tuple[int, str, str | None, float]] = []
+        self.locs: set[str] = set()
+        self.readers: set[str] = set()
+
+
+class _View:
+    """The job's reads as the writes of process ``proc`` see them."""
+
+    __slots__ = ("proc", "items", "g", "dirty", "last", "since_snapshot", "snapshot_chars")
+
+    def __init__(self, proc: str) -> None:
+        self.proc = proc
+        self.items: dict[Key, _Item] = {}
+        self.g: dict[Key, dict[str, Any]] = {}  # the items that exist
+        self.dirty: set[Key] = set()
+        self.last = 0  # its previous output row (0: none, the next is whole)
+        self.since_snapshot = 0  # characters of changes stored since the last whole
+        self.snapshot_chars = 0  # of that whole
+
+    def append(self, key: Key, entry: tuple[int, str, str | None, float]) -> None:
+        it = self.items.get(key)
+        if it is None:
+            it = self.items[key] = _Item()
+        elif not it.full:
+            it.new.append(entry)
+        self.dirty.add(key)
+
+    def remake(self, key: Key) -> None:
+        it = self.items.get(key)
+        if it is None:
+            it = self.items[key] = _Item()
+        it.full = True
+        it.new.clear()
+        self.dirty.add(key)
+
+
+@dataclass
+class WriteInputs:
+    """What ``JobReads.write`` gives: the row's stored form."""
+
+    base: int  # the row whose view ``text`` changes; 0: ``text`` holds it whole
+    carry: int  # the row carried on from; 0: none
+    text: str  # JSON: {"own", "g"} or {"own", "set", "add", "del"}
+    entries: int  # items stored
+    items: list[dict[str, Any]] | None  # the whole list, when known cheaply
+
+
+def _key(item: dict[str, Any]) -> Key:
+    return (item["path"], item["hash"])
+
+
+def _order(item: dict[str, Any]) -> list[int]:
+    return item.get("o") or [0, 0]
+
+
+def _strip(item: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in item.items() if k != "o"}
+
+
+class JobReads:
+    """One job's reads (see the section's comment)."""
+
+    # A view is stored whole again once the changes stored since the last
+    # whole reach its size in characters (at least this many): a row reads
+    # back in about twice its view, and the wholes add up to about twice the
+    # changes (a view grows only by them): storage stays linear.
+    SNAPSHOT_MIN = 2048
+    MAX_VIEWS = 64  # writing processes kept per job (the rest: made again)
+    # Rows carried on from one another at most this deep: the next stores
+    # what it carries itself ("c"), so reading one row back reads a bounded
+    # number of others (a file rewritten again and again by its job).
+    CARRY_DEPTH = 16
+    MAX_DEPTHS = 65536  # rows whose depth is kept (one not kept: as if too deep)
+
+    def __init__(self, job: str) -> None:
+        self.job = job
+        self.upto = 0  # the last read folded in
+        self.groups: dict[Key, dict[str, _Reads]] = {}
+        self.by_reader: dict[str, set[Key]] = {}
+        self.writers: set[str] = set()  # processes of the job's writes so far
+        self.views: OrderedDict[str, _View] = OrderedDict()
+        # reads whose detail may still change: seq -> (key, reader, locator)
+        self.open: dict[int, tuple[Key, str, str | None]] = {}
+        self.touched = 0.0  # time.monotonic() of its last event (the journal's)
+        # How deep each of its rows carries on (rows not carried on from yet).
+        self.depth: dict[int, int] = {}
+
+    def _views_of(self, reader: str) -> Iterable[_View]:
+        if reader in self.writers:
+            view = self.views.get(reader)
+            return () if view is None else (view,)
+        return self.views.values()
+
+    # -- advancing
+
+    def fold(
+        self,
+        seq: int,
+        reader: str,
+        source: str,
+        hash_: str | None,
+        locator: str | None,
+        detail: str | None,
+        t: float,
+    ) -> None:
+        """A read event, stored with ``detail`` (in the order of the events)."""
+        self.upto = max(self.upto, seq)
+        if not source:
+            return
+        d = json.loads(detail or "{}")
+        loc = read_locator(locator, d)
+        final = not d.get("open")
+        key = (source, hash_)
+        group = self.groups.get(key)
+        if group is None:
+            group = self.groups[key] = {}
+        reads = group.get(reader)
+        if reads is None:
+            reads = group[reader] = _Reads()
+            self.by_reader.setdefault(reader, set()).add(key)
+        elif final and loc in reads.final:
+            return  # a closed read of the same place again: nothing new
+        reads.entries[seq] = (loc, t)
+        if final:
+            reads.final.add(loc)
+        else:
+            self.open[seq] = (key, reader, locator)
+        entry = (seq, reader, loc, t)
+        for view in self._views_of(reader):
+            view.append(key, entry)
+
+    def update(self, seq: int, detail: str | None) -> None:
+        """A read folded before was stored again with ``detail``."""
+        ref = self.open.get(seq)
+        if ref is None:
+            return
+        key, reader, locator = ref
+        d = json.loads(detail or "{}")
+        loc = read_locator(locator, d)
+        reads = self.groups[key][reader]
+        old = reads.entries.get(seq)
+        if old is None:
+            self.open.pop(seq, None)
+            return
+        if not d.get("open"):
+            self.open.pop(seq, None)
+            reads.final.add(loc)
+        if old[0] == loc:
+            return
+        reads.entries[seq] = (loc, old[1])
+        for view in self._views_of(reader):
+            view.remake(key)
+
+    # -- a write
+
+    def _view(self, proc: str) -> _View:
+        view = self.views.get(proc)
+        if view is not None:
+            self.views.move_to_end(proc)
+            return view
+        view = self.views[proc] = _View(proc)
+        for reader, keys in self.by_reader.items():
+            if reader == proc or reader not in self.writers:
+                for key in keys:
+                    view.remake(key)
+        while len(self.views) > self.MAX_VIEWS:
+            self.views.popitem(last=False)
+        return view
+
+    def _compute(self, view: _View, key: Key) -> tuple[str, Any]:
+        """Bring ``view``'s item of ``key`` up to date; what changed: ("add",
+        (locators, readers)) appended in place, or ("set", the old item)."""
+        it = view.items[key]
+        old = it.item
+        if it.full or old is None:
+            it.full = False
+            it.new.clear()
+            it.locs = set()
+            it.readers = set()
+            writers = self.writers
+            entries = sorted(
+                (seq, reader, loc, t)
+                for reader, reads in self.groups.get(key, {}).items()
+                if reader == view.proc or reader not in writers
+                for seq, (loc, t) in reads.entries.items()
+            )
+            if not entries:
+                it.item = None
+                view.g.pop(key, None)
+                del view.items[key]
+                return ("set", old)
+            item: dict[str, Any] = {
+                "path": key[0],
+                "hash": key[1],
+                "locators": [],
+                "readers": [],
+                "t": entries[0][3],
+                "o": [0, entries[0][0]],
+            }
+            for _seq, reader, loc, _t in entries:
+                if loc and loc not in it.locs:
+                    it.locs.add(loc)
+                    item["locators"].append(loc)
+                if reader not in it.readers:
+                    it.readers.add(reader)
+                    item["readers"].append(reader)
+            it.item = view.g[key] = item
+            return ("set", old)
+        locs: list[str] = []
+        readers: list[str] = []
+        for _seq, reader, loc, _t in it.new:
+            if loc and loc not in it.locs:
+                it.locs.add(loc)
+                locs.append(loc)
+            if reader not in it.readers:
+                it.readers.add(reader)
+                readers.append(reader)
+        it.new.clear()
+        old["locators"].extend(locs)
+        old["readers"].extend(readers)
+        return ("add", (locs, readers))
+
+    def write(
+        self,
+        con: sqlite3.Connection,
+        seq: int,
+        proc: str,
+        path: str,
+        hash_: str | None,
+        prev: int | None,
+        *,
+        want_items: int = 0,
+    ) -> WriteInputs:
+        """The inputs of the write stored as event ``seq`` by ``proc``
+        (``prev``: the job's present output row of ``path``, which this one
+        carries on from); ``want_items``: give the whole list when it has no
+        row to carry on from and at most that many inputs."""
+        if proc not in self.writers:
+            # From now on its reads count for its own writes only.
+            self.writers.add(proc)
+            for key in self.by_reader.get(proc, ()):
+                for view in self.views.values():
+                    view.remake(key)
+        view = self._view(proc)
+        sets: list[dict[str, Any]] = []
+        adds: list[list[Any]] = []
+        dels: list[list[Any]] = []
+        for key in view.dirty:
+            kind, what = self._compute(view, key)
+            if kind == "add":
+                if what[0] or what[1]:
+                    adds.append([key[0], key[1], what[0], what[1]])
+                continue
+            new = view.g.get(key)
+            if new is None:
+                if what is not None:
+                    dels.append([key[0], key[1]])
+            elif what != new:
+                sets.append(_copy(new))
+        view.dirty.clear()
+        own = [path, hash_]
+        head: dict[str, Any] = {"own": own}
+        carry = prev or 0
+        depth = 0
+        inline: list[dict[str, Any]] | None = None
+        if carry:
+            depth = self.depth.pop(carry, self.CARRY_DEPTH) + 1
+            if depth > self.CARRY_DEPTH:
+                # Too deep (or a row this object did not write): what it
+                # carries on, stored here.
+                was = stored_inputs(con, [carry]).get(carry, [])
+                g = view.g
+                mine = (path, hash_)
+                inline = [i for i in was if _key(i) not in g and _key(i) != mine]
+                carry = depth = 0
+        self.depth[seq] = depth
+        if len(self.depth) > self.MAX_DEPTHS:  # the oldest: as if too deep
+            for s in list(itertools.islice(self.depth, self.MAX_DEPTHS // 2)):
+                del self.depth[s]
+        text = None
+        entries = len(sets) + len(adds) + len(dels)
+        if view.last:
+            if sets:
+                head["set"] = sets
+            if adds:
+                head["add"] = adds
+            if dels:
+                head["del"] = dels
+            if inline is not None:
+                head["c"] = inline
+            text = _dumps(head)
+        base = view.last
+        if text is None or view.since_snapshot + len(text) > max(
+            view.snapshot_chars, self.SNAPSHOT_MIN
+        ):
+            whole = sorted((_copy(i) for i in view.g.values()), key=_order)
+            head = {"own": own, "g": whole}
+            if inline is not None:
+                head["c"] = inline
+            text = _dumps(head)
+            entries = len(whole) + len(inline or ())
+            view.snapshot_chars = len(text)
+            view.since_snapshot = 0
+            base = 0
+        else:
+            view.since_snapshot += len(text)
+        view.last = seq
+        items = None
+        if not carry and want_items and len(view.g) + len(inline or ()) <= want_items:
+            items = [
+                _strip(i) for i in sorted(view.g.values(), key=_order) if _key(i) != (path, hash_)
+            ] + (inline or [])
+        return WriteInputs(base, carry, text, entries, items)
+
+    def forget_before(self, seq: int) -> None:
+        """Output rows up to ``seq`` were deleted: a view whose previous row
+        was among them is stored whole at its next write."""
+        for view in self.views.values():
+            if view.last <= seq:
+                view.last = 0
+        for s in [s for s in self.depth if s <= seq]:
+            del self.depth[s]
+
+
+def _copy(item: dict[str, Any]) -> dict[str, Any]:
+    out = dict(item)
+    if "locators" in out:
+        out["locators"] = list(out["locators"])
+    if "readers" in out:
+        out["readers"] = list(out["readers"])
+    return out
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def job_reads(con: sqlite3.Connection, job: str, seq: int) -> JobReads:
+    """A job's reads before event ``seq``, from the events table (after a
+    restart, or for a job not kept in memory)."""
+    acc = JobReads(job)
+    acc.writers = {
+        r[0]
+        for r in con.execute(
+            "SELECT DISTINCT proc FROM events WHERE job=? AND kind='write' AND op='write' "
+            "AND seq<?",
+            (job, seq),
+        )
+    }
+    rows = con.execute(
+        "SELECT seq, proc, source, hash, locator, detail, t FROM events "
+        "WHERE job=? AND kind='read' AND seq<? ORDER BY seq",
+        (job, seq),
+    )
+    for s, reader, source, h, locator, detail, t in rows:
+        acc.fold(s, reader, source, h, locator, detail, t)
+    acc.upto = max(acc.upto, seq)
+    return acc
+
+
+# -- output rows as stored
+
+
+def has_refs(con: sqlite3.Connection) -> bool:
+    """Whether ``outputs`` has the ``base`` and ``carry`` columns (format 2)."""
+    cols = {r[1] for r in con.execute("PRAGMA table_info(outputs)")}
+    return {"base", "carry"} <= cols
+
+
+@contextmanager
+def _one_read(con: sqlite3.Connection) -> Iterator[None]:
+    """Queries that see one state of the journal (its thread may store and
+    delete rows between two queries of a reader)."""
+    if con.in_transaction:
+        yield
+        return
+    con.execute("BEGIN")
+    try:
+        yield
+    finally:
+        con.execute("COMMIT")
+
+
+def _apply(view: dict[Key, dict[str, Any]], change: dict[str, Any]) -> None:
+    for path, h in change.get("del", ()):
+        view.pop((path, h), None)
+    for item in change.get("set", ()):
+        view[_key(item)] = item
+    for path, h, locs, readers in change.get("add", ()):
+        item = view.get((path, h))
+        if item is not None:
+            view[(path, h)] = {
+                **item,
+                "locators": item.get("locators", []) + locs,
+                "readers": item.get("readers", []) + readers,
+            }
+
+
+@dataclass
+class Stored:
+    """Output rows read back: whole input lists (``lists``) and, for rows
+    stored by format 2, the writer's view (``views``: key -> item with its
+    order) and the items carried on (``carried``)."""
+
+    lists: dict[int, list[dict[str, Any]]]
+    views: dict[int, dict[Key, dict[str, Any]]]
+    carried: dict[int, list[dict[str, Any]]]
+
+
+def stored_inputs(
+    con: sqlite3.Connection,
+    seqs: Iterable[int],
+    *,
+    refs: dict[int, tuple[int, int]] | None = None,
+) -> dict[int, list[dict[str, Any]]]:
+    """The whole input lists of output rows ``seqs`` (see ``swfs.journal``
+    for how rows store them); ``refs``: seq -> (base, carry) of every row,
+    when already read."""
+    wanted = set(seqs)
+    if not wanted:
+        return {}
+    with _one_read(con):
+        return read_rows(con, wanted, refs=refs).lists
+
+
+def read_rows(
+    con: sqlite3.Connection,
+    wanted: set[int],
+    *,
+    refs: dict[int, tuple[int, int]] | None = None,
+    views_of: set[int] | None = None,
+    carried_of: set[int] | None = None,
+) -> Stored:
+    """Rows ``wanted`` read back (``views_of``, ``carried_of``: rows whose
+    view and carried items are wanted too)."""
+    newer = has_refs(con)
+    views_of = views_of or set()
+    carried_of = carried_of or set()
+    # Every row the wanted ones rest on, and how many rest on each: a row
+    # whose list is needed needs its view and the list of the row it carries
+    # on from; a row whose view is needed, the view of its base.
+    need: set[int] = set()
+    listed: set[int] = set()
+    uses: dict[int, int] = {}  # rows resting on each as their base
+    cuses: dict[int, int] = {}  # rows carrying on from each
+    todo = [(s, True) for s in sorted(wanted | carried_of)] + [(s, False) for s in views_of]
+    while todo:
+        s, as_list = todo.pop()
+        if s in need and (not as_list or s in listed):
+            continue
+        first = s not in need
+        need.add(s)
+        if as_list:
+            listed.add(s)
+        if not newer:
+            continue
+        if refs is not None:
+            b, c = refs.get(s, (0, 0))
+        else:
+            row = con.execute("SELECT base, carry FROM outputs WHERE seq=?", (s,)).fetchone()
+            b, c = row if row is not None else (0, 0)
+        if b and first:
+            uses[b] = uses.get(b, 0) + 1
+            todo.append((b, False))
+        if c and as_list:
+            cuses[c] = cuses.get(c, 0) + 1
+            todo.append((c, True))
+    out = Stored({}, {}, {})
+    views: dict[int, dict[Key, dict[str, Any]]] = {}
+    lists: dict[int, list[dict[str, Any]]] = {}
+    ordered = sorted(need)
+    cols = "base, carry" if newer else "0, 0"
+    for i in range(0, len(ordered), 500):
+        chunk = ordered[i : i + 500]
+        rows = con.execute(
+            f"SELECT seq, {cols}, inputs FROM outputs WHERE seq IN "
+            f"({','.join('?' * len(chunk))}) ORDER BY seq",
+            chunk,
+        )
+        for seq, base, carry, text in rows:
+            data = json.loads(text or "[]")
+            if isinstance(data, list):  # a whole list (format 1)
+                lists[seq] = [_strip(i) for i in data]
+                views[seq] = {_key(i): i for i in data}
+                carried: list[dict[str, Any]] = []
+            else:
+                if "g" in data or not base:
+                    view = {_key(i): i for i in data.get("g", ())}
+                else:
+                    view = _view_of(views, uses, base)
+                    _apply(view, data)
+                views[seq] = view
+                carried = []
+                if seq in wanted or cuses.get(seq) or seq in carried_of:
+                    own = tuple(data.get("own") or ("", None))
+                    if "c" in data:
+                        carried = data["c"]
+                    elif carry:
+                        carried = [
+                            i
+                            for i in lists.get(carry, [])
+                            if _key(i) not in view and _key(i) != own
+                        ]
+                    mine = sorted((i for k, i in view.items() if k != own), key=_order)
+                    lists[seq] = [_strip(i) for i in mine] + carried
+            if seq in wanted:
+                out.lists[seq] = lists[seq]
+            if seq in views_of:
+                out.views[seq] = dict(views[seq])
+            if seq in carried_of:
+                out.carried[seq] = carried
+            _release(views, uses, base)
+            _release(lists, cuses, carry)
+            if not uses.get(seq):  # nothing later rests on it
+                views.pop(seq, None)
+            if not cuses.get(seq):
+                lists.pop(seq, None)
+    return out
+
+
+def _view_of(
+    views: dict[int, dict[Key, dict[str, Any]]], uses: dict[int, int], base: int
+) -> dict[Key, dict[str, Any]]:
+    view = views.get(base)
+    if view is None:
+        return {}  # the row it rests on is missing: what it changed, at least
+    return dict(view) if uses.get(base, 0) > 1 else view
+
+
+def _release(states: dict[int, Any], uses: dict[int, int], r: int) -> None:
+    if r and r in uses:
+        uses[r] -= 1
+        if uses[r] <= 0:
+            del uses[r]
+            states.pop(r, None)
 
 
 # -- locators as people read them
@@ -191,14 +739,23 @@ def _process(row: Sequence[Any]) -> dict[str, Any]:
 
 def outputs(con: sqlite3.Connection) -> list[Output]:
     """Every written file version still in the workspace, oldest first."""
+    with _one_read(con):
+        return _outputs(con)
+
+
+def _outputs(con: sqlite3.Connection) -> list[Output]:
+    refs = None
+    if has_refs(con):
+        refs = {s: (b, c) for s, b, c in con.execute("SELECT seq, base, carry FROM outputs")}
     rows = con.execute(
-        "SELECT o.seq, o.t, o.path, o.hash, o.inputs, o.proc, p.pid, p.name, p.cmdline, o.job "
+        "SELECT o.seq, o.t, o.path, o.hash, o.proc, p.pid, p.name, p.cmdline, o.job "
         "FROM outputs o LEFT JOIN procs p ON p.key = o.proc "
         "WHERE o.superseded=0 AND o.gone=0 ORDER BY o.seq"
-    )
+    ).fetchall()
+    lists = stored_inputs(con, [r[0] for r in rows], refs=refs)
     return [
-        Output(seq, t, path, h, _process(rest), json.loads(inputs))
-        for seq, t, path, h, inputs, *rest in rows
+        Output(seq, t, path, h, _process(rest), lists.get(seq, []))
+        for seq, t, path, h, *rest in rows
     ]
 
 
@@ -371,13 +928,16 @@ def lineage_md(outs: Sequence[Output], changed: Iterable[tuple[str, str, str | N
 
 __all__ = [
     "Graph",
+    "JobReads",
     "Output",
     "build",
     "describe",
-    "inputs_of",
     "input_summary",
+    "job_reads",
     "lineage_md",
     "outputs",
+    "read_rows",
+    "stored_inputs",
     "to_dot",
     "to_prov",
     "to_text",
