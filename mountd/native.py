@@ -431,7 +431,9 @@ class NativeProvider:
                 out["hash"] = state.hash
             if state.baseline_hash is not None:
                 out["baseline_hash"] = state.baseline_hash
-            inputs = self.mount.journal.inputs_xattr(rel, state.hash)
+            # Usually in memory; else rebuilt from the journal's tables (a
+            # few queries, tens of ms for a long job's chain): off the loop.
+            inputs = await self.source.slow(self.mount.journal.inputs_xattr, rel, state.hash)
             if inputs is not None:
                 out["inputs"] = inputs
         return out

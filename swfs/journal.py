@@ -290,6 +290,10 @@ class Journal:
         self.owner = os.getuid()
         self.outputs_version = 0  # moves when a stored write changed lineage
         self._reader: sqlite3.Connection | None = None  # the loop's own
+        # user.sw.inputs read back from the tables, in request threads: a
+        # connection of their own, one query at a time.
+        self._inputs_reader: sqlite3.Connection | None = None
+        self._inputs_lock = threading.Lock()
         self._md: tuple[object, bytes] | None = None
 
     # -- the loop's side: memory only
@@ -459,20 +463,26 @@ class Journal:
 
     def _stored_inputs(self, path: str) -> tuple[str | None, str] | None:
         """``path``'s present output row (what ``_lineage`` stored), for a
-        path no longer among the recently written."""
-        if self._reader is None:
-            self._reader = sqlite3.connect(
+        path no longer among the recently written (run in a request thread:
+        a long job's chain of stored changes takes tens of ms to read)."""
+        with self._inputs_lock:
+            return self._read_inputs(path)
+
+    def _read_inputs(self, path: str) -> tuple[str | None, str] | None:
+        if self._inputs_reader is None:
+            self._inputs_reader = sqlite3.connect(
                 str(self.path), check_same_thread=False, timeout=5, factory=PathSafeConnection
             )
+        con = self._inputs_reader
         try:
-            row = self._reader.execute(
+            row = con.execute(
                 "SELECT seq, hash FROM outputs WHERE path=? AND gone=0 AND superseded=0 "
                 "ORDER BY seq DESC LIMIT 1",
                 (path,),
             ).fetchone()
             if row is None:
                 return None
-            items = stored_inputs(self._reader, [row[0]]).get(row[0], [])
+            items = stored_inputs(con, [row[0]]).get(row[0], [])
         except sqlite3.Error as exc:
             log.debug("inputs of %s: %s", path, exc)
             return None
@@ -498,6 +508,10 @@ class Journal:
         self._db.close()
         if self._reader is not None:
             self._reader.close()
+        with self._inputs_lock:
+            if self._inputs_reader is not None:
+                self._inputs_reader.close()
+                self._inputs_reader = None
 
     def _run(self) -> None:
         request = self.store_dir / FLUSH_REQUEST
