@@ -25,18 +25,6 @@ from swfs.procinfo import Caller, Proc
 # -- the rule as it was: a full scan of the job's reads at each write
 
 
-def _ref_locator(locator: str | None, detail: dict[str, Any]) -> str | None:
-    if locator:
-        return locator.partition("#")[2] or locator
-    if detail.get("lines"):
-        a, b = detail["lines"]
-        return f"lines={a}-{b}"
-    ranges = detail.get("ranges") or []
-    if ranges:
-        return "bytes=" + ",".join(f"{s}-{e - 1}" for s, e in ranges)
-    return None
-
-
 def _ref_inputs_of(
     con: sqlite3.Connection, seq: int, proc: str, job: str, path: str, hash_: str | None
 ) -> list[dict[str, Any]]:
@@ -63,7 +51,7 @@ def _ref_inputs_of(
         item = grouped.setdefault(
             (source, h), {"path": source, "hash": h, "locators": [], "readers": [], "t": t}
         )
-        loc = _ref_locator(locator, json.loads(detail or "{}"))
+        loc = lineage.read_locator(locator, json.loads(detail or "{}"))
         if loc and loc not in item["locators"]:
             item["locators"].append(loc)
         if reader not in item["readers"]:
