@@ -69,6 +69,11 @@ class Access:
     mode: int  # st_mode permission bits (& 0o7777)
 
 
+class UnitTooLarge(Exception):
+    """``view_unit(..., limit=N)``: the unit's stored text is longer than N
+    bytes; the caller reads it where a long read harms nobody."""
+
+
 @dataclass(frozen=True)
 class RenderedUnit:
     """One file under ``.parsed/<rel>/``: its bytes are final (header included)."""
@@ -238,10 +243,15 @@ class WorkspaceAPI(Protocol):
         external change if the stat signature moved.  None if not a regular file."""
         ...
 
-    def preserve(self, rel: RelPath) -> None:
+    def preserve(self, rel: RelPath) -> str | None:
         """*slow*: before bytes of ``rel`` are overwritten in place or truncated,
         make sure its recorded version's bytes are kept.  Raises OSError
-        (ENOSPC) if they cannot be."""
+        (ENOSPC) if they cannot be.  Returns the hash of the version kept,
+        None when none needed keeping."""
+        ...
+
+    def recorded_hash(self, rel: RelPath) -> str | None:
+        """The hash ``rel``'s record names now (cheap: one store lookup)."""
         ...
 
     def preserve_inode(self, rel: RelPath) -> None:
@@ -286,8 +296,11 @@ class WorkspaceAPI(Protocol):
         """The names of the units ``view`` shows, in document order."""
         ...
 
-    def view_unit(self, view: ViewState, name: str) -> RenderedUnit | None:
-        """One unit of ``view``, rendered, read without the others."""
+    def view_unit(
+        self, view: ViewState, name: str, *, limit: int | None = None
+    ) -> RenderedUnit | None:
+        """One unit of ``view``, rendered, read without the others.  With
+        ``limit``, UnitTooLarge when its stored text is longer than that."""
         ...
 
     # -- .review

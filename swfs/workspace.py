@@ -579,10 +579,16 @@ class Workspace(BlobReads):
                 size = min(size, os.lstat(self.abspath(rel)).st_blocks * 512)
         return size <= self.config.max_preserve_bytes and not self.ignore.ignored(rel)
 
-    def preserve(self, rel: RelPath) -> None:
+    def preserve(self, rel: RelPath) -> str | None:
         """*slow*: keep the bytes of ``rel``'s recorded version before they are
-        overwritten in place.  OSError (ENOSPC...) if they cannot be kept."""
-        self._preserve(rel, link=False)
+        overwritten in place.  OSError (ENOSPC...) if they cannot be kept.
+        Returns the hash of the version kept, None when none needed keeping."""
+        return self._preserve(rel, link=False)
+
+    def recorded_hash(self, rel: RelPath) -> str | None:
+        """The hash ``rel``'s record names now (one store lookup)."""
+        rec = self.store.get_file(rel)
+        return rec.hash if rec is not None else None
 
     def preserve_inode(self, rel: RelPath, *, keep_temp: bool = False) -> None:
         """*slow*: keep the bytes of ``rel`` before it is unlinked or renamed over
@@ -593,15 +599,16 @@ class Workspace(BlobReads):
         """*slow*: ``swfs.writesession.InPlaceWrites.begin_write``."""
         return self.writes.begin_write(rel, opener, truncate=truncate)
 
-    def _preserve(self, rel: RelPath, *, link: bool, keep_temp: bool = False) -> None:
+    def _preserve(self, rel: RelPath, *, link: bool, keep_temp: bool = False) -> str | None:
         """Keep the bytes ``rel`` holds now, or raise OSError: ENOSPC (or
         another errno) when the store cannot take them, EIO when the file
         never held still long enough to keep one version of it.  The caller
         must not go on with the write then: the history would lose a version."""
         try:
             for _attempt in range(_PRESERVE_TRIES):
-                if self._preserve_once(rel, link=link, keep_temp=keep_temp):
-                    return
+                done, kept = self._preserve_once(rel, link=link, keep_temp=keep_temp)
+                if done:
+                    return kept
         except lmdb.Error as exc:
             raise _store_oserror(rel, exc) from exc
         log.warning("%s: could not preserve a stable version (the file kept changing)", rel)
@@ -609,29 +616,32 @@ class Workspace(BlobReads):
             errno.EIO, f"{rel}: not written: its bytes kept changing while swfs tried to keep them"
         )
 
-    def _preserve_once(self, rel: RelPath, *, link: bool, keep_temp: bool = False) -> bool:
-        """One try: True when the bytes are kept (or need no keeping), False
-        when the file changed meanwhile and the caller should try again."""
+    def _preserve_once(
+        self, rel: RelPath, *, link: bool, keep_temp: bool = False
+    ) -> tuple[bool, str | None]:
+        """One try: (True, hash of the version kept) when its bytes are kept,
+        (True, None) when none need keeping, (False, None) when the file
+        changed meanwhile and the caller should try again."""
         state = self.check_file(rel)
         if state is None:
             # Gone or not a regular file: nothing to keep.  Otherwise it was
             # written while being hashed, and no version of it is known yet.
-            return not self._is_regular(rel)
+            return not self._is_regular(rel), None
         rec = self.store.get_file(rel)
         if rec is None:
-            return False
+            return False, None
         if not self._keeps_bytes(rel, rec.size):
-            return True
+            return True, None
         if link and not keep_temp and history.is_ephemeral(self, rel, self.store.get_versions(rel)):
-            return True  # a temp file deleted or renamed over keeps no history, nor bytes
+            return True, None  # a temp file deleted or renamed over keeps no history, nor bytes
         if not link and self._replaced_soon(rel, rec.hash):
-            return True  # a burst's last version is replaced, not kept (swfs.versioning)
+            return True, None  # a burst's last version is replaced, not kept (swfs.versioning)
         path = Path(self.abspath(rel))
         if link and self.staging is not None and not self.staging.in_upper(rel):
             link = False  # SRC's inode lives on until a commit: the blob gets a copy
         if self.blobs.has(rec.hash):
             if link or not self._shares_inode(rec.hash, path):
-                return True
+                return True, rec.hash
             # An unlink or rename that was to follow preserve_inode() failed,
             # and the file is about to be written in place: its inode must not
             # stay the blob's, or the write would change history.
@@ -649,10 +659,10 @@ class Workspace(BlobReads):
             # Changed behind our back since the last check: record that
             # version first, then keep its bytes.
             self.check_file(rel, force=True)
-            return False
+            return False, None
         except FileNotFoundError:
-            return True  # unlinked meanwhile: no write can reach these bytes
-        return True
+            return True, None  # unlinked meanwhile: no write can reach these bytes
+        return True, rec.hash
 
     def _replaced_soon(self, rel: str, h: str) -> bool:
         """Whether the in-place write about to happen makes a version that
@@ -859,8 +869,10 @@ class Workspace(BlobReads):
     def view_unit_names(self, view: ViewState) -> Sequence[str]:
         return views.unit_names(self.store, view)
 
-    def view_unit(self, view: ViewState, name: str) -> RenderedUnit | None:
-        return views.unit(self.store, view, name, self.parse_progress)
+    def view_unit(
+        self, view: ViewState, name: str, *, limit: int | None = None
+    ) -> RenderedUnit | None:
+        return views.unit(self.store, view, name, self.parse_progress, limit=limit)
 
     def parse_progress(self, rel: str) -> str:
         """How far the parse of ``rel`` has got, in words (the daemon's engine

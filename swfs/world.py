@@ -48,6 +48,7 @@ from .api import (
     RelPath,
     RenderedUnit,
     ReviewEntry,
+    UnitTooLarge,
     Version,
     ViewState,
 )
@@ -415,6 +416,10 @@ class World(BlobReads):
     def check_file(self, rel: RelPath) -> FileState | None:
         return self.file_state(rel)
 
+    def recorded_hash(self, rel: RelPath) -> str | None:
+        rec = self.records.get(rel)
+        return None if rec is None else str(rec.hash)
+
     def _refuse(self, *_: Any) -> Any:
         raise OSError(errno.EROFS, os.strerror(errno.EROFS))
 
@@ -461,12 +466,17 @@ class World(BlobReads):
             return [u[0] for u in mine.units]
         return views.unit_names(self.store, view)
 
-    def view_unit(self, view: ViewState, name: str) -> RenderedUnit | None:
+    def view_unit(
+        self, view: ViewState, name: str, *, limit: int | None = None
+    ) -> RenderedUnit | None:
         mine = self._mine(view)
         if mine is not None:
-            unit = next((views.render(view, *u) for u in mine.units if u[0] == name), None)
+            found = next((u for u in mine.units if u[0] == name), None)
+            if found is not None and limit is not None and len(found[2]) > limit:
+                raise UnitTooLarge(f"{name}: {len(found[2])} characters")
+            unit = None if found is None else views.render(view, *found)
         else:
-            unit = views.unit(self.store, view, name, self.parse_progress)
+            unit = views.unit(self.store, view, name, self.parse_progress, limit=limit)
         if unit is None:
             return None
         # The header names the world too (one more attribute, at the end).

@@ -60,7 +60,15 @@ class History(Protocol):
     """What the write protocol needs of the engine."""
 
     def check_file(self, rel: RelPath) -> FileState | None: ...
-    def preserve(self, rel: RelPath) -> None: ...
+    def preserve(self, rel: RelPath) -> str | None:
+        """The hash of the recorded version whose bytes are kept now, or None
+        when nothing needed keeping (or nothing can be said of it)."""
+        ...
+
+    def recorded_hash(self, rel: RelPath) -> str | None:
+        """Cheap: the hash the record of ``rel`` names now."""
+        ...
+
     def preserve_inode(self, rel: RelPath) -> None: ...
     def record_write(self, rel: RelPath) -> FileState | None: ...
     def record_rename(self, old: RelPath, new: RelPath) -> None: ...
@@ -71,9 +79,13 @@ class History(Protocol):
 @dataclass
 class _Kept:
     """Shared by every session on one inode: whether the bytes an in-place
-    change would destroy are kept.  Any record of a new version resets it."""
+    change would destroy are kept.  A record of a new version resets it:
+    the engine's notice for the file finds the record naming another hash
+    than ``hash``, the version whose bytes were kept (notices for views, or
+    late ones for the very record that was kept, leave it alone)."""
 
     preserved: bool = False
+    hash: str | None = None
 
 
 def _moved(rel: str, old: str, new: str) -> str | None:
@@ -125,8 +137,8 @@ class InPlaceSession:
         if self._kept.preserved or rel is None:
             return
         with self._writes.changing(rel):
-            self._writes.history.preserve(RelPath(rel))
-        self._kept.preserved = True
+            kept = self._writes.history.preserve(RelPath(rel))
+        self._writes.kept(self._kept, rel, kept)
 
     def write(self, off: int, buf: bytes) -> int:
         self.preserve()  # a no-op unless a record came in since needs_preserve
@@ -276,13 +288,15 @@ class InPlaceWrites:
             except Exception:
                 # Advisory: a failure here must not keep anyone from their file.
                 log.exception("check_file(%r) failed", rel)
-            if truncate:
-                self.history.preserve(RelPath(rel))
+            kept = self.history.preserve(RelPath(rel)) if truncate else None
             fd = opener()
             try:
                 # check_file above may just have recorded a change made behind
                 # the mount: a write must keep that version first.
-                return self._session(rel, fd, preserved=truncate, dirty=truncate)
+                s = self._session(rel, fd, preserved=False, dirty=truncate)
+                if truncate:
+                    self.kept(s._kept, rel, kept)
+                return s
             except BaseException:
                 os.close(fd)
                 raise
@@ -298,7 +312,7 @@ class InPlaceWrites:
             kept = self._kept.get(key)
             if kept is None:
                 kept = self._kept[key] = _Kept()
-            kept.preserved = preserved
+            kept.preserved, kept.hash = preserved, None
             s = InPlaceSession(self, rel, fd, key, kept, dirty=dirty)
             self._sessions.add(s)
         return s
@@ -309,9 +323,34 @@ class InPlaceWrites:
             if not any(s.key == session.key for s in self._sessions):
                 self._kept.pop(session.key, None)
 
+    def kept(self, kept: _Kept, rel: str, h: str | None) -> None:
+        """A preserve of ``rel`` kept the bytes of version ``h`` (None: nothing
+        needed keeping).  Kept for good only while the record still names
+        ``h``: a record that landed meanwhile sent its notice (``changed``)
+        before this check, so its bytes are kept by the next change's own
+        preserve.  Any record after the check sends a notice after it."""
+        with self._lock:
+            if h is None:
+                kept.preserved, kept.hash = True, None
+                return
+            now = self.history.recorded_hash(RelPath(rel))
+            kept.preserved = now == h
+            kept.hash = h if kept.preserved else None
+
     def changed(self, rel: str) -> None:
         """The engine recorded something new for ``rel`` (a listener, any
-        thread): the next in-place change must keep those bytes first."""
+        thread): the next in-place change must keep those bytes first,
+        unless they are the ones kept already."""
+        with self._lock:
+            if not any(s.rel == rel for s in self._sessions):
+                return
+        # Read before the lock, never under it: the record this notice is
+        # for is in the store already, and a later record sends its own.
+        try:
+            now = self.history.recorded_hash(RelPath(rel))
+        except Exception:
+            log.exception("recorded_hash(%r) failed", rel)
+            now = None
         with self._lock:
             sessions = [s for s in self._sessions if s.rel == rel]
             # Not while the mount is changing the file (a session dirty since
@@ -323,7 +362,8 @@ class InPlaceWrites:
             if any(s.dirty for s in sessions):
                 return
             for s in sessions:
-                s._kept.preserved = False
+                if now is None or s._kept.hash != now:
+                    s._kept.preserved = False
 
     # -- changes of names
 
@@ -368,11 +408,14 @@ class InPlaceWrites:
         """A truncate by path (no open descriptor)."""
         r = RelPath(rel)
 
+        def prepare() -> None:
+            self.history.preserve(r)
+
         def commit() -> None:
             self.changed(rel)
             self.history.record_write(r)
 
-        return Change(self, [rel], lambda: self.history.preserve(r), commit)
+        return Change(self, [rel], prepare, commit)
 
     def _dirty_sessions(self, *rels: str) -> list[InPlaceSession]:
         with self._lock:

@@ -317,3 +317,71 @@ def test_a_parse_landing_midway_through_a_write_records_no_torn_version(
     s.write(0, new)
     s.release()
     assert versions(eng, "a.txt") == b3(OLD, new)
+
+
+def test_a_notice_for_the_kept_version_keeps_nothing_again(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two writers: A's record (and notices that come late for it, such as
+    its parse landing) must make B keep A's bytes once, and only once."""
+    calls: list[str] = []
+    real = engine.preserve
+    monkeypatch.setattr(engine, "preserve", lambda rel: (calls.append(rel), real(rel))[1])
+    a = engine.begin_write("a.txt", opener(engine, "a.txt"), truncate=False)
+    b = engine.begin_write("a.txt", opener(engine, "a.txt"), truncate=False)
+    a.write(0, b"A")
+    a.sync(False)  # records A's version
+    recorded = engine.recorded_hash(RelPath("a.txt"))
+    assert recorded == blake3.blake3(b"A" + OLD[1:]).hexdigest()
+    assert b.needs_preserve  # A's bytes are not kept yet
+    b.preserve()
+    assert blake3.blake3(engine.blobs.read_bytes(recorded)).hexdigest() == recorded
+    engine.writes.changed("a.txt")  # a late notice for the record B kept
+    engine.writes.changed("a.txt")  # or one for its view
+    assert not b.needs_preserve
+    b.write(1, b"B")
+    assert calls == ["a.txt", "a.txt"]  # A's first write, then B's, once
+    b.sync(False)
+    assert b.needs_preserve  # B's own record: its bytes are kept before the next change
+    a.release()
+    b.release()
+
+
+def test_a_notice_for_a_newer_record_keeps_again(engine: Engine) -> None:
+    b = engine.begin_write("a.txt", opener(engine, "a.txt"), truncate=False)
+    b.preserve()
+    assert not b.needs_preserve
+    # A version recorded behind B's back (a change behind the mount, found
+    # by a check): its notice names another hash than the one B kept.
+    (engine.src / "a.txt").write_bytes(b"changed behind the mount\n")
+    engine.check_file(RelPath("a.txt"), force=True)
+    assert b.needs_preserve
+    b.write(0, b"X")
+    b.release()
+    hashes = versions(engine, "a.txt")
+    assert blake3.blake3(b"changed behind the mount\n").hexdigest() in hashes
+
+
+def test_a_record_landing_during_a_preserve_is_kept_by_the_write(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The preserve kept the old version; a record landed before it
+    finished: the session must not believe the new version kept."""
+    b = engine.begin_write("a.txt", opener(engine, "a.txt"), truncate=False)
+    real = engine.preserve
+
+    def preserve_then_record(rel: RelPath) -> str | None:
+        kept = real(rel)
+        (engine.src / "a.txt").write_bytes(b"recorded meanwhile\n")
+        engine.check_file(RelPath("a.txt"), force=True)
+        return kept
+
+    monkeypatch.setattr(engine, "preserve", preserve_then_record)
+    b.preserve()
+    assert b.needs_preserve
+    monkeypatch.setattr(engine, "preserve", real)
+    b.write(0, b"Z")
+    b.release()
+    meanwhile = blake3.blake3(b"recorded meanwhile\n").hexdigest()
+    assert meanwhile in versions(engine, "a.txt")
+    assert engine.blobs.read_bytes(meanwhile) == b"recorded meanwhile\n"
