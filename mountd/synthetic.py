@@ -39,6 +39,7 @@ from swfs.api import (
     RelPath,
     RenderedUnit,
     ReviewEntry,
+    UnitTooLarge,
     Version,
     ViewState,
 )
@@ -52,6 +53,10 @@ INDEX_TTL = 2.0  # seconds a cached listing is trusted without a change event
 REBUILD_EVERY = 0.5  # seconds between rebuilds for lookups that hit the cached listing
 STATE_CACHE = 256  # view states and unit-name lists kept (a few fields each)
 UNIT_CACHE = 64  # rendered units kept: an open asks on lookup, getattr and open
+# A unit whose stored text is at most this long is read on the loop: a few
+# store lookups (about 20 us each) cost far less than a trip to a worker
+# thread and back (0.3-1 ms of wake-ups here).  Longer ones go to a thread.
+ON_LOOP_UNIT = 64 * 1024
 SNAPSHOTS = "@snapshots"
 PENDING = "pending.md"  # the one unit of a view not parsed yet
 PENDING_KEPT = 60.0  # seconds a listed pending.md stays readable after its parse ended
@@ -299,7 +304,9 @@ class ParsedTree(Base):
             self._states.move_to_end(rel)
             return hit[2]
         gen = self.gen.value
-        state = await self.call(self.engine.view_state, RelPath(rel))
+        # On the loop: a view's state is a file record and a parse status,
+        # a few store lookups whatever the document's size (see ON_LOOP_UNIT).
+        state = self.engine.view_state(RelPath(rel))
         self._states[rel] = (gen, now, state)
         self._states.move_to_end(rel)
         while len(self._states) > STATE_CACHE:
@@ -319,7 +326,10 @@ class ParsedTree(Base):
         if hit is not None and hit[0] == view and view.freshness is not Freshness.PENDING:
             self._units.move_to_end(key)
             return view, hit[1]
-        unit = await self.call(self.engine.view_unit, view, name)
+        try:
+            unit = self.engine.view_unit(view, name, limit=ON_LOOP_UNIT)
+        except UnitTooLarge:
+            unit = await self.call(self.engine.view_unit, view, name)
         self._units[key] = (view, unit)
         while len(self._units) > UNIT_CACHE:
             self._units.popitem(last=False)

@@ -113,6 +113,8 @@ from typing import Any
 import blake3
 import lmdb
 
+from .api import UnitTooLarge
+
 log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 3
@@ -674,10 +676,17 @@ class Store:
             return [decode_unit(raw) for raw in self._ordinals(cur, parse_key(h, parser))]
 
     def get_unit(
-        self, h: str, parser: str, name: str, txn: lmdb.Transaction | None = None
+        self,
+        h: str,
+        parser: str,
+        name: str,
+        txn: lmdb.Transaction | None = None,
+        *,
+        limit: int | None = None,
     ) -> UnitText | None:
         """The unit ``name`` of a parse: one lookup of its name, one of its
-        bytes, whatever the number of units."""
+        bytes, whatever the number of units.  UnitTooLarge when its record is
+        longer than ``limit`` bytes (checked before it is decoded)."""
         prefix = unit_prefix(parse_key(h, parser))
         with self._buffers(txn) as t:
             db = self.dbs["units"]
@@ -687,6 +696,8 @@ class Store:
             raw = t.get(prefix + b"o" + bytes(ordinal), db=db)
             if raw is None:
                 return None
+            if limit is not None and len(raw) > limit:
+                raise UnitTooLarge(f"{name}: {len(raw)} bytes")
             unit = decode_unit(raw)
         return unit if unit[0] == name else None
 

@@ -156,11 +156,14 @@ def _synthetic(view: ViewState, name: str, progress: Progress) -> RenderedUnit |
     return render(view, name, "pending", text)
 
 
-def unit(store: Store, view: ViewState, name: str, progress: Progress) -> RenderedUnit | None:
-    """The unit ``name`` of ``view``, read from the store without the others."""
+def unit(
+    store: Store, view: ViewState, name: str, progress: Progress, *, limit: int | None = None
+) -> RenderedUnit | None:
+    """The unit ``name`` of ``view``, read from the store without the others
+    (UnitTooLarge past ``limit`` bytes of stored text)."""
     if view.freshness is Freshness.FAILED or _pending(view):
         return _synthetic(view, name, progress)
-    found = store.get_unit(view.source_hash or "", view.parser or "", name)
+    found = store.get_unit(view.source_hash or "", view.parser or "", name, limit=limit)
     return None if found is None else render(view, *found)
 
 

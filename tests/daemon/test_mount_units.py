@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import threading
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,8 +19,8 @@ import trio
 from mountd.nodes import InodeTable, Tree
 from mountd.operations import Operations, handler
 from mountd.options import MountOptions
-from mountd.synthetic import Generation, ParsedTree, VersionsTree, version_name
-from swfs.api import Cause, Hash, RelPath, Version
+from mountd.synthetic import ON_LOOP_UNIT, Generation, ParsedTree, VersionsTree, version_name
+from swfs.api import Cause, Hash, RelPath, UnitTooLarge, Version
 from swfs.engine import Engine
 from swfs.workspace import Config
 from tests.enginewrap import Watched
@@ -289,9 +290,9 @@ def test_opening_one_unit_asks_for_that_unit_only(
     for method in ("view_state", "view_unit_names", "view_unit", "parsed_view"):
         real = getattr(engine, method)
 
-        def counting(*args: Any, _real: Any = real, _name: str = method) -> Any:
+        def counting(*args: Any, _real: Any = real, _name: str = method, **kw: Any) -> Any:
             asked.append(_name)
-            return _real(*args)
+            return _real(*args, **kw)
 
         monkeypatch.setattr(engine, method, counting)
 
@@ -305,6 +306,49 @@ def test_opening_one_unit_asks_for_that_unit_only(
         assert await tree.entry("d/a.txt/page-0001.md") is None
 
     run(main)
+
+
+def test_small_units_are_read_on_the_loop_and_large_ones_in_a_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A unit's few store lookups cost less than a trip to a worker thread,
+    so a small one is read on the loop; one past ON_LOOP_UNIT bytes is read
+    in a thread, and both come back whole."""
+    src = tmp_path / "src"
+    src.mkdir()
+    small = "small unit\n"
+    large = "".join(f"line {i} of a long unit\n" for i in range(ON_LOOP_UNIT // 10))
+    (src / "small.txt").write_text(small)
+    (src / "large.txt").write_text(large)
+    with Engine.open(src, config=Config(rescan_interval=0)) as e:
+        trio.run(e.drain)
+        engine = Watched(e)
+        tree = ParsedTree(engine, Generation(), MountOptions())
+        where: dict[str, list[str]] = {}
+        real = engine.view_unit
+
+        def watching(view: Any, name: str, **kw: Any) -> Any:
+            try:
+                return real(view, name, **kw)
+            except UnitTooLarge:
+                where.setdefault(view.rel, []).append("refused")
+                raise
+            finally:
+                thread = threading.current_thread() is threading.main_thread()
+                where.setdefault(view.rel, []).append("loop" if thread else "thread")
+
+        monkeypatch.setattr(engine, "view_unit", watching)
+
+        async def main() -> None:
+            for rel, text in (("small.txt", small), ("large.txt", large)):
+                unit = await tree.entry(f"{rel}/content.txt")
+                assert unit is not None
+                assert unit.data is not None
+                assert unit.data.decode().endswith(text)
+                assert unit.size == len(unit.data)
+
+        run(main)
+        assert where == {"small.txt": ["loop"], "large.txt": ["refused", "loop", "thread"]}
 
 
 def test_lookups_do_not_rebuild_listings_on_every_change(
