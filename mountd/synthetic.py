@@ -57,6 +57,7 @@ UNIT_CACHE = 64  # rendered units kept: an open asks on lookup, getattr and open
 # store lookups (about 20 us each) cost far less than a trip to a worker
 # thread and back (0.3-1 ms of wake-ups here).  Longer ones go to a thread.
 ON_LOOP_UNIT = 64 * 1024
+ON_LOOP_NAMES = 1000  # a view with more units than this is listed in a thread
 SNAPSHOTS = "@snapshots"
 PENDING = "pending.md"  # the one unit of a view not parsed yet
 PENDING_KEPT = 60.0  # seconds a listed pending.md stays readable after its parse ended
@@ -340,7 +341,10 @@ class ParsedTree(Base):
         if hit is not None and hit[0] == view and view.freshness is not Freshness.PENDING:
             self._names.move_to_end(view.rel)
             return hit[1]
-        names = await self.call(self.engine.view_unit_names, view)
+        try:
+            names = self.engine.view_unit_names(view, limit=ON_LOOP_NAMES)
+        except UnitTooLarge:
+            names = await self.call(self.engine.view_unit_names, view)
         self._names[view.rel] = (view, names)
         while len(self._names) > STATE_CACHE:
             self._names.popitem(last=False)

@@ -292,8 +292,9 @@ class WorkspaceAPI(Protocol):
         Costs the same for a 40-page and a 24,000-page document."""
         ...
 
-    def view_unit_names(self, view: ViewState) -> Sequence[str]:
-        """The names of the units ``view`` shows, in document order."""
+    def view_unit_names(self, view: ViewState, *, limit: int | None = None) -> Sequence[str]:
+        """The names of the units ``view`` shows, in document order.  With
+        ``limit``, UnitTooLarge when there are more than that."""
         ...
 
     def view_unit(

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from . import hashform
-from .api import Freshness, Hash, RelPath, RenderedUnit, ViewState
+from .api import Freshness, Hash, RelPath, RenderedUnit, UnitTooLarge, ViewState
 from .store import FileRecord, Store
 
 short_hash = hashform.label
@@ -118,12 +118,19 @@ def _pending(view: ViewState) -> bool:
     return view.source_hash is None and view.freshness is not Freshness.FAILED
 
 
-def unit_names(store: Store, view: ViewState) -> list[str]:
+def unit_names(store: Store, view: ViewState, *, limit: int | None = None) -> list[str]:
+    """The names of ``view``'s units; UnitTooLarge when the parse has more
+    than ``limit`` of them (counted from its record, before any is read)."""
     if view.freshness is Freshness.FAILED:
         return [ERROR_UNIT]
     if _pending(view):
         return [PENDING_UNIT]
-    return [u.name for u in store.unit_names(view.source_hash or "", view.parser or "")]
+    h, parser = view.source_hash or "", view.parser or ""
+    if limit is not None:
+        record = store.get_parse(h, parser)
+        if record is not None and record.units > limit:
+            raise UnitTooLarge(f"{view.rel}: {record.units} units")
+    return [u.name for u in store.unit_names(h, parser)]
 
 
 def render(view: ViewState, name: str, locator: str, text: str) -> RenderedUnit:

@@ -866,8 +866,8 @@ class Workspace(BlobReads):
             return None
         return views.view_state(self.store, rel, rec, freshness)
 
-    def view_unit_names(self, view: ViewState) -> Sequence[str]:
-        return views.unit_names(self.store, view)
+    def view_unit_names(self, view: ViewState, *, limit: int | None = None) -> Sequence[str]:
+        return views.unit_names(self.store, view, limit=limit)
 
     def view_unit(
         self, view: ViewState, name: str, *, limit: int | None = None

@@ -460,11 +460,13 @@ class World(BlobReads):
             error=(error or "parse failed") if freshness is Freshness.FAILED else None,
         )
 
-    def view_unit_names(self, view: ViewState) -> Sequence[str]:
+    def view_unit_names(self, view: ViewState, *, limit: int | None = None) -> Sequence[str]:
         mine = self._mine(view)
         if mine is not None:
+            if limit is not None and len(mine.units) > limit:
+                raise UnitTooLarge(f"{view.rel}: {len(mine.units)} units")
             return [u[0] for u in mine.units]
-        return views.unit_names(self.store, view)
+        return views.unit_names(self.store, view, limit=limit)
 
     def view_unit(
         self, view: ViewState, name: str, *, limit: int | None = None

@@ -16,6 +16,7 @@ import pyfuse3
 import pytest
 import trio
 
+from mountd import synthetic
 from mountd.nodes import InodeTable, Tree
 from mountd.operations import Operations, handler
 from mountd.options import MountOptions
@@ -261,9 +262,11 @@ def test_a_view_is_loaded_once_per_listing(engine: Any, monkeypatch: pytest.Monk
     for method in ("view_state", "view_unit_names", "parsed_view"):
         real = getattr(engine, method)
 
-        def counting(arg: Any, *rest: Any, _real: Any = real, _name: str = method) -> Any:
+        def counting(
+            arg: Any, *rest: Any, _real: Any = real, _name: str = method, **kw: Any
+        ) -> Any:
             loads.append(f"{_name} {getattr(arg, 'rel', arg)}")
-            return _real(arg, *rest)
+            return _real(arg, *rest, **kw)
 
         monkeypatch.setattr(engine, method, counting)
 
@@ -349,6 +352,39 @@ def test_small_units_are_read_on_the_loop_and_large_ones_in_a_thread(
 
         run(main)
         assert where == {"small.txt": ["loop"], "large.txt": ["refused", "loop", "thread"]}
+
+
+def test_a_view_with_many_units_is_listed_in_a_thread(
+    engine: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Unit names come from the loop while the parse record counts at most
+    ON_LOOP_NAMES units; past that the store refuses there (before reading
+    any name) and the listing is read in a thread, whole."""
+    where: list[str] = []
+    real = engine.view_unit_names
+
+    def watching(view: Any, **kw: Any) -> Any:
+        on_loop = threading.current_thread() is threading.main_thread()
+        try:
+            return real(view, **kw)
+        except UnitTooLarge:
+            where.append("refused")
+            raise
+        finally:
+            where.append("loop" if on_loop else "thread")
+
+    monkeypatch.setattr(engine, "view_unit_names", watching)
+
+    async def listing() -> list[str]:
+        tree = ParsedTree(engine, Generation(), MountOptions())
+        return list(await tree.children("d/a.txt"))
+
+    assert run(listing) == ["content.txt"]
+    assert where == ["loop"]
+    where.clear()
+    monkeypatch.setattr(synthetic, "ON_LOOP_NAMES", 0)  # one unit is too many now
+    assert run(listing) == ["content.txt"]
+    assert where == ["refused", "loop", "thread"]
 
 
 def test_lookups_do_not_rebuild_listings_on_every_change(
