@@ -163,7 +163,8 @@ def register(c: Commands) -> None:
         "--rescan-interval",
         type=float,
         default=30.0,
-        help="seconds between scans for changes made behind the mount",
+        help="seconds between scans for changes made behind the mount (a backstop for "
+        "the change feed; at least 50 times the last scan's length)",
     )
     sp.add_argument(
         "--temp-lifetime",

@@ -38,6 +38,13 @@ from .workspace import Config, Workspace, WorkspaceError
 
 log = logging.getLogger(__name__)
 
+# The periodic rescan is a backstop (the change feed sees changes behind the
+# mount within a second): it may take at most 1/RESCAN_DUTY of the daemon's
+# time.  A scan of a large tree is a second or more of Python under the GIL,
+# and every FUSE request that comes in meanwhile waits for the GIL, so after a
+# scan that took T seconds the next waits at least RESCAN_DUTY * T.
+RESCAN_DUTY = 50
+
 
 class ParseQueue:
     """Paths waiting for a parse, coalesced, with a front lane for readers."""
@@ -359,13 +366,17 @@ class Engine(Workspace):
         interval = self.config.rescan_interval
         if not math.isfinite(interval) or interval <= 0:
             return
+        took = 0.0
         while True:
-            await trio.sleep(interval)
+            await trio.sleep(rescan_wait(interval, took))
+            start = time.monotonic()
             try:
                 stats = await trio.to_thread.run_sync(self.scan)
             except Exception:
                 log.exception("periodic rescan failed")
                 continue
+            finally:
+                took = time.monotonic() - start
             if stats.added or stats.changed or stats.removed:
                 log.info(
                     "rescan: %d added, %d changed, %d removed",
@@ -418,3 +429,9 @@ def _embed_model(directory: str | None) -> Any:
         return EmbedModel.load(directory)
     except (ModelError, OSError) as exc:
         raise WorkspaceError(f"--embed-model: {exc}") from None
+
+
+def rescan_wait(interval: float, took: float) -> float:
+    """Seconds before the next periodic rescan: ``--rescan-interval``, or
+    RESCAN_DUTY times the last scan's length when that is longer."""
+    return max(interval, RESCAN_DUTY * took)

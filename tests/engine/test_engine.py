@@ -4,16 +4,18 @@ the review and the journal, on real folders."""
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
 
 from swfs.api import ChangeStatus, Freshness, RelPath
-from swfs.engine import Engine
+from swfs.engine import Engine, rescan_wait
 from swfs.fsutil import hash_file
-from swfs.workspace import Config
+from swfs.workspace import Config, ScanStats
 
 
 @pytest.fixture
@@ -353,3 +355,31 @@ def test_unchanged_hash_is_the_recorded_hash_only_while_the_stat_matches(
     assert engine.unchanged_hash(RelPath("docs/never.txt"), os.stat(path)) is None
     engine.check_file(rel)
     assert engine.unchanged_hash(rel, os.stat(path)) == hash_file(path)
+
+
+def test_the_backstop_rescan_waits_fifty_times_its_length(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A scan of a large tree holds the GIL for seconds and every request
+    waits meanwhile: the next scan waits RESCAN_DUTY times as long as the
+    last one took, however short --rescan-interval is."""
+    src = tmp_path / "src"
+    src.mkdir()
+    with Engine.open(src, tmp_path / "store", config=Config(rescan_interval=0.01)) as eng:
+        scans: list[float] = []
+
+        def slow_scan() -> Any:
+            scans.append(time.monotonic())
+            time.sleep(0.05)  # 50 x 0.05 s = 2.5 s before the next
+            return ScanStats()
+
+        monkeypatch.setattr(eng, "scan", slow_scan)
+
+        async def main() -> None:
+            with trio.move_on_after(2.0):
+                await eng._rescan_loop()
+
+        trio.run(main)
+    assert len(scans) == 1, scans
+    assert rescan_wait(30.0, 0.1) == 30.0
+    assert rescan_wait(30.0, 2.0) == 100.0
