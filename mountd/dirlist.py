@@ -32,18 +32,41 @@ What that asks of the daemon, and how it is met:
   listing the kernel serves from its cache reaches no daemon: it is
   recorded when the kernel asks, not again for each process that repeats it.
 * Only directories whose every change is invalidated keep their listing in
-  the kernel: the native tree, and each file's directory of ``.parsed``
-  (its units are named by the file's hash: a new hash, or the parse of one,
-  is a change event).  Every other generated directory (the roots, folders,
-  ``.search``, whose listing is the caller's own queries, ``.tab``,
-  ``.render``, ``.versions``, ``.review``) has its listing dropped from the
-  kernel's cache at the READDIR that ends it (``_forget_listing``), before
-  the reply that would mark the cache complete: every listing of it reaches
-  the daemon, as with OPENDIR, and one made for one caller is never served
-  to the next.  That takes no page lock a pending request holds (READDIR
-  holds none while it waits), so it is safe inside the handler.  It drops
-  the directory's attributes too: a path walk through it asks for them once
-  after each listing.
+  the kernel:
+
+  - the native tree;
+  - each file's directory of ``.parsed`` (its units are named by the file's
+    hash: a new hash, or the parse of one, is a change event for the file);
+  - the root of ``.parsed`` and its folders, which mirror the native tree:
+    a folder lists the names below it that have views, and that set changes
+    only with a change event for a path below it (a file recorded, removed,
+    renamed, parsed, found unsupported: ``Workspace.parsed_paths``).  The
+    invalidator maps each event's path to the folders above it
+    (``Invalidator._kept_above``: ``.parsed/a/b/`` and ``.parsed/a/`` for
+    ``a/b/x.pdf``, which drops a folder that appeared or went with it);
+  - ``.review`` and its folders: they list the changed files (and the
+    root's summaries), which any change event may change, and every event
+    drops every node of ``.review`` from the kernel's caches (its ``scope``
+    is every file).
+
+  A kept generated folder's mtime moves with each event that drops it
+  (``Generation.below_ns``; for ``.review``, the last event), so a listing
+  taken just before a change and cached by the kernel just after the
+  invalidation is caught as the native tree's is (below).  Who may read it
+  comes from the native folder: a chmod through the mount, or one behind it
+  (the change feed), drops its attributes.
+
+  Every other generated directory (``.search``, whose listing is the
+  caller's own queries, ``.tab``, ``.render``, ``.versions``, whose
+  ``@snapshots`` and versions change without a change event: a snapshot
+  taken, a ``gc``) has its listing dropped from the kernel's cache at the
+  READDIR that ends it (``_forget_listing``), before the reply that would
+  mark the cache complete: every listing of it reaches the daemon, as with
+  OPENDIR, and one made for one caller is never served to the next.  That
+  takes no page lock a pending request holds (READDIR holds none while it
+  waits), so it is safe inside the handler.  It drops the directory's
+  attributes too: a path walk through it asks for them once after each
+  listing.
 * A new tab (``swfs tab new``) drops every listing the kernel keeps
   (``watch_tabs``), so the first listing of each directory in the tab is
   recorded for it (``unopened.md``).

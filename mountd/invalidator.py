@@ -30,6 +30,7 @@ from swfs.api import RelPath
 
 if TYPE_CHECKING:
     from mountd.operations import Operations
+    from mountd.router import Router
 
 log = logging.getLogger(__name__)
 
@@ -197,12 +198,23 @@ class Invalidator:
                 parent = self.table.find_native(split(rel)[0])
                 if parent is not None and self._lstat(rel) is not None:
                     inodes.add(parent.ino)
+        router = self.ops.router
+        for rel in external:
+            # Who may read it may have changed (a chmod behind the mount): the
+            # generated nodes that show it take their owner and bits from it.
+            for tree, prefix in router.below(rel):
+                if prefix == rel:
+                    attrs.update(n.ino for n in self.table.synthetic_below(tree, prefix))
         if not rels:  # nothing the engine shows changed: the generated trees hold
             return _Invalidation(sorted(inodes), sorted(attrs - inodes), entries, dirs)
-        router = self.ops.router
         below = {key for rel in rels for key in router.below(rel)}
         for tree, prefix in sorted(below):
             synthetic += self.table.synthetic_below(tree, prefix)
+        # The folders above: a kept listing of each names the path, or the
+        # folder that holds it, which may have appeared or gone with it.
+        kept, emptied = self._kept_above({rel for rel in rels if rel}, router)
+        inodes.update(n.ino for n in kept)
+        dirs += emptied
         for n in synthetic:
             inodes.add(n.ino)
             if n.spath:
@@ -215,6 +227,38 @@ class Invalidator:
             if root is not None:
                 inodes.add(root.ino)
         return _Invalidation(sorted(inodes), sorted(attrs - inodes), entries, dirs)
+
+    def _kept_above(self, rels: AbstractSet[str], router: Router) -> tuple[list[Node], list[Node]]:
+        """The generated folders above ``rels`` whose listing the kernel keeps
+        (in the trees whose paths start with a source file's path: a folder
+        lists the names below it), and those of them that may be gone with
+        a path below them (one no longer a file: removed, renamed away)."""
+        trees = [
+            t for t, source in router.trees.items() if getattr(source, "scope", "file") == "file"
+        ]
+        above: dict[str, list[Node]] = {}  # folder of a path -> the kept folders above it
+        kept: dict[int, Node] = {}
+        gone: dict[int, Node] = {}
+        for rel in sorted(rels):
+            folder = split(rel)[0]
+            found = above.get(folder)
+            if found is None:
+                found = []
+                head: str | None = folder
+                while head is not None:
+                    for tree in trees:
+                        node = self.table.find_synthetic(tree, head)
+                        if node is not None and node.listing_kept:
+                            found.append(node)
+                    head = split(head)[0] if head else None
+                above[folder] = found
+            for node in found:
+                kept[node.ino] = node
+            if any(n.spath and n.ino not in gone for n in found):
+                st = self._lstat(rel)
+                if st is None or not stat.S_ISREG(st.st_mode):
+                    gone.update((n.ino, n) for n in found if n.spath)
+        return list(kept.values()), list(gone.values())
 
     def _synthetic_link(self, node: Node) -> list[tuple[int, bytes]]:
         """[(parent inode, name)] of a generated node below its tree's root

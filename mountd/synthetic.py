@@ -115,7 +115,9 @@ CHANGED_KEPT = 20_000
 
 class Generation:
     """Counts engine change events, so cached listings know when to rebuild,
-    and remembers when each path last changed (the mtime of what shows it)."""
+    and remembers when each path last changed (the mtime of what shows it),
+    and when anything below each folder did (the mtime of a generated folder
+    that mirrors it, whose listing the kernel keeps: mountd.dirlist)."""
 
     def __init__(self) -> None:
         self.value = 0
@@ -133,15 +135,32 @@ class Generation:
         self.value += 1
         self.last_ns = time.time_ns()
         if rel is not None:
+            # The path itself, and every folder above it: keys ending in "/"
+            # ("/" is the root).
+            keys = [rel]
+            head = rel
+            while head:
+                head = head.rpartition("/")[0]
+                keys.append(head + "/")
             with self._lock:
-                self._changed.pop(rel, None)
-                self._changed[rel] = self.last_ns  # insertion order: oldest first
+                for key in keys:
+                    self._changed.pop(key, None)
+                    self._changed[key] = self.last_ns  # insertion order: oldest first
                 if len(self._changed) > CHANGED_KEPT:
                     for old in list(itertools.islice(self._changed, CHANGED_KEPT // 2)):
                         self._floor_ns = max(self._floor_ns, self._changed.pop(old))
 
     def changed_ns(self, rel: str) -> int:
         return self._changed.get(rel, self._floor_ns)
+
+    def below_ns(self, folder: str) -> int:
+        """When a change event last named ``folder`` or a path below it ('':
+        any path).  A generated folder whose listing the kernel keeps shows
+        this as its mtime: the kernel drops a kept listing whose directory's
+        mtime moved (mountd.dirlist), which catches a listing taken just
+        before a change and cached just after its invalidation."""
+        below = self._changed.get(folder + "/", self._floor_ns)
+        return max(below, self._changed.get(folder, below))  # an event may name the folder
 
 
 class _Index:
@@ -389,7 +408,12 @@ class ParsedTree(Base):
         loc = await self._locate(path)
         if loc is None:
             if path in (await self._index.aget(fresh=False)).dirs:
-                return self.dir_entry(path)
+                # A folder of the native tree (or the root): it lists the
+                # names below it that have views, which change only with a
+                # change event for a path below it: the kernel may keep it.
+                return Entry(
+                    True, self.access(path), mtime_ns=self.gen.below_ns(path), listing_kept=True
+                )
             return None
         rel, unit_name = loc
         if unit_name is None:
@@ -558,7 +582,11 @@ class ReviewTree(Base):
             }
             return self._file(rel, data, {k: v for k, v in xattrs.items() if v})
         if path in idx.dirs:
-            return self.dir_entry(path)
+            # Its names are the changed files below it, and the root's files:
+            # any change event may change them (``scope``), and every event
+            # drops every node of this tree from the kernel's caches, so the
+            # kernel may keep the listing.  The mtime moves with each event.
+            return Entry(True, self.access(path), mtime_ns=self.gen.last_ns, listing_kept=True)
         return None
 
     async def children(self, path: str) -> list[str]:

@@ -949,6 +949,8 @@ class Workspace(BlobReads):
 
     def set_baseline(self) -> int:
         manifest = self.manifest()
+        # Deleted since the last baseline: what .review shows of them goes too.
+        gone = [rel for rel in self._baseline_manifest() if rel not in manifest]
         dirs = history.empty_dirs(self, manifest)
         self.store.ensure_room(400 * len(manifest))
         with self.store.write() as txn:
@@ -965,7 +967,7 @@ class Workspace(BlobReads):
             self.store.append_journal(txn, "baseline", files=len(manifest))
             self._bump(txn)
         self.store.flush()
-        for rel in manifest:
+        for rel in [*manifest, *gone]:
             self._changed(rel)
         return len(manifest)
 

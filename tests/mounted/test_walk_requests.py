@@ -5,8 +5,9 @@ With a pyfuse3 that lets directories open without OPENDIR
 
 * a warm walk of the native tree sends no OPENDIR, RELEASEDIR, READDIR or
   LOOKUP at all: the kernel keeps every listing (mountd.dirlist);
-* a warm listing of a file's directory in ``.parsed`` sends no READDIR
-  either, while a generated folder is listed afresh each time;
+* a warm listing of a file's directory in ``.parsed``, or of a folder of
+  ``.parsed``, sends no READDIR either, while a folder of ``.versions`` is
+  listed afresh each time;
 * a listing is still evidence: the journal records the first one, by the
   process that made it, and a listing after a change behind the mount
   shows the change and is recorded again, as is the first listing in a
@@ -113,11 +114,18 @@ def test_warm_walk_sends_no_directory_requests() -> None:
         for op in WALK_IDLE:
             assert views.get(op, 0) == 0, (op, views)
 
-        # A generated folder is listed afresh each time (its listing is not
-        # kept for the next caller), without OPENDIR.
+        # A folder of .parsed keeps its listing too (every change to it is a
+        # change event: tests/mounted/test_kept_listings.py); a folder of
+        # .versions is listed afresh each time, without OPENDIR.
         before = _counts(m)
         for _ in range(2):
             assert "a.md" in os.listdir(m.mnt / ".parsed" / "docs")
+        folder = _delta(before, _counts(m))
+        for op in WALK_IDLE:
+            assert folder.get(op, 0) == 0, (op, folder)
+        before = _counts(m)
+        for _ in range(2):
+            assert "a.md" in os.listdir(m.mnt / ".versions" / "docs")
         folder = _delta(before, _counts(m))
         assert folder.get("readdir", 0) >= 2, folder
         assert folder.get("opendir", 0) == folder.get("releasedir", 0) == 0, folder
