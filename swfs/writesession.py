@@ -49,6 +49,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
+from . import treecache
 from .api import FileState, RelPath
 
 log = logging.getLogger(__name__)
@@ -131,14 +132,16 @@ class InPlaceSession:
     def write(self, off: int, buf: bytes) -> int:
         self.preserve()  # a no-op unless a record came in since needs_preserve
         self._dirty()
-        n = os.pwrite(self.fd, buf, off)
+        # Through the leaf cache, which notes what changed: the record at
+        # close rehashes only that (swfs.treecache).
+        n = treecache.CACHE.write(self.key, self.fd, off, buf)
         self.wrote = True
         return n
 
     def truncate(self, size: int) -> None:
         self.preserve()
         self._dirty()
-        os.ftruncate(self.fd, size)
+        treecache.CACHE.truncate(self.key, self.fd, size)
         self.wrote = True  # recorded on close (flush), release or fsync
 
     def _dirty(self) -> None:
@@ -465,6 +468,7 @@ class InPlaceWrites:
                 f"  {s.rel} dirty={s.dirty} preserved={s._kept.preserved}"
                 for s in list(self._sessions)[:50]
             ]
+        lines.append(treecache.CACHE.report())
         return lines
 
 
