@@ -167,6 +167,24 @@ def _self_test(lib: Library) -> str | None:
     return None
 
 
+def _load(setting: str) -> tuple[Library | None, str | None]:
+    """The library ``SWFS_B3TREE=setting`` names, or why there is none."""
+    if setting == "off":
+        return None, f"{ENV}=off"
+    try:
+        path = Path(setting) if setting not in ("", "on", "verify") else default_path()
+    except OSError as exc:  # an install without b3tree.c
+        return None, f"{GLUE}: {exc.strerror}"
+    if not path.is_file():
+        return None, f"{path} is not built (make install builds it)"
+    try:
+        lib = Library(str(path))
+        why = _self_test(lib)
+    except (OSError, AttributeError, ValueError) as exc:
+        return None, f"{path}: {exc}"
+    return (None, f"{path}: {why}") if why is not None else (lib, None)
+
+
 def library() -> Library | None:
     """The subtree library, loaded and checked once; None when absent or
     unusable (``why_not()`` says why, logged once)."""
@@ -176,25 +194,20 @@ def library() -> Library | None:
     with _lib_lock:
         if _lib is not None or _why_not is not None:
             return _lib
-        setting = os.environ.get(ENV, "")
-        path = Path(setting) if setting not in ("", "on", "off", "verify") else default_path()
-        why: str | None = None
-        lib: Library | None = None
-        if setting == "off":
-            why = f"{ENV}=off"
-        elif not path.is_file():
-            why = f"{path} is not built (make install builds it)"
-        else:
-            try:
-                lib = Library(str(path))
-                why = _self_test(lib)
-            except (OSError, AttributeError, ValueError) as exc:
-                why = f"{path}: {exc}"
+        lib, why = _load(os.environ.get(ENV, ""))
         if why is not None:
             log.info("blake3 subtrees unavailable (%s): written files are hashed whole", why)
             _why_not = why
             return None
         _lib = lib
+        if lib is not None:
+            table = zero_table_path(Path(lib.path))
+            if table.is_file():
+                why_table = _load_zero_table(lib, table)
+                if why_table is not None:
+                    log.warning(
+                        "blake3 zero leaves not loaded (%s): computed when needed", why_table
+                    )
         return _lib
 
 
@@ -254,6 +267,52 @@ class _ZeroLeaves:
 
 
 _ZERO = _ZeroLeaves()
+
+# The zero leaves of the first 8 GiB, computed once when the library is
+# built (seconds) and kept beside it: a sparse file's first close costs what
+# it holds, not its apparent size.  File: magic, u64 count, count CVs, then
+# the blake3 of all that; checked, and spot-checked against the library, at
+# load.
+ZERO_TABLE_LEAVES = 8 * 1024
+_ZERO_MAGIC = b"SWFSB3Z1"
+
+
+def zero_table_path(lib_path: Path) -> Path:
+    return lib_path.with_suffix(".zeros")
+
+
+def write_zero_table(lib: Library, out: Path, leaves: int = ZERO_TABLE_LEAVES) -> None:
+    step = 256
+    parts = _executor().map(
+        lambda first: lib.leaves(None, min(step, leaves - first) * LEAF, first),
+        range(0, leaves, step),
+    )
+    body = _ZERO_MAGIC + leaves.to_bytes(8, "little") + b"".join(parts)
+    staged = out.with_name(f".{out.name}.{os.getpid()}")
+    staged.write_bytes(body + blake3.blake3(body).digest())
+    os.replace(staged, out)
+
+
+def _load_zero_table(lib: Library, path: Path) -> str | None:
+    """Fill the zero leaves from ``path``; why not, or None."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        return f"{path}: {exc.strerror}"
+    body, digest = raw[:-CV], raw[-CV:]
+    if not body.startswith(_ZERO_MAGIC) or blake3.blake3(body).digest() != digest:
+        return f"{path}: damaged"
+    n = int.from_bytes(body[8:16], "little")
+    cvs = body[16:]
+    if len(cvs) != n * CV or n == 0:
+        return f"{path}: damaged"
+    for i in {0, n // 3, n - 1}:  # made by this library, not another's
+        if lib.leaves(None, LEAF, i) != cvs[i * CV : (i + 1) * CV]:
+            return f"{path}: not this library's"
+    _ZERO.put(0, cvs)
+    return None
+
+
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
 
@@ -455,6 +514,7 @@ def build(out: Path | None = None, *, cc: str | None = None) -> Path:
             staged = out.with_name(f".{out.name}.{os.getpid()}")
             shutil.copyfile(lib_tmp, staged)
             os.replace(staged, out)  # a running process keeps the inode it loaded
+            write_zero_table(Library(str(out)), zero_table_path(out))
             log.info("built %s (%s) from %s", out, name, src)
             return out
     raise BuildError("; ".join(errors))

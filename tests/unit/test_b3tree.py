@@ -241,3 +241,29 @@ def test_the_build_refuses_without_sources(monkeypatch: pytest.MonkeyPatch, tmp_
     with pytest.raises(b3tree.BuildError, match="librust-blake3-dev"):
         b3tree.build(tmp_path / "lib.so")
     assert not (tmp_path / "lib.so").exists()
+
+
+def test_the_zero_table_is_checked_before_use(lib: b3tree.Library, tmp_path: Path) -> None:
+    table = tmp_path / "lib.zeros"
+    b3tree.write_zero_table(lib, table, leaves=12)
+    raw = table.read_bytes()
+    assert b3tree._load_zero_table(lib, table) is None
+    assert b3tree._ZERO.get(11) == lib.leaves(None, LEAF, 11)
+    # A flipped bit anywhere: refused.
+    table.write_bytes(raw[:40] + bytes([raw[40] ^ 1]) + raw[41:])
+    assert "damaged" in (b3tree._load_zero_table(lib, table) or "")
+    # Whole and consistent, but not what this library computes: refused.
+    body = bytearray(raw[: -b3tree.CV])
+    body[16] ^= 1
+    table.write_bytes(bytes(body) + blake3.blake3(bytes(body)).digest())
+    assert "not this library's" in (b3tree._load_zero_table(lib, table) or "")
+
+
+def test_a_sparse_file_with_a_known_zero_table_reads_and_hashes_only_its_data(
+    lib: b3tree.Library, tmp_path: Path
+) -> None:
+    path = tmp_path / "disk.img"
+    make_sparse(path, 64 * MiB, {0: b"boot", 40 * MiB: b"sb"})
+    b3tree.write_zero_table(lib, tmp_path / "t.zeros", leaves=64)
+    assert b3tree._load_zero_table(lib, tmp_path / "t.zeros") is None
+    assert file_hash(lib, path) == reference(path)
