@@ -61,12 +61,17 @@ def assert_recorded(m: RealMount, rel: str) -> None:
     assert got.endswith(want), f"{rel}: recorded {got}, bytes hash to {want}"
 
 
-def incremental_hashes(m: RealMount) -> int:
-    """How many close hashes the daemon made by leaves (its SIGUSR1 dump)."""
+def dump(m: RealMount) -> str:
+    """The daemon's log after a fresh SIGUSR1 dump."""
     ends = m.log().count(f"end of {MARK}")
     os.kill(m.proc.pid, signal.SIGUSR1)
     poll(lambda: m.log().count(f"end of {MARK}") > ends, "the daemon's dump")
-    found = re.findall(r"close hash by leaves: .*incremental=(\d+)", m.log())
+    return m.log()
+
+
+def incremental_hashes(m: RealMount) -> int:
+    """How many close hashes the daemon made by leaves (its SIGUSR1 dump)."""
+    found = re.findall(r"close hash by leaves: .*incremental=(\d+)", dump(m))
     assert found, m.log()[-2000:]
     return int(found[-1])
 
@@ -125,3 +130,24 @@ def test_close_hashes_by_leaves_are_blake3_of_the_bytes(lib_path: Path) -> None:
             os.close(fd)
         assert_recorded(m, "disk.img")
         assert incremental_hashes(m) >= before + 2
+
+
+def test_a_kernel_passthrough_writer_is_hashed_whole(lib_path: Path) -> None:
+    """Writes the kernel passes through (where it does: root, libfuse 3.17)
+    never reach the write session nor its leaf cache: the close must see
+    that by the stat and hash whole."""
+    from mountd.fastpath import passthrough_unavailable
+
+    why = passthrough_unavailable()
+    if why is not None:
+        pytest.skip(f"no kernel passthrough here: {why}")
+    extra = ["--passthrough", "on", "--version-interval", "0"]
+    with using(str(lib_path)), workspace(extra, populate=populate) as m:
+        assert_recorded(m, "big.bin")  # hashed by leaves: their CVs are kept
+        with open(m.mnt / "big.bin", "rb") as reader:  # passed through (big)
+            assert reader.read(5) == (m.src / "big.bin").read_bytes()[:5]
+            with open(m.mnt / "big.bin", "r+b") as writer:  # so is its writer
+                writer.seek(9 * MiB + 1)
+                writer.write(b"passed through")
+        assert_recorded(m, "big.bin")
+        assert (m.src / "big.bin").read_bytes()[9 * MiB + 1 :].startswith(b"passed through")
