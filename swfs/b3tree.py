@@ -537,7 +537,11 @@ def main(argv: list[str] | None = None) -> int:
     if lib is None:
         print(f"swfs.b3tree: unavailable: {why_not()}", file=sys.stderr)
         return 1
-    print(f"swfs.b3tree: {lib.path} (SIMD degree {lib.simd_degree})")
+    table = zero_table_path(Path(lib.path))
+    if not table.is_file():
+        print(f"swfs.b3tree: {lib.path} has no zero table ({table}): rebuild", file=sys.stderr)
+        return 1
+    print(f"swfs.b3tree: {lib.path} (SIMD degree {lib.simd_degree}; zero leaves: {table.name})")
     return 0
 
 
