@@ -8,7 +8,9 @@ behalf) holds no policy; it calls these objects and does what they say:
   O_TRUNC, then opens.  ``adopt_new(rel, fd)`` for a file the caller has just
   created (nothing recorded to keep).
 - ``session.write`` / ``session.truncate``: before the first in-place change
-  since the last recorded version, the recorded bytes are preserved.  If
+  since the last recorded version, the recorded bytes are preserved.  The
+  change goes through ``swfs.treecache``, which notes the 1 MiB leaves it
+  touched, so the record rehashes those only.  If
   they cannot be (disk full, a file that never holds still), OSError ENOSPC
   or EIO is raised and nothing is written: history is never lost silently.
   ``needs_preserve`` / ``preserve()`` let an async caller do that slow step
