@@ -28,7 +28,7 @@ from parsers import registry
 from parsers._base import FileInfo
 from parsers.cells import count_cells
 
-from . import history, staging, versioning, views
+from . import history, staging, treecache, versioning, views
 from .api import (
     Access,
     Cause,
@@ -44,7 +44,7 @@ from .api import (
 )
 from .blobreads import BlobReads
 from .blobs import BlobStore, HashMismatch
-from .fsutil import hash_fd, open_dir_noatime, open_to_read
+from .fsutil import open_dir_noatime, open_to_read
 from .ignore import IgnoreRules
 from .parsework import FAILED, OK, UNSUPPORTED, ParseOutcome, WorkerLimits
 from .store import (
@@ -214,7 +214,7 @@ class Workspace(BlobReads):
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
                 return None
-            h = hash_fd(fd)
+            h = treecache.hash_fd(fd)  # by what changed, where that is known
             head = os.pread(fd, 4096, 0)
             if stat_signature(os.fstat(fd)) != stat_signature(st):
                 # Written while we read it: these bytes were never a version.

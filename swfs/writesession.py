@@ -8,7 +8,9 @@ behalf) holds no policy; it calls these objects and does what they say:
   O_TRUNC, then opens.  ``adopt_new(rel, fd)`` for a file the caller has just
   created (nothing recorded to keep).
 - ``session.write`` / ``session.truncate``: before the first in-place change
-  since the last recorded version, the recorded bytes are preserved.  If
+  since the last recorded version, the recorded bytes are preserved.  The
+  change goes through ``swfs.treecache``, which notes the 1 MiB leaves it
+  touched, so the record rehashes those only.  If
   they cannot be (disk full, a file that never holds still), OSError ENOSPC
   or EIO is raised and nothing is written: history is never lost silently.
   ``needs_preserve`` / ``preserve()`` let an async caller do that slow step
@@ -49,6 +51,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
+from . import treecache
 from .api import FileState, RelPath
 
 log = logging.getLogger(__name__)
@@ -143,14 +146,16 @@ class InPlaceSession:
     def write(self, off: int, buf: bytes) -> int:
         self.preserve()  # a no-op unless a record came in since needs_preserve
         self._dirty()
-        n = os.pwrite(self.fd, buf, off)
+        # Through the leaf cache, which notes what changed: the record at
+        # close rehashes only that (swfs.treecache).
+        n = treecache.CACHE.write(self.key, self.fd, off, buf)
         self.wrote = True
         return n
 
     def truncate(self, size: int) -> None:
         self.preserve()
         self._dirty()
-        os.ftruncate(self.fd, size)
+        treecache.CACHE.truncate(self.key, self.fd, size)
         self.wrote = True  # recorded on close (flush), release or fsync
 
     def _dirty(self) -> None:
@@ -508,6 +513,7 @@ class InPlaceWrites:
                 f"  {s.rel} dirty={s.dirty} preserved={s._kept.preserved}"
                 for s in list(self._sessions)[:50]
             ]
+        lines.append(treecache.CACHE.report())
         return lines
 
 
