@@ -152,6 +152,38 @@ class FastPath:
     ) -> None:
         """A native file of ``size`` bytes was opened or ``created`` (``fi``
         about to be returned): pass it through when it may, or must."""
+        entry = self._backing_for(fi, fh, ino, handle, flags, size, created)
+        if entry is None:
+            return
+        session = handle.session
+        if session is not None and session.needs_preserve:
+            # The kernel writes without us from the reply on: keep the
+            # recorded bytes now.  ENOSPC/EIO fails the open, nothing written.
+            await slow(session.preserve)
+        self._pass(fi, fh, ino, handle, entry)
+
+    def opened_nowait(
+        self, fi: pyfuse3.FileInfo, fh: int, ino: int, handle: NativeHandle, flags: int, size: int
+    ) -> None:
+        """``opened`` for a handle without a write session (nothing to keep
+        first, so no waiting: mountd.nowait)."""
+        assert handle.session is None
+        entry = self._backing_for(fi, fh, ino, handle, flags, size, False)
+        if entry is not None:
+            self._pass(fi, fh, ino, handle, entry)
+
+    def _backing_for(
+        self,
+        fi: pyfuse3.FileInfo,
+        fh: int,
+        ino: int,
+        handle: NativeHandle,
+        flags: int,
+        size: int,
+        created: bool,
+    ) -> list[int] | None:
+        """The node's backing entry if this open is to pass through (None:
+        it goes through the page cache, counted as such)."""
         entry = self._backing.get(ino)
         if entry is None:
             read_only = flags & os.O_ACCMODE == os.O_RDONLY and not flags & os.O_TRUNC
@@ -160,19 +192,20 @@ class FastPath:
                 if not fi.direct_io:  # direct I/O has no page cache to conflict
                     self._cached[ino] += 1
                     self._handles[fh] = (ino, False, None)
-                return
+                return None
             try:
                 entry = self._backing[ino] = [_fuse.backing_open(handle.fd), 0]
             except OSError as exc:
                 self._off(f"registering a backing file: {exc.strerror or exc}")
                 self._cached[ino] += 1
                 self._handles[fh] = (ino, False, None)
-                return
+                return None
+        return entry
+
+    def _pass(
+        self, fi: pyfuse3.FileInfo, fh: int, ino: int, handle: NativeHandle, entry: list[int]
+    ) -> None:
         session = handle.session
-        if session is not None and session.needs_preserve:
-            # The kernel writes without us from the reply on: keep the
-            # recorded bytes now.  ENOSPC/EIO fails the open, nothing written.
-            await slow(session.preserve)
         entry[1] += 1
         fi.backing_id = entry[0]
         fi.direct_io = False

@@ -10,6 +10,7 @@ import os
 import resource
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -35,6 +36,10 @@ class _Timespec(ctypes.Structure):
 
 
 _have_openat2 = True
+_RESOLVE = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS
+# openat2's ``how`` argument by open flags, made once: every open of a native
+# file passes one (a ctypes structure costs more to build than the call).
+_HOWS: dict[int, tuple[Any, int]] = {}
 
 
 def _raise_errno(what: str, path: str | None = None) -> None:
@@ -49,10 +54,12 @@ def open_beneath(root_fd: int, rel: str, flags: int) -> int:
     if not rel:
         return os.open(".", flags, dir_fd=root_fd)
     if _have_openat2:
-        how = _OpenHow(flags, 0, RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)
-        fd = _libc.syscall(
-            SYS_openat2, root_fd, os.fsencode(rel), ctypes.byref(how), ctypes.sizeof(how)
-        )
+        how = _HOWS.get(flags)
+        if how is None:
+            struct = _OpenHow(flags, 0, _RESOLVE)
+            # The structure lives as long as the reference to it (held here).
+            how = _HOWS[flags] = (ctypes.byref(struct), ctypes.sizeof(struct))
+        fd = _libc.syscall(SYS_openat2, root_fd, os.fsencode(rel), how[0], how[1])
         if fd >= 0:
             return int(fd)
         if ctypes.get_errno() not in (errno.ENOSYS, errno.EPERM):  # EPERM: seccomp filters

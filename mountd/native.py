@@ -107,6 +107,10 @@ class NativeProvider:
     async def attr(self, node: Node) -> pyfuse3.EntryAttributes:
         return self.attributes(node, self.stat(node))
 
+    def attr_nowait(self, node: Node) -> pyfuse3.EntryAttributes:
+        """``attr``, which never waits (mountd.nowait)."""
+        return self.attributes(node, self.stat(node))
+
     def child(
         self, parent: Node, name: str, st: os.stat_result
     ) -> tuple[Node, pyfuse3.EntryAttributes]:
@@ -117,6 +121,10 @@ class NativeProvider:
     async def lookup(
         self, parent: Node, name: str, *, wait: bool = True
     ) -> tuple[Node, pyfuse3.EntryAttributes]:
+        return self.lookup_nowait(parent, name)
+
+    def lookup_nowait(self, parent: Node, name: str) -> tuple[Node, pyfuse3.EntryAttributes]:
+        """``lookup``, which never waits (mountd.nowait)."""
         return self.child(parent, name, self.source.lstat(join(self.path(parent), name)))
 
     async def reply_entry(
@@ -198,6 +206,44 @@ class NativeProvider:
         except FileNotFoundError:
             self._gone_behind_our_back(node)
             raise
+        fi, size = self._opened(node, fh, flags)
+        await self._fastpath(fi, node, fh, flags, size)
+        self.mount.journal.on_open(fi.fh, ctx.pid, rel, flags=flags, known_hash=fh.hash)
+        return fi
+
+    def open_nowait(
+        self, node: Node, flags: int, ctx: pyfuse3.RequestContext
+    ) -> pyfuse3.FileInfo | None:
+        """``open`` where it needs no waiting (mountd.nowait): a read-only
+        open whose file is as recorded.  None for any other, with nothing
+        done: ``open`` serves it."""
+        if flags & os.O_ACCMODE != os.O_RDONLY or flags & os.O_TRUNC:
+            return None
+        rel = self.path(node)
+        try:
+            fh = self.source.open_nowait(rel, flags)
+        except FileNotFoundError:
+            self._gone_behind_our_back(node)
+            raise
+        if fh is None:
+            return None
+        fi, size = self._opened(node, fh, flags)
+        fast = self.mount.fastpath
+        if fast.wanted:
+            try:
+                fast.opened_nowait(fi, fi.fh, node.ino, fh, flags, size)
+            except BaseException:
+                # The kernel sends no RELEASE for a failed open.
+                h = self.mount.handles.pop(fi.fh)
+                assert isinstance(h, NativeOpen)
+                self.release_reader(h, fi.fh)
+                self.table.closed(node)
+                raise
+        self.mount.journal.on_open(fi.fh, ctx.pid, rel, flags=flags, known_hash=fh.hash)
+        return fi
+
+    def _opened(self, node: Node, fh: NativeHandle, flags: int) -> tuple[pyfuse3.FileInfo, int]:
+        """The reply to an open of ``node`` that got ``fh``, and the file's size."""
         try:
             st = os.fstat(fh.fd) if fh.stat is None else fh.stat
         except BaseException:
@@ -219,9 +265,7 @@ class NativeProvider:
         fi.keep_cache = keep
         if flags & os.O_ACCMODE == os.O_RDONLY and not flags & os.O_TRUNC:
             read_only(fi)
-        await self._fastpath(fi, node, fh, flags, st.st_size)
-        self.mount.journal.on_open(fi.fh, ctx.pid, rel, flags=flags, known_hash=fh.hash)
-        return fi
+        return fi, st.st_size
 
     async def _fastpath(
         self,
@@ -233,6 +277,8 @@ class NativeProvider:
         created: bool = False,
     ) -> None:
         """Kernel passthrough of the file's data where it applies (mountd.fastpath)."""
+        if not self.mount.fastpath.wanted:  # off for good: nothing to track
+            return
         try:
             await self.mount.fastpath.opened(
                 fi, fi.fh, node.ino, fh, flags, self.source.slow, size=size, created=created
@@ -298,8 +344,17 @@ class NativeProvider:
         if recorded:
             self.mount.journal.on_wrote(fh, h.fh.path())
 
+    def release_reader(self, h: NativeOpen, fh: int) -> None:
+        """``release`` of a handle without a write session (nothing to
+        record, no waiting: mountd.nowait)."""
+        self.mount.fastpath.released(fh)
+        self.source.release_reader(h.fh)
+
     async def release(self, h: FileHandle, fh: int) -> None:
         assert isinstance(h, NativeOpen)
+        if h.fh.session is None:
+            self.release_reader(h, fh)
+            return
         self.mount.fastpath.note_writes(fh, h.fh)
         if h.fh.written:
             h.node.cache_sig = self._cache_sig_after_writes(h, fh)

@@ -229,7 +229,21 @@ class InodeTable:
             yield f"{parent_path}/{name}" if parent_path else name
 
     def path(self, node: Node) -> str | None:
-        return next(self.paths(node), None)
+        # Every open asks: walk up while each node has one name (the usual
+        # case) without a generator per level; else the general way.
+        parts: list[str] = []
+        cur, root, nodes = node, self.root, self._nodes
+        while cur is not root:
+            if len(cur.links) != 1:
+                return next(self.paths(node), None)
+            ((parent_ino, name),) = cur.links
+            parent = nodes.get(parent_ino)
+            if parent is None:
+                return None
+            parts.append(name)
+            cur = parent
+        parts.reverse()
+        return "/".join(parts)
 
     def find_native(self, rel: str) -> Node | None:
         node: Node | None = self.root

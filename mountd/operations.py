@@ -29,6 +29,7 @@ from mountd.fastpath import FastPath
 from mountd.invalidator import Invalidator, invalidate_attrs
 from mountd.native import NativeProvider
 from mountd.nodes import InodeTable, Node, Tree
+from mountd.nowait import NowaitOps
 from mountd.options import MountOptions
 from mountd.poll import Poller
 from mountd.provider import NOFLUSH as NOFLUSH
@@ -88,7 +89,7 @@ def handler(fn: F) -> F:
     return cast(F, wrapper)
 
 
-class Operations(pyfuse3.Operations):
+class Operations(NowaitOps, pyfuse3.Operations):  # NowaitOps: mountd.nowait
     supports_dot_lookup = False  # no NFS export: we never answer '..' lookups
     enable_writeback_cache = False
     # The kernel enforces POSIX ACLs (native ones pass through, so access
@@ -140,7 +141,8 @@ class Operations(pyfuse3.Operations):
         self.mounted = False  # set once pyfuse3 has a session: kernel notifications work
         # Background work: engine change events -> kernel cache invalidations.
         self.invalidator = Invalidator(self)
-        self.router = Router(self.trees, native=NativeProvider(self, self.native), mount=self)
+        self.native_provider = NativeProvider(self, self.native)
+        self.router = Router(self.trees, native=self.native_provider, mount=self)
         self.native.reserved = self.router.names
         engine.add_listener(self.invalidator.changed)
 

@@ -79,9 +79,10 @@ class Creds:
 class NativeHandle:
     fd: int
     session: WriteSession | None = None  # opened for writing: the engine's write session
-    # What the tree says the file is, when ``fd`` holds its bytes elsewhere
-    # (a world's blob): the stat the provider compares with what the kernel
-    # was told.  None: ``fd``'s own fstat.
+    # The stat the provider compares with what the kernel was told: what
+    # the tree says the file is when ``fd`` holds its bytes elsewhere (a
+    # world's blob), else ``fd``'s own fstat as the open took it.  None:
+    # take ``fd``'s fstat then.
     stat: os.stat_result | None = None
     # A read-only open of a file whose stat matched its record: the hash
     # recorded with it (the access journal's hash of the read).
@@ -292,13 +293,33 @@ class Passthrough:
             return NativeHandle(session.fd, session)
         fd = open_beneath(self.root_fd, rel, flags & ~_STRIP)
         try:
-            known = self.engine.unchanged_hash(RelPath(rel), os.fstat(fd))  # cheap
+            st = os.fstat(fd)
+            known = self.engine.unchanged_hash(RelPath(rel), st)  # cheap
         except BaseException:
             os.close(fd)
             raise
         if known is None:  # changed behind the mount (or never seen): look now
             await self.engine_check(rel)
-        return NativeHandle(fd, hash=known)
+            return NativeHandle(fd)  # the check may have seen it change since
+        return NativeHandle(fd, stat=st, hash=known)
+
+    def open_nowait(self, rel: str, flags: int) -> NativeHandle | None:
+        """``open`` where it needs no waiting: a read-only open of a file
+        whose stat matches its record.  None (nothing left open) for any
+        other, which ``open`` then serves."""
+        if flags & os.O_ACCMODE != os.O_RDONLY:
+            return None
+        fd = open_beneath(self.root_fd, rel, flags & ~_STRIP)
+        try:
+            st = os.fstat(fd)
+            known = self.engine.unchanged_hash(RelPath(rel), st)
+        except BaseException:
+            os.close(fd)
+            raise
+        if known is None:
+            os.close(fd)
+            return None
+        return NativeHandle(fd, stat=st, hash=known)
 
     async def create(
         self,
@@ -377,7 +398,12 @@ class Passthrough:
         elif fh.session is not None:
             fh.session.release()  # nothing to record
         else:
-            os.close(fh.fd)
+            self.release_reader(fh)
+
+    @staticmethod
+    def release_reader(fh: NativeHandle) -> None:
+        """``release`` of a handle without a write session: no waiting."""
+        os.close(fh.fd)
 
     # -- directory entries
 

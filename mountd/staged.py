@@ -202,6 +202,15 @@ class StagedPassthrough(Passthrough):
             raise _err(errno.ENOENT)
         return await super().open(rel, flags, creds)
 
+    def open_nowait(self, rel: str, flags: int) -> NativeHandle | None:
+        if flags & os.O_ACCMODE != os.O_RDONLY or flags & os.O_TRUNC:
+            return None
+        if self.staging.in_upper(rel):
+            return self.top.open_nowait(rel, flags)
+        if self.staging.lower_hidden(rel):
+            raise _err(errno.ENOENT)
+        return super().open_nowait(rel, flags)
+
     async def create(
         self, parent: str, name: str, mode: int, flags: int, creds: Creds
     ) -> tuple[NativeHandle, os.stat_result]:

@@ -135,6 +135,9 @@ class WorldNative:
         # skeleton's stat (what the kernel was told), which never changes.
         return NativeHandle(await self.slow(self.engine.open_file, rel), stat=st)
 
+    def open_nowait(self, rel: str, flags: int) -> NativeHandle | None:
+        return None  # the blob is opened in a worker thread (open)
+
     @staticmethod
     def read(fh: NativeHandle, off: int, size: int) -> bytes:
         return os.pread(fh.fd, size, off)
@@ -149,6 +152,10 @@ class WorldNative:
         pass
 
     async def release(self, fh: NativeHandle) -> None:
+        os.close(fh.fd)
+
+    @staticmethod
+    def release_reader(fh: NativeHandle) -> None:
         os.close(fh.fd)
 
     # -- every change is refused

@@ -1,0 +1,149 @@
+"""Requests answered in pyfuse3's own callback, without a coroutine.
+
+A warm ``grep -r`` of native files sends the daemon one OPEN and one RELEASE
+per file and nothing else; a cold walk adds a LOOKUP per name, and a stat
+after a read through the daemon a GETATTR.  For a native file none of them
+needs to wait: a system call or two, an LMDB read, memory.  Our patched
+pyfuse3 (scripts/pyfuse3-dircache.patch, ``nowait_available``) calls the
+adapter's ``lookup_nowait``, ``getattr_nowait``, ``open_nowait`` and
+``release_nowait`` before it makes a coroutine of such a request; each
+answers what it can at once and returns None (False for a release) for
+anything else, which pyfuse3 then hands to the async handler as before.
+That skips, per request, the coroutine and its container, the handler's
+wrapper and the three async layers below it (adapter, provider, source).
+
+What they answer is what the async handlers would: the same provider code
+runs (``NativeProvider.open_nowait`` shares its reply with ``open``, and
+its lookup and attributes are the async ones' bodies), the access journal
+records the same events, the request is counted as one of its kind
+(``mountd.reqcount``), and an error is answered as ``handler`` answers it.
+Only the native tree answers here, and only:
+
+* a LOOKUP of a name in a native directory (not a generated tree's name at
+  the root) and a GETATTR of a native node;
+* an OPEN of a native file read-only (no ``O_TRUNC``) whose stat matches
+  its record (else the engine must look at it first: a worker thread), with
+  kernel passthrough where it applies (``mountd.fastpath``: a reader has no
+  bytes to keep first);
+* a RELEASE of a native handle without a write session: its descriptor is
+  closed, the journal's event of it closed, the node's open count dropped.
+
+Stock pyfuse3 never calls them: every request takes the async path.
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import logging
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar, cast
+
+import pyfuse3
+
+from mountd import reqcount
+from mountd.nodes import Tree
+from mountd.provider import NativeOpen
+
+if TYPE_CHECKING:
+    from mountd.native import NativeProvider
+    from mountd.nodes import InodeTable
+    from mountd.provider import Handle
+    from mountd.router import Router
+
+log = logging.getLogger(__name__)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+# The patched pyfuse3 calls the *_nowait methods (stock pyfuse3 has no such hook).
+AVAILABLE = hasattr(pyfuse3, "nowait_available")
+
+
+def nowait(fn: F) -> F:
+    """Count an answered request as one of its kind, and turn anything but
+    FUSEError into an errno, as ``mountd.operations.handler`` does."""
+
+    request = fn.__name__.removesuffix("_nowait")
+    counts = reqcount.COUNTS
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any) -> Any:
+        try:
+            out = fn(*args)
+        except pyfuse3.FUSEError:
+            counts[request] += 1
+            raise
+        except OSError as exc:
+            counts[request] += 1
+            code = exc.errno or errno.EIO
+            if code == errno.ENOSYS:  # would make the kernel stop asking for good
+                code = errno.EOPNOTSUPP
+            if code == errno.EIO:
+                log.warning("%s: %s", fn.__name__, exc)
+            raise pyfuse3.FUSEError(code) from None
+        except Exception:
+            counts[request] += 1
+            log.exception("%s%r failed", fn.__name__, args[1:])
+            raise pyfuse3.FUSEError(errno.EIO) from None
+        if out is not None and out is not False:
+            counts[request] += 1
+        return out
+
+    return cast(F, wrapper)
+
+
+class NowaitOps:
+    """The ``*_nowait`` entry points of ``mountd.operations.Operations``."""
+
+    table: InodeTable
+    handles: dict[int, Handle]
+    router: Router
+    journal: Any
+    native_provider: NativeProvider
+
+    @nowait
+    def lookup_nowait(
+        self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext
+    ) -> pyfuse3.EntryAttributes | None:
+        parent = self.table.get(parent_inode)
+        if parent is None or parent.tree is not Tree.NATIVE:
+            return None
+        n = os.fsdecode(name)
+        provider = self.native_provider
+        if self.router.route_child(parent, n) is not provider:
+            return None  # a generated tree's name at the root
+        node, attr = provider.lookup_nowait(parent, n)
+        self.table.remember(node)
+        return attr
+
+    @nowait
+    def getattr_nowait(
+        self, inode: int, ctx: pyfuse3.RequestContext
+    ) -> pyfuse3.EntryAttributes | None:
+        node = self.table.get(inode)
+        if node is None or node.tree is not Tree.NATIVE:
+            return None
+        return self.native_provider.attr_nowait(node)
+
+    @nowait
+    def open_nowait(
+        self, inode: int, flags: int, ctx: pyfuse3.RequestContext
+    ) -> pyfuse3.FileInfo | None:
+        node = self.table.get(inode)
+        if node is None or node.tree is not Tree.NATIVE:
+            return None
+        return self.native_provider.open_nowait(node, flags, ctx)
+
+    @nowait
+    def release_nowait(self, fh: int) -> bool:
+        h = self.handles.get(fh)
+        if type(h) is not NativeOpen or h.fh.session is not None:
+            return False
+        del self.handles[fh]
+        try:
+            self.native_provider.release_reader(h, fh)
+        finally:
+            self.journal.on_close(fh)
+            self.table.closed(h.node)
+        return True

@@ -1,0 +1,219 @@
+"""Requests answered without a coroutine (``mountd.nowait``), called directly
+as the patched pyfuse3 calls them, against the real engine: they answer what
+the async handlers answer, journal the same events, count each request once,
+leave nothing open when they decline, and decline what needs waiting."""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyfuse3
+import pytest
+import trio
+
+from mountd import reqcount
+from mountd.operations import Operations
+from mountd.options import MountOptions
+from mountd.provider import NOFLUSH, NativeOpen
+from swfs.engine import Engine
+from swfs.journal import iter_events, open_readonly
+from swfs.workspace import Config
+from tests.enginewrap import Watched
+
+
+@dataclass
+class Ctx:
+    uid: int = 0
+    gid: int = 0
+    pid: int = os.getpid()
+    umask: int = 0o022
+
+
+@pytest.fixture
+def engine(tmp_path: Path) -> Iterator[Any]:
+    src = tmp_path / "src"
+    (src / "d" / "e").mkdir(parents=True)
+    (src / "d" / "e" / "a.txt").write_text("alpha\nbeta\n")
+    (src / "d" / "b.txt").write_text("bee\n")
+    (src / "top.bin").write_bytes(b"\0\1\2")
+    with Engine.open(src, config=Config(rescan_interval=0)) as e:
+        trio.run(e.drain)
+        yield Watched(e)
+
+
+@pytest.fixture
+def ops(engine: Any) -> Iterator[Operations]:
+    o = Operations(engine, str(engine.src), str(engine.store_dir), MountOptions(passthrough="off"))
+    try:
+        yield o
+    finally:
+        o.close()
+
+
+def _fds_on(path: Path) -> list[int]:
+    """This process's descriptors open on ``path``."""
+    out = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}") == str(path):
+                out.append(int(fd))
+        except OSError:
+            continue
+    return out
+
+
+def _ino(ops: Operations, rel: str) -> int:
+    ino = pyfuse3.ROOT_INODE
+    for name in rel.split("/"):
+        attr = ops.lookup_nowait(ino, os.fsencode(name), Ctx())
+        assert attr is not None, name
+        ino = attr.st_ino
+    return ino
+
+
+def _reads(ops: Operations, engine: Any) -> list[dict[str, Any]]:
+    ops.journal.flush()
+    con = open_readonly(engine.store_dir)
+    try:
+        events = list(iter_events(con, kind="read"))
+    finally:
+        con.close()
+    for e in events:  # what differs between any two opens of one file
+        for key in ("seq", "t", "process"):
+            e.pop(key)
+    return events
+
+
+def test_lookup_and_getattr_answer_as_the_async_handlers(ops: Operations) -> None:
+    ctx: Any = Ctx()
+    before = reqcount.COUNTS.copy()
+    d = ops.lookup_nowait(pyfuse3.ROOT_INODE, b"d", ctx)
+    assert d is not None
+    a = ops.lookup_nowait(_ino(ops, "d/e"), b"a.txt", ctx)
+    assert a is not None
+    assert a.st_size == len("alpha\nbeta\n")
+    same = trio.run(ops.lookup, _ino(ops, "d/e"), b"a.txt", ctx)
+    for field in ("st_ino", "st_size", "st_mode", "st_mtime_ns", "entry_timeout"):
+        assert getattr(a, field) == getattr(same, field), field
+    got = ops.getattr_nowait(a.st_ino, ctx)
+    assert got is not None
+    assert (got.st_ino, got.st_size) == (a.st_ino, a.st_size)
+    # Generated trees are left to the async handlers.
+    assert ops.lookup_nowait(pyfuse3.ROOT_INODE, b".parsed", ctx) is None
+    parsed = trio.run(ops.lookup, pyfuse3.ROOT_INODE, b".parsed", ctx)
+    assert ops.getattr_nowait(parsed.st_ino, ctx) is None
+    assert ops.lookup_nowait(parsed.st_ino, b"d", ctx) is None
+    # A missing name is an error answered here, counted like any lookup.
+    with pytest.raises(pyfuse3.FUSEError) as exc:
+        ops.lookup_nowait(d.st_ino, b"absent.txt", ctx)
+    assert exc.value.errno == errno.ENOENT
+    after = reqcount.COUNTS
+    # Answered here: d, d/e twice (d and e each), a.txt, absent.txt (an error
+    # is an answer); by the async handler: a.txt and .parsed.  The three
+    # declined ones are not counted here (pyfuse3 then calls the handler).
+    assert after["lookup"] - before["lookup"] == 9
+    assert after["getattr"] - before["getattr"] == 1
+
+
+def test_open_and_release_of_a_reader(ops: Operations, engine: Any) -> None:
+    ctx: Any = Ctx()
+    ino = _ino(ops, "d/e/a.txt")
+    path = engine.src / "d" / "e" / "a.txt"
+    before = reqcount.COUNTS.copy()
+    fi = ops.open_nowait(ino, os.O_RDONLY, ctx)
+    assert fi is not None
+    assert not NOFLUSH or fi.noflush  # no FLUSH round trip for a close that cannot write
+    h = ops.handles[fi.fh]
+    assert isinstance(h, NativeOpen)
+    assert h.fh.hash is not None
+    assert _fds_on(path) == [h.fh.fd]
+    assert trio.run(ops.read, fi.fh, 0, 100) == b"alpha\nbeta\n"
+    node = ops.table.get(ino)
+    assert node is not None
+    assert node.opens == 1
+    assert ops.release_nowait(fi.fh) is True
+    assert _fds_on(path) == []
+    assert fi.fh not in ops.handles
+    assert node.opens == 0
+    counts = reqcount.COUNTS
+    assert counts["open"] - before["open"] == counts["release"] - before["release"] == 1
+    # A release of a handle already gone declines (the async handler ignores it).
+    assert ops.release_nowait(fi.fh) is False
+
+
+def test_the_journal_records_what_the_async_path_records(ops: Operations, engine: Any) -> None:
+    ctx: Any = Ctx()
+    ino = _ino(ops, "d/e/a.txt")
+
+    async def via_async() -> None:
+        fi = await ops.open(ino, os.O_RDONLY, ctx)
+        await ops.read(fi.fh, 0, 100)
+        await ops.release(fi.fh)
+
+    trio.run(via_async)
+    fi = ops.open_nowait(ino, os.O_RDONLY, ctx)
+    assert fi is not None
+    trio.run(ops.read, fi.fh, 0, 100)
+    assert ops.release_nowait(fi.fh)
+    first, second = _reads(ops, engine)
+    assert first == second
+    assert first["path"] == "d/e/a.txt"
+    assert first["hash"]
+    assert first["lines"] == [1, 2], first
+
+
+def test_writers_and_changed_files_are_left_to_open(ops: Operations, engine: Any) -> None:
+    ctx: Any = Ctx()
+    ino = _ino(ops, "d/b.txt")
+    path = engine.src / "d" / "b.txt"
+    handles = dict(ops.handles)
+    for flags in (os.O_WRONLY, os.O_RDWR, os.O_RDONLY | os.O_TRUNC):
+        assert ops.open_nowait(ino, flags, ctx) is None
+    assert ops.handles == handles
+    assert _fds_on(path) == []
+
+    # A writer's release waits for its record: declined, then done by release.
+    fi = trio.run(ops.open, ino, os.O_RDWR, ctx)
+    assert ops.release_nowait(fi.fh) is False
+    assert fi.fh in ops.handles
+    trio.run(ops.write, fi.fh, 0, b"BEE")
+    trio.run(ops.release, fi.fh)
+    assert path.read_bytes() == b"BEE\n"
+
+    # Changed behind the mount: the engine must look first (a thread).
+    path.write_text("changed behind\n")
+    assert ops.open_nowait(ino, os.O_RDONLY, ctx) is None
+    assert _fds_on(path) == []
+    fi = trio.run(ops.open, ino, os.O_RDONLY, ctx)
+    assert trio.run(ops.read, fi.fh, 0, 100) == b"changed behind\n"
+    assert ops.release_nowait(fi.fh) is True
+    # Looked at once: the next open needs no waiting again.
+    fi = ops.open_nowait(ino, os.O_RDONLY, ctx)
+    assert fi is not None
+    assert ops.release_nowait(fi.fh)
+
+    # Gone behind the mount: the error the async open gives.
+    path.unlink()
+    with pytest.raises(pyfuse3.FUSEError) as exc:
+        ops.open_nowait(ino, os.O_RDONLY, ctx)
+    assert exc.value.errno == errno.ENOENT
+
+
+def test_with_kernel_passthrough_on_a_small_file_stays_in_the_page_cache(
+    ops: Operations,
+) -> None:
+    ctx: Any = Ctx()
+    fast = ops.fastpath
+    fast.wanted, fast._checked = True, True  # as after an INIT that granted passthrough
+    ino = _ino(ops, "top.bin")
+    fi = ops.open_nowait(ino, os.O_RDONLY, ctx)
+    assert fi is not None
+    assert not fast.passed_through(fi.fh)
+    assert fast._cached[ino] == 1  # a passthrough open of it must now wait for this one
+    assert ops.release_nowait(fi.fh)
+    assert ino not in fast._cached
