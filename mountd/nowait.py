@@ -60,6 +60,23 @@ F = TypeVar("F", bound=Callable[..., Any])
 AVAILABLE = hasattr(pyfuse3, "nowait_available")
 
 
+def fuse_error(name: str, args: tuple[Any, ...], exc: Exception) -> pyfuse3.FUSEError:
+    """The errno a handler's exception becomes, logged as it deserves: an
+    OSError keeps its own (ENOSYS, which would make the kernel stop asking
+    for good, becomes EOPNOTSUPP; EIO is logged), anything else is logged
+    with its traceback and becomes EIO.  Shared with
+    ``mountd.operations.handler``."""
+    if isinstance(exc, OSError):
+        code = exc.errno or errno.EIO
+        if code == errno.ENOSYS:
+            code = errno.EOPNOTSUPP
+        if code == errno.EIO:
+            log.warning("%s: %s", name, exc)
+        return pyfuse3.FUSEError(code)
+    log.error("%s%r failed", name, args[1:], exc_info=exc)
+    return pyfuse3.FUSEError(errno.EIO)
+
+
 def nowait(fn: F) -> F:
     """Count an answered request as one of its kind, and turn anything but
     FUSEError into an errno, as ``mountd.operations.handler`` does."""
@@ -74,18 +91,9 @@ def nowait(fn: F) -> F:
         except pyfuse3.FUSEError:
             counts[request] += 1
             raise
-        except OSError as exc:
+        except Exception as exc:
             counts[request] += 1
-            code = exc.errno or errno.EIO
-            if code == errno.ENOSYS:  # would make the kernel stop asking for good
-                code = errno.EOPNOTSUPP
-            if code == errno.EIO:
-                log.warning("%s: %s", fn.__name__, exc)
-            raise pyfuse3.FUSEError(code) from None
-        except Exception:
-            counts[request] += 1
-            log.exception("%s%r failed", fn.__name__, args[1:])
-            raise pyfuse3.FUSEError(errno.EIO) from None
+            raise fuse_error(fn.__name__, args, exc) from None
         if out is not None and out is not False:
             counts[request] += 1
         return out

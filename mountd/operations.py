@@ -29,7 +29,7 @@ from mountd.fastpath import FastPath
 from mountd.invalidator import Invalidator, invalidate_attrs
 from mountd.native import NativeProvider
 from mountd.nodes import InodeTable, Node, Tree
-from mountd.nowait import NowaitOps
+from mountd.nowait import NowaitOps, fuse_error
 from mountd.options import MountOptions
 from mountd.poll import Poller
 from mountd.provider import NOFLUSH as NOFLUSH
@@ -73,16 +73,8 @@ def handler(fn: F) -> F:
             return await fn(*args, **kwargs)
         except pyfuse3.FUSEError:
             raise
-        except OSError as exc:
-            code = exc.errno or errno.EIO
-            if code == errno.ENOSYS:  # would make the kernel stop asking for good
-                code = errno.EOPNOTSUPP
-            if code == errno.EIO:
-                log.warning("%s: %s", fn.__name__, exc)
-            raise pyfuse3.FUSEError(code) from None
-        except Exception:
-            log.exception("%s%r failed", fn.__name__, args[1:])
-            raise pyfuse3.FUSEError(errno.EIO) from None
+        except Exception as exc:
+            raise fuse_error(fn.__name__, args, exc) from None
         finally:
             REQUEST.reset(token)
 
