@@ -132,21 +132,37 @@ class GeneratedProvider(ReadOnly):
         self.mount.journal.on_open(fi.fh, ctx.pid, join(self.tree, node.spath), xattrs=e.xattrs)
         return fi
 
+    def open_nowait(
+        self, node: Node, flags: int, ctx: pyfuse3.RequestContext
+    ) -> pyfuse3.FileInfo | None:
+        """``open`` of a file whose entry its tree can give at once (a unit of
+        ``.parsed``: ``ParsedTree.open_entry_nowait``), answered in pyfuse3's
+        callback (mountd.nowait); None for everything else."""
+        now = getattr(self.source, "open_entry_nowait", None)
+        if now is None or is_write(flags):
+            return None
+        e = now(node.spath)
+        if e is None or e.data is None:
+            return None
+        fi = self._open_data(node, e.data)
+        self.mount.journal.on_open(fi.fh, ctx.pid, join(self.tree, node.spath), xattrs=e.xattrs)
+        return fi
+
+    def _open_data(self, node: Node, data: bytes) -> pyfuse3.FileInfo:
+        if len(data) != node.size:
+            self.mount.invalidate_attrs(node.ino)  # the kernel must not cut the snapshot short
+        # The kernel may keep its pages if they hold exactly these bytes.
+        sig = (len(data), hash(data))
+        keep, node.cache_sig = node.cache_sig == sig, sig
+        self.table.opened(node)
+        fh = self.mount.add_handle(DataHandle(node, data))
+        return read_only(pyfuse3.FileInfo(fh=fh, keep_cache=keep))
+
     async def open_entry(self, node: Node, e: Entry) -> pyfuse3.FileInfo:
         if e.is_dir:
             raise fail(errno.EISDIR)
         if e.data is not None:
-            if len(e.data) != node.size:
-                self.mount.invalidate_attrs(node.ino)  # the kernel must not cut the snapshot short
-            # The kernel may keep its pages if they hold exactly these bytes.
-            sig = (len(e.data), hash(e.data))
-            keep, node.cache_sig = node.cache_sig == sig, sig
-            self.table.opened(node)
-            return read_only(
-                pyfuse3.FileInfo(
-                    fh=self.mount.add_handle(DataHandle(node, e.data)), keep_cache=keep
-                )
-            )
+            return self._open_data(node, e.data)
         native = self.mount.native
         if e.blob is not None:
             # A chunked blob is reassembled on first open: not on the loop.

@@ -43,8 +43,9 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 import pyfuse3
 
 from mountd import reqcount
+from mountd.generated import GeneratedProvider
 from mountd.nodes import Tree
-from mountd.provider import NativeOpen
+from mountd.provider import DataHandle, NativeOpen
 
 if TYPE_CHECKING:
     from mountd.native import NativeProvider
@@ -139,18 +140,28 @@ class NowaitOps:
         self, inode: int, flags: int, ctx: pyfuse3.RequestContext
     ) -> pyfuse3.FileInfo | None:
         node = self.table.get(inode)
-        if node is None or node.tree is not Tree.NATIVE:
+        if node is None:
             return None
-        return self.native_provider.open_nowait(node, flags, ctx)
+        if node.tree is Tree.NATIVE:
+            return self.native_provider.open_nowait(node, flags, ctx)
+        provider = self.router.route(node)
+        if isinstance(provider, GeneratedProvider):
+            return provider.open_nowait(node, flags, ctx)
+        return None
 
     @nowait
     def release_nowait(self, fh: int) -> bool:
         h = self.handles.get(fh)
-        if type(h) is not NativeOpen or h.fh.session is not None:
+        kind = type(h)
+        if kind is DataHandle:
+            pass  # bytes in memory: nothing to close
+        elif kind is not NativeOpen or cast(NativeOpen, h).fh.session is not None:
             return False
+        assert h is not None
         del self.handles[fh]
         try:
-            self.native_provider.release_reader(h, fh)
+            if kind is NativeOpen:
+                self.native_provider.release_reader(cast(NativeOpen, h), fh)
         finally:
             self.journal.on_close(fh)
             self.table.closed(h.node)

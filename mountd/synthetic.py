@@ -228,6 +228,12 @@ class _Cached(Generic[T]):
         assert self._value is not None
         return self._value
 
+    def peek(self) -> T | None:
+        """The value a ``get(fresh=False)`` would return without a rebuild, or
+        None where it would rebuild (an open answered without a coroutine,
+        mountd.nowait, then takes the async path)."""
+        return None if self._stale(False, time.monotonic()) else self._value
+
     async def aget(self, *, fresh: bool = True) -> T:
         """From the trio loop: a hit answers at once, a rebuild runs in a thread."""
         now = time.monotonic()
@@ -314,10 +320,9 @@ class ParsedTree(Base):
     def index(self) -> _Index:
         return self._index.get()
 
-    async def acached_view(self, rel: str) -> ViewState | None:
+    def cached_view(self, rel: str) -> ViewState | None:
         """The engine's state of ``rel``'s view, asked once per change (or
-        INDEX_TTL), not once per unit stat'ed by a listing; a miss is read in
-        a worker thread."""
+        INDEX_TTL), not once per unit stat'ed by a listing."""
         now = time.monotonic()
         hit = self._states.get(rel)
         if hit is not None and hit[0] == self.gen.value and now - hit[1] < INDEX_TTL:
@@ -336,9 +341,10 @@ class ParsedTree(Base):
     def _forget(self, rel: str) -> None:
         self._states.pop(rel, None)
 
-    async def _unit(self, rel: str, name: str) -> tuple[ViewState | None, RenderedUnit | None]:
-        """The state of ``rel`` and its unit ``name``, read on its own."""
-        view = await self.acached_view(rel)
+    def _unit_now(self, rel: str, name: str) -> tuple[ViewState | None, RenderedUnit | None]:
+        """The state of ``rel`` and its unit ``name``, read on its own, on the
+        loop; UnitTooLarge for a unit too long to read there."""
+        view = self.cached_view(rel)
         if view is None:
             return None, None
         key = (rel, name)
@@ -346,13 +352,25 @@ class ParsedTree(Base):
         if hit is not None and hit[0] == view and view.freshness is not Freshness.PENDING:
             self._units.move_to_end(key)
             return view, hit[1]
-        try:
-            unit = self.engine.view_unit(view, name, limit=ON_LOOP_UNIT)
-        except UnitTooLarge:
-            unit = await self.call(self.engine.view_unit, view, name)
+        self._keep_unit(key, view, self.engine.view_unit(view, name, limit=ON_LOOP_UNIT))
+        return view, self._units[key][1]
+
+    def _keep_unit(self, key: tuple[str, str], view: ViewState, unit: RenderedUnit | None) -> None:
         self._units[key] = (view, unit)
         while len(self._units) > UNIT_CACHE:
             self._units.popitem(last=False)
+
+    async def _unit(self, rel: str, name: str) -> tuple[ViewState | None, RenderedUnit | None]:
+        """``_unit_now``, with a long unit read in a worker thread."""
+        try:
+            return self._unit_now(rel, name)
+        except UnitTooLarge:
+            pass
+        view = self.cached_view(rel)
+        if view is None:
+            return None, None
+        unit = await self.call(self.engine.view_unit, view, name)
+        self._keep_unit((rel, name), view, unit)
         return view, unit
 
     async def _unit_names(self, view: ViewState) -> Sequence[str]:
@@ -369,24 +387,27 @@ class ParsedTree(Base):
             self._names.popitem(last=False)
         return names
 
-    async def settle(self, rel: str, *, pending: bool = True, brief: bool = False) -> None:
-        """Wait for a stale view of ``rel`` (unless the mount serves stale
-        views at once) and, with ``pending``, for a pending one, each as long
-        as the mount allows; ``brief`` bounds a pending wait by the stale
-        wait instead."""
+    def _settle_limit(self, rel: str, *, pending: bool = True, brief: bool = False) -> float:
+        """How long a read of ``rel`` waits for its view (0: not at all): a
+        stale view as long as the mount allows (unless it serves stale views
+        at once) and, with ``pending``, a pending one; ``brief`` bounds a
+        pending wait by the stale wait instead."""
         fresh = self.engine.freshness(RelPath(rel))  # cheap: no parse record is read
         if fresh is None:
-            view = await self.acached_view(rel)
+            view = self.cached_view(rel)
             if view is None:
-                return
+                return 0.0
             fresh = view.freshness
-        limit = None
         if fresh is Freshness.PENDING and pending:
             limit = self.options.pending_wait
-            if brief:
-                limit = min(limit, self.options.stale_wait)
-        elif fresh is Freshness.STALE and self.options.stale == "wait":
-            limit = self.options.stale_wait
+            return min(limit, self.options.stale_wait) if brief else limit
+        if fresh is Freshness.STALE and self.options.stale == "wait":
+            return self.options.stale_wait
+        return 0.0
+
+    async def settle(self, rel: str, *, pending: bool = True, brief: bool = False) -> None:
+        """Wait for the view of ``rel`` as ``_settle_limit`` says."""
+        limit = self._settle_limit(rel, pending=pending, brief=brief)
         if limit:
             await self.engine.wait_view(RelPath(rel), limit)
             self._forget(rel)
@@ -394,7 +415,7 @@ class ParsedTree(Base):
     async def view(self, rel: str, *, wait: bool = True) -> ViewState | None:
         if wait:
             await self.settle(rel)
-        return await self.acached_view(rel)
+        return self.cached_view(rel)
 
     async def _locate(self, path: str) -> tuple[str, str | None] | None:
         """(view rel, unit name or None) for a path inside a view."""
@@ -403,6 +424,16 @@ class ParsedTree(Base):
             if idx.knows(path):
                 return idx.locate(path)
         return None
+
+    def _unit_entry(self, rel: str, view: ViewState, unit: RenderedUnit) -> Entry:
+        return Entry(
+            False,
+            self.access(rel),
+            size=len(unit.content),
+            mtime_ns=self.gen.changed_ns(rel),
+            xattrs=view_xattrs(view, unit.locator),
+            data=unit.content,
+        )
 
     async def entry(self, path: str, *, wait: bool = True) -> Entry | None:
         loc = await self._locate(path)
@@ -431,14 +462,30 @@ class ParsedTree(Base):
             unit = await self._listed_pending(rel, view)
         if view is None or unit is None:
             return None
-        return Entry(
-            False,
-            self.access(rel),
-            size=len(unit.content),
-            mtime_ns=self.gen.changed_ns(rel),
-            xattrs=view_xattrs(view, unit.locator),
-            data=unit.content,
-        )
+        return self._unit_entry(rel, view, unit)
+
+    def open_entry_nowait(self, path: str) -> Entry | None:
+        """What ``entry(path)`` answers an open of a unit, where that needs no
+        wait (mountd.nowait): None where the async path must answer (the
+        index is due a rebuild, the view must be waited for, the unit is
+        ``pending.md``, too long to read on the loop, or absent).  The same
+        pieces as ``entry``, in the same order."""
+        idx = self._index.peek()
+        loc = idx.locate(path) if idx is not None else None
+        if loc is None:
+            return None
+        rel, unit_name = loc
+        if unit_name is None or unit_name == PENDING:
+            return None
+        if self._settle_limit(rel):
+            return None
+        try:
+            view, unit = self._unit_now(rel, unit_name)
+        except UnitTooLarge:
+            return None
+        if view is None or unit is None:
+            return None
+        return self._unit_entry(rel, view, unit)
 
     async def _listed_pending(self, rel: str, view: ViewState) -> RenderedUnit | None:
         """A pending.md that a listing showed shortly before the parse ended:
@@ -472,7 +519,7 @@ class ParsedTree(Base):
             return {}
         rel, unit_name = loc
         if unit_name is None:
-            view = await self.acached_view(rel)
+            view = self.cached_view(rel)
             return {} if view is None else view_xattrs(view)
         view, unit = await self._unit(rel, unit_name)
         return {} if view is None or unit is None else view_xattrs(view, unit.locator)
@@ -489,7 +536,7 @@ class ParsedTree(Base):
         # finds the text; a parse that takes longer is listed as pending.md,
         # which says how far it has got.
         await self.settle(rel, brief=True)
-        view = await self.acached_view(rel)
+        view = self.cached_view(rel)
         if view is None:
             return []
         names = list(await self._unit_names(view))

@@ -17,6 +17,7 @@ import pytest
 import trio
 
 from mountd import reqcount
+from mountd.nodes import Tree
 from mountd.operations import Operations
 from mountd.options import MountOptions
 from mountd.provider import NOFLUSH, NativeOpen
@@ -217,3 +218,77 @@ def test_with_kernel_passthrough_on_a_small_file_stays_in_the_page_cache(
     assert fast._cached[ino] == 1  # a passthrough open of it must now wait for this one
     assert ops.release_nowait(fi.fh)
     assert ino not in fast._cached
+
+
+def _unit_ino(ops: Operations, rel: str) -> tuple[int, str]:
+    """The inode of the first unit of ``rel`` under .parsed, looked up by the
+    async handlers (a generated tree's names are theirs), and its name."""
+    ctx: Any = Ctx()
+    ino = trio.run(ops.lookup, pyfuse3.ROOT_INODE, b".parsed", ctx).st_ino
+    for name in rel.split("/"):
+        ino = trio.run(ops.lookup, ino, os.fsencode(name), ctx).st_ino
+    names, _ = trio.run(ops._listing, ops._node(ino))
+    unit = names[2]
+    return trio.run(ops.lookup, ino, os.fsencode(unit), ctx).st_ino, unit
+
+
+def test_open_and_release_of_a_unit(ops: Operations, engine: Any) -> None:
+    """A unit of a current view opens here with the bytes and the journal
+    event the async open gives; its release closes the event."""
+    ctx: Any = Ctx()
+    ino, unit = _unit_ino(ops, "d/e/a.txt")
+
+    async def via_async() -> bytes:
+        fi = await ops.open(ino, os.O_RDONLY, ctx)
+        data = await ops.read(fi.fh, 0, 1 << 16)
+        await ops.release(fi.fh)
+        return data
+
+    data = trio.run(via_async)
+    assert b"alpha" in data
+    before = reqcount.COUNTS.copy()
+    fi = ops.open_nowait(ino, os.O_RDONLY, ctx)
+    assert fi is not None
+    assert fi.keep_cache  # the same bytes as the async open's: the kernel keeps its pages
+    assert trio.run(ops.read, fi.fh, 0, 1 << 16) == data
+    node = ops.table.get(ino)
+    assert node is not None
+    assert node.opens == 1
+    assert ops.release_nowait(fi.fh) is True
+    assert fi.fh not in ops.handles
+    assert node.opens == 0
+    counts = reqcount.COUNTS
+    assert counts["open"] - before["open"] == counts["release"] - before["release"] == 1
+    first, second = _reads(ops, engine)
+    assert first == second
+    assert first["path"] == f".parsed/d/e/a.txt/{unit}"
+    # A write to a unit is the async handler's to refuse.
+    assert ops.open_nowait(ino, os.O_WRONLY, ctx) is None
+
+
+def test_a_unit_of_a_stale_view_is_left_to_open(ops: Operations, engine: Any) -> None:
+    """A view that must be waited for (stale, the mount waits) is the async
+    open's: nothing is answered, opened or counted here."""
+    ctx: Any = Ctx()
+    ino, unit = _unit_ino(ops, "d/b.txt")
+    (engine.src / "d" / "b.txt").write_text("changed behind\n")
+    engine.check_file("d/b.txt")
+    handles = dict(ops.handles)
+    before = reqcount.COUNTS.copy()
+    assert ops.open_nowait(ino, os.O_RDONLY, ctx) is None
+    assert ops.handles == handles
+    assert reqcount.COUNTS["open"] == before["open"]
+    trio.run(engine.drain)
+    # The change dropped the kernel's entry: its next lookup (async: a
+    # generated tree's) brings the index up to date, and opens answer here
+    # again.  Polled: an index older than its TTL is rebuilt first.
+    parent = ops.table.find_synthetic(Tree.PARSED, "d/b.txt")
+    assert parent is not None
+    for _ in range(50):
+        trio.run(ops.lookup, parent.ino, os.fsencode(unit), ctx)
+        fi = ops.open_nowait(ino, os.O_RDONLY, ctx)
+        if fi is not None:
+            break
+    assert fi is not None
+    assert b"changed behind" in trio.run(ops.read, fi.fh, 0, 1 << 16)
+    assert ops.release_nowait(fi.fh)
