@@ -130,7 +130,11 @@ class Invalidator:
             todo.entries += [(ino, os.fsencode(name)) for ino, name in gone]
             todo.inodes = sorted(set(todo.inodes) | listings)
             listed: dict[tuple[Tree, str], set[str]] = {}
+            changed = rels | external
             for node in todo.dirs:
+                stays = getattr(self.ops.router.provider(node.tree), "dir_stays", None)
+                if stays is not None and stays(node.spath, changed):
+                    continue
                 # A generated directory keeps its dentry (a shell may sit in it)
                 # unless it is gone.  Asked of its parent's listing, which is
                 # rebuilt after a change (a lookup may still be answered from

@@ -23,6 +23,7 @@ import time
 from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -635,6 +636,20 @@ class ReviewTree(Base):
             # kernel may keep the listing.  The mtime moves with each event.
             return Entry(True, self.access(path), mtime_ns=self.gen.last_ns, listing_kept=True)
         return None
+
+    def dir_stays(self, path: str, rels: AbstractSet[str]) -> bool:
+        """Cheap, from the loop (mountd.invalidator): folder ``path`` surely
+        still lists a diff after ``rels`` changed, known without computing
+        the change set again (a burst of creates would otherwise compute
+        it, over every file of the store, once per create).  It does while
+        a file below it differs from the baseline at its own path.  A folder
+        above none of ``rels`` stays too: its names move without a change
+        below it only when its one deleted file pairs up as a rename with a
+        file created elsewhere, and it then keeps its dentry until the next
+        change below it (its listing, dropped at every event, is right)."""
+        prefix = path + "/"
+        below = [r for r in rels if r.startswith(prefix)]
+        return not below or any(self.engine.review_lists(RelPath(r)) for r in below)
 
     async def children(self, path: str) -> list[str]:
         idx = (await self._entries.aget())[0]

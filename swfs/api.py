@@ -309,6 +309,13 @@ class WorkspaceAPI(Protocol):
     def review_summary(self) -> bytes: ...
     def review_all_diff(self) -> bytes: ...
     def review_diff(self, rel: RelPath) -> bytes | None: ...
+    def review_lists(self, rel: RelPath) -> bool:
+        """Cheap (no change set is computed): ``rel`` is a file whose bytes
+        are not the baseline's at that path, so ``.review`` lists its diff
+        under its own path (added, modified or renamed to it).  False when
+        it may not (deleted, unchanged, reverted, unknown)."""
+        ...
+
     def review_access(self) -> Access:
         """Owner and bits for SUMMARY.md and ALL.diff: the root's, narrowed so
         that only those who may read every changed file may read them."""

@@ -205,6 +205,13 @@ class Engine(Workspace):
     def review_summary(self) -> bytes:
         return review_mod.summary(self, list(self.review())).encode("utf-8", "surrogateescape")
 
+    def review_lists(self, rel: RelPath) -> bool:
+        current = self.store.get_file_hash(rel)
+        if current is None:
+            return False
+        base = self._baseline_manifest().get(rel)
+        return base is None or base[0] != current
+
     def review_all_diff(self) -> bytes:
         entries = list(self.review())
         return review_mod.all_diff(self, entries).encode("utf-8", "surrogateescape")

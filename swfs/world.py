@@ -536,6 +536,9 @@ class World(BlobReads):
             self._changes = review_mod.changes(self._as_ws())
         return self._changes
 
+    def review_lists(self, rel: RelPath) -> bool:
+        return False  # a world does not change: nothing asks
+
     def review_summary(self) -> bytes:
         text = review_mod.summary(self._as_ws(), list(self.review()))
         return (self._review_header() + text).encode("utf-8", "surrogateescape")
