@@ -48,6 +48,10 @@ from .fsutil import scan_dir
 log = logging.getLogger(__name__)
 
 # <sys/inotify.h>
+# A batch of events at most this long is first sorted on the loop: paths
+# whose stat signature is already recorded need no check in a thread.
+ON_LOOP_CHECKS = 32
+
 IN_MODIFY = 0x00000002
 IN_ATTRIB = 0x00000004
 IN_CLOSE_WRITE = 0x00000008
@@ -102,6 +106,10 @@ class FeedEngine(Protocol):
     def writes(self) -> WriteProtocol: ...
 
     def check_file(self, rel: RelPath) -> object: ...
+
+    def is_unchanged(self, rel: RelPath, st: os.stat_result) -> bool:
+        """Cheap: ``st`` is the stat signature ``rel``'s record holds."""
+        ...
 
     def scan(self) -> object: ...
 
@@ -419,18 +427,38 @@ class ChangeFeed:
             if not (rels or dirs or rescan):
                 return
             self.batches += 1
-            found = await trio.to_thread.run_sync(self._watch_new, dirs, rescan)
+            found: list[str] = []
+            if dirs or rescan:
+                found = await trio.to_thread.run_sync(self._watch_new, dirs, rescan)
             if found:
                 # A file in a new directory may be one the daemon is creating
                 # right now: it records that itself, and a check here could
                 # record its empty first state as a version of its own.
                 skip = self.skip(found)
                 found = [r for r in found if r not in skip]
-            await trio.to_thread.run_sync(self._record, [*rels, *found], rescan)
+            todo = [*rels, *found]
+            if not rescan and len(todo) <= ON_LOOP_CHECKS:
+                # Most events of a busy mount are its own writes, recorded at
+                # their close and seen again here: no thread for those.
+                todo = [r for r in todo if not self._recorded(r)]
+            if todo or rescan:
+                await trio.to_thread.run_sync(self._record, todo, rescan)
+            # The kernel drops what it keeps of every path, recorded or not:
+            # the invalidator compares what it told the kernel with the file.
             self.changed(sorted(set(rels) | set(found)))
         except Exception:
             # One bad batch must not end the feed; the rescan covers its paths.
             log.exception("%s: handling changes behind the mount failed", self.src)
+
+    def _recorded(self, rel: str) -> bool:
+        """Cheap, on the loop (one lstat, one record head): ``rel`` is a
+        regular file whose stat signature is its record's, so a check would
+        find nothing to record."""
+        try:
+            st = os.lstat(os.path.join(self.src, rel))
+        except OSError:
+            return False
+        return stat.S_ISREG(st.st_mode) and self.engine.is_unchanged(RelPath(rel), st)
 
     def _watch_new(self, dirs: list[str], rescan: bool) -> list[str]:
         """In a worker thread: watch new directories; the files found in them

@@ -74,6 +74,7 @@ DEFAULT_LIMIT = 20
 MAX_LIMIT = 1000
 SNIPPET_TOKENS = 14
 BATCH = 256  # paths per indexer transaction
+GATHER = 0.02  # seconds the indexer lets changes gather after a wake-up
 RRF_K = 60  # reciprocal rank fusion constant (hybrid ranking)
 CANDIDATES = 200  # per ranking, before fusion
 MIN_SIMILARITY = 0.3  # cosine below which a unit is no vector candidate
@@ -435,9 +436,14 @@ class SearchIndex:
     def _loop(self) -> None:
         while not self._stop:
             self._wake.wait(1.0)
-            self._wake.clear()
             if self._stop:
                 break
+            if self._wake.is_set():
+                # Changes come in bursts (a create every few milliseconds
+                # through a busy mount): one pass for what a moment brings,
+                # not a pass and a transaction per file.
+                time.sleep(GATHER)
+            self._wake.clear()
             try:
                 self.catch_up()
                 self.text.close_files()  # segments merged since the last commit

@@ -250,3 +250,38 @@ def test_a_failing_callback_does_not_end_the_feed(src: Path) -> None:
         await until(lambda: ws.get_record("d/second.txt") is not None, "the second file")
 
     run_feed(src, act, skip=broken)
+
+
+def test_a_change_already_recorded_needs_no_check_but_is_reported(src: Path) -> None:
+    """The mount records its own writes at their close; the events they
+    raise are sorted on the loop: no check for a file whose stat signature
+    its record already holds, yet the kernel is still told (``changed``)."""
+
+    async def act(ws: Recorder, feed: ChangeFeed) -> None:
+        (src / "d" / "a.txt").write_text("recorded first\n")
+        ws.check_file(RelPath("d/a.txt"))  # as a close through the mount does
+        ws.checked.clear()
+        await until(lambda: "d/a.txt" in seen, "the event reported")
+        assert ws.checked == []
+        # A change after the record is checked as ever.
+        (src / "d" / "a.txt").write_text("then behind the mount\n")
+        await until(lambda: "d/a.txt" in ws.checked, "the later change checked")
+        rec = ws.get_record("d/a.txt")
+        assert rec is not None
+        assert rec.size == len("then behind the mount\n")
+
+    seen: list[str] = []
+    ws = Recorder(src)
+    ws.scan()
+
+    async def main() -> None:
+        feed = ChangeFeed(ws, changed=seen.extend)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(feed.run)
+            await act(ws, feed)
+            feed.stop()
+
+    try:
+        trio.run(main)
+    finally:
+        ws.close()
