@@ -499,6 +499,12 @@ class NativeProvider:
             if value is None:
                 raise fail(absent(name))
             return value.encode("utf-8", "surrogateescape")
+        return self.own_xattr(node, name)
+
+    def own_xattr(self, node: Node, name: str) -> bytes:
+        """One of the file's own extended attributes (not ``user.sw.*``): a
+        system call, no waiting (also answered in pyfuse3's callback,
+        mountd.nowait)."""
         try:
             return self.source.getxattr(self.path(node), name)
         except OSError as exc:

@@ -5,8 +5,8 @@ per file and nothing else; a cold walk adds a LOOKUP per name, and a stat
 after a read through the daemon a GETATTR.  For a native file none of them
 needs to wait: a system call or two, an LMDB read, memory.  Our patched
 pyfuse3 (scripts/pyfuse3-dircache.patch, ``nowait_available``) calls the
-adapter's ``lookup_nowait``, ``getattr_nowait``, ``open_nowait`` and
-``release_nowait`` before it makes a coroutine of such a request; each
+adapter's ``lookup_nowait``, ``getattr_nowait``, ``open_nowait``,
+``release_nowait`` and ``getxattr_nowait`` before it makes a coroutine of such a request; each
 answers what it can at once and returns None (False for a release) for
 anything else, which pyfuse3 then hands to the async handler as before.
 That skips, per request, the coroutine and its container, the handler's
@@ -17,7 +17,7 @@ runs (``NativeProvider.open_nowait`` shares its reply with ``open``, and
 its lookup and attributes are the async ones' bodies), the access journal
 records the same events, the request is counted as one of its kind
 (``mountd.reqcount``), and an error is answered as ``handler`` answers it.
-Only the native tree answers here, and only:
+Only these answer here (the native tree, and units of ``.parsed``):
 
 * a LOOKUP of a name in a native directory (not a generated tree's name at
   the root) and a GETATTR of a native node;
@@ -25,8 +25,14 @@ Only the native tree answers here, and only:
   its record (else the engine must look at it first: a worker thread), with
   kernel passthrough where it applies (``mountd.fastpath``: a reader has no
   bytes to keep first);
+* an OPEN of a ``.parsed`` unit read-only, when its bytes are at hand (a
+  current view, a unit short enough to read on the loop: mountd.synthetic's
+  ``open_entry_nowait``), and its RELEASE;
 * a RELEASE of a native handle without a write session: its descriptor is
-  closed, the journal's event of it closed, the node's open count dropped.
+  closed, the journal's event of it closed, the node's open count dropped;
+* a GETXATTR of a native node's own attribute (not ``user.sw.*``): the
+  kernel asks ``security.capability`` before each write, and a tool that
+  probes an absent name asks it of every file.
 
 Stock pyfuse3 never calls them: every request takes the async path.
 """
@@ -46,6 +52,7 @@ from mountd import reqcount
 from mountd.generated import GeneratedProvider
 from mountd.nodes import Tree
 from mountd.provider import DataHandle, NativeOpen
+from swfs.api import XATTR_PREFIX
 
 if TYPE_CHECKING:
     from mountd.native import NativeProvider
@@ -125,6 +132,16 @@ class NowaitOps:
         node, attr = provider.lookup_nowait(parent, n)
         self.table.remember(node)
         return attr
+
+    @nowait
+    def getxattr_nowait(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> bytes | None:
+        node = self.table.get(inode)
+        if node is None or node.tree is not Tree.NATIVE:
+            return None
+        n = os.fsdecode(name)
+        if n.startswith(XATTR_PREFIX):
+            return None  # the engine's names (a hash may need a worker thread)
+        return self.native_provider.own_xattr(node, n)
 
     @nowait
     def getattr_nowait(

@@ -292,3 +292,26 @@ def test_a_unit_of_a_stale_view_is_left_to_open(ops: Operations, engine: Any) ->
     assert fi is not None
     assert b"changed behind" in trio.run(ops.read, fi.fh, 0, 1 << 16)
     assert ops.release_nowait(fi.fh)
+
+
+def test_getxattr_of_a_native_file_answers_its_own_names(ops: Operations, engine: Any) -> None:
+    """A file's own attribute, or the errno of an absent one, is answered
+    here as the async handler answers it; the engine's names (``user.sw.*``)
+    and generated nodes are left to the async handler."""
+    ctx: Any = Ctx()
+    os.setxattr(engine.src / "d" / "b.txt", "user.colour", b"teal")
+    ino = _ino(ops, "d/b.txt")
+    before = reqcount.COUNTS.copy()
+    assert ops.getxattr_nowait(ino, b"user.colour", ctx) == b"teal"
+    assert trio.run(ops.getxattr, ino, b"user.colour", ctx) == b"teal"
+    for name in (b"user.absent", b"security.capability"):
+        with pytest.raises(pyfuse3.FUSEError) as now:
+            ops.getxattr_nowait(ino, name, ctx)
+        with pytest.raises(pyfuse3.FUSEError) as later:
+            trio.run(ops.getxattr, ino, name, ctx)
+        assert now.value.errno == later.value.errno, name
+    assert reqcount.COUNTS["getxattr"] - before["getxattr"] == 6
+    assert ops.getxattr_nowait(ino, b"user.sw.hash", ctx) is None
+    parsed = trio.run(ops.lookup, pyfuse3.ROOT_INODE, b".parsed", ctx).st_ino
+    assert ops.getxattr_nowait(parsed, b"user.absent", ctx) is None
+    assert reqcount.COUNTS["getxattr"] - before["getxattr"] == 6
