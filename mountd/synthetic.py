@@ -52,8 +52,11 @@ T = TypeVar("T")
 
 INDEX_TTL = 2.0  # seconds a cached listing is trusted without a change event
 REBUILD_EVERY = 0.5  # seconds between rebuilds for lookups that hit the cached listing
-STATE_CACHE = 256  # view states and unit-name lists kept (a few fields each)
-UNIT_CACHE = 64  # rendered units kept: an open asks on lookup, getattr and open
+STATE_CACHE = 4096  # view states and unit-name lists kept (a few fields each)
+# Rendered units kept: an open asks on lookup, getattr and open, and a warm
+# grep of a folder of documents opens each unit once per pass.
+UNIT_CACHE = 4096
+UNIT_CACHE_BYTES = 32 << 20
 # A unit whose stored text is at most this long is read on the loop: a few
 # store lookups (about 20 us each) cost far less than a trip to a worker
 # thread and back (0.3-1 ms of wake-ups here).  Longer ones go to a thread.
@@ -316,6 +319,7 @@ class ParsedTree(Base):
         self._units: OrderedDict[tuple[str, str], tuple[ViewState, RenderedUnit | None]] = (
             OrderedDict()
         )
+        self._unit_bytes = 0  # of the units in _units (UNIT_CACHE_BYTES)
         self._names: OrderedDict[str, tuple[ViewState, Sequence[str]]] = OrderedDict()
 
     def index(self) -> _Index:
@@ -357,9 +361,16 @@ class ParsedTree(Base):
         return view, self._units[key][1]
 
     def _keep_unit(self, key: tuple[str, str], view: ViewState, unit: RenderedUnit | None) -> None:
+        old = self._units.pop(key, None)
+        if old is not None and old[1] is not None:
+            self._unit_bytes -= len(old[1].content)
         self._units[key] = (view, unit)
-        while len(self._units) > UNIT_CACHE:
-            self._units.popitem(last=False)
+        if unit is not None:
+            self._unit_bytes += len(unit.content)
+        while len(self._units) > UNIT_CACHE or self._unit_bytes > UNIT_CACHE_BYTES:
+            _, (_, gone) = self._units.popitem(last=False)
+            if gone is not None:
+                self._unit_bytes -= len(gone.content)
 
     async def _unit(self, rel: str, name: str) -> tuple[ViewState | None, RenderedUnit | None]:
         """``_unit_now``, with a long unit read in a worker thread."""

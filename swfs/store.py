@@ -289,6 +289,11 @@ class ParseRecord:
         )
 
 
+# Decoded file records by their encoded bytes (FileRecord.decode).
+DECODED_KEPT = 8192
+_DECODED: dict[bytes, FileRecord] = {}
+
+
 @dataclass(frozen=True)
 class FileRecord:
     hash: str
@@ -326,7 +331,22 @@ class FileRecord:
 
     @classmethod
     def decode(cls, data: Raw) -> FileRecord:
-        d = loads(bytes(data).partition(b"\n")[2])
+        """The record these bytes encode.  Decoded records are kept by their
+        bytes (a record is immutable, so a hit cannot be stale): an open of
+        a .parsed unit asks for the same record three times."""
+        raw = bytes(data)
+        hit = _DECODED.get(raw)
+        if hit is not None:
+            return hit
+        rec = cls._decode(raw)
+        if len(_DECODED) >= DECODED_KEPT:
+            _DECODED.clear()  # a walk over more records than this gains nothing
+        _DECODED[raw] = rec
+        return rec
+
+    @classmethod
+    def _decode(cls, raw: bytes) -> FileRecord:
+        d = loads(raw.partition(b"\n")[2])
         return cls(
             hash=d["h"],
             size=d["s"],
