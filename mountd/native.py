@@ -350,6 +350,22 @@ class NativeProvider:
         self.mount.fastpath.released(fh)
         self.source.release_reader(h.fh)
 
+    def release_nowait(self, h: NativeOpen, fh: int) -> bool:
+        """``release`` with nothing left to record: a reader, or a writer
+        whose close (FLUSH) recorded its writes, as most closes do; no
+        waiting (mountd.nowait).  False, having done nothing but note a
+        passthrough writer's writes, where ``release`` must record."""
+        if h.fh.session is None:
+            self.release_reader(h, fh)
+            return True
+        self.mount.fastpath.note_writes(fh, h.fh)
+        if h.fh.written:
+            return False
+        self.mount.fastpath.released(fh)
+        done = self.source.release_now(h.fh)
+        assert done  # nothing written since the last record
+        return True
+
     async def release(self, h: FileHandle, fh: int) -> None:
         assert isinstance(h, NativeOpen)
         if h.fh.session is None:

@@ -28,8 +28,10 @@ Only these answer here (the native tree, and units of ``.parsed``):
 * an OPEN of a ``.parsed`` unit read-only, when its bytes are at hand (a
   current view, a unit short enough to read on the loop: mountd.synthetic's
   ``open_entry_nowait``), and its RELEASE;
-* a RELEASE of a native handle without a write session: its descriptor is
-  closed, the journal's event of it closed, the node's open count dropped;
+* a RELEASE of a native handle with nothing left to record (a reader, or
+  a writer whose close recorded its writes: most creates end so): its
+  descriptor is closed, the write session ended, the journal's event of it
+  closed, the node's open count dropped;
 * a GETXATTR of a native node's own attribute (not ``user.sw.*``): the
   kernel asks ``security.capability`` before each write, and a tool that
   probes an absent name asks it of every file.
@@ -172,14 +174,23 @@ class NowaitOps:
         kind = type(h)
         if kind is DataHandle:
             pass  # bytes in memory: nothing to close
-        elif kind is not NativeOpen or cast(NativeOpen, h).fh.session is not None:
+        elif kind is not NativeOpen:
             return False
+        elif (n := cast(NativeOpen, h)).fh.session is not None and n.node.tree is not Tree.NATIVE:
+            return False  # a writer of another tree: its provider's release
         assert h is not None
-        del self.handles[fh]
-        try:
-            if kind is NativeOpen:
-                self.native_provider.release_reader(cast(NativeOpen, h), fh)
-        finally:
-            self.journal.on_close(fh)
-            self.table.closed(h.node)
+        if kind is NativeOpen:
+            try:
+                if not self.native_provider.release_nowait(cast(NativeOpen, h), fh):
+                    return False  # a write to record: the async release
+            except BaseException:
+                self._closed(fh, h)
+                raise
+        self._closed(fh, h)
         return True
+
+    def _closed(self, fh: int, h: Handle) -> None:
+        """What every release ends with, as ``Operations.release`` ends."""
+        self.handles.pop(fh, None)
+        self.journal.on_close(fh)
+        self.table.closed(h.node)

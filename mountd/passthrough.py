@@ -393,12 +393,18 @@ class Passthrough:
             await self.slow(os.fdatasync if datasync else os.fsync, fh.fd)
 
     async def release(self, fh: NativeHandle) -> None:
-        if fh.session is not None and fh.session.dirty:
+        if not self.release_now(fh):
+            assert fh.session is not None
             await self.slow(fh.session.release)
-        elif fh.session is not None:
-            fh.session.release()  # nothing to record
-        else:
+
+    def release_now(self, fh: NativeHandle) -> bool:
+        if fh.session is None:
             self.release_reader(fh)
+        elif fh.session.dirty:
+            return False
+        else:
+            fh.session.release()  # nothing to record: its descriptor closes
+        return True
 
     @staticmethod
     def release_reader(fh: NativeHandle) -> None:

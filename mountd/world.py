@@ -158,6 +158,11 @@ class WorldNative:
     def release_reader(fh: NativeHandle) -> None:
         os.close(fh.fd)
 
+    @staticmethod
+    def release_now(fh: NativeHandle) -> bool:
+        os.close(fh.fd)
+        return True
+
     # -- every change is refused
     async def setattr(self, rel: str, fh: NativeHandle | None, change: SetAttr) -> os.stat_result:
         _erofs()

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import blake3
 import pyfuse3
 import pytest
 import trio
@@ -75,6 +76,10 @@ def _ino(ops: Operations, rel: str) -> int:
         assert attr is not None, name
         ino = attr.st_ino
     return ino
+
+
+def _b3(data: bytes) -> str:
+    return blake3.blake3(data).hexdigest()
 
 
 def _reads(ops: Operations, engine: Any) -> list[dict[str, Any]]:
@@ -178,13 +183,28 @@ def test_writers_and_changed_files_are_left_to_open(ops: Operations, engine: Any
     assert ops.handles == handles
     assert _fds_on(path) == []
 
-    # A writer's release waits for its record: declined, then done by release.
+    # A writer with writes to record: declined, then recorded by release.
     fi = trio.run(ops.open, ino, os.O_RDWR, ctx)
+    trio.run(ops.write, fi.fh, 0, b"BEE")
     assert ops.release_nowait(fi.fh) is False
     assert fi.fh in ops.handles
-    trio.run(ops.write, fi.fh, 0, b"BEE")
     trio.run(ops.release, fi.fh)
     assert path.read_bytes() == b"BEE\n"
+    assert engine.file_state("d/b.txt").hash == _b3(b"BEE\n")
+
+    # One whose close (FLUSH) recorded them, or that wrote nothing: its
+    # session ends here.
+    for write in (b"BEA", None):
+        fi = trio.run(ops.open, ino, os.O_RDWR, ctx)
+        if write is not None:
+            trio.run(ops.write, fi.fh, 0, write)
+            trio.run(ops.flush, fi.fh)
+        assert ops.release_nowait(fi.fh) is True
+        assert fi.fh not in ops.handles
+        assert _fds_on(path) == []
+    assert not engine.writes.busy(["d/b.txt"])
+    assert engine.file_state("d/b.txt").hash == _b3(b"BEA\n")
+    assert engine.versions("d/b.txt")[-1].hash == _b3(b"BEA\n")  # recorded at the close
 
     # Changed behind the mount: the engine must look first (a thread).
     path.write_text("changed behind\n")
