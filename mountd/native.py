@@ -315,6 +315,11 @@ class NativeProvider:
             raise fail(errno.EBADF)
         return await self.source.write(h.fh, off, buf)
 
+    def write_nowait(self, h: NativeOpen, off: int, buf: bytes) -> int | None:
+        """``write`` answered in pyfuse3's callback (mountd.nowait); None
+        where bytes must be kept first."""
+        return self.source.write_now(h.fh, off, buf)
+
     async def flush(self, h: FileHandle, fh: int) -> None:
         assert isinstance(h, NativeOpen)
         self.mount.fastpath.note_writes(fh, h.fh)  # passthrough writers (mountd.fastpath)

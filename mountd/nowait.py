@@ -6,9 +6,10 @@ after a read through the daemon a GETATTR.  For a native file none of them
 needs to wait: a system call or two, an LMDB read, memory.  Our patched
 pyfuse3 (scripts/pyfuse3-dircache.patch, ``nowait_available``) calls the
 adapter's ``lookup_nowait``, ``getattr_nowait``, ``open_nowait``,
-``release_nowait`` and ``getxattr_nowait`` before it makes a coroutine of such a request; each
-answers what it can at once and returns None (False for a release) for
-anything else, which pyfuse3 then hands to the async handler as before.
+``release_nowait``, ``getxattr_nowait`` and ``write_nowait`` before it
+makes a coroutine of such a request; each answers what it can at once and
+returns None (False for a release) for anything else, which pyfuse3 then
+hands to the async handler as before.
 That skips, per request, the coroutine and its container, the handler's
 wrapper and the three async layers below it (adapter, provider, source).
 
@@ -32,6 +33,9 @@ Only these answer here (the native tree, and units of ``.parsed``):
   a writer whose close recorded its writes: most creates end so): its
   descriptor is closed, the write session ended, the journal's event of it
   closed, the node's open count dropped;
+* a WRITE to a native file whose recorded bytes need no keeping first (a
+  new file, or one whose bytes were kept since its last record): the same
+  write through the leaf cache the async handler makes;
 * a GETXATTR of a native node's own attribute (not ``user.sw.*``): the
   kernel asks ``security.capability`` before each write, and a tool that
   probes an absent name asks it of every file.
@@ -167,6 +171,16 @@ class NowaitOps:
         if isinstance(provider, GeneratedProvider):
             return provider.open_nowait(node, flags, ctx)
         return None
+
+    @nowait
+    def write_nowait(self, fh: int, off: int, buf: bytes) -> int | None:
+        h = self.handles.get(fh)
+        if type(h) is not NativeOpen:
+            return None
+        n = cast(NativeOpen, h)
+        if n.node.tree is not Tree.NATIVE:
+            return None
+        return self.native_provider.write_nowait(n, off, buf)
 
     @nowait
     def release_nowait(self, fh: int) -> bool:

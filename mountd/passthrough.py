@@ -370,11 +370,21 @@ class Passthrough:
         return os.pread(fh.fd, size, off)
 
     async def write(self, fh: NativeHandle, off: int, buf: bytes) -> int:
+        done = self.write_now(fh, off, buf)
+        if done is not None:
+            return done
+        assert fh.session is not None
+        await self.slow(fh.session.preserve)  # ENOSPC / EIO: nothing is written
+        return fh.session.write(off, buf)
+
+    def write_now(self, fh: NativeHandle, off: int, buf: bytes) -> int | None:
+        """``write`` where it needs no waiting: None (nothing written) where
+        the recorded bytes must be kept first (a worker thread)."""
         session = fh.session
         if session is None:
             return os.pwrite(fh.fd, buf, off)  # a read-only descriptor: EBADF
         if session.needs_preserve:
-            await self.slow(session.preserve)  # ENOSPC / EIO: nothing is written
+            return None
         return session.write(off, buf)
 
     async def flush(self, fh: NativeHandle) -> None:

@@ -145,6 +145,9 @@ class WorldNative:
     async def write(self, fh: NativeHandle, off: int, buf: bytes) -> int:
         _erofs()
 
+    def write_now(self, fh: NativeHandle, off: int, buf: bytes) -> int | None:
+        _erofs()
+
     async def flush(self, fh: NativeHandle) -> None:
         pass
 

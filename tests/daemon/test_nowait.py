@@ -335,3 +335,42 @@ def test_getxattr_of_a_native_file_answers_its_own_names(ops: Operations, engine
     parsed = trio.run(ops.lookup, pyfuse3.ROOT_INODE, b".parsed", ctx).st_ino
     assert ops.getxattr_nowait(parsed, b"user.absent", ctx) is None
     assert reqcount.COUNTS["getxattr"] - before["getxattr"] == 6
+
+
+def test_write_nowait_writes_unless_bytes_must_be_kept_first(ops: Operations, engine: Any) -> None:
+    """A write that needs nothing kept first (the bytes of the last record
+    are kept already, or there are none: a new file) is made here; one that
+    must keep them first is the async handler's (a worker thread), and
+    nothing is written here then.  A read-only handle gets the async
+    handler's errno."""
+    ctx: Any = Ctx()
+    path = engine.src / "d" / "b.txt"
+    ino = _ino(ops, "d/b.txt")
+    before = reqcount.COUNTS.copy()
+    fi = trio.run(ops.open, ino, os.O_RDWR, ctx)
+    assert ops.write_nowait(fi.fh, 0, b"X") is None  # "bee" must be kept first
+    assert path.read_bytes() == b"bee\n"
+    assert trio.run(ops.write, fi.fh, 0, b"S") == 1  # keeps it, then writes
+    assert ops.write_nowait(fi.fh, 1, b"EE") == 2  # kept: no waiting now
+    trio.run(ops.flush, fi.fh)
+    assert ops.release_nowait(fi.fh)
+    assert path.read_bytes() == b"SEE\n"
+    assert reqcount.COUNTS["write"] - before["write"] == 2
+    old = engine.versions("d/b.txt")[0]
+    assert old.available  # "bee" was kept before the first write
+
+    parent = _ino(ops, "d")
+    fi, attr = trio.run(ops.create, parent, b"new.txt", 0o644, os.O_WRONLY, ctx)
+    assert ops.write_nowait(fi.fh, 0, b"fresh\n") == 6  # nothing to keep
+    trio.run(ops.flush, fi.fh)
+    assert ops.release_nowait(fi.fh)
+    assert engine.file_state("d/new.txt").hash == _b3(b"fresh\n")
+
+    ro = ops.open_nowait(ino, os.O_RDONLY, ctx)
+    assert ro is not None
+    with pytest.raises(pyfuse3.FUSEError) as now:
+        ops.write_nowait(ro.fh, 0, b"no")
+    with pytest.raises(pyfuse3.FUSEError) as later:
+        trio.run(ops.write, ro.fh, 0, b"no")
+    assert now.value.errno == later.value.errno == errno.EBADF
+    assert ops.release_nowait(ro.fh)
