@@ -132,8 +132,7 @@ class Invalidator:
             listed: dict[tuple[Tree, str], set[str]] = {}
             changed = rels | external
             for node in todo.dirs:
-                stays = getattr(self.ops.router.provider(node.tree), "dir_stays", None)
-                if stays is not None and stays(node.spath, changed):
+                if self._stays(node, changed):
                     continue
                 # A generated directory keeps its dentry (a shell may sit in it)
                 # unless it is gone.  Asked of its parent's listing, which is
@@ -150,6 +149,19 @@ class Invalidator:
                     todo.entries += self._synthetic_link(node)
             if self.ops.mounted:
                 await trio.to_thread.run_sync(_notify_kernel, todo)
+
+    def _stays(self, node: Node, changed: AbstractSet[str]) -> bool:
+        """Whether generated folder ``node`` surely still shows after
+        ``changed``, as its tree can tell cheaply (``dir_stays``); False
+        (ask its parent's listing) where it cannot."""
+        stays = getattr(self.ops.router.provider(node.tree), "dir_stays", None)
+        if stays is None:
+            return False
+        try:
+            return bool(stays(node.spath, changed))
+        except Exception:
+            log.exception("%s: dir_stays(%r) failed", node.tree, node.spath)
+            return False
 
     def _invalidations(
         self, rels: set[str], external: AbstractSet[str] = frozenset()

@@ -167,6 +167,12 @@ class Generation:
         return max(below, self._changed.get(folder, below))  # an event may name the folder
 
 
+def _at_or_below(path: str, rels: AbstractSet[str]) -> list[str]:
+    """The paths of ``rels`` that are ``path`` or below it."""
+    prefix = path + "/"
+    return [r for r in rels if r == path or r.startswith(prefix)]
+
+
 class _Index:
     """A directory tree over a set of relative paths (files at the leaves)."""
 
@@ -536,6 +542,18 @@ class ParsedTree(Base):
         view, unit = await self._unit(rel, unit_name)
         return {} if view is None or unit is None else view_xattrs(view, unit.locator)
 
+    def dir_stays(self, path: str, rels: AbstractSet[str]) -> bool:
+        """Cheap, from the loop (mountd.invalidator): folder ``path`` (a
+        file's view, or a folder above views) surely still shows after
+        ``rels`` changed, known without rebuilding the index of every parsed
+        file (an edit of a file whose view the kernel holds would otherwise
+        rebuild it, once per edit): a changed file at or below it still has
+        a view.  False where only the index can tell."""
+        return any(
+            self.engine.freshness(RelPath(r)) not in (None, Freshness.UNSUPPORTED)
+            for r in _at_or_below(path, rels)
+        )
+
     async def children(self, path: str) -> list[str]:
         loc = await self._locate(path)
         if loc is None:
@@ -783,6 +801,16 @@ class VersionsTree(Base):
         if rel in idx.dirs:
             return self.dir_entry(rel)
         return None
+
+    def dir_stays(self, path: str, rels: AbstractSet[str]) -> bool:
+        """Cheap, from the loop (mountd.invalidator): folder ``path`` surely
+        still shows after ``rels`` changed, known without rebuilding the
+        index of every versioned path: a changed file at or below it has
+        versions (they go only with gc or reset).  False where only the
+        index can tell (and for snapshots)."""
+        if path == SNAPSHOTS or path.startswith(SNAPSHOTS + "/"):
+            return False
+        return any(self.engine.has_versions(RelPath(r)) for r in _at_or_below(path, rels))
 
     async def children(self, path: str) -> list[str]:
         return await self.call(self._children, path)

@@ -323,6 +323,10 @@ class WorkspaceAPI(Protocol):
 
     # -- .versions
     def versioned_paths(self) -> Iterable[RelPath]: ...
+    def has_versions(self, rel: RelPath) -> bool:
+        """Cheap (one record): ``rel`` is among ``versioned_paths``."""
+        ...
+
     def versions(self, rel: RelPath) -> Sequence[Version]: ...
     def version_file(self, rel: RelPath, number: int) -> str | None:
         """*slow*: a readable path holding that version's bytes (a blob), or

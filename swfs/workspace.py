@@ -979,6 +979,9 @@ class Workspace(BlobReads):
         with self.store.read() as txn:
             return [RelPath(rel) for rel, _ in self.store.iter_versions(txn)]
 
+    def has_versions(self, rel: RelPath) -> bool:
+        return bool(self.store.get_versions(rel))
+
     def versions(self, rel: RelPath) -> Sequence[Version]:
         rec = self.store.get_file(rel)
         out = []

@@ -582,6 +582,9 @@ class World(BlobReads):
     def versioned_paths(self) -> Iterable[RelPath]:
         return []
 
+    def has_versions(self, rel: RelPath) -> bool:
+        return bool(self.versions(rel))
+
     def versions(self, rel: RelPath) -> Sequence[Version]:
         return []
 

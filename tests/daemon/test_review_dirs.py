@@ -15,7 +15,7 @@ import pytest
 import trio
 
 from mountd.options import MountOptions
-from mountd.synthetic import Generation, ReviewTree
+from mountd.synthetic import Generation, ParsedTree, ReviewTree, VersionsTree
 from swfs.engine import Engine
 from swfs.workspace import Config
 
@@ -84,4 +84,43 @@ def test_dir_stays_agrees_with_the_listing_and_never_computes_it(
     assert not tree.dir_stays("d/e", {"d/e/a.txt"})
     # A folder name that is a prefix of another's is not above its files.
     assert tree.dir_stays("d/e", {"d/ee/x.txt"})
+    assert asked == []
+
+
+def test_parsed_and_versions_folders_stay_without_their_index(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The folder of an edited file's view (``.parsed/<rel>``) and of its
+    versions (``.versions/<rel>``) stay, known from its record, without the
+    index of every parsed or versioned path; a deleted file's folders are
+    left to the index."""
+    gen = Generation()
+    parsed = ParsedTree(engine, gen, MountOptions())
+    versions = VersionsTree(engine, gen, MountOptions())
+    src = engine.src
+    (src / "d" / "b.txt").write_text("edited\n")
+    _record(engine, "d/b.txt")
+    trio.run(engine.drain)
+    assert "b.txt" in trio.run(parsed.children, "d")
+    assert "b.txt" in trio.run(versions.children, "d")
+
+    asked: list[str] = []
+
+    def no_index() -> Any:
+        asked.append("index")
+        raise AssertionError("the index was rebuilt")
+
+    monkeypatch.setattr(engine, "parsed_paths", no_index)
+    monkeypatch.setattr(engine, "versioned_paths", no_index)
+    for tree in (parsed, versions):
+        assert tree.dir_stays("d/b.txt", {"d/b.txt"})
+        assert tree.dir_stays("d", {"d/b.txt"})
+        assert not tree.dir_stays("d/e", {"d/b.txt"})  # nothing below it changed
+    (src / "other" / "c.bin").write_bytes(b"\0\1")  # no parser: no view
+    _record(engine, "other/c.bin")
+    assert not parsed.dir_stays("other/c.bin", {"other/c.bin"})
+    os.unlink(src / "d" / "e" / "a.txt")
+    _record(engine, "d/e/a.txt")
+    assert not parsed.dir_stays("d/e/a.txt", {"d/e/a.txt"})
+    assert not versions.dir_stays("@snapshots", {"d/b.txt"})
     assert asked == []
