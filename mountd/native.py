@@ -373,17 +373,13 @@ class NativeProvider:
 
     async def release(self, h: FileHandle, fh: int) -> None:
         assert isinstance(h, NativeOpen)
-        if h.fh.session is None:
-            self.release_reader(h, fh)
+        if self.release_nowait(h, fh):
             return
-        self.mount.fastpath.note_writes(fh, h.fh)
-        if h.fh.written:
-            h.node.cache_sig = self._cache_sig_after_writes(h, fh)
+        # Written since the last record: the session records it now.
+        h.node.cache_sig = self._cache_sig_after_writes(h, fh)
         self.mount.fastpath.released(fh)
-        recorded = h.fh.written
         await self.source.release(h.fh)
-        if recorded:
-            self.mount.journal.on_wrote(fh, h.fh.path())
+        self.mount.journal.on_wrote(fh, h.fh.path())
 
     # -- attributes that change
 
