@@ -181,8 +181,15 @@ class Passthrough:
 
     def open_read(self, rel: str) -> int:
         """A read-only descriptor of file ``rel`` as the mount shows it
-        (``.versions`` serves a present version's bytes from it)."""
-        return open_beneath(self.root_fd, rel, os.O_RDONLY)
+        (``.versions`` serves a present version's bytes from it).  The
+        native file's access time stays as it was: a read of a version is not
+        a read of the file (O_NOATIME is the owner's or root's right)."""
+        try:
+            return open_beneath(self.root_fd, rel, os.O_RDONLY | os.O_NOATIME)
+        except PermissionError as exc:
+            if exc.errno != errno.EPERM:
+                raise
+            return open_beneath(self.root_fd, rel, os.O_RDONLY)
 
     def readlink(self, rel: str) -> bytes:
         parent, name = split(rel)

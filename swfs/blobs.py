@@ -79,6 +79,7 @@ from swfs.fsutil import (
     hash_fd,
     hash_file,
     hash_zeros,
+    open_to_read,
     write_all,
     write_all_at,
 )
@@ -556,7 +557,7 @@ class BlobStore:
         st = os.stat(path, follow_symlinks=False)
         if not stat.S_ISREG(st.st_mode):
             raise ValueError(f"{path}: not a regular file")
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+        fd = open_to_read(path, os.O_NOFOLLOW)
         try:
             if expected is not None and self.has(expected):
                 # Nothing to store, but unlike put_fd say whether the file

@@ -194,7 +194,7 @@ def check_views(ws: Workspace, repair: bool) -> list[Problem]:
         if stat_signature(st) == rec.signature():
             continue
         try:
-            actual = hash_file(ws.abspath(rel))
+            actual = hash_file(ws.abspath(rel), mmap=False)
         except OSError as exc:
             log.warning("%s: cannot read to check its view: %s", rel, exc.strerror)
             continue

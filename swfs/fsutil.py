@@ -317,14 +317,15 @@ def hash_file(path: str | os.PathLike[str], *, mmap: bool = True) -> str:
     Big files are memory-mapped and hashed on several threads when the blake3
     binding supports it.  Pass ``mmap=False`` for a file another process may
     truncate meanwhile (a mapped read past the new end is SIGBUS); blobs and
-    other files only swfs writes are safe to map.
+    other files only swfs writes are safe to map.  Unmapped, the read leaves
+    the file's access time alone (``open_to_read``); a mapping moves it.
     """
     size = os.stat(path).st_size
     if mmap and size > SMALL_FILE and hasattr(blake3.blake3, "update_mmap"):
         hasher = _new_hasher()
         hasher.update_mmap(os.fspath(path))
         return hasher.hexdigest()
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    fd = open_to_read(path)
     try:
         return hash_fd(fd)
     finally:

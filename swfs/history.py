@@ -33,7 +33,7 @@ import lmdb
 
 from .api import Cause, ChangeStatus, RelPath
 from .blobs import HashMismatch
-from .fsutil import copy_fd, open_dir_noatime
+from .fsutil import copy_fd, open_dir_noatime, open_to_read
 from .store import dumps, loads, pdecode
 
 if TYPE_CHECKING:
@@ -533,7 +533,7 @@ def _ensure_bytes(
             lost.append(rel)
             continue
         try:
-            fd = os.open(ws.abspath(holder), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            fd = open_to_read(ws.abspath(holder), os.O_NOFOLLOW)
         except OSError:
             lost.append(rel)
             continue

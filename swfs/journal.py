@@ -77,6 +77,7 @@ from pathlib import Path
 from typing import Any
 
 from swfs.api import Access, RelPath, ReviewEntry
+from swfs.fsutil import open_to_read
 from swfs.lineage import JobReads, job_reads, read_rows, stored_inputs
 from swfs.procinfo import Caller, ProcCache, read_cmdline, read_stat
 from swfs.sqlitetext import PathSafeConnection, escaped_json
@@ -966,7 +967,7 @@ def text_lines(path: Path, ranges: list[list[int]]) -> list[int] | None:
         return None
     try:
         # Never follow a link out of the tree, never wait on a FIFO.
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = open_to_read(path, os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return None
     try:

@@ -8,6 +8,15 @@ blow-up fails that one file with a one-line reason and nothing else.
 The worker opens the file itself with O_NOFOLLOW, hashes the bytes it parses
 and reports that hash, so a parse is always stored under the content it was
 really made from, even if the file changed after it was queued.
+
+Parsers open the file themselves (MuPDF, openpyxl, LibreOffice), and a plain
+open moves the file's access time: a parse that ran after a user's utimens
+(queued by the write just before it) would undo it.  So a file up to
+``SNAPSHOT_LIMIT`` is first copied into a private memory file through the
+worker's O_NOATIME descriptor, and parsed from there: the user's file is
+read once, its access time left alone, and the parser reads exactly the
+bytes that were hashed.  Bigger files are parsed in place, and their access
+time may move.
 """
 
 from __future__ import annotations
@@ -30,7 +39,7 @@ import trio_parallel
 from parsers import registry
 from parsers._base import FileInfo, ParseFailed, ParseOptions, UnsupportedFormat
 
-from .fsutil import hash_fd
+from .fsutil import hash_fd, open_to_read
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +54,10 @@ CHANGED = "changed"  # modified while being parsed: the result is discarded
 # machine) and hand a result back, beyond the parse's own timeout, before
 # the pool gives up on it.
 STARTUP_GRACE = 300.0
+
+# Files up to this size are parsed from a private copy (see above).
+SNAPSHOT_LIMIT = 64 * 1024 * 1024
+_COPY_BLOCK = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -146,22 +159,28 @@ def parse_job(
 def _parse_job(abs_path: str, rel: str, options: ParseOptions) -> ParseOutcome:
     t0 = time.monotonic()
     try:
-        fd = os.open(abs_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = open_to_read(abs_path, os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError as exc:
         return ParseOutcome(GONE, error=_one_line(f"cannot open: {exc.strerror}"))
+    copy: int | None = None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             return ParseOutcome(GONE, error="not a regular file")
-        h = hash_fd(fd)
-        info = file_info_from_fd(fd, rel, st.st_size)
+        if st.st_size <= SNAPSHOT_LIMIT:
+            copy = _snapshot(fd, st.st_size)
+            if _moved(st, os.fstat(fd)):
+                return ParseOutcome(CHANGED)
+        read_fd = fd if copy is None else copy
+        h = hash_fd(read_fd)
+        info = file_info_from_fd(read_fd, rel, st.st_size)
         parser = registry.select(info)
         if parser is None:
             return ParseOutcome(UNSUPPORTED, hash=h)
         key = parser.cache_key(info)
         error: str | None = None
         try:
-            _, units = registry.parse(f"/proc/self/fd/{fd}", info, options)
+            _, units = registry.parse(f"/proc/self/fd/{read_fd}", info, options)
         except UnsupportedFormat as exc:
             return ParseOutcome(UNSUPPORTED, hash=h, error=_one_line(str(exc)))
         except ParseFailed as exc:
@@ -178,12 +197,7 @@ def _parse_job(abs_path: str, rel: str, options: ParseOptions) -> ParseOutcome:
             units = []
         else:
             status = OK
-        st2 = os.fstat(fd)
-        if (st2.st_size, st2.st_mtime_ns, st2.st_ctime_ns) != (
-            st.st_size,
-            st.st_mtime_ns,
-            st.st_ctime_ns,
-        ):
+        if _moved(st, os.fstat(fd)):
             return ParseOutcome(CHANGED, hash=h, parser=key)
         return ParseOutcome(
             status,
@@ -195,6 +209,33 @@ def _parse_job(abs_path: str, rel: str, options: ParseOptions) -> ParseOutcome:
         )
     finally:
         os.close(fd)
+        if copy is not None:
+            os.close(copy)
+
+
+def _moved(before: os.stat_result, after: os.stat_result) -> bool:
+    return (after.st_size, after.st_mtime_ns, after.st_ctime_ns) != (
+        before.st_size,
+        before.st_mtime_ns,
+        before.st_ctime_ns,
+    )
+
+
+def _snapshot(fd: int, size: int) -> int:
+    """A memory file holding the bytes of ``fd`` (read without moving its
+    access time, as ``fd`` was opened), for the parser to open by path."""
+    copy = os.memfd_create("swfs-parse", os.MFD_CLOEXEC)
+    try:
+        offset = 0
+        while offset < size:
+            block = os.pread(fd, min(_COPY_BLOCK, size - offset), offset)
+            if not block:
+                break
+            offset += os.pwrite(copy, block, offset)
+    except BaseException:
+        os.close(copy)
+        raise
+    return copy
 
 
 def _init_worker(memory_bytes: int) -> None:

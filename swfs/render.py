@@ -58,7 +58,7 @@ import trio
 import trio_parallel
 
 from .api import FileState, Freshness, Hash, RelPath, WorkspaceAPI
-from .fsutil import save_file
+from .fsutil import open_to_read, save_file
 from .parsework import describe_broken
 
 log = logging.getLogger(__name__)
@@ -308,7 +308,7 @@ def _signature(st: os.stat_result) -> Signature:
 
 
 def _open_checked(path: str, sig: Signature) -> int:
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    fd = open_to_read(path, os.O_NOFOLLOW | os.O_NONBLOCK)
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode) or _signature(st) != sig:
         os.close(fd)

@@ -677,7 +677,7 @@ def _same_bytes(a: str, b: str) -> bool:
     try:
         if os.path.islink(a) or os.path.islink(b):
             return os.path.islink(a) and os.path.islink(b) and os.readlink(a) == os.readlink(b)
-        return hash_file(a) == hash_file(b)
+        return hash_file(a, mmap=False) == hash_file(b, mmap=False)
     except OSError:
         return False
 
@@ -773,7 +773,14 @@ def _sides(ws: Any, st: Staging, c: Staged) -> tuple[list[Any] | None, list[Any]
         if parser is None:
             base = ws.baseline_manifest().get(c.path)
             parser = base[5] if base else None
-        old = [hash_file(lower), lst.st_size, lst.st_mode, lst.st_uid, lst.st_gid, parser]
+        old = [
+            hash_file(lower, mmap=False),
+            lst.st_size,
+            lst.st_mode,
+            lst.st_uid,
+            lst.st_gid,
+            parser,
+        ]
     return old, new
 
 

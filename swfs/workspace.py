@@ -1031,7 +1031,7 @@ class Workspace(BlobReads):
             if self.blobs.has(entry[0]):
                 continue
             try:
-                fd = os.open(self.abspath(rel), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+                fd = open_to_read(self.abspath(rel), os.O_NOFOLLOW)
             except OSError as exc:
                 raise WorkspaceError(
                     f"{rel}: cannot read for the snapshot: {exc.strerror}"

@@ -54,7 +54,7 @@ from .api import (
 )
 from .blobreads import BlobReads
 from .blobs import BlobStore, Manifest
-from .fsutil import hash_fd, write_all_at
+from .fsutil import hash_fd, open_to_read, write_all_at
 from .hashform import label as short_hash
 from .parsework import FAILED, OK, ParseOutcome, ParsePool
 from .store import _DBS, FORMAT_VERSION, FileRecord, Store, StoreError, stat_signature
@@ -330,7 +330,7 @@ class World(BlobReads):
         # A baseline file never copied: the live file, while it has that hash.
         live = self.store.get_file(rel)
         if live is not None and live.hash == rec.hash:
-            fd = os.open(os.path.join(self.src, rel), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            fd = open_to_read(os.path.join(self.src, rel), os.O_NOFOLLOW)
             try:
                 st = os.fstat(fd)
                 if stat_signature(st) == live.signature() or hash_fd(fd) == rec.hash:

@@ -44,3 +44,38 @@ def test_a_scan_keeps_every_directory_s_access_time(tmp_path: Path) -> None:
         assert eng.store.get_file("a/b/g.txt") is not None
     for d, atime in times.items():
         assert os.stat(d).st_atime_ns == atime, d
+
+
+def _file_with_old_atime(tmp_path: Path, name: str, text: str) -> tuple[Path, int]:
+    f = tmp_path / name
+    f.write_text(text)
+    st = os.stat(f)
+    atime = 1_000_000_001_000_000_123  # years before mtime: relatime would move it
+    os.utime(f, ns=(atime, st.st_mtime_ns))
+    return f, atime
+
+
+def test_reading_a_file_plainly_moves_its_access_time(tmp_path: Path) -> None:
+    """The premise of the tests below: this filesystem updates atime on read."""
+    f, atime = _file_with_old_atime(tmp_path, "plain.txt", "x\n")
+    f.read_bytes()
+    assert os.stat(f).st_atime_ns != atime
+
+
+def test_the_engine_s_reads_of_a_file_keep_its_access_time(tmp_path: Path) -> None:
+    """A parse, the journal's line count, a hash and a preserve read a user's
+    file in the background, racing the user's own utimens: none may move the
+    access time the user set (seen as a flaky utimens in the conformance test)."""
+    from parsers._base import ParseOptions
+    from swfs.blobs import BlobStore
+    from swfs.fsutil import hash_file
+    from swfs.journal import text_lines
+    from swfs.parsework import parse_job
+
+    f, atime = _file_with_old_atime(tmp_path, "notes.txt", "alpha\nbeta\ngamma\n")
+    outcome = parse_job(str(f), "notes.txt", ParseOptions())
+    assert outcome.hash == hash_file(f, mmap=False)
+    assert text_lines(f, [[0, 8]]) == [1, 2]
+    blobs = BlobStore(tmp_path / "blobs")
+    assert blobs.link_in(f) == outcome.hash
+    assert os.stat(f).st_atime_ns == atime

@@ -306,3 +306,33 @@ def test_hard_links_stay_one_file_through_history_keeping(pair: tuple[Path, Path
         ]
 
     assert scenario(pair[0]) == scenario(pair[1])
+
+
+def test_background_reads_keep_the_access_time_a_user_set(
+    pair: tuple[Path, Path], mounted: RealMount
+) -> None:
+    """A write queues a parse and a read queues the journal's line count; both
+    read the file later, in the background.  An access time set in between
+    (utimens, ``touch -a``) must stay what the user set, as natively."""
+    a, _ = pair
+    old = 1_000_000_001_000_000_123  # long before mtime: relatime would move it
+    written, read = a / "written.txt", a / "read.txt"
+    read.write_text("one\ntwo\nthree\n")
+    swfs("sync", mounted.mnt, timeout=60)
+    assert read.read_text().startswith("one")
+    os.utime(read, ns=(old, os.stat(read).st_mtime_ns))
+    written.write_text("alpha\nbeta\n")
+    os.utime(written, ns=(old, os.stat(written).st_mtime_ns))
+    swfs("sync", mounted.mnt, timeout=60)
+    rel = f"{a.name}/read.txt"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # the read's event, lines counted, is stored
+        events = swfs("log", mounted.mnt, "--json", "--kind", "read").stdout
+        if any(rel in line and '"lines"' in line for line in events.splitlines()):
+            break
+        time.sleep(0.2)
+    else:
+        raise AssertionError(f"no read event of {rel} with its lines")
+    for f in (written, read):
+        assert os.stat(f).st_atime_ns == old, f
+        assert os.stat(mounted.src / f.relative_to(mounted.mnt)).st_atime_ns == old, f
