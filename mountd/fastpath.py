@@ -9,12 +9,11 @@ event loop costs Python scheduling and an epoll wake-up.  With it,
 second time).  Stock pyfuse3 has no such loop; then ``mountd.poll`` polls as
 before.
 
-**Kernel passthrough** (``--passthrough=on``, or ``auto`` with
-``--no-journal``; libfuse 3.17 or newer under pyfuse3, a kernel with FUSE
-passthrough, a daemon running as root): a
-read-only open of a native file is answered with a backing id, and the
-kernel reads the backing file itself, its page cache included: the daemon
-sees neither those reads nor their cost.
+**Kernel passthrough** (``--passthrough=on`` or ``auto``; libfuse 3.17 or
+newer under pyfuse3, a kernel with FUSE passthrough, a daemon running as
+root): a read-only open of a native file is answered with a backing id, and
+the kernel reads the backing file itself, its page cache included: the
+daemon sees neither those reads nor their cost.
 
 Only read-only opens of files larger than ``SMALL_FILE`` are passed through
 by choice.  A small file is read in one or two requests, after which the
@@ -32,8 +31,14 @@ daemon: the write session keeps the recorded bytes before the first in-place
 change and records a version at close (``swfs.writesession``), and it can do
 neither for writes it never sees.  The access journal still records each
 passthrough open as a read of that file, but without the byte and line
-ranges read (the reads never reach the daemon): that is why ``auto`` stays
-off while the journal records, and ``on`` is the user's say-so.
+ranges read (the reads never reach the daemon).  So while the journal
+records, ``auto`` passes through binary files only (a NUL in the first
+8 KiB: ``swfs.fsutil.holds_binary``, the rule by which the journal gives
+text files line ranges and binary ones none): a text file's reads reach
+the daemon and keep their lines (``lines=1-200`` in the lineage), where a
+binary file's byte ranges say little a reader of the lineage can use, and
+its reads are what big files are (data, PDFs, archives).  ``on`` passes
+through every file, the user's say-so; ``--no-journal`` with ``auto`` too.
 
 The kernel allows one backing file per inode, and once an inode is open for
 passthrough it fails (EIO) any open of it that is not.  So all passthrough
@@ -64,6 +69,7 @@ import pyfuse3
 
 from mountd.options import PassthroughMode
 from mountd.passthrough import NativeHandle
+from swfs.fsutil import holds_binary
 
 log = logging.getLogger(__name__)
 
@@ -96,13 +102,10 @@ class FastPath:
         if mode not in PASSTHROUGH_MODES:
             raise ValueError(f"passthrough must be one of {', '.join(PASSTHROUGH_MODES)}")
         self.mode = mode
+        # Text files keep their reads (and the journal their line ranges).
+        self.binary_only = mode == "auto" and journal
         if mode == "off":
             self.why_not: str | None = "--passthrough=off"
-        elif mode == "auto" and journal:
-            self.why_not = (
-                "the access journal records the byte ranges of reads "
-                "(--passthrough=on passes through all the same, without them)"
-            )
         else:
             self.why_not = passthrough_unavailable()
         self.wanted = self.why_not is None
@@ -131,7 +134,8 @@ class FastPath:
             if not _fuse.passthrough_active():
                 self._off("the kernel did not offer FUSE passthrough at INIT")
                 return False
-            log.info("kernel passthrough on: read-only opens of native files")
+            what = "binary native files" if self.binary_only else "native files"
+            log.info("kernel passthrough on: read-only opens of %s", what)
         return self.wanted
 
     def _off(self, why: str) -> None:
@@ -188,7 +192,14 @@ class FastPath:
         if entry is None:
             read_only = flags & os.O_ACCMODE == os.O_RDONLY and not flags & os.O_TRUNC
             small = size <= SMALL_FILE
-            if not self.active or not read_only or created or small or self._cached[ino]:
+            if (
+                not self.active
+                or not read_only
+                or created
+                or small
+                or self._cached[ino]
+                or (self.binary_only and not _binary(handle.fd))
+            ):
                 if not fi.direct_io:  # direct I/O has no page cache to conflict
                     self._cached[ino] += 1
                     self._handles[fh] = (ino, False, None)
@@ -254,6 +265,13 @@ class FastPath:
         state = "on" if self.wanted and self._checked else (self.why_not or "not yet asked")
         live = len(self._backing)
         return f"passthrough: {state}; {self.passed} opens passed through, {live} files live"
+
+
+def _binary(fd: int) -> bool:
+    try:
+        return holds_binary(fd)
+    except OSError:
+        return False  # the daemon's read will say what is wrong
 
 
 def _stamp(fd: int) -> tuple[int, int, int]:

@@ -332,6 +332,15 @@ def hash_file(path: str | os.PathLike[str], *, mmap: bool = True) -> str:
         os.close(fd)
 
 
+TEXT_SNIFF = 8192  # bytes looked at to tell text from binary
+
+
+def holds_binary(fd: int) -> bool:
+    """Whether the file behind ``fd`` is binary by the journal's rule: a NUL
+    in its first ``TEXT_SNIFF`` bytes (text files get line ranges)."""
+    return b"\0" in os.pread(fd, TEXT_SNIFF, 0)
+
+
 def open_to_read(path: str | os.PathLike[str], flags: int = 0) -> int:
     """Open a workspace file for the engine to read without moving its access
     time: looking at a file must not change what ``stat`` says of it.

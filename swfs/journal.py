@@ -77,7 +77,7 @@ from pathlib import Path
 from typing import Any
 
 from swfs.api import Access, RelPath, ReviewEntry
-from swfs.fsutil import open_to_read
+from swfs.fsutil import holds_binary, open_to_read
 from swfs.lineage import JobReads, job_reads, read_rows, stored_inputs
 from swfs.procinfo import Caller, ProcCache, read_cmdline, read_stat
 from swfs.sqlitetext import PathSafeConnection, escaped_json
@@ -974,7 +974,7 @@ def text_lines(path: Path, ranges: list[list[int]]) -> list[int] | None:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_size > TEXT_LINES_LIMIT:
             return None
-        if b"\0" in os.pread(fd, 8192, 0):
+        if holds_binary(fd):
             return None
         start = min(s for s, _ in ranges)
         end = min(max(e for _, e in ranges), st.st_size)

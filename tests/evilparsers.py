@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -86,11 +87,22 @@ class GatedParser(_Evil):
     ext = ".gated"
 
     def parse(self, path: str, info: FileInfo, options: ParseOptions) -> list[Unit]:
-        go = os.path.realpath(path) + ".go"  # path is /proc/self/fd/N
+        go = _source_of(info) + ".go"
         while not os.path.exists(go):
             time.sleep(0.05)
         with open(path, encoding="utf-8", errors="replace") as f:
             return [Unit("content.txt", f.read(), "content")]
+
+
+def _source_of(info: FileInfo) -> str:
+    """The file being parsed, on disk: ``path`` may be a private copy
+    (swfs.parsework), but the worker keeps the file itself open meanwhile."""
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            real = os.readlink(f"/proc/self/fd/{fd}")
+            if real.endswith("/" + info.name) and os.path.isfile(real):
+                return real
+    raise AssertionError(f"{info.name}: not open in this worker")
 
 
 SPEC = ",".join(

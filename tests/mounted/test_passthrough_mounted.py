@@ -11,6 +11,7 @@ path of a machine without it.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import subprocess
@@ -25,6 +26,7 @@ from mountd.launch import mounted_swfs
 from mountd.options import MountOptions
 from swfs.fsutil import hash_file
 from tests import realmount
+from tests.mounted.test_walk_requests import _counts, _delta
 from tests.mountutil import lazy_unmount, wait_for_mount, workdir
 from tests.realmount import RealMount, needs_fuse, swfs
 
@@ -190,9 +192,12 @@ def test_passthrough_on_reads_writes_and_records() -> None:
         assert m.alive()
 
 
-def test_auto_stays_off_while_the_journal_records_reads() -> None:
-    # 'auto' keeps the journal's byte ranges; with --no-journal it asks.
-    assert "journal" in (FastPath("auto", journal=True).why_not or "")
+def test_auto_passes_through_binary_files_only_while_the_journal_records() -> None:
+    # 'auto' keeps a text file's reads, for the journal's line ranges.
+    assert FastPath("auto", journal=True).binary_only
+    assert FastPath("auto", journal=True).why_not == passthrough_unavailable()
+    assert not FastPath("auto", journal=False).binary_only
+    assert not FastPath("on", journal=True).binary_only
     assert FastPath("auto", journal=False).why_not == passthrough_unavailable()
     assert FastPath("off", journal=False).why_not == "--passthrough=off"
     with pytest.raises(ValueError, match="passthrough"):
@@ -204,4 +209,36 @@ def test_passthrough_off_behaves_as_before() -> None:
         assert passthrough_state(m) == "--passthrough=off"
         check_reads_writes_versions(m)
         assert "Traceback" not in m.log()
+        assert m.alive()
+
+
+def test_auto_reads_a_big_binary_file_in_the_kernel_and_a_big_text_file_here() -> None:
+    """The default mount (``auto``, the journal on): the kernel reads a big
+    binary file itself, no READ reaches the daemon; a big text file's reads
+    do, and its read event gets its lines.  Both are journaled as reads."""
+    why = passthrough_unavailable()
+    if why is not None:
+        pytest.skip(f"kernel passthrough unavailable: {why}")
+    with mounted() as m:
+        text = b"".join(b"line %d of the big text file\n" % i for i in range(20000))
+        (m.mnt / "big.txt").write_bytes(text)
+        swfs("sync", m.mnt)
+        if passthrough_state(m) != "on":
+            pytest.skip("the kernel did not offer FUSE passthrough")
+        assert "binary native files" in m.log()
+        before = _counts(m)
+        assert (m.mnt / "big.bin").read_bytes() == BIG
+        assert _delta(before, _counts(m)).get("read", 0) == 0
+        before = _counts(m)
+        with open(m.mnt / "big.txt", "rb") as f:
+            assert f.read(4096) == text[:4096]
+        assert _delta(before, _counts(m)).get("read", 0) >= 1
+
+        def events() -> dict[str, dict[str, object]]:
+            out = swfs("log", m.mnt, "--json", "--kind", "read").stdout
+            got = [json.loads(line) for line in out.splitlines()]
+            return {e["path"]: e for e in got if e["path"] in ("big.bin", "big.txt")}
+
+        poll(lambda: len(events()) == 2 and "lines" in str(events()["big.txt"]), "both reads")
+        assert "lines" not in str(events()["big.bin"])
         assert m.alive()
