@@ -169,7 +169,7 @@ def _parse_job(abs_path: str, rel: str, options: ParseOptions) -> ParseOutcome:
             return ParseOutcome(GONE, error="not a regular file")
         if st.st_size <= SNAPSHOT_LIMIT:
             copy = _snapshot(fd, st.st_size)
-            if _moved(st, os.fstat(fd)):
+            if copy is not None and _moved(st, os.fstat(fd)):
                 return ParseOutcome(CHANGED)
         read_fd = fd if copy is None else copy
         h = hash_fd(read_fd)
@@ -221,17 +221,28 @@ def _moved(before: os.stat_result, after: os.stat_result) -> bool:
     )
 
 
-def _snapshot(fd: int, size: int) -> int:
+def _snapshot(fd: int, size: int) -> int | None:
     """A memory file holding the bytes of ``fd`` (read without moving its
-    access time, as ``fd`` was opened), for the parser to open by path."""
-    copy = os.memfd_create("swfs-parse", os.MFD_CLOEXEC)
+    access time, as ``fd`` was opened), for the parser to open by path;
+    None where no memory file can be had (memfd refused, its memory short):
+    the file is then parsed in place."""
+    try:
+        copy = os.memfd_create("swfs-parse", os.MFD_CLOEXEC)
+    except OSError as exc:
+        log.debug("parsing in place: memfd_create: %s", exc)
+        return None
     try:
         offset = 0
         while offset < size:
             block = os.pread(fd, min(_COPY_BLOCK, size - offset), offset)
             if not block:
                 break
-            offset += os.pwrite(copy, block, offset)
+            try:
+                offset += os.pwrite(copy, block, offset)
+            except OSError as exc:  # the copy's memory, not the file: parse in place
+                log.debug("parsing in place: copying: %s", exc)
+                os.close(copy)
+                return None
     except BaseException:
         os.close(copy)
         raise

@@ -4,8 +4,11 @@ daemon's last scan (relatime updates atime when it is older than mtime)."""
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
+
+import pytest
 
 from swfs.engine import Engine
 from swfs.fsutil import scan_dir
@@ -79,3 +82,22 @@ def test_the_engine_s_reads_of_a_file_keep_its_access_time(tmp_path: Path) -> No
     blobs = BlobStore(tmp_path / "blobs")
     assert blobs.link_in(f) == outcome.hash
     assert os.stat(f).st_atime_ns == atime
+
+
+def test_a_parse_without_a_memory_file_parses_in_place(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """memfd refused (a sandbox, no memory): the parse still succeeds, from
+    the file itself."""
+    from parsers._base import ParseOptions
+    from swfs import parsework
+
+    def refuse(*_: object) -> int:
+        raise OSError(errno.ENOSYS, "memfd_create refused")
+
+    monkeypatch.setattr(parsework.os, "memfd_create", refuse)
+    f = tmp_path / "notes.txt"
+    f.write_text("alpha\nbeta\n")
+    outcome = parsework.parse_job(str(f), "notes.txt", ParseOptions())
+    assert outcome.status == parsework.OK
+    assert "beta" in outcome.units[0][2]
