@@ -40,8 +40,9 @@ TICK = os.sysconf("SC_CLK_TCK")
 
 
 # Both mounts alike but for the journal.  ``--passthrough=off``: with
-# ``auto`` only the --no-journal mount passes reads through to the kernel, and
-# its daemon never sees them.  ``--poll-us 0``: after each request the loop
+# ``auto`` the --no-journal mount passes every big file's reads through to
+# the kernel, the recording one only binary files', and the daemon never
+# sees those reads.  ``--poll-us 0``: after each request the loop
 # otherwise spins up to 500 us waiting for the next one, CPU that measures
 # the client's pace between requests (what else runs on the machine), not
 # the daemon's work.

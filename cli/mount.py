@@ -188,7 +188,9 @@ def register(c: Commands) -> None:
         default="auto",
         help="on: the kernel reads native files opened read-only itself (FUSE passthrough; "
         "needs libfuse 3.17 and root; the journal then records those reads without their "
-        "byte ranges); auto: on only with --no-journal; off: every read goes through the daemon",
+        "byte ranges); auto: while the journal records, binary files only (a text file's reads "
+        "keep their line ranges), every file with --no-journal; off: every read goes through "
+        "the daemon",
     )
     sp.add_argument(
         "--poll-us",
