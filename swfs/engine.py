@@ -164,7 +164,11 @@ class Engine(Workspace):
     def add_listener(self, fn: Callable[[RelPath], None]) -> None:
         def in_trio(rel: RelPath) -> None:
             token = self._token
-            if token is None:
+            if token is None or self._on_loop(token):
+                # On the loop itself (a record the daemon made without a
+                # thread): at once, so what it shows has moved before the
+                # request that caused the change is answered.  From a worker
+                # thread the notice reaches the loop before the thread's result.
                 fn(rel)
                 return
             with suppress(trio.RunFinishedError):
@@ -172,9 +176,19 @@ class Engine(Workspace):
 
         super().add_listener(in_trio)
 
+    @staticmethod
+    def _on_loop(token: trio.lowlevel.TrioToken) -> bool:
+        try:
+            return trio.lowlevel.current_trio_token() is token
+        except RuntimeError:  # a worker thread
+            return False
+
     def _on_parse_request(self, rel: RelPath, front: bool) -> None:
         queue, token = self.queue, self._token
         if queue is None or token is None:
+            return
+        if self._on_loop(token):
+            queue.submit(rel, front=front)
             return
         with suppress(trio.RunFinishedError):
             token.run_sync_soon(lambda: queue.submit(rel, front=front))

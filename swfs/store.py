@@ -103,6 +103,7 @@ import logging
 import os
 import re
 import struct
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -390,6 +391,7 @@ class Store:
             dbdir.mkdir(mode=0o700, exist_ok=True)
         elif not dbdir.is_dir():
             raise StoreError(f"{root}: no swfs store here")
+        self._writer = threading.RLock()  # every write transaction (``write``)
         try:
             self.env = lmdb.open(
                 str(dbdir),
@@ -493,14 +495,30 @@ class Store:
     @contextmanager
     def write(self) -> Iterator[lmdb.Transaction]:
         """A write transaction.  Callers that may write a lot call
-        ``ensure_room`` first: LMDB cannot grow its map inside a transaction."""
-        txn = self.env.begin(write=True)
+        ``ensure_room`` first: LMDB cannot grow its map inside a transaction.
+        Taken under the store's writer lock, which LMDB's own writer mutex
+        would serialize anyway, so that ``writer_if_free`` can ask."""
+        with self._writer:
+            txn = self.env.begin(write=True)
+            try:
+                yield txn
+            except BaseException:
+                txn.abort()
+                raise
+            txn.commit()
+
+    @contextmanager
+    def writer_if_free(self) -> Iterator[bool]:
+        """Hold the writer lock for a block if no other thread holds it now:
+        yields True, and ``write`` inside the block never waits on this
+        process's other writers; False (nothing held) when one is writing.
+        For a caller that must not wait (the daemon's event loop)."""
+        got = self._writer.acquire(blocking=False)
         try:
-            yield txn
-        except BaseException:
-            txn.abort()
-            raise
-        txn.commit()
+            yield got
+        finally:
+            if got:
+                self._writer.release()
 
     def ensure_room(self, nbytes: int) -> None:
         info = self.env.info()

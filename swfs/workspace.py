@@ -696,6 +696,11 @@ class Workspace(BlobReads):
         """*slow*: after a written file is released or fsynced."""
         return self.check_file(rel, cause=Cause.WRITE, force=True)
 
+    def writer_if_free(self) -> contextlib.AbstractContextManager[bool]:
+        """``Store.writer_if_free``: whether a record can be made now
+        without waiting on another thread's write."""
+        return self.store.writer_if_free()
+
     def pin_version(self, rel: RelPath) -> None:
         """After an fsync of ``rel``: its present version is one the user
         asked to keep, never replaced by a rewrite in the same burst."""

@@ -385,3 +385,68 @@ def test_a_record_landing_during_a_preserve_is_kept_by_the_write(
     meanwhile = blake3.blake3(b"recorded meanwhile\n").hexdigest()
     assert meanwhile in versions(engine, "a.txt")
     assert engine.blobs.read_bytes(meanwhile) == b"recorded meanwhile\n"
+
+
+# -- the close of a small file, recorded on the closing thread (flush_now)
+
+
+def test_flush_now_records_a_small_file_on_the_calling_thread(engine: Engine) -> None:
+    fd = os.open(engine.src / "new.txt", os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+    s = engine.writes.adopt_new("new.txt", fd)
+    s.write(0, b"small and new\n")
+    assert s.flush_now()
+    assert versions(engine, "new.txt") == [blake3.blake3(b"small and new\n").hexdigest()]
+    assert engine.writes.busy_paths() == set()
+    assert s.flush_now()  # nothing written since: nothing to record, no version
+    assert len(versions(engine, "new.txt")) == 1
+    s.release()
+
+
+def _written(engine: Engine, rel: str, data: bytes) -> WriteSession:
+    s = engine.begin_write(rel, opener(engine, rel), truncate=False)
+    s.write(0, data)
+    return s
+
+
+def test_flush_now_leaves_to_a_thread_what_would_wait(engine: Engine) -> None:
+    """Another thread writing the store, a check behind the mount reading
+    the file, a file too big to hash at once, a file with two names: nothing
+    is done, and ``flush`` records it all the same."""
+    before = versions(engine, "a.txt")
+    s = _written(engine, "a.txt", b"THE")
+    holding, release = threading.Event(), threading.Event()
+
+    def writer() -> None:
+        with engine.store.write():
+            holding.set()
+            release.wait(30)
+
+    t = threading.Thread(target=writer)
+    t.start()
+    try:
+        assert holding.wait(30)
+        assert not s.flush_now()
+        assert versions(engine, "a.txt") == before
+        assert engine.writes.busy_paths() == {"a.txt"}  # still the session's to record
+    finally:
+        release.set()
+        t.join(30)
+
+    stripe = engine.writes.stripe("a.txt")
+    with stripe:  # what check_behind holds while it reads the file
+        assert not s.flush_now()
+    assert versions(engine, "a.txt") == before
+    s.flush()
+    assert len(versions(engine, "a.txt")) == len(before) + 1
+    s.release()
+
+    from swfs.writesession import INLINE_RECORD_BYTES
+
+    big = _written(engine, "b.txt", b"x" * (INLINE_RECORD_BYTES + 1))
+    assert not big.flush_now()
+    big.release()
+    os.link(engine.src / "b.txt", engine.src / "b2.txt")
+    linked = _written(engine, "b.txt", b"y")
+    assert not linked.flush_now()
+    linked.release()
+    assert engine.writes.busy_paths() == set()
