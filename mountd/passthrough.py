@@ -33,6 +33,7 @@ from mountd.fsutil import (
 )
 from mountd.poll import Poller
 from swfs.api import EngineAPI, RelPath, WriteSession
+from swfs.fsutil import without_atime
 
 log = logging.getLogger(__name__)
 
@@ -184,12 +185,7 @@ class Passthrough:
         (``.versions`` serves a present version's bytes from it).  The
         native file's access time stays as it was: a read of a version is not
         a read of the file (O_NOATIME is the owner's or root's right)."""
-        try:
-            return open_beneath(self.root_fd, rel, os.O_RDONLY | os.O_NOATIME)
-        except PermissionError as exc:
-            if exc.errno != errno.EPERM:
-                raise
-            return open_beneath(self.root_fd, rel, os.O_RDONLY)
+        return without_atime(lambda f: open_beneath(self.root_fd, rel, f), os.O_RDONLY)
 
     def readlink(self, rel: str) -> bytes:
         parent, name = split(rel)

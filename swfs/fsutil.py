@@ -14,7 +14,7 @@ import mmap
 import os
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import blake3
@@ -346,10 +346,15 @@ def open_to_read(path: str | os.PathLike[str], flags: int = 0) -> int:
     time: looking at a file must not change what ``stat`` says of it.
     O_NOATIME is the owner's (or root's) right; anyone else reads it the
     ordinary way."""
-    base = os.O_RDONLY | os.O_CLOEXEC | flags
+    return without_atime(lambda f: os.open(path, f), os.O_RDONLY | os.O_CLOEXEC | flags)
+
+
+def without_atime(opener: Callable[[int], int], flags: int) -> int:
+    """``opener(flags | O_NOATIME)``, or ``opener(flags)`` where the caller
+    may not ask that (EPERM: neither the file's owner nor root)."""
     try:
-        return os.open(path, base | os.O_NOATIME)
+        return opener(flags | os.O_NOATIME)
     except PermissionError as exc:
         if exc.errno != errno.EPERM:
             raise
-        return os.open(path, base)
+        return opener(flags)

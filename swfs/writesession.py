@@ -510,16 +510,19 @@ class InPlaceWrites:
         if not lock.acquire(blocking=False):
             return False
         try:
-            with self._lock:
-                self._inflight[rel] += 1
+            self._busy(rel)
         finally:
             lock.release()
         return True
 
     def enter(self, rels: Iterable[str]) -> None:
         for rel in rels:
-            with self.stripe(rel), self._lock:  # waits out a check_behind of ``rel``
-                self._inflight[rel] += 1
+            with self.stripe(rel):  # waits out a check_behind of ``rel``
+                self._busy(rel)
+
+    def _busy(self, rel: str) -> None:
+        with self._lock:
+            self._inflight[rel] += 1
 
     def check_behind(self, rel: str, check: Callable[[RelPath], object]) -> bool:
         """*slow*: ``check(rel)`` for a change seen behind the mount, unless the
