@@ -124,6 +124,12 @@ class Workspace(BlobReads):
             raise WorkspaceError(f"{src}: not a directory")
         self.src = src
         self.store_dir = (store_dir or src / STORE_NAME).resolve()
+        # The store's place inside SRC as a relative path ("." for SRC
+        # itself), or None when it lies outside: every record asks.
+        try:
+            self._store_rel: str | None = str(self.store_dir.relative_to(src))
+        except ValueError:
+            self._store_rel = None
         self.config = config or Config()
         try:
             self.store = Store(self.store_dir)
@@ -172,8 +178,10 @@ class Workspace(BlobReads):
         top = rel.split("/", 1)[0]
         if top == STORE_NAME or top in RESERVED_ROOTS:
             return True
-        ap = Path(os.path.join(self.src, rel))  # SRC's name (a staged copy lives in the store)
-        return ap == self.store_dir or self.store_dir in ap.parents
+        inside = self._store_rel  # by SRC's name (a staged copy lives in the store)
+        if inside is None:
+            return False
+        return inside == "." or rel == inside or rel.startswith(inside + "/")
 
     # -------------------------------------------------------------- listeners
     def add_listener(self, fn: Callable[[RelPath], None]) -> None:
@@ -456,12 +464,12 @@ class Workspace(BlobReads):
         signature moved (or ``force``), record the change."""
         if self._hidden(rel):
             return None
-        rec = self.store.get_file(rel)
         try:
             st = os.lstat(self.abspath(rel))
         except OSError:
             st = None
         if st is None or not stat.S_ISREG(st.st_mode):
+            rec = self.store.get_file(rel)
             if rec is not None:
                 with self.store.write() as txn:
                     self.store.delete_file(txn, rel)
@@ -470,8 +478,10 @@ class Workspace(BlobReads):
                     self._bump(txn)
                 self._changed(rel)
             return None
-        if rec is not None and not force and rec.signature() == stat_signature(st):
-            return self._state(rel, rec)
+        if not force:  # (a forced check reads the record once, in its transaction)
+            rec = self.store.get_file(rel)
+            if rec is not None and rec.signature() == stat_signature(st):
+                return self._state(rel, rec)
         res = self._examine(rel)
         if res is None:
             return None
@@ -586,9 +596,9 @@ class Workspace(BlobReads):
         return self._preserve(rel, link=False)
 
     def recorded_hash(self, rel: RelPath) -> str | None:
-        """The hash ``rel``'s record names now (one store lookup)."""
-        rec = self.store.get_file(rel)
-        return rec.hash if rec is not None else None
+        """The hash ``rel``'s record names now (one store lookup, from the
+        record's head: every record of a file a session holds asks)."""
+        return self.store.get_file_hash(rel)
 
     def preserve_inode(self, rel: RelPath, *, keep_temp: bool = False) -> None:
         """*slow*: keep the bytes of ``rel`` before it is unlinked or renamed over
