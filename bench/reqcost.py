@@ -22,6 +22,7 @@ root, which in swfs also cover ``.parsed``, ``.review`` and ``.versions``).
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import os
 import shutil
@@ -230,10 +231,11 @@ def run_sides(
     warm: Callable[[Path, str], None] | None = None,
     native_root: Path | None = None,
     swfs_only: bool = False,
+    after_side: Callable[[], None] | None = None,
 ) -> None:
     """For each side: mount ``src``, warm both roots, then ``ctx.rounds`` paired
-    rounds of ``fn(root, side, round)`` (native first on even rounds), unmount.
-    ``fn`` returns {metric: seconds}."""
+    rounds of ``fn(root, side, round)`` (native first on even rounds), unmount,
+    then ``after_side()``.  ``fn`` returns {metric: seconds}."""
     all_sides = sides(ctx, store)
     if swfs_only:
         all_sides = [s for s in all_sides if not s.name]
@@ -278,6 +280,9 @@ def run_sides(
             for metric in plan.metrics:
                 result.metric(side.metric_name(metric), "s").note = f"{side.name}: {exc}"
             continue
+        finally:
+            if after_side is not None:
+                after_side()
         if side.name == "hp":
             for metric in plan.metrics:
                 hp_ratio[metric] = result.metric(f"{metric}@hp", "s").summary()["ratio_median"]
@@ -363,8 +368,17 @@ def reqcost_io(ctx: Ctx, result: WorkloadResult) -> None:
             while f.readinto(buf):
                 pass
 
+    # Each round's files stay until the side is unmounted, then move aside,
+    # and all are deleted at the end.  Deleting them between rounds made the
+    # next round's creates pay for it: ext4 without a journal (this bench's
+    # usual disk) will not reuse an inode freed in the last 60 s, and every
+    # create in that block group walks past each one (``recently_deleted``
+    # in fs/ext4/ialloc.c), by an amount that differs between sides.
+    gone = ctx.native_scratch("reqcost-io-gone")
+    made = itertools.count()
+
     def one(root: Path, who: str, r: int) -> dict[str, float]:
-        d = root / f"churn-{who}-{r}"
+        d = root / f"churn-{who}-{next(made)}"
         paths = [d / f"f{i:05d}" for i in range(rs.creates)]
 
         def create() -> None:
@@ -374,20 +388,39 @@ def reqcost_io(ctx: Ctx, result: WorkloadResult) -> None:
                     f.write(payload)
 
         os.sync()
-        try:
-            t_create = timed(create)
-        finally:
-            shutil.rmtree(d, ignore_errors=True)
+        t_create = timed(create)
         cold = ctx.drop_caches()
         t_cold = timed(lambda: read_all(root / big)) if cold else float("nan")
         t_warm = timed(lambda: read_all(root / big))
         return {"create": t_create, "read_cold": t_cold, "read_warm": t_warm}
 
+    def set_aside() -> None:
+        """Move the unmounted side's churn out of both roots (a rename
+        frees no inode); a later side's mount must not find it in ``src``."""
+        for root in (src, native_dir):
+            for d in root.glob("churn-*"):
+                try:
+                    d.rename(gone / d.name)
+                except OSError:
+                    shutil.rmtree(d, ignore_errors=True)
+
     try:
         with _store(ctx, "io") as store:
-            run_sides(ctx, result, src, "rq-io", plan, one, store=store, native_root=native_dir)
+            run_sides(
+                ctx,
+                result,
+                src,
+                "rq-io",
+                plan,
+                one,
+                store=store,
+                native_root=native_dir,
+                after_side=set_aside,
+            )
     finally:
+        set_aside()
         shutil.rmtree(native_dir, ignore_errors=True)
+        shutil.rmtree(gone, ignore_errors=True)
     if ctx.can_drop_caches is False:
         for m in result.metrics:
             if m.name.startswith("read_cold"):
