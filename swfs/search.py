@@ -446,7 +446,7 @@ class SearchIndex:
             self._wake.clear()
             try:
                 self.catch_up()
-                self.text.close_files()  # segments merged since the last commit
+                self.text.close_new_files()  # segments merged since the last commit
             except Exception:
                 # A broken index must not take the daemon down; searching says so.
                 log.exception("%s: indexing failed", self.path)

@@ -20,6 +20,7 @@ import tantivy
 DIR_NAME = "search.tantivy"
 WRITER_HEAP = 64 * 1024 * 1024
 RELOAD_EVERY = 0.5  # seconds a reader trusts its view of the index
+MERGE_WINDOW = 10.0  # seconds after a commit its merges may still write files
 
 
 def _schema() -> Any:
@@ -34,6 +35,8 @@ class TextIndex:
         self.directory = directory
         self._index: Any = None
         self._writer: Any = None
+        self._dirty = False  # documents added or deleted since the last commit
+        self._committed_at = -MERGE_WINDOW  # monotonic time of the last commit
         self._reloaded = 0.0
         self._lock = threading.Lock()
         self.schema = _schema()
@@ -75,15 +78,28 @@ class TextIndex:
 
     def add(self, unit: int, text: str) -> None:
         self._w().add_document(tantivy.Document(unit=unit, text=text))
+        self._dirty = True
 
     def delete(self, unit: int) -> None:
         self._w().delete_documents_by_term("unit", unit)
+        self._dirty = True
 
     def commit(self) -> None:
-        if self._writer is not None:
+        """Commit what was added or deleted; nothing when nothing was (a
+        tantivy commit writes and syncs its meta files even then: 1-2.5 ms
+        for each burst of changes to files without text)."""
+        if self._writer is not None and self._dirty:
             self._writer.commit()
+            self._dirty = False
+            self._committed_at = time.monotonic()
             self.close_files()
             self._reloaded = 0.0
+
+    def close_new_files(self) -> None:
+        """``close_files`` again for a while after a commit, for the
+        segments its merges (in tantivy's threads) write since."""
+        if time.monotonic() - self._committed_at < MERGE_WINDOW:
+            self.close_files()
 
     def close(self) -> None:
         with self._lock:
