@@ -51,6 +51,7 @@ log = logging.getLogger(__name__)
 GENERATED = ("TAB.md", "reads.md", "unopened.md")
 KEPT = 1.0  # seconds a built report answers the same caller when nothing changed
 CACHED = 64
+CACHED_BYTES = 64 << 20  # of rendered files kept (a long tab's reads.md alone is tens of MB)
 MAX_SCRATCH = 32
 NAME_MAX = 255
 
@@ -73,7 +74,10 @@ class TabTree:
         self.owner, self.group = os.getuid(), os.getgid()
         self.shared = shared
         self.scratch: dict[str, bytearray] = {}
-        self._reports: OrderedDict[tuple[str, Caller], tuple[object, float, Report]] = OrderedDict()
+        # (tab, caller, leaf) -> (stamp, when, bytes)
+        self._leaves: OrderedDict[tuple[str, Caller, str], tuple[object, float, bytes]] = (
+            OrderedDict()
+        )
         self._limiter = trio.CapacityLimiter(1)
         self._write_limiter = trio.CapacityLimiter(1)
         self._lock = threading.Lock()  # scratch files and requirements.md
@@ -125,7 +129,7 @@ class TabTree:
             self.gen.value,
         )
 
-    def _build(self, tab: TabInfo, caller: Caller) -> Report:
+    def _build(self, tab: TabInfo, caller: Caller, excerpts: bool) -> Report:
         """*slow*: runs in a thread."""
         note = ""
         events: list[dict[str, Any]] = []
@@ -143,32 +147,55 @@ class TabTree:
                 finally:
                     con.close()
         search = getattr(self.engine, "search", None)
-        return Builder(self.engine, search, caller).build(tab, events, note=note)
+        return Builder(self.engine, search, caller).build(tab, events, note=note, excerpts=excerpts)
 
-    async def report(self, name: str) -> Report:
+    async def _generated(self, name: str, leaf: str) -> bytes:
+        """The bytes of generated ``leaf`` of tab ``name`` ('' the current
+        one) for the caller.  Built and rendered in a thread (a long tab's
+        ``reads.md`` is tens of MB), and kept while nothing changed: one
+        ``cat`` asks for it on lookup, getattr and open."""
         tab = self._tab(name)
         if tab is None:
             raise _err(errno.ENOENT)
         caller = current_caller()
-        key = (name, caller)
         stamp = self._stamp(tab)
-        hit = self._reports.get(key)
+        hit = self._leaves.get((name, caller, leaf))
         if hit is not None and hit[0] == stamp and time.monotonic() - hit[1] < KEPT:
             return hit[2]
-        rep = await trio.to_thread.run_sync(self._build, tab, caller, limiter=self._limiter)
-        self._reports[key] = (stamp, time.monotonic(), rep)
-        self._reports.move_to_end(key)
-        while len(self._reports) > CACHED:
-            self._reports.popitem(last=False)
-        return rep
+        # TAB.md and unopened.md show no excerpts of reads: built without
+        # them, and together.
+        leaves = (leaf,) if leaf == "reads.md" else ("TAB.md", "unopened.md")
+        rendered = await trio.to_thread.run_sync(
+            self._render, tab, caller, leaves, limiter=self._limiter
+        )
+        now = time.monotonic()
+        for one, data in rendered.items():
+            key = (name, caller, one)
+            self._leaves[key] = (stamp, now, data)
+            self._leaves.move_to_end(key)
+        # Only the fresh are of use, and the newest whatever its size.
+        for key in [k for k, v in self._leaves.items() if now - v[1] >= KEPT]:
+            del self._leaves[key]
+        kept = sum(len(v[2]) for v in self._leaves.values())
+        while len(self._leaves) > len(rendered) and (
+            len(self._leaves) > CACHED or kept > CACHED_BYTES
+        ):
+            _, (_, _, gone) = self._leaves.popitem(last=False)
+            kept -= len(gone)
+        return rendered[leaf]
 
-    async def _generated(self, name: str, leaf: str) -> bytes:
-        rep = await self.report(name)
-        if leaf == "reads.md":
-            return rep.reads_md()
-        if leaf == "unopened.md":
-            return rep.unopened_md()
-        return rep.tab_md()
+    def _render(self, tab: TabInfo, caller: Caller, leaves: tuple[str, ...]) -> dict[str, bytes]:
+        """*slow*: runs in a thread."""
+        rep = self._build(tab, caller, "reads.md" in leaves)
+        out: dict[str, bytes] = {}
+        for leaf in leaves:
+            if leaf == "reads.md":
+                out[leaf] = rep.reads_md()
+            elif leaf == "unopened.md":
+                out[leaf] = rep.unopened_md()
+            else:
+                out[leaf] = rep.tab_md()
+        return out
 
     async def entry(self, path: str, *, wait: bool = True) -> Entry | None:
         if not path:

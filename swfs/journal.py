@@ -1052,6 +1052,9 @@ def iter_events(
     if where:
         sql += " WHERE " + " AND ".join(where)
     sql += " ORDER BY e.seq"
+    # A process makes thousands of events (a grep -r): its part is decoded
+    # once, and the events share it (read it, do not change it).
+    procs: dict[tuple[Any, ...], dict[str, Any]] = {}
     for row in con.execute(sql, args):
         seq, t, kind_, op, path, source, hash_, locator, detail, pid, name, cmd, chain, job = row
         out: dict[str, Any] = {"seq": seq, "t": t, "kind": kind_, "op": op, "path": path}
@@ -1061,17 +1064,24 @@ def iter_events(
             out["hash"] = hash_
         if locator:
             out["locator"] = locator
-        try:
-            out.update(json.loads(detail or "{}"))
-        except ValueError:  # one damaged row (an older journal's) hides nothing else
-            out["detail_error"] = "unreadable detail"
-        out["process"] = {
-            "pid": pid,
-            "name": name,
-            "cmdline": json.loads(cmd or "[]"),
-            "parents": [{"pid": a, "name": n} for a, n in json.loads(chain or "[]")[1:]],
-            "job": job,
-        }
+        if detail and detail != "{}":
+            try:
+                out.update(json.loads(detail))
+            except ValueError:  # one damaged row (an older journal's) hides nothing else
+                out["detail_error"] = "unreadable detail"
+        key = (pid, name, cmd, chain, job)
+        proc = procs.get(key)
+        if proc is None:
+            if len(procs) >= 4096:
+                procs.clear()
+            proc = procs[key] = {
+                "pid": pid,
+                "name": name,
+                "cmdline": json.loads(cmd or "[]"),
+                "parents": [{"pid": a, "name": n} for a, n in json.loads(chain or "[]")[1:]],
+                "job": job,
+            }
+        out["process"] = proc
         yield out
 
 

@@ -432,15 +432,35 @@ class Builder:
         self.ws, self.search, self.caller = ws, search, caller
         self.check = AccessCheck(access or ws.access, caller)
         self._views: dict[str, Any] = {}  # one view per file for the whole build
+        # A long tab reads the same files and units many times over (a
+        # ``grep -r`` per question): each answer once per build.
+        self._files: dict[str, bool] = {}
+        self._excerpts: dict[tuple[str, str], str] = {}
+        self.excerpts = True
 
     def may_read(self, rel: str) -> bool:
         return bool(rel) and self.check.may_read(rel)
 
     def _is_file(self, rel: str) -> bool:
-        store = getattr(self.ws, "store", None)
-        return store is not None and store.get_file(rel) is not None
+        known = self._files.get(rel)
+        if known is None:
+            store = getattr(self.ws, "store", None)
+            known = store is not None and store.get_file_hash(rel) is not None
+            self._files[rel] = known
+        return known
 
-    def build(self, tab: TabInfo, events: Iterable[dict[str, Any]], *, note: str = "") -> Report:
+    def build(
+        self,
+        tab: TabInfo,
+        events: Iterable[dict[str, Any]],
+        *,
+        note: str = "",
+        excerpts: bool = True,
+    ) -> Report:
+        """The tab's report; without ``excerpts`` each read's excerpt is left
+        empty (``TAB.md`` and ``unopened.md`` show none, and a tab of a few
+        hundred thousand reads takes seconds to excerpt)."""
+        self.excerpts = excerpts
         data = tab.requirements()
         rep = Report(tab.name, tab.started, tab.ended, data, parse_requirements(data), note=note)
         listed: dict[str, None] = {}
@@ -532,6 +552,11 @@ class Builder:
             # Neither its text nor its name: the reader could not see either.
             excerpt = "(withheld: a file you may not read)"
             locator, path, source = WITHHELD, WITHHELD, WITHHELD
+        elif not self.excerpts:
+            if source and source == path and ev.get("bytes") and ev.get("lines"):
+                first, last = ev["lines"][:2]
+                locator = f"{source}#lines={int(first)}-{int(last)}"
+            return Read(int(ev["seq"]), float(ev["t"]), path, locator, source, who, "")
         elif path.startswith(".parsed/") and source:
             excerpt = self._unit_excerpt(source, path.rpartition("/")[2])
         elif source and source == path:
@@ -554,14 +579,26 @@ class Builder:
         return view
 
     def _unit_excerpt(self, rel: str, unit: str) -> str:
+        key = (rel, unit)
+        got = self._excerpts.get(key)
+        if got is None:
+            got = self._excerpts[key] = self._unit_excerpt_now(rel, unit)
+        return got
+
+    def _unit_excerpt_now(self, rel: str, unit: str) -> str:
         view = self._view(rel)
         if view is None:
             return ""
         for u in view.units:
             if u.name == unit:
-                text = u.content.decode("utf-8", "replace")
-                lines = [ln for ln in text.splitlines()[1:] if ln.strip()]  # header first
-                return _cut("\n".join(lines[:EXCERPT_LINES]))
+                lines: list[str] = []
+                # The header first; only as many lines as the excerpt shows.
+                for ln in u.content.decode("utf-8", "replace").splitlines()[1:]:
+                    if ln.strip():
+                        lines.append(ln)
+                        if len(lines) == EXCERPT_LINES:
+                            break
+                return _cut("\n".join(lines))
         return ""
 
     def _native_excerpt(self, rel: str, ev: dict[str, Any]) -> tuple[str, str]:
@@ -572,12 +609,11 @@ class Builder:
         if lines:
             first, last = int(lines[0]), int(lines[1])
             loc = f"{rel}#lines={first}-{last}"
-            view = self._view(rel)
-            for u in view.units if view is not None else ():
-                text = u.content.decode("utf-8", "replace").splitlines()[1:]
-                shown = [ln for ln in text[first - 1 : last] if ln.strip()][:EXCERPT_LINES]
-                return _cut("\n".join(shown)), loc
-            return f"lines {first}-{last}", loc
+            key = (rel, f"#lines={first}-{last}")
+            got = self._excerpts.get(key)
+            if got is None:
+                got = self._excerpts[key] = self._lines_excerpt(rel, first, last)
+            return got, loc
         view = self._view(rel)
         rec = self.ws.store.get_file(rel) if getattr(self.ws, "store", None) else None
         size = getattr(rec, "size", None)
@@ -589,6 +625,14 @@ class Builder:
             more = f", ... ({len(units)} in all)" if len(units) > 12 else ""
             return f"the whole file ({n} bytes): {names}{more}", rel
         return f"{n} bytes read", rel
+
+    def _lines_excerpt(self, rel: str, first: int, last: int) -> str:
+        view = self._view(rel)
+        for u in view.units if view is not None else ():
+            text = u.content.decode("utf-8", "replace").splitlines()[1:]
+            shown = [ln for ln in text[first - 1 : last] if ln.strip()][:EXCERPT_LINES]
+            return _cut("\n".join(shown))
+        return f"lines {first}-{last}"
 
     def _rank(
         self,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from swfs.tab import TabError, TabStore, parse_requirements, requirement_query
+from swfs.tab import Builder, Read, TabError, TabStore, parse_requirements, requirement_query
 from tests.realmount import SWFS
 
 
@@ -99,3 +99,89 @@ def test_prompt_tells_how_to_use_the_tab() -> None:
     assert ".tab/requirements.md" in out
     assert "swfs tab check" in out
     assert "- [x]" in out
+
+
+def test_reports_without_excerpts_say_the_same(tmp_path: Path) -> None:
+    """TAB.md and unopened.md are built without the reads' excerpts (slow
+    for a long tab); all else in the report is what the full build says, and
+    a unit or line range read many times is excerpted alike each time."""
+    import trio
+
+    from swfs.engine import Engine
+    from swfs.search import Caller
+
+    src = tmp_path / "ws"
+    (src / "docs").mkdir(parents=True)
+    (src / "docs" / "notes.txt").write_text("alpha line\n\nbeta revenue north\ngamma\ndelta\n")
+    (src / "docs" / "memo.md").write_text("# Memo\n\nRevenue in the north grew.\n")
+    (src / "docs" / "unread.txt").write_text("Northern revenue table, never opened.\n")
+    with Engine.open(src) as engine:
+        engine.scan()
+        trio.run(engine.drain)
+        engine.search_index.catch_up()
+        store = TabStore(Path(engine.store_dir))
+        tab = store.current()
+        store.save_requirements(
+            b"- [ ] revenue in the north\n- [x] memo read -- docs/memo.md and docs/gone.txt\n"
+        )
+        tab = store.current()
+        proc = {"name": "grep", "pid": 7}
+        events: list[dict[str, object]] = [
+            {
+                "seq": 1,
+                "t": tab.started,
+                "kind": "list",
+                "path": "docs",
+                "names": ["notes.txt", "memo.md", "unread.txt"],
+                "process": proc,
+            },
+        ]
+        for i in range(3):  # the same unit and the same lines, again and again
+            events.append(
+                {
+                    "seq": 2 + 2 * i,
+                    "t": tab.started,
+                    "kind": "read",
+                    "path": ".parsed/docs/memo.md/content.txt",
+                    "source": "docs/memo.md",
+                    "process": proc,
+                    "bytes": 40,
+                }
+            )
+            events.append(
+                {
+                    "seq": 3 + 2 * i,
+                    "t": tab.started,
+                    "kind": "read",
+                    "path": "docs/notes.txt",
+                    "process": proc,
+                    "bytes": 20,
+                    "lines": [3, 4],
+                    "ranges": [[0, 20]],
+                }
+            )
+        caller = Caller(0)
+        full = Builder(engine, engine.search, caller).build(tab, events)
+        lean = Builder(engine, engine.search, caller).build(tab, events, excerpts=False)
+
+        def same(r: Read) -> tuple[object, ...]:
+            return (r.seq, r.path, r.locator, r.source, r.process)
+
+        assert [same(r) for r in lean.reads] == [same(r) for r in full.reads]
+        assert {r.locator for r in full.reads} == {
+            ".parsed/docs/memo.md/content.txt",
+            "docs/notes.txt#lines=3-4",
+        }
+        assert all(r.excerpt == "" for r in lean.reads)
+        excerpts = {r.locator: r.excerpt for r in full.reads}
+        assert excerpts["docs/notes.txt#lines=3-4"] == "beta revenue north\ngamma"
+        assert "Revenue in the north grew." in excerpts[".parsed/docs/memo.md/content.txt"]
+        by_locator: dict[str, set[str]] = {}
+        for r in full.reads:
+            by_locator.setdefault(r.locator, set()).add(r.excerpt)
+        assert all(len(v) == 1 for v in by_locator.values())
+        assert lean.tab_md() == full.tab_md()
+        assert lean.unopened_md() == full.unopened_md()
+        assert [c.rel for c in lean.unopened] == ["docs/unread.txt"]
+        assert lean.cited == full.cited
+        assert ("docs/memo.md", True) in full.cited[2]
