@@ -331,12 +331,16 @@ def _close_hash() -> str:
 # -- memory over a long run
 
 
-def _small_ops_worker(root: str, seed: int, ops: int) -> None:
-    rng = random.Random(seed)
-    base = Path(root) / f"m{seed}"
+def _small_ops_worker(root: str, proc: int, phase: int, first: int, ops: int) -> None:
+    """Operations ``first`` to ``first + ops`` of process ``proc``, over the
+    files its earlier phases left: one live set of at most 2,000 files a
+    process over the whole run, so that what the daemon holds for the
+    workspace stays the same size and any growth is the daemon's own."""
+    rng = random.Random(phase * 100 + proc)
+    base = Path(root) / f"m{proc}"
     base.mkdir(exist_ok=True)
-    live: list[Path] = []
-    for i in range(ops):
+    live = sorted(Path(d) / f for d, _, files in os.walk(base) for f in files)
+    for i in range(first, first + ops):
         op = rng.random()
         try:
             if op < 0.3 or not live:
@@ -362,6 +366,10 @@ def _small_ops_worker(root: str, seed: int, ops: int) -> None:
                 live.pop(0).unlink()
         except FileNotFoundError:
             continue
+
+
+def _live(src: Path) -> int:
+    return sum(len(files) for d in src.glob("m*") for _, _, files in os.walk(d))
 
 
 def _rss(pid: int) -> dict[str, float]:
@@ -410,6 +418,7 @@ def daemon_memory(ctx: Ctx, result: WorkloadResult) -> None:
             raise Unsupported("no daemon pid")
         log_file = src / STORE / "daemon.log"
         samples: dict[str, dict[str, float]] = {"0": _rss(m.pid)}
+        live_by: dict[str, int] = {}
         _heap_dump(m.pid, log_file)
         mp = multiprocessing.get_context("fork")
         done = 0
@@ -417,9 +426,7 @@ def daemon_memory(ctx: Ctx, result: WorkloadResult) -> None:
         for phase, upto in enumerate(checkpoints):
             each = (upto - done) // procs
             workers = [
-                mp.Process(
-                    target=_small_ops_worker, args=(str(m.mountpoint), phase * 100 + p, each)
-                )
+                mp.Process(target=_small_ops_worker, args=(str(m.mountpoint), p, phase, done, each))
                 for p in range(procs)
             ]
             for w in workers:
@@ -429,9 +436,9 @@ def daemon_memory(ctx: Ctx, result: WorkloadResult) -> None:
             done = upto
             sw.settle(m)
             samples[str(upto)] = _rss(m.pid)
+            live_by[str(upto)] = _live(src)
             _heap_dump(m.pid, log_file)
         elapsed = time.perf_counter() - t0
-        live = sum(len(files) for d in src.glob("m*") for _, _, files in os.walk(d))
     start.values.append(samples["0"]["VmRSS"])
     mid.values.append(samples[str(checkpoints[0])]["VmRSS"])
     end.values.append(samples[str(total)]["VmRSS"])
@@ -439,7 +446,7 @@ def daemon_memory(ctx: Ctx, result: WorkloadResult) -> None:
         "by_operations_mb": samples,
         "processes": procs,
         "ops_per_s": round(total / elapsed),
-        "live_files_at_end": live,
+        "live_files_by_operations": live_by,
     }
 
 
