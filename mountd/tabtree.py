@@ -79,6 +79,7 @@ class TabTree:
             OrderedDict()
         )
         self._limiter = trio.CapacityLimiter(1)
+        self._building = trio.Lock()
         self._write_limiter = trio.CapacityLimiter(1)
         self._lock = threading.Lock()  # scratch files and requirements.md
         self._mtime = time.time_ns()
@@ -158,16 +159,19 @@ class TabTree:
         if tab is None:
             raise _err(errno.ENOENT)
         caller = current_caller()
-        stamp = self._stamp(tab)
-        hit = self._leaves.get((name, caller, leaf))
-        if hit is not None and hit[0] == stamp and time.monotonic() - hit[1] < KEPT:
-            return hit[2]
-        # TAB.md and unopened.md show no excerpts of reads: built without
-        # them, and together.
-        leaves = (leaf,) if leaf == "reads.md" else ("TAB.md", "unopened.md")
-        rendered = await trio.to_thread.run_sync(
-            self._render, tab, caller, leaves, limiter=self._limiter
-        )
+        # One build at a time; a request that waited for one may find its
+        # file made by it.
+        async with self._building:
+            stamp = self._stamp(tab)
+            hit = self._leaves.get((name, caller, leaf))
+            if hit is not None and hit[0] == stamp and time.monotonic() - hit[1] < KEPT:
+                return hit[2]
+            # TAB.md and unopened.md show no excerpts of reads: built
+            # without them, and together.
+            leaves = (leaf,) if leaf == "reads.md" else ("TAB.md", "unopened.md")
+            rendered = await trio.to_thread.run_sync(
+                self._render, tab, caller, leaves, limiter=self._limiter
+            )
         now = time.monotonic()
         for one, data in rendered.items():
             key = (name, caller, one)
