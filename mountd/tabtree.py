@@ -51,6 +51,7 @@ log = logging.getLogger(__name__)
 GENERATED = ("TAB.md", "reads.md", "unopened.md")
 KEPT = 1.0  # seconds a built report answers the same caller when nothing changed
 CACHED = 64
+BUILDERS = 8  # TAB.md builders kept to go on from (one per tab and caller)
 CACHED_BYTES = 64 << 20  # of rendered files kept (a long tab's reads.md alone is tens of MB)
 MAX_SCRATCH = 32
 NAME_MAX = 255
@@ -80,6 +81,8 @@ class TabTree:
         )
         self._limiter = trio.CapacityLimiter(1)
         self._building = trio.Lock()
+        # (tab, caller) -> (what it is valid for, the builder of TAB.md)
+        self._builders: OrderedDict[tuple[str, Caller], tuple[object, Builder]] = OrderedDict()
         self._write_limiter = trio.CapacityLimiter(1)
         self._lock = threading.Lock()  # scratch files and requirements.md
         self._mtime = time.time_ns()
@@ -131,9 +134,22 @@ class TabTree:
         )
 
     def _build(self, tab: TabInfo, caller: Caller, excerpts: bool) -> Report:
-        """*slow*: runs in a thread."""
+        """*slow*: runs in a thread.  Without ``excerpts`` (TAB.md and
+        unopened.md) the builder of the last build goes on from the last
+        event it took, as long as the workspace has not changed since: in a
+        long tab most builds only add the reads made since the last."""
+        search = getattr(self.engine, "search", None)
+        key = (tab.name, caller)
+        valid = (tab.started, tab.ended, self.gen.value)
+        builder: Builder | None = None
+        if not excerpts:
+            kept = self._builders.get(key)
+            if kept is not None and kept[0] == valid:
+                builder = kept[1]
+        if builder is None:
+            builder = Builder(self.engine, search, caller)
+            builder.excerpts = builder.keep_reads = excerpts
         note = ""
-        events: list[dict[str, Any]] = []
         if not getattr(self.journal, "enabled", False):
             note = "recording is off on this mount (--no-journal): no reads or listings"
         else:
@@ -144,11 +160,19 @@ class TabTree:
                 note = str(exc)
             else:
                 try:
-                    events = list(journal_mod.iter_events(con, since=tab.started, until=tab.ended))
+                    builder.fold(
+                        journal_mod.iter_events(
+                            con, since=tab.started, until=tab.ended, after=builder.last_seq
+                        )
+                    )
                 finally:
                     con.close()
-        search = getattr(self.engine, "search", None)
-        return Builder(self.engine, search, caller).build(tab, events, note=note, excerpts=excerpts)
+        if not excerpts:
+            self._builders[key] = (valid, builder)
+            self._builders.move_to_end(key)
+            while len(self._builders) > BUILDERS:
+                self._builders.popitem(last=False)
+        return builder.finish(tab, note=note)
 
     async def _generated(self, name: str, leaf: str) -> bytes:
         """The bytes of generated ``leaf`` of tab ``name`` ('' the current

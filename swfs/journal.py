@@ -1030,11 +1030,16 @@ def iter_events(
     kind: str | None = None,
     since: float | None = None,
     until: float | None = None,
+    after: int | None = None,
 ) -> Iterator[dict[str, Any]]:
     """The stored events in order, each with its process, as JSON-ready dicts
-    (``since``/``until``: unix times, e.g. a tab's)."""
+    (``since``/``until``: unix times, e.g. a tab's; ``after``: only events
+    whose ``seq`` is greater)."""
     where: list[str] = []
     args: list[Any] = []
+    if after is not None:
+        where.append("e.seq > ?")
+        args.append(after)
     if kind is not None:
         where.append("e.kind = ?")
         args.append(kind)

@@ -311,6 +311,7 @@ class Report:
     # A resolved requirement's cited locators: whether each was read in this tab.
     cited: dict[int, list[tuple[str, bool | None]]] = field(default_factory=dict)
     note: str = ""  # e.g. recording is off
+    read_count: int = 0  # of the tab's reads (``reads`` may hold none of them: ``keep_reads``)
 
     @property
     def open(self) -> list[Requirement]:
@@ -349,7 +350,7 @@ class Report:
         title = f"tab {self.name}" if self.name else "the current tab"
         parts = [
             f"# {title}: {len(self.requirements)} requirements, {n_open} open, "
-            f"{len(self.reads)} reads, {len(self.unopened)} listed but unopened\n",
+            f"{self.read_count} reads, {len(self.unopened)} listed but unopened\n",
             "# edit requirements.md: `- [ ] what`, `- [x] what -- where`, "
             "`- [-] what -- why`; `swfs tab check` fails while one is open\n",
         ]
@@ -437,6 +438,20 @@ class Builder:
         self._files: dict[str, bool] = {}
         self._excerpts: dict[tuple[str, str], str] = {}
         self.excerpts = True
+        # What ``fold`` gathered.  Without ``keep_reads`` the reads
+        # themselves are not kept (a long tab has hundreds of thousands),
+        # only what TAB.md and unopened.md need of them.
+        self.keep_reads = True
+        self.last_seq = 0
+        self._reads: list[Read] = []
+        self._read_count = 0
+        self._locators: set[str] = set()
+        self._sources: set[str] = set()
+        self._native: set[str] = set()
+        self._listed_rels: dict[str, None] = {}
+        self._touched: set[str] = set()
+        self._read_units: set[tuple[str, str]] = set()  # (rel, unit name)
+        self._read_files: set[str] = set()
 
     def may_read(self, rel: str) -> bool:
         return bool(rel) and self.check.may_read(rel)
@@ -461,13 +476,17 @@ class Builder:
         empty (``TAB.md`` and ``unopened.md`` show none, and a tab of a few
         hundred thousand reads takes seconds to excerpt)."""
         self.excerpts = excerpts
-        data = tab.requirements()
-        rep = Report(tab.name, tab.started, tab.ended, data, parse_requirements(data), note=note)
-        listed: dict[str, None] = {}
-        touched: set[str] = set()
-        read_units: set[tuple[str, str]] = set()  # (rel, unit name)
-        read_files: set[str] = set()
+        self.fold(events)
+        return self.finish(tab, note=note)
+
+    def fold(self, events: Iterable[dict[str, Any]]) -> None:
+        """Take in the tab's events, oldest first, in one call or several
+        (later events after earlier ones).  What the builder learns of the
+        workspace (which paths are files, views, excerpts) it keeps: fold
+        more into one builder only while the workspace has not changed."""
+        listed, touched = self._listed_rels, self._touched
         for ev in events:
+            self.last_seq = max(self.last_seq, int(ev["seq"]))
             path = str(ev["path"])
             if path == ".tab" or path.startswith(".tab/"):
                 continue
@@ -484,13 +503,31 @@ class Builder:
                 if source:
                     touched.add(source)
                     if path.startswith(".parsed/"):
-                        read_units.add((source, path.rpartition("/")[2]))
+                        self._read_units.add((source, path.rpartition("/")[2]))
                     else:
-                        read_files.add(source)
-                rep.reads.append(self._read(ev, path, source))
+                        self._read_files.add(source)
+                r = self._read(ev, path, source)
+                self._read_count += 1
+                self._locators.add(r.locator)
+                if r.source:
+                    self._sources.add(r.source)
+                    if r.source == r.path:
+                        self._native.add(r.source)
+                if self.keep_reads:
+                    self._reads.append(r)
+
+    def finish(self, tab: TabInfo, *, note: str = "") -> Report:
+        """The report of what was folded in, against the tab's requirements
+        and the search index as they are now."""
+        data = tab.requirements()
+        rep = Report(tab.name, tab.started, tab.ended, data, parse_requirements(data), note=note)
+        rep.reads = list(self._reads)
+        rep.read_count = self._read_count
         # Only files this reader could open are candidates (and named).
-        unopened = [rel for rel in listed if rel not in touched and self.may_read(rel)]
-        self._rank(rep, unopened, read_units, read_files)
+        unopened = [
+            rel for rel in self._listed_rels if rel not in self._touched and self.may_read(rel)
+        ]
+        self._rank(rep, unopened, self._read_units, self._read_files)
         self._cite(rep)
         return rep
 
@@ -498,9 +535,7 @@ class Builder:
         """Each locator a resolved requirement cites (``x.pdf#page=17``, a
         path), and whether it was read in this tab: the unit itself, or its
         file read whole or in part."""
-        locators = {r.locator for r in rep.reads}
-        sources = {r.source for r in rep.reads if r.source}
-        native = {r.source for r in rep.reads if r.source and r.source == r.path}
+        locators, sources, native = self._locators, self._sources, self._native
         for r in rep.requirements:
             if r.state != "resolved":
                 continue

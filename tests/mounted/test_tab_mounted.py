@@ -157,6 +157,15 @@ def test_unopened_ranked_by_open_requirements(fresh: Path) -> None:
     assert "not opened yet:\n  - data/territories.txt#" in tab
     # What was read and matches is the requirement's evidence.
     assert "read:\n  - data/weather.txt#" in tab
+    # Reads after a report are added to it (the mount goes on from the
+    # last report's events while the workspace stays as it was).
+    count = int(tab.split(" reads, ", 1)[0].rsplit(" ", 1)[1])
+    sh("cat data/territories.txt > /dev/null", mnt)
+    wait_for("territories.txt opened", lambda: "data/territories.txt" not in ranked())
+    later = tab_file(mnt, "TAB.md")
+    assert f" {count + 1} reads, " in later, later
+    assert "data/territories.txt#" in later.split("read:\n", 1)[1]
+    assert "not opened yet:\n  - data/territories.txt#" not in later
 
 
 def test_check_fails_until_resolved_or_set_aside(fresh: Path) -> None:
