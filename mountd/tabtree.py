@@ -147,8 +147,7 @@ class TabTree:
             if kept is not None and kept[0] == valid:
                 builder = kept[1]
         if builder is None:
-            builder = Builder(self.engine, search, caller)
-            builder.excerpts = builder.keep_reads = excerpts
+            builder = Builder(self.engine, search, caller, excerpts=excerpts, keep_reads=excerpts)
         note = ""
         if not getattr(self.journal, "enabled", False):
             note = "recording is off on this mount (--no-journal): no reads or listings"

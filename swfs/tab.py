@@ -311,7 +311,7 @@ class Report:
     # A resolved requirement's cited locators: whether each was read in this tab.
     cited: dict[int, list[tuple[str, bool | None]]] = field(default_factory=dict)
     note: str = ""  # e.g. recording is off
-    read_count: int = 0  # of the tab's reads (``reads`` may hold none of them: ``keep_reads``)
+    read_count: int = 0  # of the tab's reads (``reads`` holds none without ``keep_reads``)
 
     @property
     def open(self) -> list[Requirement]:
@@ -429,7 +429,12 @@ class Builder:
         caller: Caller,
         *,
         access: Callable[[RelPath], Access | None] | None = None,
+        excerpts: bool = True,
+        keep_reads: bool = True,
     ) -> None:
+        """Without ``excerpts`` reads get none (TAB.md and unopened.md show
+        none); without ``keep_reads`` they are not kept, only what those two
+        need of them (a long tab has hundreds of thousands)."""
         self.ws, self.search, self.caller = ws, search, caller
         self.check = AccessCheck(access or ws.access, caller)
         self._views: dict[str, Any] = {}  # one view per file for the whole build
@@ -437,11 +442,8 @@ class Builder:
         # ``grep -r`` per question): each answer once per build.
         self._files: dict[str, bool] = {}
         self._excerpts: dict[tuple[str, str], str] = {}
-        self.excerpts = True
-        # What ``fold`` gathered.  Without ``keep_reads`` the reads
-        # themselves are not kept (a long tab has hundreds of thousands),
-        # only what TAB.md and unopened.md need of them.
-        self.keep_reads = True
+        self.excerpts, self.keep_reads = excerpts, keep_reads
+        # What ``fold`` gathered.
         self.last_seq = 0
         self._reads: list[Read] = []
         self._read_count = 0
@@ -464,18 +466,8 @@ class Builder:
             self._files[rel] = known
         return known
 
-    def build(
-        self,
-        tab: TabInfo,
-        events: Iterable[dict[str, Any]],
-        *,
-        note: str = "",
-        excerpts: bool = True,
-    ) -> Report:
-        """The tab's report; without ``excerpts`` each read's excerpt is left
-        empty (``TAB.md`` and ``unopened.md`` show none, and a tab of a few
-        hundred thousand reads takes seconds to excerpt)."""
-        self.excerpts = excerpts
+    def build(self, tab: TabInfo, events: Iterable[dict[str, Any]], *, note: str = "") -> Report:
+        """The tab's report of ``events``."""
         self.fold(events)
         return self.finish(tab, note=note)
 
@@ -588,9 +580,8 @@ class Builder:
             excerpt = "(withheld: a file you may not read)"
             locator, path, source = WITHHELD, WITHHELD, WITHHELD
         elif not self.excerpts:
-            if source and source == path and ev.get("bytes") and ev.get("lines"):
-                first, last = ev["lines"][:2]
-                locator = f"{source}#lines={int(first)}-{int(last)}"
+            if source and source == path:
+                locator = _native_locator(source, ev)
             return Read(int(ev["seq"]), float(ev["t"]), path, locator, source, who, "")
         elif path.startswith(".parsed/") and source:
             excerpt = self._unit_excerpt(source, path.rpartition("/")[2])
@@ -613,12 +604,14 @@ class Builder:
         self._views[rel] = view
         return view
 
-    def _unit_excerpt(self, rel: str, unit: str) -> str:
-        key = (rel, unit)
+    def _once(self, key: tuple[str, str], make: Callable[[], str]) -> str:
         got = self._excerpts.get(key)
         if got is None:
-            got = self._excerpts[key] = self._unit_excerpt_now(rel, unit)
+            got = self._excerpts[key] = make()
         return got
+
+    def _unit_excerpt(self, rel: str, unit: str) -> str:
+        return self._once((rel, unit), lambda: self._unit_excerpt_now(rel, unit))
 
     def _unit_excerpt_now(self, rel: str, unit: str) -> str:
         view = self._view(rel)
@@ -643,12 +636,8 @@ class Builder:
         lines = ev.get("lines")
         if lines:
             first, last = int(lines[0]), int(lines[1])
-            loc = f"{rel}#lines={first}-{last}"
-            key = (rel, f"#lines={first}-{last}")
-            got = self._excerpts.get(key)
-            if got is None:
-                got = self._excerpts[key] = self._lines_excerpt(rel, first, last)
-            return got, loc
+            loc = _native_locator(rel, ev)
+            return self._once((rel, loc), lambda: self._lines_excerpt(rel, first, last)), loc
         view = self._view(rel)
         rec = self.ws.store.get_file(rel) if getattr(self.ws, "store", None) else None
         size = getattr(rec, "size", None)
@@ -705,6 +694,14 @@ class Builder:
             (best.get(rel) or Candidate(rel, 0.0) for rel in unopened),
             key=lambda c: (-c.score, c.rel),
         )
+
+
+def _native_locator(rel: str, ev: dict[str, Any]) -> str:
+    """A native file's read: ``rel#lines=a-b`` when it read lines, else ``rel``."""
+    lines = ev.get("lines")
+    if not lines or not ev.get("bytes"):
+        return rel
+    return f"{rel}#lines={int(lines[0])}-{int(lines[1])}"
 
 
 def _covers(ranges: list[list[int]], size: int) -> bool:

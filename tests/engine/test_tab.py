@@ -162,7 +162,7 @@ def test_reports_without_excerpts_say_the_same(tmp_path: Path) -> None:
             )
         caller = Caller(0)
         full = Builder(engine, engine.search, caller).build(tab, events)
-        lean = Builder(engine, engine.search, caller).build(tab, events, excerpts=False)
+        lean = Builder(engine, engine.search, caller, excerpts=False).build(tab, events)
 
         def same(r: Read) -> tuple[object, ...]:
             return (r.seq, r.path, r.locator, r.source, r.process)
@@ -188,8 +188,7 @@ def test_reports_without_excerpts_say_the_same(tmp_path: Path) -> None:
         # Folded in two goes (as the mount goes on from its last build),
         # the report says what one build of every event says.
         for cut in range(len(events) + 1):
-            step = Builder(engine, engine.search, caller)
-            step.excerpts = step.keep_reads = False
+            step = Builder(engine, engine.search, caller, excerpts=False, keep_reads=False)
             step.fold(events[:cut])
             first = step.finish(tab)
             assert first.read_count == sum(1 for e in events[:cut] if e["kind"] == "read")
