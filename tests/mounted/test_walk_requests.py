@@ -67,6 +67,18 @@ def _counts(m: RealMount) -> dict[str, int]:
     return counts
 
 
+def _released(m: RealMount) -> dict[str, int]:
+    """The request counts once every OPEN has been answered by its RELEASE."""
+    seen: list[dict[str, int]] = []
+
+    def paired() -> bool:
+        seen.append(_counts(m))
+        return seen[-1].get("open", 0) == seen[-1].get("release", 0)
+
+    _poll(paired, "a RELEASE for every OPEN")
+    return seen[-1]
+
+
 def _delta(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
     return {k: after.get(k, 0) - before.get(k, 0) for k in set(before) | set(after)}
 
