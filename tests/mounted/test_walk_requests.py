@@ -68,14 +68,15 @@ def _counts(m: RealMount) -> dict[str, int]:
 
 
 def _released(m: RealMount) -> dict[str, int]:
-    """The request counts once every OPEN has been answered by its RELEASE."""
+    """The request counts once every OPEN and CREATE has been answered by its
+    RELEASE (the kernel sends RELEASE in the background)."""
     seen: list[dict[str, int]] = []
 
     def paired() -> bool:
-        seen.append(_counts(m))
-        return seen[-1].get("open", 0) == seen[-1].get("release", 0)
+        seen.append(c := _counts(m))
+        return c.get("open", 0) + c.get("create", 0) == c.get("release", 0)
 
-    _poll(paired, "a RELEASE for every OPEN")
+    _poll(paired, "a RELEASE for every OPEN and CREATE")
     return seen[-1]
 
 
