@@ -262,8 +262,11 @@ async def _serve(
             await nursery.start(control.run)
             # Changes behind the mount, seen within a fraction of a second (the
             # engine's periodic rescan is the backstop).
-            feed = ChangeFeed(engine, changed=ops.changed_behind, skip=ops.writing)
+            feed = ChangeFeed(
+                engine, changed=ops.changed_behind, skip=ops.writing, touched=ops.touched_behind
+            )
             stack.callback(feed.stop)
+            ops.feed = feed
             await nursery.start(feed.run)
         await nursery.start(ops.poller.run)
         await nursery.start(_watch_signals)

@@ -406,7 +406,10 @@ class NativeProvider:
             # times itself).
             change = SetAttr(ctime=True)
         rel = self.path(node)
-        st = await self.source.setattr(rel, native_fh, change)
+        try:
+            st = await self.source.setattr(rel, native_fh, change)
+        finally:
+            node.xattrs = None  # a chown drops security.capability, a chmod may change an ACL
         if change.mode is not None or change.uid is not None or change.gid is not None:
             self._access_changed(rel)
         return self.attributes(node, st)
@@ -520,29 +523,87 @@ class NativeProvider:
 
     def own_xattr(self, node: Node, name: str) -> bytes:
         """One of the file's own extended attributes (not ``user.sw.*``): a
-        system call, no waiting (also answered in pyfuse3's callback,
-        mountd.nowait)."""
+        system call or none, no waiting (also answered in pyfuse3's callback,
+        mountd.nowait).
+
+        A name the file does not have is answered from the names last listed
+        (``Node.xattrs``), with no system call: the kernel asks
+        ``security.capability`` before every write(2), and a tool that probes
+        a name asks it of every file, each time.  Those names are kept only
+        while the change feed watches the whole tree.  A change through the
+        mount forgets them (setxattr, removexattr, setattr); one behind it
+        does too, as soon as its event is read (``forget_xattrs``), like the
+        kernel's attributes of the file.  A name that is there is read from
+        the file every time."""
+        rel = self.path(node)
+        names = self._listed(node, rel)
+        if names is not None and name not in names:
+            raise fail(absent(name))
         try:
-            return self.source.getxattr(self.path(node), name)
+            return self.source.getxattr(rel, name)
         except OSError as exc:
             if exc.errno == errno.ENODATA:
                 raise fail(absent(name)) from None
             raise
 
+    def _names_kept(self) -> bool:
+        feed = self.mount.feed
+        return feed is not None and feed.watching
+
+    def _listed(self, node: Node, rel: str) -> frozenset[str] | None:
+        """The file's own xattr names, listed now if not known; None when they
+        cannot be kept (the change feed does not watch the whole tree)."""
+        if not self._names_kept():
+            node.xattrs = None
+            return None
+        names = node.xattrs
+        if names is None:
+            names = node.xattrs = frozenset(self.source.listxattr(rel))
+        return names
+
+    def forget_xattrs(self, rels: list[str] | None) -> None:
+        """The inodes of ``rels`` (None: of every path) may have changed their
+        extended attributes behind the mount.  The name's node and the node of
+        the inode it names now (a hard link, a reused inode number) forget
+        their names; on the loop, a dict lookup and an lstat each."""
+        if rels is None:
+            for each in self.table.nodes():
+                each.xattrs = None
+            return
+        for rel in rels:
+            node = self.table.find_native(rel)
+            if node is not None:
+                node.xattrs = None
+            try:
+                st = self.source.lstat(rel)
+            except OSError:
+                continue
+            node = self.table.find_key((st.st_dev, st.st_ino))
+            if node is not None:
+                node.xattrs = None
+
     async def listxattr(self, node: Node) -> list[bytes]:
         ours = [os.fsencode(XATTR_PREFIX + k) for k in await self.sw_xattrs(node)]
         own = self.source.listxattr(self.path(node))
+        if self._names_kept():
+            node.xattrs = frozenset(own)
         return [os.fsencode(n) for n in own if not n.startswith(XATTR_PREFIX)] + ours
 
     async def setxattr(self, node: Node, name: str, value: bytes) -> None:
         if name.startswith(XATTR_PREFIX):
             raise fail(errno.EPERM)
-        self.source.setxattr(self.path(node), name, value)
+        try:
+            self.source.setxattr(self.path(node), name, value)
+        finally:
+            node.xattrs = None
 
     async def removexattr(self, node: Node, name: str) -> None:
         if name.startswith(XATTR_PREFIX):
             raise fail(errno.EPERM)
-        self.source.removexattr(self.path(node), name)
+        try:
+            self.source.removexattr(self.path(node), name)
+        finally:
+            node.xattrs = None
 
     def __repr__(self) -> str:
         return f"NativeProvider({type(self.source).__name__})"

@@ -74,6 +74,10 @@ class Node:
     # taking the new directory for it.
     generation: int = 0
     gone: bool = False  # the backing file was removed through the mount
+    # Native: the backing file's own extended attribute names as last listed,
+    # while the change feed watches the tree (mountd.native.own_xattr); None
+    # when not known.
+    xattrs: frozenset[str] | None = None
 
     @property
     def native(self) -> bool:

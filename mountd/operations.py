@@ -41,6 +41,7 @@ from mountd.synthetic import Generation, ReviewTree, SyntheticTree, make_trees
 from mountd.tabtree import TabTree
 from mountd.world import is_world, native_source
 from swfs.api import XATTR_PREFIX, EngineAPI
+from swfs.changefeed import ChangeFeed
 from swfs.journal import hash_lookup, open_journal
 
 log = logging.getLogger(__name__)
@@ -131,6 +132,7 @@ class Operations(NowaitOps, pyfuse3.Operations):  # NowaitOps: mountd.nowait
         self.listings = Listings()  # directories opened without OPENDIR (mountd.dirlist)
         self._next_fh = 1
         self.mounted = False  # set once pyfuse3 has a session: kernel notifications work
+        self.feed: ChangeFeed | None = None  # set by the daemon's lifecycle (mountd.launch)
         # Background work: engine change events -> kernel cache invalidations.
         self.invalidator = Invalidator(self)
         self.native_provider = NativeProvider(self, self.native)
@@ -526,6 +528,11 @@ class Operations(NowaitOps, pyfuse3.Operations):  # NowaitOps: mountd.nowait
     def changed_behind(self, rels: list[str]) -> None:
         """Change feed: ``rels`` changed in SRC behind the mount."""
         self.invalidator.changed_behind(rels)
+
+    def touched_behind(self, rels: list[str] | None) -> None:
+        """Change feed: the inodes of ``rels`` (None: of any path) may have
+        other extended attributes than last listed."""
+        self.native_provider.forget_xattrs(rels)
 
     def writing(self, rels: list[str]) -> set[str]:
         """Change feed: which of ``rels`` an operation through the mount is

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from mountd.router import Router
     from mountd.synthetic import Generation
     from swfs.api import EngineAPI
+    from swfs.changefeed import ChangeFeed
 
 T = TypeVar("T")
 
@@ -197,6 +198,7 @@ class Mount(Protocol):
     native: NativeSource  # generated trees open blobs through it (slow(), root_fd)
     invalidator: Invalidator
     fastpath: FastPath  # kernel passthrough of native file data
+    feed: ChangeFeed | None  # changes behind the mount (none for a world, or before it runs)
     handles: dict[int, Handle]
     src: str
     store: str

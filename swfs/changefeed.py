@@ -68,6 +68,9 @@ IN_DONT_FOLLOW = 0x02000000
 IN_EXCL_UNLINK = 0x04000000
 IN_ISDIR = 0x40000000
 IN_NONBLOCK = os.O_NONBLOCK
+# Events after which a path's inode may have other extended attributes than
+# the daemon last listed (``ChangeFeed.touched``).
+TOUCH_MASK = IN_ATTRIB | IN_CREATE | IN_MOVED_TO
 IN_CLOEXEC = os.O_CLOEXEC
 
 WATCH_MASK = (
@@ -186,11 +189,18 @@ class ChangeFeed:
         *,
         changed: Callable[[list[str]], None] = lambda rels: None,
         skip: Callable[[list[str]], set[str]] = lambda rels: set(),
+        touched: Callable[[list[str] | None], None] = lambda rels: None,
         hidden: Iterable[str] = (".swfs", ".parsed", ".review", ".versions"),
     ) -> None:
         self.engine = engine
         self.changed = changed
         self.skip = skip
+        # Paths whose inode may have changed attributes or extended attributes
+        # behind the mount (IN_ATTRIB), or now names another inode (IN_CREATE,
+        # IN_MOVED_TO, a file found in a new directory), told as soon as their
+        # event is read, before any coalescing or skipping; None: events were
+        # lost.  On the trio thread.
+        self.touched = touched
         self.src = str(engine.src)
         self.hidden_top = frozenset(hidden)
         self.store = os.path.realpath(engine.store_dir)
@@ -198,6 +208,7 @@ class ChangeFeed:
         self._wd: dict[int, str] = {}  # watch descriptor -> directory (relative)
         self._by_dir: dict[str, int] = {}
         self._limited = False  # the watch limit was hit: the rescan covers the rest
+        self._watched = False  # every directory got its watch when the feed started
         self._lock = threading.Lock()  # the watch maps: the loop reads, threads add
         self._scope: trio.CancelScope | None = None
         self.batches = 0  # batches handed to the engine (tests, status)
@@ -222,6 +233,7 @@ class ChangeFeed:
                 self._scope = scope
                 count = await trio.to_thread.run_sync(self._watch_tree, "")
                 log.info("%s: watching %d directories for changes", self.src, count)
+                self._watched = True
                 send, receive = trio.open_memory_channel[Event | None](CHANNEL)
                 try:
                     async with trio.open_nursery() as nursery:
@@ -236,6 +248,7 @@ class ChangeFeed:
                         self.src,
                     )
         finally:
+            self._watched = False
             self._scope = None
             self._ino = None
             ino.close()
@@ -243,6 +256,15 @@ class ChangeFeed:
     def stop(self) -> None:
         if self._scope is not None:
             self._scope.cancel()
+
+    @property
+    def watching(self) -> bool:
+        """Every directory of the tree is watched, and events are being read:
+        a change of any file's attributes behind the mount reaches ``touched``
+        (a hard link from outside the tree aside).  False before the first
+        walk has watched them all, once the watch limit is hit, and once the
+        feed stops."""
+        return self._watched and not self._limited and self._ino is not None
 
     # -- watches (in a worker thread: a large tree takes a while)
 
@@ -328,8 +350,22 @@ class ChangeFeed:
         async with send:
             while True:
                 await trio.lowlevel.wait_readable(ino.fd)
-                for ev in self._events(ino.read()):
+                events = self._events(ino.read())
+                self._touch(events)
+                for ev in events:
                     await send.send(ev)
+
+    def _touch(self, events: list[Event | None]) -> None:
+        if any(ev is None for ev in events):
+            touched: list[str] | None = None
+        else:
+            touched = [ev.rel for ev in events if ev is not None and ev.mask & TOUCH_MASK]
+            if not touched:
+                return
+        try:
+            self.touched(touched)
+        except Exception:
+            log.exception("%s: telling the daemon of changed attributes failed", self.src)
 
     def _events(self, raw: list[tuple[int, int, int, str]]) -> list[Event | None]:
         """Paths from raw events (None: events were lost, rescan everything).
@@ -431,6 +467,8 @@ class ChangeFeed:
             if dirs or rescan:
                 found = await trio.to_thread.run_sync(self._watch_new, dirs, rescan)
             if found:
+                # Made before their directory's watch: no event named them.
+                self.touched(found)
                 # A file in a new directory may be one the daemon is creating
                 # right now: it records that itself, and a check here could
                 # record its empty first state as a version of its own.

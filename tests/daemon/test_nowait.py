@@ -337,6 +337,86 @@ def test_getxattr_of_a_native_file_answers_its_own_names(ops: Operations, engine
     assert reqcount.COUNTS["getxattr"] - before["getxattr"] == 6
 
 
+class _Watching:
+    """Stands for a change feed that watches the whole tree (its events are
+    tested in tests/engine/test_changefeed.py and through a mount)."""
+
+    watching = True
+
+
+def _count_xattr_calls(ops: Operations, monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    calls = {"getxattr": 0, "listxattr": 0}
+    source = ops.native_provider.source
+    for name in calls:
+        real = getattr(source, name)
+
+        def counted(*args: Any, _real: Any = real, _name: str = name) -> Any:
+            calls[_name] += 1
+            return _real(*args)
+
+        monkeypatch.setattr(source, name, counted)
+    return calls
+
+
+def test_absent_xattr_names_are_answered_from_the_names_listed(
+    ops: Operations, engine: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While the change feed watches the tree, a file's absent names cost one
+    listing, then no system call; a present name is read each time; a
+    change through the mount, or one the feed reports behind it (by either
+    name of a hard link), makes the next question list the names again."""
+    ctx: Any = Ctx()
+    ops.feed = _Watching()  # type: ignore[assignment]
+    b = engine.src / "d" / "b.txt"
+    os.setxattr(b, "user.colour", b"teal")
+    ino = _ino(ops, "d/b.txt")
+    calls = _count_xattr_calls(ops, monkeypatch)
+
+    def absent(name: bytes = b"user.absent") -> int:
+        with pytest.raises(pyfuse3.FUSEError) as exc:
+            ops.getxattr_nowait(ino, name, ctx)
+        return exc.value.errno
+
+    assert absent() == errno.ENODATA
+    assert calls == {"getxattr": 0, "listxattr": 1}
+    for _ in range(5):
+        assert absent() == errno.ENODATA
+        assert absent(b"security.capability") == errno.EOPNOTSUPP
+    assert calls == {"getxattr": 0, "listxattr": 1}
+    assert ops.getxattr_nowait(ino, b"user.colour", ctx) == b"teal"
+    assert ops.getxattr_nowait(ino, b"user.colour", ctx) == b"teal"
+    assert calls == {"getxattr": 2, "listxattr": 1}
+
+    # Through the mount: seen by the next question.
+    trio.run(ops.setxattr, ino, b"user.absent", b"here", ctx)
+    assert ops.getxattr_nowait(ino, b"user.absent", ctx) == b"here"
+    trio.run(ops.removexattr, ino, b"user.absent", ctx)
+    assert absent() == errno.ENODATA
+
+    # Behind the mount, through a hard link the mount has not looked up: the
+    # inode's node forgets its names when the feed reports the other name.
+    os.link(b, engine.src / "d" / "e" / "link.txt")
+    assert absent() == errno.ENODATA
+    os.setxattr(engine.src / "d" / "e" / "link.txt", "user.absent", b"behind")
+    ops.touched_behind(["d/e/link.txt"])
+    assert ops.getxattr_nowait(ino, b"user.absent", ctx) == b"behind"
+    os.removexattr(b, "user.absent")
+    ops.touched_behind(None)  # events lost: every node forgets
+    assert absent() == errno.ENODATA
+    assert trio.run(ops.listxattr, ino, ctx)  # a listing refreshes the names too
+    n = calls["listxattr"]
+    assert absent() == errno.ENODATA
+    assert calls["listxattr"] == n
+
+    # No feed watching the whole tree: every question asks the file.
+    ops.feed = None
+    before = dict(calls)
+    for _ in range(3):
+        assert absent() == errno.ENODATA
+    assert calls["getxattr"] - before["getxattr"] == 3
+    assert calls["listxattr"] == before["listxattr"]
+
+
 def test_write_nowait_writes_unless_bytes_must_be_kept_first(ops: Operations, engine: Any) -> None:
     """A write that needs nothing kept first (the bytes of the last record
     are kept already, or there are none: a new file) is made here; one that

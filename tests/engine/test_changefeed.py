@@ -44,13 +44,14 @@ def run_feed(
     act: Callable[[Recorder, ChangeFeed], object],
     *,
     skip: Callable[[list[str]], set[str]] = lambda rels: set(),
+    touched: Callable[[list[str] | None], None] = lambda rels: None,
 ) -> tuple[Recorder, list[str]]:
     ws = Recorder(src)
     ws.scan()
     seen: list[str] = []
 
     async def main() -> None:
-        feed = ChangeFeed(ws, changed=seen.extend, skip=skip)
+        feed = ChangeFeed(ws, changed=seen.extend, skip=skip, touched=touched)
         async with trio.open_nursery() as nursery:
             await nursery.start(feed.run)
             await act(ws, feed)  # type: ignore[misc]
@@ -208,6 +209,7 @@ def test_the_watch_limit_leaves_the_rest_to_the_rescan(
     async def act(ws: Recorder, feed: ChangeFeed) -> None:
         assert feed._limited
         assert len(feed._by_dir) == 3
+        assert not feed.watching  # the daemon keeps no xattr names from now on
 
     with caplog.at_level(logging.WARNING, logger="swfs.changefeed"):
         run_feed(src, act)
@@ -283,5 +285,78 @@ def test_a_change_already_recorded_needs_no_check_but_is_reported(src: Path) -> 
 
     try:
         trio.run(main)
+    finally:
+        ws.close()
+
+
+def test_attribute_changes_and_new_names_are_told_as_soon_as_read(src: Path) -> None:
+    """``touched`` hears of an xattr change, a create and a rename into place
+    behind the mount before any coalescing or check (the daemon forgets the
+    xattr names it keeps of those inodes), of the files found in a new
+    directory, and of lost events as None; ``watching`` says the whole tree
+    is watched while the feed runs."""
+    told: list[list[str] | None] = []
+    recorder: list[Recorder] = []  # the feed's engine, once it runs
+    checked_when_told: list[int] = []
+
+    def touched(rels: list[str] | None) -> None:
+        told.append(rels)
+        checked_when_told.append(len(recorder[0].checked))
+
+    def flat() -> list[str]:
+        return [r for rels in told if rels is not None for r in rels]
+
+    async def act(ws: Recorder, feed: ChangeFeed) -> None:
+        recorder.append(ws)
+        assert feed.watching
+        os.setxattr(src / "d" / "a.txt", "user.colour", b"teal")
+        await until(lambda: "d/a.txt" in flat(), "the xattr change told")
+        (src / "d" / "b.txt").write_text("b\n")
+        await until(lambda: "d/b.txt" in flat(), "the create told")
+        (src / "tmp.txt").write_text("t\n")
+        os.rename(src / "tmp.txt", src / "d" / "c.txt")
+        await until(lambda: "d/c.txt" in flat(), "the rename into place told")
+        deep = src / "new" / "sub"
+        deep.mkdir(parents=True)
+        (deep / "x.txt").write_text("x\n")
+        await until(lambda: "new/sub/x.txt" in flat(), "a file found in a new directory")
+        # A write that changes only the bytes is not an attribute change.
+        n, checks = len(told), ws.checked.count("d/a.txt")
+        with open(src / "d" / "a.txt", "r+b") as f:
+            f.write(b"A")
+        await until(lambda: ws.checked.count("d/a.txt") > checks, "the write recorded")
+        assert all(rels is None or "d/a.txt" not in rels for rels in told[n:])
+        # Lost events: every path may have changed.
+        assert feed._ino is not None
+        real = feed._ino.read
+
+        def overflow() -> list[tuple[int, int, int, str]]:
+            feed._ino.read = real  # type: ignore[union-attr, method-assign]
+            return [(-1, changefeed.IN_Q_OVERFLOW, 0, "")]
+
+        feed._ino.read = overflow  # type: ignore[method-assign]
+        (src / "d" / "lost.txt").write_text("l\n")
+        await until(lambda: None in told, "lost events told as None")
+
+    run_feed(src, act, touched=touched)
+    # The xattr change was told before the engine looked at the file.
+    first = next(i for i, rels in enumerate(told) if rels and "d/a.txt" in rels)
+    assert checked_when_told[first] == 0
+
+
+def test_watching_ends_with_the_feed(src: Path) -> None:
+    ws = Recorder(src)
+    feed = ChangeFeed(ws)
+    try:
+        assert not feed.watching  # not before the first walk
+
+        async def main() -> None:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(feed.run)
+                assert feed.watching
+                feed.stop()
+
+        trio.run(main)
+        assert not feed.watching
     finally:
         ws.close()

@@ -128,6 +128,49 @@ def test_a_write_through_a_hard_link_reaches_every_name_at_once() -> None:
         assert 'freshness="current"' in header(unit)
 
 
+@pytest.mark.timeout(120)
+def test_xattrs_set_or_removed_behind_the_mount_are_seen_through_it() -> None:
+    """Absent names are answered from the names the daemon last listed
+    (mountd.native.own_xattr); a change behind the mount, by any name of the
+    inode, is seen within the change feed's bound, and one through the
+    mount at once."""
+    with workspace(populate=_notes) as m:
+        readme, behind = m.mnt / "notes" / "readme.md", m.src / "notes" / "readme.md"
+
+        def value(name: str) -> bytes | int:
+            try:
+                return os.getxattr(readme, name)
+            except OSError as exc:
+                return exc.errno or 0
+
+        for _ in range(50):  # the names listed once, then kept
+            assert value("user.colour") == errno.ENODATA
+        os.setxattr(behind, "user.colour", b"teal")
+        poll(lambda: value("user.colour") == b"teal", 30, "an xattr set behind the mount")
+        assert "user.colour" in os.listxattr(readme)
+        # Through a second name of the inode, made behind the mount.
+        os.link(behind, m.src / "notes" / "second.md")
+        assert value("user.shape") == errno.ENODATA
+        os.setxattr(m.src / "notes" / "second.md", "user.shape", b"round")
+        poll(lambda: value("user.shape") == b"round", 30, "an xattr set through another link")
+        os.removexattr(behind, "user.colour")
+        poll(lambda: value("user.colour") == errno.ENODATA, 30, "an xattr removed behind")
+        # Through the mount: at once.
+        os.setxattr(readme, "user.size", b"large")
+        assert value("user.size") == b"large"
+        os.removexattr(readme, "user.size")
+        assert value("user.size") == errno.ENODATA
+        # A file written through the mount (the kernel asks for
+        # security.capability before each write) keeps its bytes and names.
+        with open(readme, "a") as f:
+            for i in range(20):
+                f.write(f"line {i}\n")
+                f.flush()
+        assert behind.read_text().endswith("line 19\n")
+        assert value("user.shape") == b"round"
+        assert value("security.capability") in (errno.ENODATA, errno.EOPNOTSUPP)
+
+
 # -- a read of a stale view waits for its re-parse -----------------------------------
 
 
