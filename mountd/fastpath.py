@@ -152,11 +152,10 @@ class FastPath:
         slow: Callable[..., Awaitable[Any]],
         *,
         size: int,
-        created: bool = False,
     ) -> None:
-        """A native file of ``size`` bytes was opened or ``created`` (``fi``
-        about to be returned): pass it through when it may, or must."""
-        entry = self._backing_for(fi, fh, ino, handle, flags, size, created)
+        """A native file of ``size`` bytes was opened (``fi`` about to be
+        returned): pass it through when it may, or must."""
+        entry = self._backing_for(fi, fh, ino, handle, flags, size)
         if entry is None:
             return
         session = handle.session
@@ -172,9 +171,22 @@ class FastPath:
         """``opened`` for a handle without a write session (nothing to keep
         first, so no waiting: mountd.nowait)."""
         assert handle.session is None
-        entry = self._backing_for(fi, fh, ino, handle, flags, size, False)
+        entry = self._backing_for(fi, fh, ino, handle, flags, size)
         if entry is not None:
             self._pass(fi, fh, ino, handle, entry)
+
+    def created(self, fi: pyfuse3.FileInfo, fh: int, ino: int) -> None:
+        """A native file was created (``fi`` about to be returned): never
+        passed through (its writes are recorded at close), so counted as an
+        open through the page cache."""
+        self._through_cache(fi, fh, ino)
+
+    def _through_cache(self, fi: pyfuse3.FileInfo, fh: int, ino: int) -> None:
+        """Count an open that goes through the page cache (direct I/O has no
+        page cache to conflict with a passthrough open)."""
+        if not fi.direct_io:
+            self._cached[ino] += 1
+            self._handles[fh] = (ino, False, None)
 
     def _backing_for(
         self,
@@ -184,7 +196,6 @@ class FastPath:
         handle: NativeHandle,
         flags: int,
         size: int,
-        created: bool,
     ) -> list[int] | None:
         """The node's backing entry if this open is to pass through (None:
         it goes through the page cache, counted as such)."""
@@ -195,14 +206,11 @@ class FastPath:
             if (
                 not self.active
                 or not read_only
-                or created
                 or small
                 or self._cached[ino]
                 or (self.binary_only and not _binary(handle.fd))
             ):
-                if not fi.direct_io:  # direct I/O has no page cache to conflict
-                    self._cached[ino] += 1
-                    self._handles[fh] = (ino, False, None)
+                self._through_cache(fi, fh, ino)
                 return None
             try:
                 entry = self._backing[ino] = [_fuse.backing_open(handle.fd), 0]

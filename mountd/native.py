@@ -274,14 +274,13 @@ class NativeProvider:
         fh: NativeHandle,
         flags: int,
         size: int,
-        created: bool = False,
     ) -> None:
         """Kernel passthrough of the file's data where it applies (mountd.fastpath)."""
         if not self.mount.fastpath.wanted:  # off for good: nothing to track
             return
         try:
             await self.mount.fastpath.opened(
-                fi, fi.fh, node.ino, fh, flags, self.source.slow, size=size, created=created
+                fi, fi.fh, node.ino, fh, flags, self.source.slow, size=size
             )
         except BaseException:
             await self.mount.release(fi.fh)  # the kernel sends no RELEASE for a failed open
@@ -294,6 +293,35 @@ class NativeProvider:
         if parent is self.table.root and name in self.mount.router.names:
             raise fail(errno.EEXIST)
         fh, st = await self.source.create(pdir, name, mode, flags, _creds(ctx))
+        return self._create_reply(parent, pdir, name, flags, fh, st, ctx)
+
+    def create_nowait(
+        self, parent: Node, name: str, mode: int, flags: int, ctx: pyfuse3.RequestContext
+    ) -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes] | None:
+        """``create`` where it needs no waiting (mountd.nowait): a new file
+        in a native folder.  None, with nothing done, where the source must
+        wait (the name exists and is opened instead; a staged layer)."""
+        pdir = self._writable_parent(parent)
+        if parent is self.table.root and name in self.mount.router.names:
+            raise fail(errno.EEXIST)
+        made = self.source.create_now(pdir, name, mode, flags, _creds(ctx))
+        if made is None:
+            return None
+        return self._create_reply(parent, pdir, name, flags, *made, ctx)
+
+    def _create_reply(
+        self,
+        parent: Node,
+        pdir: str,
+        name: str,
+        flags: int,
+        fh: NativeHandle,
+        st: os.stat_result,
+        ctx: pyfuse3.RequestContext,
+    ) -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes]:
+        """The reply to a create that made ``fh``: the new file's node, its
+        handle, and its journal event.  (A created file is never passed
+        through: mountd.fastpath.)"""
         attr = self._created(parent, name, st)
         node = self.table.get(attr.st_ino)
         assert node is not None
@@ -302,7 +330,8 @@ class NativeProvider:
         direct = bool(flags & os.O_DIRECT)
         fi = pyfuse3.FileInfo(fh=self.mount.add_handle(NativeOpen(node, fh, direct)))
         fi.direct_io = direct
-        await self._fastpath(fi, node, fh, flags, st.st_size, created=True)
+        if self.mount.fastpath.wanted:
+            self.mount.fastpath.created(fi, fi.fh, node.ino)
         self.mount.journal.on_open(fi.fh, ctx.pid, join(pdir, name), flags=flags)
         return fi, attr
 
@@ -322,16 +351,29 @@ class NativeProvider:
 
     async def flush(self, h: FileHandle, fh: int) -> None:
         assert isinstance(h, NativeOpen)
+        if self.flush_nowait(h, fh):
+            return
+        await self.source.flush(h.fh)
+        self.mount.journal.on_wrote(fh, h.fh.path())
+
+    def flush_nowait(self, h: NativeOpen, fh: int) -> bool:
+        """``flush`` where it needs no waiting (mountd.nowait): nothing to
+        record, or a small file's record where no lock is taken.  False where
+        the record must be made in a worker thread (``flush`` makes it),
+        having done nothing but note a passthrough writer's writes and what
+        the kernel's pages show."""
         self.mount.fastpath.note_writes(fh, h.fh)  # passthrough writers (mountd.fastpath)
-        if h.fh.wrote:
+        recorded = h.fh.wrote
+        if recorded:
             # The kernel's pages hold what was written: the invalidation the
-            # record below triggers need not drop them.  Not those of a
+            # record triggers need not drop them.  Not those of a
             # passthrough writer, which went to the backing file.
             h.node.cache_sig = self._cache_sig_after_writes(h, fh)
-        recorded = h.fh.wrote
-        await self.source.flush(h.fh)
+        if not self.source.flush_now(h.fh):
+            return False
         if recorded:
             self.mount.journal.on_wrote(fh, h.fh.path())
+        return True
 
     def _cache_sig_after_writes(self, h: NativeOpen, fh: int) -> tuple[int, int, int] | None:
         """What the kernel's pages of a file written through ``h`` show: the

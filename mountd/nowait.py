@@ -6,8 +6,9 @@ after a read through the daemon a GETATTR.  For a native file none of them
 needs to wait: a system call or two, an LMDB read, memory.  Our patched
 pyfuse3 (scripts/pyfuse3-dircache.patch, ``nowait_available``) calls the
 adapter's ``lookup_nowait``, ``getattr_nowait``, ``open_nowait``,
-``release_nowait``, ``getxattr_nowait`` and ``write_nowait`` before it
-makes a coroutine of such a request; each answers what it can at once and
+``release_nowait``, ``getxattr_nowait``, ``write_nowait``,
+``create_nowait`` and ``flush_nowait`` before it makes a coroutine of such
+a request; each answers what it can at once and
 returns None (False for a release) for anything else, which pyfuse3 then
 hands to the async handler as before.
 That skips, per request, the coroutine and its container, the handler's
@@ -38,7 +39,20 @@ Only these answer here (the native tree, and units of ``.parsed``):
   write through the leaf cache the async handler makes;
 * a GETXATTR of a native node's own attribute (not ``user.sw.*``): the
   kernel asks ``security.capability`` before each write, and a tool that
-  probes an absent name asks it of every file.
+  probes an absent name asks it of every file;
+* a CREATE of a new file in a native folder (not of a name that exists,
+  which opens it: the open may wait; not in a staged mount, whose layer
+  may be copied up first);
+* a FLUSH of a native handle with nothing to record, or with a small
+  file's record where no other thread holds the store's writer lock
+  (``InPlaceSession.flush_now``): a create's close records its version
+  here.  A larger record, or one that would wait for the lock, is the
+  async handler's (a worker thread).
+
+A create and its write and close thus reach no coroutine: of the eight
+requests a shell's ``echo x > f`` sends (LOOKUP, CREATE, GETXATTR, WRITE,
+two FLUSHes, RELEASE, and the GETATTR of the folder the kernel asks after
+each entry it adds), none.
 
 Stock pyfuse3 never calls them: every request takes the async path.
 """
@@ -92,24 +106,29 @@ def fuse_error(name: str, args: tuple[Any, ...], exc: Exception) -> pyfuse3.FUSE
 
 
 def nowait(fn: F) -> F:
-    """Count an answered request as one of its kind, and turn anything but
-    FUSEError into an errno, as ``mountd.operations.handler`` does."""
+    """Count an answered request as one of its kind (and as one answered
+    here: ``nowait_open``), and turn anything but FUSEError into an errno,
+    as ``mountd.operations.handler`` does."""
 
     request = fn.__name__.removesuffix("_nowait")
+    answered = "nowait_" + request
     counts = reqcount.COUNTS
 
     @functools.wraps(fn)
     def wrapper(*args: Any) -> Any:
+        out = None
         try:
             out = fn(*args)
         except pyfuse3.FUSEError:
-            counts[request] += 1
+            out = True
             raise
         except Exception as exc:
-            counts[request] += 1
+            out = True
             raise fuse_error(fn.__name__, args, exc) from None
-        if out is not None and out is not False:
-            counts[request] += 1
+        finally:
+            if out is not None and out is not False:  # answered here
+                counts[request] += 1
+                counts[answered] += 1
         return out
 
     return cast(F, wrapper)
@@ -171,6 +190,29 @@ class NowaitOps:
         if isinstance(provider, GeneratedProvider):
             return provider.open_nowait(node, flags, ctx)
         return None
+
+    @nowait
+    def create_nowait(
+        self, parent_inode: int, name: bytes, mode: int, flags: int, ctx: pyfuse3.RequestContext
+    ) -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes] | None:
+        parent = self.table.get(parent_inode)
+        if parent is None or parent.tree is not Tree.NATIVE:
+            return None
+        n = os.fsdecode(name)
+        provider = self.native_provider
+        if self.router.route_child(parent, n) is not provider:
+            return None  # a generated tree's name at the root (EEXIST)
+        return provider.create_nowait(parent, n, mode, flags, ctx)
+
+    @nowait
+    def flush_nowait(self, fh: int) -> bool:
+        h = self.handles.get(fh)
+        if type(h) is not NativeOpen:
+            return False
+        n = cast(NativeOpen, h)
+        if n.node.tree is not Tree.NATIVE:
+            return False
+        return self.native_provider.flush_nowait(n, fh)
 
     @nowait
     def write_nowait(self, fh: int, off: int, buf: bytes) -> int | None:

@@ -332,8 +332,20 @@ class Passthrough:
         flags: int,
         creds: Creds,
     ) -> tuple[NativeHandle, os.stat_result]:
+        made = self.create_now(parent, name, mode, flags, creds)
+        if made is not None:
+            return made
+        # Someone created it behind the mount since the kernel looked.
+        handle = await self.open(join(parent, name), flags & ~os.O_CREAT, creds)
+        return handle, os.fstat(handle.fd)
+
+    def create_now(
+        self, parent: str, name: str, mode: int, flags: int, creds: Creds
+    ) -> tuple[NativeHandle, os.stat_result] | None:
+        """``create`` of a new file, without waiting; None, with nothing done,
+        where the name exists already and ``flags`` open it (``create``
+        opens it then, which may wait)."""
         self.check_new_name(parent, name)
-        rel = join(parent, name)
         perm = stat.S_IMODE(mode) & ~creds.umask
         with dir_fd(self.root_fd, parent) as pfd:
             try:
@@ -346,12 +358,10 @@ class Passthrough:
             except FileExistsError:
                 if flags & os.O_EXCL:
                     raise
-                # Someone created it behind the mount since the kernel looked.
-                handle = await self.open(rel, flags & ~os.O_CREAT, creds)
-                return handle, os.fstat(handle.fd)
+                return None
             try:
                 self._give(fd, pfd, creds, perm)
-                session = self.writes.adopt_new(rel, fd)
+                session = self.writes.adopt_new(join(parent, name), fd)
             except BaseException:
                 os.close(fd)
                 raise
@@ -392,13 +402,21 @@ class Passthrough:
 
     async def flush(self, fh: NativeHandle) -> None:
         """close(2) of one of the caller's fds (the session records a write)."""
+        if not self.flush_now(fh):
+            assert fh.session is not None
+            await self.slow(fh.session.flush)
+
+    def flush_now(self, fh: NativeHandle) -> bool:
+        """``flush`` without waiting: nothing to record, or a small file's
+        record where no lock is taken; False, with nothing done, where the
+        record must be made in a worker thread."""
         if fh.session is not None and fh.session.wrote:
-            if not fh.session.flush_now():  # a small file's record, where no lock is taken
-                await self.slow(fh.session.flush)
-        elif fh.session is not None:
+            return fh.session.flush_now()
+        if fh.session is not None:
             fh.session.flush()  # nothing to record: only the backing close
         else:
             os.close(os.dup(fh.fd))  # close() semantics of the backing fs (NFS write errors)
+        return True
 
     async def fsync(self, fh: NativeHandle, datasync: bool) -> None:
         if fh.session is not None:

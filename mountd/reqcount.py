@@ -4,7 +4,9 @@ Every handler counts itself (``mountd.operations.handler``, by request:
 a READDIR without a handle counts as ``readdir``); the SIGUSR1
 dump (``mountd.dump``) writes the counts as one line, so a test or a user can
 see what a walk cost in requests: ``kill -USR1`` before and after, and
-subtract.
+subtract.  ``nowait_open=5`` and the like count the requests of a kind
+answered in pyfuse3's callback, without a coroutine (``mountd.nowait``):
+they are counted in ``open=`` too.
 """
 
 from __future__ import annotations

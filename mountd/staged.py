@@ -211,6 +211,11 @@ class StagedPassthrough(Passthrough):
             raise _err(errno.ENOENT)
         return super().open_nowait(rel, flags)
 
+    def create_now(
+        self, parent: str, name: str, mode: int, flags: int, creds: Creds
+    ) -> tuple[NativeHandle, os.stat_result] | None:
+        return None  # the staged layer's folders may need copying up first (create)
+
     async def create(
         self, parent: str, name: str, mode: int, flags: int, creds: Creds
     ) -> tuple[NativeHandle, os.stat_result]:

@@ -151,6 +151,10 @@ class WorldNative:
     async def flush(self, fh: NativeHandle) -> None:
         pass
 
+    @staticmethod
+    def flush_now(fh: NativeHandle) -> bool:
+        return True  # nothing is ever written
+
     async def fsync(self, fh: NativeHandle, datasync: bool) -> None:
         pass
 
@@ -173,6 +177,11 @@ class WorldNative:
     async def create(
         self, parent: str, name: str, mode: int, flags: int, creds: Creds
     ) -> tuple[NativeHandle, os.stat_result]:
+        _erofs()
+
+    def create_now(
+        self, parent: str, name: str, mode: int, flags: int, creds: Creds
+    ) -> tuple[NativeHandle, os.stat_result] | None:
         _erofs()
 
     async def mkdir(self, parent: str, name: str, mode: int, creds: Creds) -> os.stat_result:

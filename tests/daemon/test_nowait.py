@@ -25,6 +25,7 @@ from mountd.provider import NOFLUSH, NativeOpen
 from swfs.engine import Engine
 from swfs.journal import iter_events, open_readonly
 from swfs.workspace import Config
+from swfs.writesession import INLINE_RECORD_BYTES
 from tests.enginewrap import Watched
 
 
@@ -454,3 +455,96 @@ def test_write_nowait_writes_unless_bytes_must_be_kept_first(ops: Operations, en
         trio.run(ops.write, ro.fh, 0, b"no")
     assert now.value.errno == later.value.errno == errno.EBADF
     assert ops.release_nowait(ro.fh)
+
+
+def _journal(ops: Operations, engine: Any, kind: str) -> list[dict[str, Any]]:
+    ops.journal.flush()
+    con = open_readonly(engine.store_dir)
+    try:
+        events = list(iter_events(con, kind=kind))
+    finally:
+        con.close()
+    for e in events:  # what differs between any two events of one kind
+        for key in ("seq", "t", "process"):
+            e.pop(key, None)
+    return events
+
+
+def test_create_and_flush_answer_as_the_async_handlers(ops: Operations, engine: Any) -> None:
+    """A new file created here has what the async handler gives it (owner,
+    mode under the caller's umask, the reply's attributes), its small write
+    is recorded at the close answered here, and the journal holds the same
+    write event as for a file made through the async handlers."""
+    ctx: Any = Ctx(uid=1234, gid=4321, umask=0o027)
+    parent = _ino(ops, "d")
+    before = reqcount.COUNTS.copy()
+
+    async def via_async() -> None:
+        fi, _ = await ops.create(parent, b"slow.txt", 0o666, os.O_WRONLY, ctx)
+        await ops.write(fi.fh, 0, b"same bytes\n")
+        await ops.flush(fi.fh)
+        await ops.release(fi.fh)
+
+    trio.run(via_async)
+    got = ops.create_nowait(parent, b"quick.txt", 0o666, os.O_WRONLY, ctx)
+    assert got is not None
+    fi, attr = got
+    path = engine.src / "d" / "quick.txt"
+    st = os.stat(path)
+    assert (st.st_uid, st.st_gid, st.st_mode & 0o7777) == (1234, 4321, 0o640)
+    assert (attr.st_ino, attr.st_size, attr.st_mode) == (st.st_ino, 0, st.st_mode)
+    h = ops.handles[fi.fh]
+    assert isinstance(h, NativeOpen)
+    assert _fds_on(path) == [h.fh.fd]
+    assert ops.write_nowait(fi.fh, 0, b"same bytes\n") == 11
+    assert ops.flush_nowait(fi.fh) is True
+    assert engine.file_state("d/quick.txt").hash == _b3(b"same bytes\n")  # recorded at close
+    assert ops.release_nowait(fi.fh)
+    assert _fds_on(path) == []
+    assert engine.file_state("d/slow.txt").hash == _b3(b"same bytes\n")
+    slow, quick = _journal(ops, engine, "write")
+    assert quick.pop("path") == "d/quick.txt"
+    assert slow.pop("path") == "d/slow.txt"
+    assert quick == slow
+    counts = reqcount.COUNTS
+    for op in ("create", "flush"):
+        assert counts[op] - before[op] == 2, op
+        assert counts[f"nowait_{op}"] - before[f"nowait_{op}"] == 1, op
+
+
+def test_create_nowait_declines_what_must_wait(ops: Operations, engine: Any) -> None:
+    """An existing name opened by a create (no O_EXCL) is the async
+    handler's, and nothing is done here; with O_EXCL it is EEXIST here, as
+    there.  A generated tree's name at the root is left to the handler."""
+    ctx: Any = Ctx()
+    parent = _ino(ops, "d")
+    handles = dict(ops.handles)
+    assert ops.create_nowait(parent, b"b.txt", 0o644, os.O_WRONLY, ctx) is None
+    assert ops.handles == handles
+    assert (engine.src / "d" / "b.txt").read_text() == "bee\n"
+    with pytest.raises(pyfuse3.FUSEError) as exc:
+        ops.create_nowait(parent, b"b.txt", 0o644, os.O_WRONLY | os.O_EXCL, ctx)
+    assert exc.value.errno == errno.EEXIST
+    assert ops.create_nowait(pyfuse3.ROOT_INODE, b".parsed", 0o644, os.O_WRONLY, ctx) is None
+    fi, _ = trio.run(ops.create, parent, b"b.txt", 0o644, os.O_WRONLY, ctx)  # opens it
+    assert ops.release_nowait(fi.fh)
+    assert (engine.src / "d" / "b.txt").read_text() == "bee\n"
+
+
+def test_flush_nowait_leaves_a_large_record_to_a_worker_thread(
+    ops: Operations, engine: Any
+) -> None:
+    """A close whose record means hashing more than a small file's bytes
+    declines here, having recorded nothing; the async flush records it."""
+    ctx: Any = Ctx()
+    parent = _ino(ops, "d")
+    got = ops.create_nowait(parent, b"big.bin", 0o644, os.O_WRONLY, ctx)
+    assert got is not None
+    fi = got[0]
+    data = os.urandom(INLINE_RECORD_BYTES + 1)
+    assert ops.write_nowait(fi.fh, 0, data) == len(data)
+    assert ops.flush_nowait(fi.fh) is False
+    assert engine.file_state("d/big.bin") is None  # not recorded yet
+    trio.run(ops.flush, fi.fh)
+    assert engine.file_state("d/big.bin").hash == _b3(data)
+    assert ops.release_nowait(fi.fh)
