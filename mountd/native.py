@@ -289,9 +289,7 @@ class NativeProvider:
     async def create(
         self, parent: Node, name: str, mode: int, flags: int, ctx: pyfuse3.RequestContext
     ) -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes]:
-        pdir = self._writable_parent(parent)
-        if parent is self.table.root and name in self.mount.router.names:
-            raise fail(errno.EEXIST)
+        pdir = self._create_parent(parent, name)
         fh, st = await self.source.create(pdir, name, mode, flags, _creds(ctx))
         return self._create_reply(parent, pdir, name, flags, fh, st, ctx)
 
@@ -301,13 +299,18 @@ class NativeProvider:
         """``create`` where it needs no waiting (mountd.nowait): a new file
         in a native folder.  None, with nothing done, where the source must
         wait (the name exists and is opened instead; a staged layer)."""
-        pdir = self._writable_parent(parent)
-        if parent is self.table.root and name in self.mount.router.names:
-            raise fail(errno.EEXIST)
+        pdir = self._create_parent(parent, name)
         made = self.source.create_now(pdir, name, mode, flags, _creds(ctx))
         if made is None:
             return None
         return self._create_reply(parent, pdir, name, flags, *made, ctx)
+
+    def _create_parent(self, parent: Node, name: str) -> str:
+        """The native path of the folder a file ``name`` is created in (none
+        over a generated tree's name at the root)."""
+        if parent is self.table.root and name in self.mount.router.names:
+            raise fail(errno.EEXIST)
+        return self._writable_parent(parent)
 
     def _create_reply(
         self,

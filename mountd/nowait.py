@@ -76,7 +76,7 @@ from swfs.api import XATTR_PREFIX
 
 if TYPE_CHECKING:
     from mountd.native import NativeProvider
-    from mountd.nodes import InodeTable
+    from mountd.nodes import InodeTable, Node
     from mountd.provider import Handle
     from mountd.router import Router
 
@@ -143,18 +143,33 @@ class NowaitOps:
     journal: Any
     native_provider: NativeProvider
 
-    @nowait
-    def lookup_nowait(
-        self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext
-    ) -> pyfuse3.EntryAttributes | None:
+    def _native_child(self, parent_inode: int, name: bytes) -> tuple[Node, str] | None:
+        """The native folder and the name of a request about ``name`` in it;
+        None for any other tree, or a generated tree's name at the root."""
         parent = self.table.get(parent_inode)
         if parent is None or parent.tree is not Tree.NATIVE:
             return None
         n = os.fsdecode(name)
-        provider = self.native_provider
-        if self.router.route_child(parent, n) is not provider:
-            return None  # a generated tree's name at the root
-        node, attr = provider.lookup_nowait(parent, n)
+        if self.router.route_child(parent, n) is not self.native_provider:
+            return None
+        return parent, n
+
+    def _native_open(self, fh: int) -> NativeOpen | None:
+        """The handle ``fh`` if it is a native file's."""
+        h = self.handles.get(fh)
+        if type(h) is not NativeOpen:
+            return None
+        n = cast(NativeOpen, h)
+        return n if n.node.tree is Tree.NATIVE else None
+
+    @nowait
+    def lookup_nowait(
+        self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext
+    ) -> pyfuse3.EntryAttributes | None:
+        child = self._native_child(parent_inode, name)
+        if child is None:
+            return None
+        node, attr = self.native_provider.lookup_nowait(*child)
         self.table.remember(node)
         return attr
 
@@ -195,34 +210,20 @@ class NowaitOps:
     def create_nowait(
         self, parent_inode: int, name: bytes, mode: int, flags: int, ctx: pyfuse3.RequestContext
     ) -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes] | None:
-        parent = self.table.get(parent_inode)
-        if parent is None or parent.tree is not Tree.NATIVE:
+        child = self._native_child(parent_inode, name)
+        if child is None:
             return None
-        n = os.fsdecode(name)
-        provider = self.native_provider
-        if self.router.route_child(parent, n) is not provider:
-            return None  # a generated tree's name at the root (EEXIST)
-        return provider.create_nowait(parent, n, mode, flags, ctx)
+        return self.native_provider.create_nowait(*child, mode, flags, ctx)
 
     @nowait
     def flush_nowait(self, fh: int) -> bool:
-        h = self.handles.get(fh)
-        if type(h) is not NativeOpen:
-            return False
-        n = cast(NativeOpen, h)
-        if n.node.tree is not Tree.NATIVE:
-            return False
-        return self.native_provider.flush_nowait(n, fh)
+        h = self._native_open(fh)
+        return h is not None and self.native_provider.flush_nowait(h, fh)
 
     @nowait
     def write_nowait(self, fh: int, off: int, buf: bytes) -> int | None:
-        h = self.handles.get(fh)
-        if type(h) is not NativeOpen:
-            return None
-        n = cast(NativeOpen, h)
-        if n.node.tree is not Tree.NATIVE:
-            return None
-        return self.native_provider.write_nowait(n, off, buf)
+        h = self._native_open(fh)
+        return None if h is None else self.native_provider.write_nowait(h, off, buf)
 
     @nowait
     def release_nowait(self, fh: int) -> bool:
