@@ -80,7 +80,7 @@ from swfs.api import Access, RelPath, ReviewEntry
 from swfs.fsutil import holds_binary, open_to_read
 from swfs.lineage import JobReads, job_reads, read_rows, stored_inputs
 from swfs.procinfo import Caller, ProcCache, read_cmdline, read_stat
-from swfs.sqlitetext import PathSafeConnection, escaped_json
+from swfs.sqlitetext import PathSafeConnection, escaped_json, pow2_chunks
 
 log = logging.getLogger(__name__)
 
@@ -199,8 +199,7 @@ def _insert_events(con: sqlite3.Connection, verb: str, rows: list[tuple[Any, ...
     the interpreter lock around every step: on a loaded machine each of those
     hand-overs can wake the daemon's loop for nothing and make it wait to
     get the lock back.  One statement of many rows hands it over once."""
-    for i in range(0, len(rows), ROWS_PER_INSERT):
-        chunk = rows[i : i + ROWS_PER_INSERT]
+    for chunk in pow2_chunks(rows, ROWS_PER_INSERT):  # few statement shapes (swfs.sqlitetext)
         sql = f"{verb} INTO events VALUES " + ",".join([_EVENT_ROW] * len(chunk))
         con.execute(sql, [v for row in chunk for v in row])
 

@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
+from swfs.sqlitetext import in_list
+
 
 def read_locator(locator: str | None, detail: dict[str, Any]) -> str | None:
     if locator:
@@ -562,12 +564,10 @@ def read_rows(
     lists: dict[int, list[dict[str, Any]]] = {}
     ordered = sorted(need)
     cols = "base, carry" if newer else "0, 0"
-    for i in range(0, len(ordered), 500):
-        chunk = ordered[i : i + 500]
+    for i in range(0, len(ordered), 512):
+        marks, params = in_list(ordered[i : i + 512])  # few statement shapes
         rows = con.execute(
-            f"SELECT seq, {cols}, inputs FROM outputs WHERE seq IN "
-            f"({','.join('?' * len(chunk))}) ORDER BY seq",
-            chunk,
+            f"SELECT seq, {cols}, inputs FROM outputs WHERE seq IN {marks} ORDER BY seq", params
         )
         for seq, base, carry, text in rows:
             data = json.loads(text or "[]")

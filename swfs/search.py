@@ -58,7 +58,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from .api import Access, Freshness, RelPath
-from .sqlitetext import PathSafeConnection, escaped, path_key, path_of
+from .sqlitetext import PathSafeConnection, escaped, in_list, path_key, path_of
 from .textindex import DIR_NAME as TEXT_DIR
 from .textindex import TextIndex
 
@@ -635,19 +635,19 @@ class SearchIndex:
         query's folders (a content shown by several paths: one row each)."""
         if not ids:
             return {}
-        where, params = "", list[Any](ids)
+        marks, padded = in_list(list(ids))  # few statement shapes (swfs.sqlitetext)
+        where, params = "", list[Any](padded)
         if query.paths:
             conds = []
             for p in query.paths:
                 conds.append("(f.rel >= ? AND f.rel < ?)")
                 params += [p + "/", p + "0"]  # '0' sorts right after '/'
             where = " AND (" + " OR ".join(conds) + ")"
-        marks = ",".join("?" * len(ids))
         out: dict[int, list[tuple[Any, ...]]] = {}
         for uid, name, locator, key, raw in self._connect().execute(
             "SELECT u.id, u.name, u.locator, c.key, f.raw FROM units u "
             "JOIN contents c ON c.id = u.content JOIN files f ON f.content = u.content "
-            f"WHERE u.id IN ({marks}){where}",
+            f"WHERE u.id IN {marks}{where}",
             params,
         ):
             out.setdefault(uid, []).append((name, locator, key, path_of(raw)))
