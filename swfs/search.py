@@ -635,7 +635,7 @@ class SearchIndex:
         query's folders (a content shown by several paths: one row each)."""
         if not ids:
             return {}
-        marks, padded = in_list(list(ids))  # few statement shapes (swfs.sqlitetext)
+        marks, padded = in_list(ids)  # few statement shapes (swfs.sqlitetext)
         where, params = "", list[Any](padded)
         if query.paths:
             conds = []
