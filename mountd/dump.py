@@ -2,10 +2,11 @@
 
 ``kill -USR1 <daemon pid>`` logs the trio task tree (every task with the
 frames it is suspended in, the way ``py-spy dump`` shows threads), the
-requests answered so far by kind (``mountd.reqcount``) and the engine's
-parse queue, so a hung or slow mount can be diagnosed without
-stopping it.  The dump is built on the trio thread from a signal receiver,
-never inside the signal handler.
+requests answered so far by kind (``mountd.reqcount``), what malloc and
+sqlite hold (``mountd.malloc.heap_line``) and the engine's parse queue,
+so a hung or slow mount can be diagnosed without stopping it.  The dump
+is built on the trio thread from a signal receiver, never inside the
+signal handler.
 
 With ``SWFS_TRACEMALLOC=N`` in its environment the daemon traces its Python
 allocations (N frames each) from the start, and every dump adds the
@@ -24,7 +25,7 @@ from typing import Any
 
 import trio
 
-from mountd import reqcount
+from mountd import malloc, reqcount
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +104,10 @@ def dump_text(
     lines = [MARK]
     lines += task_tree()
     lines.append(reqcount.line())
+    try:
+        lines.append(malloc.heap_line())
+    except Exception as exc:  # a diagnostic must never take the daemon down
+        lines.append(f"malloc: unavailable ({exc})")
     if queue_lines is not None:
         try:
             lines += queue_lines()
