@@ -108,6 +108,7 @@ def mount(
     src, mountpoint = Path(src).resolve(), Path(mountpoint).resolve()
     _check(src, mountpoint)
     malloc.limit_arenas()  # before any thread starts (mountd.malloc)
+    malloc.fix_mmap_threshold()
     if foreground:
         if log_file is not None:
             _log_to(log_file, options.debug)
