@@ -21,6 +21,15 @@ DIR_NAME = "search.tantivy"
 WRITER_HEAP = 64 * 1024 * 1024
 RELOAD_EVERY = 0.5  # seconds a reader trusts its view of the index
 MERGE_WINDOW = 10.0  # seconds after a commit its merges may still write files
+# Commits a tantivy Index object serves before it is dropped and opened
+# again.  One that stays open holds about 1.2 KB more of malloc'd memory
+# after every commit, until it is dropped (tantivy 0.27 through tantivy-py:
+# 6,000 commits of two adds and two deletes took malloc's in-use figure from
+# 8.7 to 14.5 MB with nothing left in the index; dropped every 1,000 it
+# stayed at 5 MB).  The daemon's indexer commits once a burst of changes,
+# so over a long run of small edits that was most of its growth.  Opening
+# again costs a few milliseconds, less than one commit.
+REOPEN_AFTER = 256
 
 
 def _schema() -> Any:
@@ -38,21 +47,27 @@ class TextIndex:
         self._dirty = False  # documents added or deleted since the last commit
         self._committed_at = -MERGE_WINDOW  # monotonic time of the last commit
         self._reloaded = 0.0
+        self._commits = 0  # since the index was opened
         self._lock = threading.Lock()
+        self._open_lock = threading.Lock()  # one Index made at a time
         self.schema = _schema()
 
     @property
     def index(self) -> Any:
-        if self._index is None:
-            # It holds the text of every file: closed to others.  (The
-            # daemon runs with umask 0 and must not change it: native files
-            # are created with the modes requests ask for.)
-            self.directory.mkdir(mode=0o700, exist_ok=True)
-            with contextlib.suppress(OSError):  # a reader that does not own it
-                os.chmod(self.directory, 0o700)
-            self._index = tantivy.Index(self.schema, path=str(self.directory), reuse=True)
-            self.close_files()
-        return self._index
+        index = self._index
+        if index is not None:
+            return index
+        with self._open_lock:
+            if self._index is None:
+                # It holds the text of every file: closed to others.  (The
+                # daemon runs with umask 0 and must not change it: native
+                # files are created with the modes requests ask for.)
+                self.directory.mkdir(mode=0o700, exist_ok=True)
+                with contextlib.suppress(OSError):  # a reader that does not own it
+                    os.chmod(self.directory, 0o700)
+                self._index = tantivy.Index(self.schema, path=str(self.directory), reuse=True)
+                self.close_files()
+            return self._index
 
     def close_files(self) -> None:
         """Take group and other bits off the index's files (tantivy creates
@@ -94,6 +109,21 @@ class TextIndex:
             self._committed_at = time.monotonic()
             self.close_files()
             self._reloaded = 0.0
+            self._commits += 1
+            if self._commits >= REOPEN_AFTER:
+                self.reopen()
+
+    def reopen(self) -> None:
+        """Drop the writer and the index; both are opened again when next
+        used (``REOPEN_AFTER``).  Waits for the writer's merges, which frees
+        its lock file for the next writer.  The writing thread only."""
+        with self._lock:
+            writer, self._writer = self._writer, None
+            self._index = None
+            self._commits = 0
+        if writer is not None:
+            writer.wait_merging_threads()
+            self.close_files()
 
     def close_new_files(self) -> None:
         """``close_files`` again for a while after a commit, for the
