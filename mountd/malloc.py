@@ -64,31 +64,28 @@ def _libc() -> ctypes.CDLL | None:
     return libc if hasattr(libc, "mallopt") and hasattr(libc, "malloc_trim") else None
 
 
-def limit_arenas(arenas: int = ARENAS) -> bool:
-    """Cap glibc's malloc arenas; True if done.  Call before threads start."""
-    if os.environ.get(ENV):
+def _mallopt(env: str, param: int, name: str, value: int) -> bool:
+    """``mallopt(param, value)`` unless the user set ``env``; True if done."""
+    if os.environ.get(env):
         return False
     libc = _libc()
     if libc is None:
         return False
-    ok = bool(libc.mallopt(M_ARENA_MAX, arenas))
+    ok = bool(libc.mallopt(param, value))
     if not ok:
-        log.debug("mallopt(M_ARENA_MAX, %d) refused", arenas)
+        log.debug("mallopt(%s, %d) refused", name, value)
     return ok
+
+
+def limit_arenas(arenas: int = ARENAS) -> bool:
+    """Cap glibc's malloc arenas; True if done.  Call before threads start."""
+    return _mallopt(ENV, M_ARENA_MAX, "M_ARENA_MAX", arenas)
 
 
 def fix_mmap_threshold(size: int = MMAP_THRESHOLD) -> bool:
     """Map every block of ``size`` bytes or more on its own, for good (no
     dynamic threshold); True if done.  The user's variable wins."""
-    if os.environ.get(MMAP_ENV):
-        return False
-    libc = _libc()
-    if libc is None:
-        return False
-    ok = bool(libc.mallopt(M_MMAP_THRESHOLD, size))
-    if not ok:
-        log.debug("mallopt(M_MMAP_THRESHOLD, %d) refused", size)
-    return ok
+    return _mallopt(MMAP_ENV, M_MMAP_THRESHOLD, "M_MMAP_THRESHOLD", size)
 
 
 def trim() -> bool:
