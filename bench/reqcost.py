@@ -9,7 +9,13 @@ peer table (and its own ``METRIC@PEER`` row in results.json):
   passthrough of file data), built by ``bench/peer.sh`` outside the
   repository;
 * ``hp_nopt``: the same with ``--nopassthrough``;
-* ``pyfuse3``: the plain pyfuse3 passthrough of bench/refpassthrough.py.
+* ``pyfuse3``: the plain pyfuse3 passthrough of bench/refpassthrough.py;
+* ``hp_same`` (``reqcost_tree``): ``hp`` serving a plain copy of the tree a
+  walk from swfs's root meets (``.parsed`` and ``.review`` included), against
+  the same native folder: the C peer with swfs's shape to serve.
+
+In ``reqcost_parsed`` the peers serve the plain copy of the units that is the
+native side there.
 
 A peer that cannot be built or mounted gets its reason in its rows' note; the
 run goes on.  One file system is mounted at a time (swfs keeps its store
@@ -183,23 +189,32 @@ class Side:
     name: str  # "" for swfs itself, else the peer's name
     mounter: Mounter | None
     why_not: str = ""
+    source: Path | None = None  # what this side mounts, if not the workload's folder
 
     def metric_name(self, metric: str) -> str:
         return f"{metric}@{self.name}" if self.name else metric
 
 
-def sides(ctx: Ctx, store: Path) -> list[Side]:
-    """The peers first, then swfs (whose targets come from the C peer's ratios)."""
+def _hp_side(ctx: Ctx, name: str, extra: list[str], source: Path | None = None) -> Side:
+    hp, why = passthrough_hp(ctx)
+    if hp is None:
+        return Side(name, None, f"passthrough_hp unavailable: {why}")
+    logdir = ctx.workdir / "logs"
+    return Side(name, CmdMounter(name, [hp, "--foreground", *extra], logdir), source=source)
+
+
+def sides(ctx: Ctx, store: Path, same_tree: Path | None = None) -> list[Side]:
+    """The peers first, then swfs (whose targets come from the C peer's ratios).
+
+    ``same_tree``, a plain copy of everything a walk from swfs's root meets
+    (``.parsed`` and ``.review`` included), adds the ``hp_same`` side: the C
+    peer serving a tree of the shape swfs serves."""
     if not isinstance(ctx.mounter, SwfsMounter):
         raise Unsupported("needs --mounter swfs")
     logdir = ctx.workdir / "logs"
-    out: list[Side] = []
-    hp, why = passthrough_hp(ctx)
-    for name, extra in (("hp", []), ("hp_nopt", ["--nopassthrough"])):
-        if hp is None:
-            out.append(Side(name, None, f"passthrough_hp unavailable: {why}"))
-        else:
-            out.append(Side(name, CmdMounter(name, [hp, "--foreground", *extra], logdir)))
+    out = [_hp_side(ctx, "hp", []), _hp_side(ctx, "hp_nopt", ["--nopassthrough"])]
+    if same_tree is not None:
+        out.append(_hp_side(ctx, "hp_same", [], source=same_tree))
     out.append(
         Side(
             "pyfuse3", CmdMounter("pyfuse3", [sys.executable, "-m", "bench.refpassthrough"], logdir)
@@ -231,14 +246,19 @@ def run_sides(
     warm: Callable[[Path, str], None] | None = None,
     native_root: Path | None = None,
     swfs_only: bool = False,
+    peers_only: bool = False,
+    same_tree: Path | None = None,
     after_side: Callable[[], None] | None = None,
 ) -> None:
-    """For each side: mount ``src``, warm both roots, then ``ctx.rounds`` paired
-    rounds of ``fn(root, side, round)`` (native first on even rounds), unmount,
-    then ``after_side()``.  ``fn`` returns {metric: seconds}."""
-    all_sides = sides(ctx, store)
+    """For each side: mount ``src`` (or the side's own source), warm both roots,
+    then ``ctx.rounds`` paired rounds of ``fn(root, side, round)`` (native first
+    on even rounds), unmount, then ``after_side()``.  ``fn`` returns
+    {metric: seconds}."""
+    all_sides = sides(ctx, store, same_tree)
     if swfs_only:
         all_sides = [s for s in all_sides if not s.name]
+    if peers_only:
+        all_sides = [s for s in all_sides if s.name]
     hp_ratio: dict[str, float] = {}
     native = native_root or src
     for side in all_sides:
@@ -250,7 +270,8 @@ def run_sides(
             continue
         label = side.name or "swfs"
         try:
-            with side.mounter.mounted(src, ctx.mountpoint(f"{mnt_name}-{label}")) as m:
+            source = side.source or src
+            with side.mounter.mounted(source, ctx.mountpoint(f"{mnt_name}-{label}")) as m:
                 side.mounter.settle(m)
                 if warm is not None:
                     warm(native, NATIVE)
@@ -344,7 +365,9 @@ def reqcost_tree(ctx: Ctx, result: WorkloadResult) -> None:
         }
 
     with _store(ctx, "tree") as store:
-        run_sides(ctx, result, src, "rq-tree", plan, one, store=store, warm=warm)
+        same = _same_tree(ctx, src, store, "rq-tree-copy")
+        result.info["same_tree_entries"] = sum(1 for _ in same.rglob("*"))
+        run_sides(ctx, result, src, "rq-tree", plan, one, store=store, warm=warm, same_tree=same)
     result.info["grep_lines"] = {k: sorted(v) for k, v in lines.items()}
 
 
@@ -427,6 +450,19 @@ def reqcost_io(ctx: Ctx, result: WorkloadResult) -> None:
                 m.note = "n/a: cannot drop caches (not root)"
 
 
+def _same_tree(ctx: Ctx, src: Path, store: Path, mnt_name: str) -> Path:
+    """A plain copy of what a walk from swfs's root meets: the native files and
+    the generated trees it lists (``.parsed``, ``.review``; ``.versions`` is not
+    listed), copied with ``cp -r`` (no extended attributes) from a mount of
+    ``src`` over ``store``, once parsed."""
+    dest = ctx.scratch(mnt_name) / "tree"
+    sw = StoreSwfsMounter(_swfs(ctx), store)
+    with sw.mounted(src, ctx.mountpoint(mnt_name)) as m:
+        sw.settle(m)
+        run_cmd(["cp", "-r", f"{m.mountpoint}/.", dest], timeout=1800)
+    return dest
+
+
 def _plain_copy(ctx: Ctx, parsed: Path) -> Path:
     plain = ctx.scratch("reqcost-parsed") / "parsed"
     shutil.copytree(parsed, plain)
@@ -474,6 +510,20 @@ def reqcost_parsed(ctx: Ctx, result: WorkloadResult) -> None:
         def warm_sw(root: Path, who: str) -> None:
             warm(root if who == NATIVE else root / ".parsed", who)
 
+        # The peers serve the plain copy itself: what the same walk, cat and grep
+        # of the same files cost any passthrough.
+        run_sides(
+            ctx,
+            result,
+            plain,
+            "rq-units",
+            plan,
+            one,
+            store=store,
+            warm=warm,
+            native_root=plain,
+            peers_only=True,
+        )
         run_sides(
             ctx,
             result,
@@ -562,8 +612,8 @@ def _store(ctx: Ctx, name: str, *, keep: bool = False) -> Iterator[Path]:
 def peer_table(results: list[WorkloadResult]) -> str:
     """Median ratios of every ``METRIC`` with ``METRIC@PEER`` rows, one column per
     side: the issue's table."""
-    cols = ["hp", "hp_nopt", "pyfuse3", ""]
-    heads = ["C passthrough_hp", "hp --nopassthrough", "pyfuse3", "swfs"]
+    cols = ["hp", "hp_nopt", "hp_same", "pyfuse3", ""]
+    heads = ["C passthrough_hp", "hp --nopassthrough", "hp, swfs's tree", "pyfuse3", "swfs"]
     rows: list[list[str]] = []
     for r in results:
         by = {m.name: m for m in r.metrics}

@@ -55,6 +55,7 @@ def test_peer_table_one_column_per_peer() -> None:
     r = WorkloadResult("reqcost_tree")
     _ratio(r, "find_root@hp", 1.0, 2.0)
     _ratio(r, "find_root@pyfuse3", 1.0, 10.0)
+    _ratio(r, "find_root@hp_same", 1.0, 20.0)  # the C peer over a copy of swfs's tree
     r.metric("find_root@hp_nopt", "s").note = "passthrough_hp unavailable: no network"
     _ratio(r, "find_root", 1.0, 300.0)
     _ratio(r, "lonely", 1.0, 3.0)  # no peer rows: not in the peer table
@@ -66,5 +67,5 @@ def test_peer_table_one_column_per_peer() -> None:
     assert lines[0].rstrip().endswith("swfs")
     assert len(lines) == 2
     cells = lines[1].split()
-    assert cells == ["reqcost_tree.find_root", "2.00x", "n/a", "10.00x", "300.00x"]
+    assert cells == ["reqcost_tree.find_root", "2.00x", "n/a", "20.00x", "10.00x", "300.00x"]
     assert reqcost.peer_table([other]) == ""
