@@ -31,6 +31,7 @@ import contextlib
 import itertools
 import logging
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -61,6 +62,7 @@ HERE = Path(__file__).resolve().parent
 AGENT_LOG = HERE / "agentlog.sh"
 SEARCH_WORD = "covenant"  # one of gen.WORDS, in many units of every parsed format
 PEER_BUILD_TIMEOUT = 1800.0
+FD_MARGIN = 1_000  # descriptors a passthrough needs beyond one per inode
 
 
 @dataclass(frozen=True)
@@ -214,7 +216,17 @@ def sides(ctx: Ctx, store: Path, same_tree: Path | None = None) -> list[Side]:
     logdir = ctx.workdir / "logs"
     out = [_hp_side(ctx, "hp", []), _hp_side(ctx, "hp_nopt", ["--nopassthrough"])]
     if same_tree is not None:
-        out.append(_hp_side(ctx, "hp_same", [], source=same_tree))
+        # passthrough_hp holds a descriptor per inode it has looked up.
+        entries = sum(1 for _ in same_tree.rglob("*"))
+        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        if hard != resource.RLIM_INFINITY and entries + FD_MARGIN > hard:
+            why = (
+                f"passthrough_hp keeps a descriptor per inode: swfs's tree has"
+                f" {entries:,} entries, the open-file limit is {hard:,}"
+            )
+            out.append(Side("hp_same", None, why))
+        else:
+            out.append(_hp_side(ctx, "hp_same", [], source=same_tree))
     out.append(
         Side(
             "pyfuse3", CmdMounter("pyfuse3", [sys.executable, "-m", "bench.refpassthrough"], logdir)
