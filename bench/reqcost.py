@@ -197,15 +197,32 @@ class Side:
         return f"{metric}@{self.name}" if self.name else metric
 
 
-def _hp_side(ctx: Ctx, name: str, extra: list[str], source: Path | None = None) -> Side:
+def _too_many_inodes(tree: Path) -> str:
+    """Why passthrough_hp cannot serve ``tree`` here, or "": it holds a
+    descriptor per inode it has looked up."""
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    if hard == resource.RLIM_INFINITY:
+        return ""
+    entries = sum(1 for _ in tree.rglob("*"))
+    if entries + FD_MARGIN <= hard:
+        return ""
+    return (
+        f"passthrough_hp keeps a descriptor per inode: {entries:,} entries,"
+        f" the open-file limit is {hard:,}"
+    )
+
+
+def _hp_side(ctx: Ctx, name: str, extra: list[str], tree: Path, source: Path | None = None) -> Side:
     hp, why = passthrough_hp(ctx)
     if hp is None:
         return Side(name, None, f"passthrough_hp unavailable: {why}")
+    if why := _too_many_inodes(tree):
+        return Side(name, None, why)
     logdir = ctx.workdir / "logs"
     return Side(name, CmdMounter(name, [hp, "--foreground", *extra], logdir), source=source)
 
 
-def sides(ctx: Ctx, store: Path, same_tree: Path | None = None) -> list[Side]:
+def sides(ctx: Ctx, store: Path, src: Path, same_tree: Path | None = None) -> list[Side]:
     """The peers first, then swfs (whose targets come from the C peer's ratios).
 
     ``same_tree``, a plain copy of everything a walk from swfs's root meets
@@ -214,19 +231,9 @@ def sides(ctx: Ctx, store: Path, same_tree: Path | None = None) -> list[Side]:
     if not isinstance(ctx.mounter, SwfsMounter):
         raise Unsupported("needs --mounter swfs")
     logdir = ctx.workdir / "logs"
-    out = [_hp_side(ctx, "hp", []), _hp_side(ctx, "hp_nopt", ["--nopassthrough"])]
+    out = [_hp_side(ctx, "hp", [], src), _hp_side(ctx, "hp_nopt", ["--nopassthrough"], src)]
     if same_tree is not None:
-        # passthrough_hp holds a descriptor per inode it has looked up.
-        entries = sum(1 for _ in same_tree.rglob("*"))
-        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
-        if hard != resource.RLIM_INFINITY and entries + FD_MARGIN > hard:
-            why = (
-                f"passthrough_hp keeps a descriptor per inode: swfs's tree has"
-                f" {entries:,} entries, the open-file limit is {hard:,}"
-            )
-            out.append(Side("hp_same", None, why))
-        else:
-            out.append(_hp_side(ctx, "hp_same", [], source=same_tree))
+        out.append(_hp_side(ctx, "hp_same", [], same_tree, source=same_tree))
     out.append(
         Side(
             "pyfuse3", CmdMounter("pyfuse3", [sys.executable, "-m", "bench.refpassthrough"], logdir)
@@ -266,7 +273,7 @@ def run_sides(
     then ``ctx.rounds`` paired rounds of ``fn(root, side, round)`` (native first
     on even rounds), unmount, then ``after_side()``.  ``fn`` returns
     {metric: seconds}."""
-    all_sides = sides(ctx, store, same_tree)
+    all_sides = sides(ctx, store, src, same_tree)
     if swfs_only:
         all_sides = [s for s in all_sides if not s.name]
     if peers_only:
