@@ -212,12 +212,15 @@ def _too_many_inodes(tree: Path) -> str:
     )
 
 
-def _hp_side(ctx: Ctx, name: str, extra: list[str], tree: Path, source: Path | None = None) -> Side:
+def _hp_side(
+    ctx: Ctx, name: str, extra: list[str], too_many: str, source: Path | None = None
+) -> Side:
+    """A C-peer side; ``too_many`` is `_too_many_inodes` of the tree it serves."""
     hp, why = passthrough_hp(ctx)
     if hp is None:
         return Side(name, None, f"passthrough_hp unavailable: {why}")
-    if why := _too_many_inodes(tree):
-        return Side(name, None, why)
+    if too_many:
+        return Side(name, None, too_many)
     logdir = ctx.workdir / "logs"
     return Side(name, CmdMounter(name, [hp, "--foreground", *extra], logdir), source=source)
 
@@ -231,9 +234,13 @@ def sides(ctx: Ctx, store: Path, src: Path, same_tree: Path | None = None) -> li
     if not isinstance(ctx.mounter, SwfsMounter):
         raise Unsupported("needs --mounter swfs")
     logdir = ctx.workdir / "logs"
-    out = [_hp_side(ctx, "hp", [], src), _hp_side(ctx, "hp_nopt", ["--nopassthrough"], src)]
+    too_many = _too_many_inodes(src)
+    out = [
+        _hp_side(ctx, "hp", [], too_many),
+        _hp_side(ctx, "hp_nopt", ["--nopassthrough"], too_many),
+    ]
     if same_tree is not None:
-        out.append(_hp_side(ctx, "hp_same", [], same_tree, source=same_tree))
+        out.append(_hp_side(ctx, "hp_same", [], _too_many_inodes(same_tree), source=same_tree))
     out.append(
         Side(
             "pyfuse3", CmdMounter("pyfuse3", [sys.executable, "-m", "bench.refpassthrough"], logdir)
