@@ -35,6 +35,31 @@ class _Timespec(ctypes.Structure):
     _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
 
 
+# The flags open(2) means for a caller.  The kernel's FUSE OPEN carries
+# f_flags as the VFS keeps them, with its own bits among them (an execve's
+# __FMODE_EXEC, 0x20); open(2) ignores bits it does not know, openat2(2)
+# refuses them with EINVAL, so they go before either sees them.
+OPEN_FLAGS = (
+    os.O_ACCMODE
+    | os.O_CREAT
+    | os.O_EXCL
+    | os.O_NOCTTY
+    | os.O_TRUNC
+    | os.O_APPEND
+    | os.O_NONBLOCK
+    | os.O_DSYNC
+    | os.O_ASYNC
+    | os.O_DIRECT
+    | os.O_LARGEFILE
+    | os.O_DIRECTORY
+    | os.O_NOFOLLOW
+    | os.O_NOATIME
+    | os.O_CLOEXEC
+    | os.O_PATH
+    | os.O_TMPFILE
+    | os.O_SYNC
+)
+
 _have_openat2 = True
 _RESOLVE = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS
 # openat2's ``how`` argument by open flags, made once: every open of a native
@@ -48,9 +73,10 @@ def _raise_errno(what: str, path: str | None = None) -> None:
 
 
 def open_beneath(root_fd: int, rel: str, flags: int) -> int:
-    """Open ``rel`` below ``root_fd`` without following any symlink on the way."""
+    """Open ``rel`` below ``root_fd`` without following any symlink on the way.
+    ``flags`` may be a FUSE request's: bits open(2) does not take are dropped."""
     global _have_openat2
-    flags |= os.O_CLOEXEC | os.O_NOFOLLOW
+    flags = (flags & OPEN_FLAGS) | os.O_CLOEXEC | os.O_NOFOLLOW
     if not rel:
         return os.open(".", flags, dir_fd=root_fd)
     if _have_openat2:

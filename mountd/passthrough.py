@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 import trio
 
 from mountd.fsutil import (
+    OPEN_FLAGS,
     RENAME_EXCHANGE,
     RENAME_NOREPLACE,
     dir_fd,
@@ -351,7 +352,11 @@ class Passthrough:
             try:
                 fd = os.open(
                     name,
-                    (flags & ~_STRIP) | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                    (flags & OPEN_FLAGS & ~_STRIP)
+                    | os.O_CREAT
+                    | os.O_EXCL
+                    | os.O_NOFOLLOW
+                    | os.O_CLOEXEC,
                     perm,
                     dir_fd=pfd,
                 )
