@@ -34,7 +34,18 @@ storable), and a hit names a path that is not UTF-8 in its escaped form
 A hit is shown only to a caller who may read its source file and pass
 through every directory above it (root included), by the mode bits the
 workspace has now; a query says nothing about the others, not even how many
-there are.
+there are.  Nor do its scores: BM25 weighs a word by how many units hold
+it, so statistics over the whole index would let a caller test a guess
+about a file they cannot read, one word at a time (the same word in their
+own file scoring 1.694 with a private file holding it and 1.74 without).
+Root and the store's owner (who may read the store, and with it every
+unit's text) are ranked by tantivy over the whole index.  Anyone else is
+ranked over the units they may read (``_Scope``): the number of units,
+their average length and each word's document frequency are counted among
+those alone, every matching unit of theirs is scored here (BM25, k1 1.2,
+b 0.75, lengths in bytes of text), and snippets weigh words by the same
+frequencies.  That costs a look at every path's mode and a read of every
+matching unit's text per query (README, Search).
 """
 
 from __future__ import annotations
@@ -50,6 +61,7 @@ import shutil
 import sqlite3
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,6 +90,8 @@ GATHER = 0.02  # seconds the indexer lets changes gather after a wake-up
 RRF_K = 60  # reciprocal rank fusion constant (hybrid ranking)
 CANDIDATES = 200  # per ranking, before fusion
 MIN_SIMILARITY = 0.3  # cosine below which a unit is no vector candidate
+K1, B = 1.2, 0.75  # BM25's constants, tantivy's
+SNIPPET_CHARS = 160
 
 SYNTAX = """\
 # swfs search: {problem}
@@ -337,6 +351,21 @@ class IndexStats:
     text_bytes: int = 0
     secs: float = 0.0
     paths: int = 0  # paths whose entry changed
+
+
+@dataclass(frozen=True)
+class _Scope:
+    """The units one caller may read, and the statistics of those alone."""
+
+    sizes: dict[int, int]  # unit id -> its text's length in bytes
+
+    @property
+    def count(self) -> int:
+        return len(self.sizes)
+
+    @property
+    def average(self) -> float:
+        return sum(self.sizes.values()) / len(self.sizes) if self.sizes else 0.0
 
 
 class SearchIndex:
@@ -616,19 +645,102 @@ class SearchIndex:
             return SearchResult(text, error=str(exc))
         limit = max(1, min(limit, MAX_LIMIT))
         check = AccessCheck(self.ws.access, caller)
+        self._connect()  # an index of another layout is dropped before tantivy opens it
         try:
-            bm25 = self._bm25(query, check, limit if self.model is None else CANDIDATES)
+            scope = None if self._sees_all(caller) else self._scope(check)
+            want = limit if self.model is None else CANDIDATES
+            if scope is None:
+                bm25 = self._bm25(query, check, want)
+            else:
+                bm25 = self._bm25_within(query, check, want, scope)
             if self.model is None:
                 hits = bm25
                 mode = "bm25"
             else:
-                vec = self._vector(query, check, CANDIDATES)
+                vec = self._vector(query, check, CANDIDATES, scope)
                 hits = _fuse(bm25, vec, limit)
                 mode = "hybrid"
         except (sqlite3.OperationalError, ValueError) as exc:
             # A query the index refuses (the syntax check above should catch all).
             return SearchResult(text, error=f"the index refused the query: {exc}")
         return SearchResult(text, tuple(hits[:limit]), mode=mode, behind=self.behind)
+
+    def _sees_all(self, caller: Caller) -> bool:
+        """Root and the store's owner: ranked over the whole index."""
+        if caller.root:
+            return True
+        try:
+            return os.stat(self.ws.store_dir).st_uid == caller.uid
+        except OSError:
+            return False
+
+    def _scope(self, check: AccessCheck) -> _Scope:
+        """The units of the contents some path the caller may read shows."""
+        conn = self._connect()
+        readable: set[int] = set()
+        for raw, cid in conn.execute("SELECT raw, content FROM files"):
+            if cid not in readable and check.may_read(path_of(raw)):
+                readable.add(cid)
+        sizes = {
+            uid: size
+            for uid, cid, size in conn.execute("SELECT id, content, size FROM units")
+            if cid in readable
+        }
+        return _Scope(sizes)
+
+    def _bm25_within(
+        self, query: Query, check: AccessCheck, limit: int, scope: _Scope
+    ) -> list[Hit]:
+        """``_bm25`` for a caller who may read only ``scope``: the same tiers
+        and score, every number counted among the scope's units alone (their
+        number, average length, each term's document frequency), so that
+        nothing shown depends on a unit the caller may not read."""
+        if not scope.count:
+            return []
+        searcher = self.text.searcher()
+        terms = sorted({t for w in (*query.words, *query.phrases) for t in self._terms(w)})
+        units = list(scope.sizes)
+        df = {
+            t: self.text.count(searcher, self.text.within(self.text.term(t), units)) for t in terms
+        }
+        n, avg = scope.count, scope.average
+        idf = {t: math.log(1.0 + (n - df[t] + 0.5) / (df[t] + 0.5)) for t in terms}
+        pool: list[tuple[int, float, str, str, str, Freshness, str]] = []
+        seen: set[tuple[str, int]] = set()
+        done: set[int] = set()
+        for k, expr in _tiers(query):
+            found = self.text.matching(searcher, self.text.within(self.text.parse(expr), units), n)
+            found = [(uid, text) for uid, text in found if uid not in done]
+            done.update(uid for uid, _ in found)
+            rows = self._units(query, [uid for uid, _ in found])
+            for uid, text in found:
+                kept = []
+                for name, locator, key, rel in rows.get(uid, ()):
+                    fresh = self._hit_of(check, rel, key, seen, uid)
+                    if fresh is not None:
+                        kept.append((rel, name, locator, fresh))
+                if not kept:
+                    continue
+                tf = Counter(self.text.analyze(text))
+                norm = K1 * (1.0 - B + B * scope.sizes.get(uid, 0) / avg) if avg else K1
+                score = sum(idf[t] * tf[t] * (K1 + 1.0) / (tf[t] + norm) for t in terms if tf[t])
+                for rel, name, locator, fresh in kept:
+                    pool.append((k, score, rel, name, locator, fresh, text))
+            if len(pool) >= limit:
+                break
+        pool.sort(key=lambda p: (-p[0], -p[1], p[2], p[3]))
+        weights = {t: 1.0 / (1.0 + df[t]) for t in terms if df[t]}
+        out: list[Hit] = []
+        for k, bm25, rel, name, locator, fresh, text in pool[:limit]:
+            snippet = _flatten(self.text.highlight(text, weights, SNIPPET_CHARS))
+            out.append(
+                Hit(rel, name, f"{escaped(rel)}#{locator}", k + bm25 / (bm25 + 1.0), fresh, snippet)
+            )
+        return out
+
+    def _terms(self, tokens: Sequence[str]) -> list[str]:
+        """The index's terms for one word or phrase of a query."""
+        return self.text.analyze(" ".join(tokens))
 
     def _units(self, query: Query, ids: Sequence[int]) -> dict[int, list[tuple[Any, ...]]]:
         """unit id -> [(name, locator, content key, path), ...] within the
@@ -664,8 +776,8 @@ class SearchIndex:
             return None  # gone; the indexer will drop it
         seen.add((rel, uid))
         h, _, parser = key.partition("|")
-        if h == rec.hash and parser == rec.parser:
-            return Freshness.CURRENT
+        if h == rec.hash and parser == rec.parser and self.ws.settled(RelPath(rel)):
+            return Freshness.CURRENT  # (not while the file holds unrecorded bytes)
         return Freshness.STALE
 
     def _bm25(self, query: Query, check: AccessCheck, limit: int) -> list[Hit]:
@@ -694,7 +806,7 @@ class SearchIndex:
             if len(pool) >= limit:
                 break
         pool.sort(key=lambda p: (-p[0], -p[1], p[4]))
-        snippets = self.text.snippets(searcher, self.text.parse(query.match_expr()))
+        snippets = self.text.snippets(searcher, self.text.parse(query.match_expr()), SNIPPET_CHARS)
         out: list[Hit] = []
         for k, bm25, _uid, addr, rel, name, locator, fresh in pool[:limit]:
             score = k + bm25 / (bm25 + 1.0)
@@ -727,7 +839,12 @@ class SearchIndex:
         self._vec_cache = (gen, ids, mat)
         return ids, mat
 
-    def _vector(self, query: Query, check: AccessCheck, limit: int) -> list[Hit]:
+    def _vector(
+        self, query: Query, check: AccessCheck, limit: int, scope: _Scope | None = None
+    ) -> list[Hit]:
+        """Units by cosine similarity (each unit's own figure); with a
+        ``scope``, among its units only, so that how many units of the
+        caller's make the cut does not depend on the others."""
         import numpy as np
 
         assert self.model is not None
@@ -735,6 +852,9 @@ class SearchIndex:
         if not np.any(qv):
             return []
         ids, mat = self._vectors()
+        if scope is not None and len(ids):
+            keep = np.isin(ids, np.fromiter(scope.sizes, dtype=np.int64, count=scope.count))
+            ids, mat = ids[keep], mat[keep]
         if not len(ids):
             return []
         sims = mat @ qv

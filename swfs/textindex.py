@@ -4,6 +4,11 @@ One document per unit: ``unit`` (the unit's id in ``search.sqlite``, indexed
 and stored) and ``text`` (English stemming, stored for snippets).  Only the
 daemon's indexer thread (or a command run without a daemon) writes; any
 process may read.  Deletes are by unit id.
+
+``analyze``, ``within``, ``count`` and ``highlight`` serve the queries of a
+caller who may read only part of the index (``swfs.search``): the same
+tokens as the index's own analyzer, a filter to a set of units, a count of
+matches, and the best passage of a text by weights given by the caller.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import contextlib
 import os
 import threading
 import time
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +36,19 @@ MERGE_WINDOW = 10.0  # seconds after a commit its merges may still write files
 # so over a long run of small edits that was most of its growth.  Opening
 # again costs a few milliseconds, less than one commit.
 REOPEN_AFTER = 256
+
+
+# What the "en_stem" tokenizer the text field names is made of (tantivy's
+# default): words split at every character that is not alphanumeric, longer
+# than 40 bytes dropped, lowercased, English (Porter2) stems.
+def _analyzer() -> Any:
+    return (
+        tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple())
+        .filter(tantivy.Filter.remove_long(40))
+        .filter(tantivy.Filter.lowercase())
+        .filter(tantivy.Filter.stemmer("english"))
+        .build()
+    )
 
 
 def _schema() -> Any:
@@ -51,6 +70,7 @@ class TextIndex:
         self._lock = threading.Lock()
         self._open_lock = threading.Lock()  # one Index made at a time
         self.schema = _schema()
+        self.analyzer = _analyzer()
 
     @property
     def index(self) -> Any:
@@ -177,6 +197,70 @@ class TextIndex:
             out.append(raw[at:].decode("utf-8"))
         except UnicodeDecodeError:
             return frag
+        return "".join(out)
+
+    # -- queries over part of the index
+
+    def analyze(self, text: str) -> list[str]:
+        """The terms the index keeps for ``text``, in order."""
+        return list(self.analyzer.analyze(text))
+
+    def within(self, query: Any, units: Iterable[int]) -> Any:
+        """``query``, matched only by the documents of ``units``."""
+        only = tantivy.Query.term_set_query(self.schema, "unit", list(units))
+        return tantivy.Query.boolean_query(
+            [(tantivy.Occur.Must, query), (tantivy.Occur.Must, only)]
+        )
+
+    def term(self, term: str) -> Any:
+        """A query for one term as the index keeps it (``analyze``'s output)."""
+        return tantivy.Query.term_query(self.schema, "text", term)
+
+    @staticmethod
+    def count(searcher: Any, query: Any) -> int:
+        return int(searcher.search(query, 1, count=True).count)
+
+    @staticmethod
+    def matching(searcher: Any, query: Any, most: int) -> list[tuple[int, str]]:
+        """(unit, text) of every document matching ``query``, up to
+        ``most``, in no meaningful order (their scores are not used)."""
+        out = []
+        for _score, addr in searcher.search(query, max(1, most), count=False).hits:
+            doc = searcher.doc(addr)
+            out.append((int(doc["unit"][0]), str(doc["text"][0])))
+        return out
+
+    def highlight(self, text: str, weights: Mapping[str, float], chars: int = 160) -> str:
+        """The best passage of ``text``, its matched words in ``**bold**``:
+        tantivy's snippet algorithm (windows of ``chars`` characters, the
+        one whose terms weigh the most, the first of equals), with the
+        weights of the terms given here instead of taken from the whole
+        index."""
+        best: tuple[float, int, int, list[tuple[int, int]]] | None = None
+        start, stop, score = 0, 0, 0.0
+        marks: list[tuple[int, int]] = []
+        for tok in self.analyzer.pre_tokenize(text).tokens:
+            a, b = tok.char_offset_from, tok.char_offset_to
+            if b - start > chars:
+                if score > 0 and (best is None or score > best[0]):
+                    best = (score, start, stop, marks)
+                start, stop, score, marks = a, a, 0.0, []
+            stop = b
+            w = weights.get(tok.text)
+            if w is not None:
+                score += w
+                marks.append((a, b))
+        if score > 0 and (best is None or score > best[0]):
+            best = (score, start, stop, marks)
+        if best is None:
+            return ""
+        _, start, stop, marks = best
+        out, at = [], start
+        for a, b in marks:
+            out.append(text[at:a])
+            out.append("**" + text[a:b] + "**")
+            at = b
+        out.append(text[at:stop])
         return "".join(out)
 
     def size(self) -> int:
