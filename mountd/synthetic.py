@@ -31,7 +31,7 @@ import trio
 
 from mountd.nodes import Tree
 from mountd.options import MountOptions
-from swfs import hashform, staging
+from swfs import hashform, permissions, staging
 from swfs.api import (
     Access,
     EngineAPI,
@@ -444,9 +444,12 @@ class ParsedTree(Base):
         return None
 
     def _unit_entry(self, rel: str, view: ViewState, unit: RenderedUnit) -> Entry:
+        # A stale view shows older content: who could read it then and now.
+        stale = view.source_hash is not None and view.source_hash != view.current_hash
+        src = RelPath(rel)
         return Entry(
             False,
-            self.access(rel),
+            self.engine.content_access(src, view.source_hash) if stale else self.access(rel),
             size=len(unit.content),
             mtime_ns=self.gen.changed_ns(rel),
             xattrs=view_xattrs(view, unit.locator),
@@ -622,7 +625,9 @@ class ReviewTree(Base):
         mtime = self.gen.last_ns if not rel else self.gen.changed_ns(rel)
         # SUMMARY.md and ALL.diff speak of every changed file: only those who
         # may read all of them may read these.
-        access = self.access(rel) if rel else self.engine.review_access()
+        # A file's diff shows its baseline bytes too: who could read it then and now.
+        engine = self.engine
+        access = engine.review_diff_access(RelPath(rel)) if rel else engine.review_access()
         return Entry(False, access, len(data), mtime, xattrs=xattrs, data=data)
 
     async def entry(self, path: str, *, wait: bool = True) -> Entry | None:
@@ -716,13 +721,23 @@ class VersionsTree(Base):
         super().__init__(engine, gen, options)
         self._index = _Cached(gen, lambda: _Index(str(p) for p in engine.versioned_paths()))
         self._snaps = _Cached(gen, self._build_snapshots)
+        self._snap_access: dict[str, Mapping[RelPath, Access]] = {}
 
     def _build_snapshots(self) -> dict[str, tuple[_Index, Mapping[RelPath, Hash]]]:
         out: dict[str, tuple[_Index, Mapping[RelPath, Hash]]] = {}
+        recorded: dict[str, Mapping[RelPath, Access]] = {}
         for name in self.engine.snapshots():
             manifest = self.engine.snapshot_manifest(name)
             out[name] = (_Index(str(r) for r in manifest), manifest)
+            recorded[name] = self.engine.snapshot_accesses(name)
+        self._snap_access = recorded  # built in a worker thread: swapped whole
         return out
+
+    def _snapshot_access(self, name: str, rel: str) -> Access:
+        """A snapshot's file or folder: who could read it then and can now."""
+        then = self._snap_access.get(name, {}).get(RelPath(rel))
+        now = self.access(rel)
+        return now if then is None else permissions.then_and_now(then, now)
 
     def index(self) -> _Index:
         return self._index.get()
@@ -744,9 +759,10 @@ class VersionsTree(Base):
         size = v.size
         if size is None:
             size = (self.engine.blob_size(v.hash) or 0) if blob is not None else 0
+        now = self.access(rel)
         return Entry(
             False,
-            self.access(rel),
+            now if v.access is None else permissions.then_and_now(v.access, now),
             size=size,
             mtime_ns=int(v.recorded_at * 1e9),
             xattrs={"hash": v.hash, "recorded_at": iso(v.recorded_at), "cause": str(v.cause)},
@@ -784,7 +800,7 @@ class VersionsTree(Base):
             return None
         idx, manifest = snap
         if not rel:
-            return self.dir_entry("")
+            return Entry(True, self._snapshot_access(name, ""), mtime_ns=self.started_ns)
         h = manifest.get(RelPath(rel))
         if h is not None:
             blob = self.engine.blob_ref(h)
@@ -792,14 +808,14 @@ class VersionsTree(Base):
                 return None
             return Entry(
                 False,
-                self.access(rel),
+                self._snapshot_access(name, rel),
                 size=self.engine.blob_size(h) or 0,
                 mtime_ns=self.started_ns,
                 xattrs={"hash": h},
                 blob=blob,
             )
         if rel in idx.dirs:
-            return self.dir_entry(rel)
+            return Entry(True, self._snapshot_access(name, rel), mtime_ns=self.started_ns)
         return None
 
     def dir_stays(self, path: str, rels: AbstractSet[str]) -> bool:

@@ -18,7 +18,6 @@ import errno
 import logging
 import os
 import shutil
-import stat
 import tempfile
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -28,10 +27,11 @@ from typing import Any, NoReturn, TypeVar
 import trio
 
 from mountd.fsutil import dir_fd, open_beneath
-from mountd.passthrough import RESERVED, Creds, NativeHandle, Passthrough, SetAttr, join, split
+from mountd.passthrough import RESERVED, Creds, NativeHandle, Passthrough, SetAttr, split
 from mountd.poll import Poller
 from mountd.staged import native_tree
-from swfs.api import EngineAPI
+from swfs import permissions
+from swfs.api import Access, EngineAPI, RelPath
 from swfs.world import World
 
 log = logging.getLogger(__name__)
@@ -174,6 +174,15 @@ class WorldNative:
     async def setattr(self, rel: str, fh: NativeHandle | None, change: SetAttr) -> os.stat_result:
         _erofs()
 
+    async def setattr_open(self, fh: NativeHandle, change: SetAttr) -> os.stat_result:
+        _erofs()
+
+    def own_fd(self, fh: NativeHandle) -> int:
+        _erofs()
+
+    def hold(self, rel: str) -> tuple[int, os.stat_result, str | None]:
+        _erofs()  # nothing is ever replaced
+
     async def create(
         self, parent: str, name: str, mode: int, flags: int, creds: Creds
     ) -> tuple[NativeHandle, os.stat_result]:
@@ -246,6 +255,8 @@ def _skeleton_parent() -> str:
 def _lay_out(world: World, root: Path, src: str) -> None:
     """The skeleton of ``world`` under ``root``: directories, then one empty
     file per manifest entry with its size (a hole), mode, owner and time.
+    Modes and owners are the snapshot's (``World.access``): a folder it kept
+    no mode for is owner-only, never the workspace root's.
     About five system calls a file, each directory opened once."""
     as_root = os.geteuid() == 0
     dirs: set[str] = set()
@@ -254,7 +265,6 @@ def _lay_out(world: World, root: Path, src: str) -> None:
         while head and head not in dirs:
             dirs.add(head)
             head = head.rpartition("/")[0]
-    src_st = os.stat(src)
     at_ns = int(world.dir_times() * 1e9)
     old_umask = os.umask(0)  # modes are the manifest's, exactly
     fds: dict[str, int] = {"": os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)}
@@ -266,35 +276,36 @@ def _lay_out(world: World, root: Path, src: str) -> None:
         create = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         for rel, rec in world.records.items():
             parent, name = split(rel)
-            mode = stat.S_IMODE(rec.mode)
-            fd = os.open(name, create, mode & 0o777, dir_fd=fds[parent])
+            acc = _access(world, rel, directory=False)
+            fd = os.open(name, create, acc.mode & 0o777, dir_fd=fds[parent])
             try:
                 if rec.size:
                     os.ftruncate(fd, rec.size)
-                if as_root and (rec.uid, rec.gid) != (0, 0):
-                    os.fchown(fd, rec.uid, rec.gid)
-                if mode & ~0o777:  # set-id and sticky bits: after the chown
-                    os.fchmod(fd, mode)
+                if as_root and (acc.uid, acc.gid) != (0, 0):
+                    os.fchown(fd, acc.uid, acc.gid)
+                if acc.mode & ~0o777:  # set-id and sticky bits: after the chown
+                    os.fchmod(fd, acc.mode)
                 os.utime(fd, ns=(rec.mtime_ns, rec.mtime_ns))
             finally:
                 os.close(fd)
         # Directories last: their modes may forbid adding to them.
         for d in sorted(fds, key=lambda r: -r.count("/")):
-            try:
-                st = os.lstat(join(src, d) if d else src)
-                if not stat.S_ISDIR(st.st_mode):
-                    raise FileNotFoundError(d)
-                uid, gid, mode = st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)
-            except OSError:  # gone since: the workspace root's owner
-                uid, gid, mode = src_st.st_uid, src_st.st_gid, 0o755
+            acc = _access(world, d, directory=True)
             if as_root:
-                os.fchown(fds[d], uid, gid)
-            os.fchmod(fds[d], mode)
+                os.fchown(fds[d], acc.uid, acc.gid)
+            os.fchmod(fds[d], acc.mode)
             os.utime(fds[d], ns=(at_ns, at_ns))
     finally:
         os.umask(old_umask)
         for fd in fds.values():
             os.close(fd)
+
+
+def _access(world: World, rel: str, *, directory: bool) -> Access:
+    """The owner and mode the snapshot recorded for ``rel``, narrowed by the
+    live path's (``World.access``); owner-only where none was recorded."""
+    acc = world.access(RelPath(rel))
+    return acc or permissions.owner_only(world.store_dir, directory=directory)
 
 
 def _sweep_stale() -> None:

@@ -127,6 +127,9 @@ class Version:
     cause: Cause
     available: bool  # bytes exist (current file or a blob)
     size: int | None = None
+    # The file's owner, group and mode when this version was recorded
+    # (owner-only when the record kept none: swfs.permissions).
+    access: Access | None = None
 
 
 class WriteSession(Protocol):
@@ -323,7 +326,19 @@ class WorkspaceAPI(Protocol):
 
     def review_access(self) -> Access:
         """Owner and bits for SUMMARY.md and ALL.diff: the root's, narrowed so
-        that only those who may read every changed file may read them."""
+        that only those who may read every diff (``review_diff_access``)
+        may read them."""
+        ...
+
+    def review_diff_access(self, rel: RelPath) -> Access:
+        """Owner and bits for ``.review/<rel>.diff``: who could read the file
+        at the baseline and can now (swfs.permissions)."""
+        ...
+
+    def content_access(self, rel: RelPath, h: str | None) -> Access:
+        """Owner and bits for content ``h`` of ``rel`` that may be older than
+        the file (a stale view's units): who could read it when it was
+        recorded and can now (swfs.permissions)."""
         ...
 
     # -- .versions
@@ -345,6 +360,12 @@ class WorkspaceAPI(Protocol):
         """Like ``version_file`` but cheap, for lookups: the path may not
         exist until ``open_blob`` opens it (a chunked blob is reassembled
         then, in the daemon's worker thread, not on its loop)."""
+        ...
+
+    def snapshot_accesses(self, name: str) -> dict[RelPath, Access]:
+        """Owner, group and mode of every file and folder ('' the root) of
+        snapshot ``name`` as it recorded them; owner-only where it recorded
+        none.  Not narrowed by the present ones (swfs.permissions does)."""
         ...
 
     def blob_path(self, h: Hash) -> str | None:

@@ -128,6 +128,11 @@ def _readable_files(ws: Workspace) -> dict[str, FileRecord]:
     return out
 
 
+def _kept(rec: FileRecord) -> list[int]:
+    """A repaired version's size, mode, uid and gid: the record's."""
+    return [rec.size, rec.mode, rec.uid, rec.gid]
+
+
 def check_versions(ws: Workspace, repair: bool) -> list[Problem]:
     """Version numbers strictly increase; a present file's last version is its hash."""
     problems = []
@@ -153,7 +158,7 @@ def check_versions(ws: Workspace, repair: bool) -> list[Problem]:
                     )
                 )
                 number = fixed[-1][0] + 1 if fixed else 1
-                fixed = [*fixed, [number, rec.hash, rec.mtime_ns / 1e9, "external", rec.size]]
+                fixed = [*fixed, [number, rec.hash, rec.mtime_ns / 1e9, "external", *_kept(rec)]]
             if fixed is not versions:
                 fixes[rel] = fixed
         for rel, rec in files.items():
@@ -161,7 +166,7 @@ def check_versions(ws: Workspace, repair: bool) -> list[Problem]:
                 problems.append(
                     Problem("versions", f"{rel}: tracked file without versions", repair)
                 )
-                fixes[rel] = [[1, rec.hash, rec.mtime_ns / 1e9, "external", rec.size]]
+                fixes[rel] = [[1, rec.hash, rec.mtime_ns / 1e9, "external", *_kept(rec)]]
     if repair and fixes:
         with ws.store.write() as txn:
             for rel, versions in fixes.items():

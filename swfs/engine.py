@@ -27,6 +27,7 @@ from typing import Any
 
 import trio
 
+from . import permissions
 from . import review as review_mod
 from .api import Access, Freshness, RelPath, ReviewEntry
 from .control import ControlServer
@@ -237,35 +238,13 @@ class Engine(Workspace):
         return None
 
     def review_access(self) -> Access:
-        root = self.access(RelPath("")) or Access(0, 0, 0o700)
-        ok = {"owner": True, "group": True, "other": True}
-        seen: dict[str, Access | None] = {}
+        return review_mod.all_access(self, list(self.review()), self.access)
 
-        def narrow(rel: str, need: int) -> None:
-            """``need``: 0o4 to read a file, 0o1 to pass through a directory."""
-            if rel not in seen:
-                seen[rel] = self.access(RelPath(rel))
-            acc = seen[rel]
-            if acc is None:  # gone with no record (a deleted directory): owner only
-                ok.update(group=False, other=False)
-                return
-            if acc.mode & need:
-                return  # anyone may
-            ok["other"] = False
-            ok["group"] = ok["group"] and acc.gid == root.gid and bool(acc.mode & (need << 3))
-            ok["owner"] = ok["owner"] and acc.uid == root.uid and bool(acc.mode & (need << 6))
-
+    def review_diff_access(self, rel: RelPath) -> Access:
         for e in self.review():
-            for rel in (e.rel, e.old_rel):
-                if rel is None:
-                    continue
-                narrow(rel, 0o4)
-                parts = rel.split("/")[:-1]
-                for depth in range(1, len(parts) + 1):
-                    narrow("/".join(parts[:depth]), 0o1)
-        bits = (0o400 if ok["owner"] else 0) | (0o040 if ok["group"] else 0)
-        bits |= 0o004 if ok["other"] else 0
-        return Access(root.uid, root.gid, root.mode & bits)
+            if e.rel == rel:
+                return review_mod.diff_access(self, e, self.access(rel))
+        return self.access(rel) or permissions.owner_only(self.store_dir)
 
     # -- background work
     async def run_background(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:

@@ -20,6 +20,7 @@ import contextlib
 import ctypes
 import datetime
 import errno
+import functools
 import logging
 import os
 import re
@@ -31,7 +32,8 @@ from typing import TYPE_CHECKING, Any
 
 import lmdb
 
-from .api import Cause, ChangeStatus, RelPath
+from . import permissions
+from .api import Access, Cause, ChangeStatus, RelPath
 from .blobs import HashMismatch
 from .fsutil import copy_fd, open_dir_noatime, open_to_read
 from .store import dumps, loads, pdecode
@@ -81,6 +83,13 @@ def _utc(t: float, *, seconds: bool = False) -> str:
 def empty_dirs(ws: Workspace, manifest: dict[str, Any]) -> list[str]:
     """*slow*: directories under SRC that hold no file of ``manifest`` (at
     any depth): what a reset must re-create, since a manifest names files only."""
+    return folders(ws, manifest)[0]
+
+
+def folders(ws: Workspace, manifest: dict[str, Any]) -> tuple[list[str], dict[str, list[int]]]:
+    """*slow*: ``empty_dirs``, and the ``[mode, uid, gid]`` of every folder
+    under SRC ('' the root), which a world shows (swfs.permissions)."""
+    modes: dict[str, list[int]] = {}
     implied: set[str] = set()
     for rel in manifest:
         head = rel.rpartition("/")[0]
@@ -96,6 +105,7 @@ def empty_dirs(ws: Workspace, manifest: dict[str, Any]) -> list[str]:
         except OSError:
             continue
         try:
+            modes[parent] = permissions.as_record(permissions.of_stat(os.fstat(dfd)))
             with os.scandir(dfd) as it:
                 for entry in it:
                     rel = f"{parent}/{entry.name}" if parent else entry.name
@@ -111,7 +121,7 @@ def empty_dirs(ws: Workspace, manifest: dict[str, Any]) -> list[str]:
                         out.append(rel)
         finally:
             os.close(dfd)
-    return sorted(out)
+    return sorted(out), modes
 
 
 # -------------------------------------------------------------- snapshots
@@ -148,9 +158,10 @@ def take_snapshot(ws: Workspace, name: str, *, kind: str = KIND_SNAPSHOT) -> int
     check_name(ws, name, "submission" if kind == KIND_SUBMISSION else "snapshot")
     files = ws.snapshot(name)
     manifest = ws.store.get_snapshot(name) or {}
-    dirs = empty_dirs(ws, manifest)
+    dirs, modes = folders(ws, manifest)
     with ws.store.write() as txn:
-        _put_info(txn, ws, name, {"at": time.time(), "kind": kind, "dirs": dirs})
+        info = {"at": time.time(), "kind": kind, "dirs": dirs, "dir_modes": modes}
+        _put_info(txn, ws, name, info)
     _index(ws).get()  # warm for a reset to come (a snapshot costs a pass anyway)
     return files
 
@@ -216,10 +227,54 @@ def keep_previous_baseline(ws: Workspace, txn: lmdb.Transaction, new: bytes) -> 
             n += 1
     dirs_raw = txn.get(b"baseline_dirs", db=meta)
     dirs = loads(dirs_raw) if dirs_raw is not None else []
+    modes_raw = txn.get(b"baseline_dir_modes", db=meta)
+    info = {"at": at, "kind": KIND_BASELINE, "dirs": dirs}
+    if modes_raw is not None:
+        info["dir_modes"] = loads(modes_raw)
     txn.put(name.encode(), manifest, db=snaps)
-    _put_info(txn, ws, name, {"at": at, "kind": KIND_BASELINE, "dirs": dirs})
+    _put_info(txn, ws, name, info)
     ws.store.append_journal(txn, "baseline-kept", name=name)
     return name
+
+
+def recorded_accesses(
+    manifest: dict[str, list[Any]], dir_modes: dict[str, list[Any]] | None, owner_only: Any
+) -> dict[str, Access]:
+    """Owner, group and mode of every file of ``manifest`` and every folder
+    above one ('' the root) as recorded (``dir_modes``: a snapshot's or
+    baseline's folders); ``owner_only(directory=...)`` where none was."""
+    out: dict[str, Access] = {}
+    dir_modes = dir_modes or {}
+    for rel, entry in manifest.items():
+        out[rel] = permissions.from_entry(entry, 2) or owner_only(directory=False)
+        head = rel.rpartition("/")[0]
+        while head not in out:
+            kept = dir_modes.get(head)
+            acc = permissions.recorded(*kept[:3]) if kept and len(kept) >= 3 else None
+            out[head] = acc or owner_only(directory=True)
+            if not head:
+                break
+            head = head.rpartition("/")[0]
+    for d, kept in dir_modes.items():
+        if d not in out:
+            acc = permissions.recorded(*kept[:3]) if len(kept) >= 3 else None
+            out[d] = acc or owner_only(directory=True)
+    if "" not in out:
+        out[""] = owner_only(directory=True)
+    return out
+
+
+def snapshot_accesses(ws: Workspace, name: str) -> dict[str, Access]:
+    """``recorded_accesses`` of snapshot ``name`` (``baseline``: the present one)."""
+    if name == BASELINE:
+        manifest = ws.baseline_manifest()
+        modes = ws.store.get_meta("baseline_dir_modes")
+    else:
+        manifest = ws.store.get_snapshot(name) or {}
+        modes = _info(ws, name).get("dir_modes")
+    return recorded_accesses(
+        manifest, modes, functools.partial(permissions.owner_only, ws.store_dir)
+    )
 
 
 def baseline_version(ws: Workspace, rel: str) -> int | None:

@@ -11,12 +11,13 @@ import datetime
 import logging
 import posixpath
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from typing import Any
 
 from parsers import cells
 
-from . import diffs
-from .api import ChangeStatus, Hash, RelPath, ReviewEntry
+from . import diffs, permissions
+from .api import Access, ChangeStatus, Hash, RelPath, ReviewEntry
 from .hashform import label as short_hash
 from .workspace import Workspace
 
@@ -403,3 +404,50 @@ def _sheets(units: list[tuple[str, str, str]] | None) -> list[tuple[str, str]]:
 
 def all_diff(ws: Workspace, entries: list[ReviewEntry]) -> str:
     return "".join(file_diff(ws, e) for e in entries)
+
+
+# -- who may read them (swfs.permissions)
+
+
+def diff_access(ws: Workspace, e: ReviewEntry, now: Access | None) -> Access:
+    """Who may read ``e``'s diff: it shows the baseline's bytes of the file
+    (``e.old_rel`` for a rename) and its present ones (``now``, the present
+    access of ``e.rel``), so only who could read the file at the baseline
+    and can now.  A baseline entry that kept no access is owner-only."""
+    if e.status == ChangeStatus.ADDED:
+        return now or permissions.owner_only(ws.store_dir)
+    entry = ws.baseline_manifest().get(e.old_rel or e.rel)
+    then = permissions.from_entry(entry, 2)
+    then = then or permissions.owner_only(ws.store_dir)
+    return permissions.then_and_now(then, now)
+
+
+def all_access(
+    ws: Workspace, entries: list[ReviewEntry], access: Callable[[RelPath], Access | None]
+) -> Access:
+    """Owner and bits for SUMMARY.md and ALL.diff: the workspace root's,
+    narrowed so that only those who may read every diff (``diff_access``)
+    and pass through every folder above a changed path may read them."""
+    root = access(RelPath("")) or permissions.owner_only(ws.store_dir, directory=True)
+    out = Access(root.uid, root.gid, root.mode & 0o444)
+    seen: set[str] = set()
+    for e in entries:
+        out = permissions.narrowed(out, read_only(diff_access(ws, e, access(e.rel))))
+        for rel in (e.rel, e.old_rel):
+            if rel is None:
+                continue
+            parts = rel.split("/")[:-1]
+            for depth in range(1, len(parts) + 1):
+                d = "/".join(parts[:depth])
+                if d in seen:
+                    continue
+                seen.add(d)
+                acc = access(RelPath(d))
+                if acc is None:  # gone with no record (a deleted folder): owner only
+                    acc = permissions.owner_only(ws.store_dir, directory=True)
+                out = permissions.narrowed(out, permissions.dir_as_file(acc))
+    return out
+
+
+def read_only(acc: Access) -> Access:
+    return Access(acc.uid, acc.gid, acc.mode & 0o444)

@@ -29,7 +29,9 @@ digest, and its value then carries the path (``"path"`` in a file record;
 ``meta``
     ``format_version`` -> int.  ``baseline`` -> manifest (see below).
     ``baseline_at`` -> float.  ``baseline_dirs`` -> [directories that held
-    no file at the baseline] (swfs.history).  ``reclaim:<hash>`` -> b"": a
+    no file at the baseline] (swfs.history).  ``baseline_dir_modes`` ->
+    ``{directory: [mode, uid, gid]}`` of every folder then ('' the root).
+    ``reclaim:<hash>`` -> b"": a
     blob a dropped temp-file history may leave unreferenced (swfs.history;
     ``check`` accepts it, ``gc`` clears the key).  ``created_at`` -> float.  ``parsers`` -> str,
     ``parsers.registry.fingerprint()`` at the last scan: when it differs, the
@@ -58,12 +60,18 @@ digest, and its value then carries the path (``"path"`` in a file record;
     Invariant: a parse record with ``"n": k`` has exactly the ordinals
     ``0..k-1`` and one name key per ordinal; no key of ``units`` belongs to
     no parse record.
-``versions``  path -> ``[[number, hash, recorded_at, cause, size], ...]``
-    Numbers start at 1 and strictly increase.  Kept for deleted paths too.
+``versions``  path -> ``[[number, hash, recorded_at, cause, size, mode, uid,
+    gid], ...]``: ``mode`` (``st_mode``), ``uid`` and ``gid`` are the file's
+    when that version was recorded (swfs.permissions: a version is readable
+    only by who could read the file then and now).  A version recorded before
+    these fields (five items) is owner-only.  Numbers start at 1 and strictly
+    increase.  Kept for deleted paths too.
 ``snapshots``  name -> manifest
 ``snapinfo``  snapshot name -> ``{"at": float, "kind": "snapshot"|"submission"|
-    "baseline", "dirs": [directories that held no file then, ...]}``
+    "baseline", "dirs": [directories that held no file then, ...],
+    "dir_modes": {directory ('' for the root): [mode, uid, gid]}}``
     (swfs.history).  A snapshot without one predates it: kind "snapshot".
+    A folder without a recorded mode is owner-only in a world.
     Kind "baseline" is a former baseline kept on re-baselining: its bytes are
     those the history kept (like the baseline's own), not copied up front.
 ``submissions``  name -> ``{"at": float, "snapshot": name, "files":
@@ -93,6 +101,9 @@ Format changelog:
        24,000-page PDF costs what opening one of a 40-page PDF does.
        Format 2 records (``"units": [[name, locator, text], ...]`` inline)
        are split when the store is opened.
+       Added within format 3: a version's ``mode, uid, gid``; ``dir_modes``
+       in ``snapinfo`` and meta ``baseline_dir_modes``.  Older records lack
+       them and read as owner-only.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ from parsers import registry
 from parsers._base import FileInfo
 from parsers.cells import count_cells
 
-from . import history, staging, treecache, versioning, views
+from . import history, permissions, staging, treecache, versioning, views
 from .api import (
     Access,
     Cause,
@@ -416,7 +416,7 @@ class Workspace(BlobReads):
         self.store.put_file(txn, rel, rec)
         self._index_inode(rel, st.st_ino)
         if old is None or old.hash != h:
-            self._append_version(txn, rel, h, st.st_size, cause)
+            self._append_version(txn, rel, h, st, cause)
             if old is not None:
                 self.store.append_journal(
                     txn, "write", path=rel, before=old.hash, after=h, cause=cause.value
@@ -426,7 +426,7 @@ class Workspace(BlobReads):
         return rec
 
     def _append_version(
-        self, txn: lmdb.Transaction, rel: str, h: str, size: int, cause: Cause
+        self, txn: lmdb.Transaction, rel: str, h: str, st: os.stat_result, cause: Cause
     ) -> None:
         versions = self.store.get_versions(rel, txn)
         if versions and versions[-1][1] == h:
@@ -442,7 +442,9 @@ class Workspace(BlobReads):
             # A rewrite in the same burst: this version replaces the last one
             # (a new number all the same: a number never names other bytes).
             versions.pop()
-        versions.append([number, h, time.time(), cause.value, size])
+        versions.append(
+            [number, h, time.time(), cause.value, st.st_size, st.st_mode, st.st_uid, st.st_gid]
+        )
         self.store.put_versions(txn, rel, versions)
 
     def needs_parse(self) -> list[RelPath]:
@@ -966,7 +968,7 @@ class Workspace(BlobReads):
         manifest = self.manifest()
         # Deleted since the last baseline: what .review shows of them goes too.
         gone = [rel for rel in self._baseline_manifest() if rel not in manifest]
-        dirs = history.empty_dirs(self, manifest)
+        dirs, dir_modes = history.folders(self, manifest)
         self.store.ensure_room(400 * len(manifest))
         with self.store.write() as txn:
             meta = self.store.dbs["meta"]
@@ -974,6 +976,7 @@ class Workspace(BlobReads):
             history.keep_previous_baseline(self, txn, data)
             txn.put(b"baseline", data, db=meta)
             txn.put(b"baseline_dirs", dumps(dirs), db=meta)
+            txn.put(b"baseline_dir_modes", dumps(dir_modes), db=meta)
             txn.put(b"baseline", dumps(manifest), db=meta)
             self._windows.close_all()
             txn.put(b"baseline_at", dumps(time.time()), db=meta)
@@ -1000,10 +1003,28 @@ class Workspace(BlobReads):
     def versions(self, rel: RelPath) -> Sequence[Version]:
         rec = self.store.get_file(rel)
         out = []
-        for number, h, at, cause, size in self.store.get_versions(rel):
+        for number, h, at, cause, size, *kept in self.store.get_versions(rel):
             available = self.blobs.has(h) or (rec is not None and rec.hash == h)
-            out.append(Version(number, Hash(h), at, Cause(cause), available, size))
+            then = permissions.recorded(*kept[:3]) if len(kept) >= 3 else None
+            then = then or permissions.owner_only(self.store_dir)
+            out.append(Version(number, Hash(h), at, Cause(cause), available, size, then))
         return out
+
+    def content_access(self, rel: RelPath, h: str | None) -> Access:
+        """Who may read content ``h`` of ``rel`` (a stale view's units): its
+        present access if ``h`` is what the file holds now, else the one
+        recorded with its last version of ``h`` narrowed by the present one
+        (swfs.permissions); owner-only when none was recorded."""
+        now = self.access(rel)
+        rec = self.store.get_file(rel)
+        if now is not None and rec is not None and rec.hash == h:
+            return now
+        then = None
+        for _, vh, _, _, _, *kept in reversed(self.store.get_versions(rel)):
+            if vh == h:
+                then = permissions.recorded(*kept[:3]) if len(kept) >= 3 else None
+                break
+        return permissions.then_and_now(then or permissions.owner_only(self.store_dir), now)
 
     def version_file(self, rel: RelPath, number: int) -> str | None:
         """*slow*: a readable path holding version ``number``'s bytes (a
@@ -1033,6 +1054,9 @@ class Workspace(BlobReads):
     def snapshot_manifest(self, name: str) -> dict[RelPath, Hash]:
         m = self.store.get_snapshot(name) or {}
         return {RelPath(rel): Hash(entry[0]) for rel, entry in m.items()}
+
+    def snapshot_accesses(self, name: str) -> dict[RelPath, Access]:
+        return {RelPath(r): a for r, a in history.snapshot_accesses(self, name).items()}
 
     def snapshot(self, name: str) -> int:
         """*slow*: record the present state as ``name`` and keep every byte it names."""

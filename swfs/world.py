@@ -22,9 +22,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
+import functools
 import logging
 import os
-import stat
 import threading
 import time
 from collections import OrderedDict
@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, cast
 import lmdb
 import trio
 
-from . import history, views
+from . import history, permissions, views
 from . import review as review_mod
 from .api import (
     Access,
@@ -227,6 +227,7 @@ class World(BlobReads):
                 raise WorkspaceError("baseline: this workspace has no baseline yet")
             kind, at = history.KIND_BASELINE, store.get_meta("baseline_at")
             dirs = store.get_meta("baseline_dirs") or []
+            dir_modes = store.get_meta("baseline_dir_modes")
         else:
             snap = name
             manifest = store.get_snapshot(name)
@@ -241,8 +242,19 @@ class World(BlobReads):
                 )
             info = history._info(cast("Workspace", self), snap)
             kind, at, dirs = str(info.get("kind")), info.get("at"), list(info.get("dirs") or [])
+            dir_modes = info.get("dir_modes")
         self.manifest: dict[str, list[Any]] = manifest
         self.dirs: list[str] = dirs
+        # Owner, group and mode of every file and folder as the snapshot
+        # recorded them; owner-only where it recorded none (swfs.permissions).
+        self.accesses = history.recorded_accesses(
+            manifest, dir_modes, functools.partial(permissions.owner_only, self.store_dir)
+        )
+        for d in dirs:
+            head = d
+            while head and head not in self.accesses:
+                self.accesses[head] = permissions.owner_only(self.store_dir, directory=True)
+                head = head.rpartition("/")[0]
         base_name, base_at, base = self._baseline_of(name, kind, at)
         self.baseline = base
         self.info = WorldInfo(name, kind, at, len(manifest), base_name, base_at)
@@ -429,11 +441,21 @@ class World(BlobReads):
         pass
 
     def access(self, rel: RelPath) -> Access | None:
-        rec = self.records.get(rel)
-        if rec is not None:
-            return Access(rec.uid, rec.gid, stat.S_IMODE(rec.mode))
-        st = os.stat(self.src)
-        return Access(st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode))
+        """The owner, group and mode the snapshot recorded for file or folder
+        ``rel``, narrowed by those of the live path if it still exists: only
+        who could read it then and can now (swfs.permissions).  None for a
+        path the world does not hold."""
+        then = self.accesses.get(rel)
+        if then is None:
+            return None
+        try:
+            now = permissions.of_stat(os.lstat(os.path.join(self.src, rel) if rel else self.src))
+        except OSError:
+            now = None  # gone since: what the snapshot recorded
+        return permissions.narrowed(then, now)
+
+    def content_access(self, rel: RelPath, h: str | None) -> Access:
+        return self.access(rel) or permissions.owner_only(self.store_dir)
 
     # -- .parsed
     def parsed_paths(self) -> Iterable[RelPath]:
@@ -574,9 +596,13 @@ class World(BlobReads):
         return None
 
     def review_access(self) -> Access:
-        from .engine import Engine
+        return review_mod.all_access(self._as_ws(), list(self.review()), self.access)
 
-        return Engine.review_access(cast(Any, self))
+    def review_diff_access(self, rel: RelPath) -> Access:
+        for e in self.review():
+            if e.rel == rel:
+                return review_mod.diff_access(self._as_ws(), e, self.access(rel))
+        return self.access(rel) or permissions.owner_only(self.store_dir)
 
     # -- .versions (a world shows none: it is one state)
     def versioned_paths(self) -> Iterable[RelPath]:
@@ -598,6 +624,9 @@ class World(BlobReads):
         return []
 
     def snapshot_manifest(self, name: str) -> dict[RelPath, Hash]:
+        return {}
+
+    def snapshot_accesses(self, name: str) -> dict[RelPath, Access]:
         return {}
 
     # blob_path, blob_ref, blob_size, open_blob: swfs.blobreads.BlobReads

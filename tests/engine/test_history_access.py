@@ -1,0 +1,86 @@
+"""History keeps its permissions, without FUSE: versions, baseline diffs,
+stale views, snapshots and worlds answer with the owner and mode recorded
+then, narrowed by the present ones (swfs.permissions)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from swfs import history
+from swfs.api import Access, RelPath
+from swfs.engine import Engine
+from swfs.permissions import then_and_now
+from swfs.world import open_world
+
+UID, GID = os.geteuid(), os.getegid()
+
+
+def test_a_file_opened_later_keeps_its_old_content_closed(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    (src / "closed").mkdir(parents=True)
+    (src / "closed").chmod(0o700)
+    secret = src / "secret.env"
+    secret.write_text("PASSWORD=old\n")
+    secret.chmod(0o600)
+    (src / "closed" / "inner.txt").write_text("inside a closed folder\n")
+    rel = RelPath("secret.env")
+    with Engine.open(src) as ws:
+        ws.scan()
+        ws.set_baseline()
+        history.take_snapshot(ws, "then")
+        secret.write_text("PASSWORD=new\n")
+        ws.scan()
+        secret.chmod(0o644)
+        ws.scan()
+        now = ws.access(rel)
+        assert now == Access(UID, GID, 0o644)
+        versions = ws.versions(rel)
+        assert [v.access for v in versions] == [Access(UID, GID, 0o600)] * 2
+        assert then_and_now(versions[0].access or now, now).mode == 0o600
+        assert ws.review_diff_access(rel).mode == 0o600
+        assert ws.review_access().mode & 0o044 == 0  # ALL.diff: not for others
+        old = versions[0].hash
+        assert ws.content_access(rel, old).mode == 0o600  # a stale view of the old bytes
+        assert ws.content_access(rel, versions[-1].hash).mode == 0o644  # the present bytes
+        recorded = ws.snapshot_accesses("then")
+        assert recorded[rel].mode == 0o600
+        assert recorded[RelPath("closed")].mode == 0o700
+        assert recorded[RelPath("")].mode == os.stat(src).st_mode & 0o7777
+        # The closed folder goes; the world of then shows it closed.
+        os.unlink(src / "closed" / "inner.txt")
+        os.rmdir(src / "closed")
+        ws.scan()
+    with open_world(src, src / ".swfs", "then") as world:
+        assert world.access(RelPath("closed")) == Access(UID, GID, 0o700)
+        assert world.access(RelPath("closed/inner.txt")) is not None
+        # Recorded 0600, 0644 now: the stricter.
+        assert world.access(rel) == Access(UID, GID, 0o600)
+        assert world.access(RelPath("no/such")) is None
+
+
+def test_records_without_modes_are_owner_only(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    (src / "open").mkdir(parents=True)
+    (src / "open").chmod(0o755)
+    (src / "open" / "a.txt").write_text("a\n")
+    (src / "open" / "a.txt").chmod(0o644)
+    rel = RelPath("open/a.txt")
+    with Engine.open(src) as ws:
+        ws.scan()
+        history.take_snapshot(ws, "old")
+        # As an older swfs wrote them: five-item versions, no folder modes.
+        with ws.store.write() as txn:
+            ws.store.put_versions(txn, rel, [v[:5] for v in ws.store.get_versions(rel, txn)])
+            info = history._info(ws, "old", txn)
+            del info["dir_modes"]
+            history._put_info(txn, ws, "old", info)
+        owner = os.stat(src / ".swfs")
+        only = Access(owner.st_uid, owner.st_gid, 0o600)
+        assert [v.access for v in ws.versions(rel)] == [only]
+        recorded = ws.snapshot_accesses("old")
+        assert recorded[RelPath("open")] == Access(owner.st_uid, owner.st_gid, 0o700)
+        assert recorded[rel].mode == 0o644  # a manifest always kept file modes
+    with open_world(src, src / ".swfs", "old") as world:
+        assert world.access(RelPath("open")) == Access(owner.st_uid, owner.st_gid, 0o700)
+        assert world.access(RelPath("")) == Access(owner.st_uid, owner.st_gid, 0o700)
