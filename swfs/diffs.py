@@ -32,7 +32,15 @@ A side with a formula is shown as ``=<formula> -> <cached value>`` (or just
 ``=<formula>`` when the file holds no cached value), and then the two sides are
 separated by ``  =>  `` (two spaces each side) instead of `` -> ``, so the
 arrow inside a side cannot be mistaken for the change.  A value the parser
-computed keeps its mark (``-> 2700 (computed)``).  Cells are read with
+computed keeps its mark (``-> 2700 (computed)``).  A formula cell whose formula
+and value are the same on both sides is no change, whether each side's value
+was cached by the file or computed by swfs (an openpyxl save drops the cached
+values): such cells are only counted, in one note line at the end::
+
+    (9 formula cells with the same formula and value on both sides, cached in
+    one version and computed by swfs in the other: not changes, not listed)
+
+(one line in the diff).  Cells are read with
 ``parsers.cells``, the module that writes them, and sheet names come from
 the units' locators, so addresses are the parsed units' own
 (``'It''s'!A1``, ``'A/B'!B2``); lines that describe a sheet rather than a
@@ -545,10 +553,26 @@ def _rel_ref(m: re.Match[str], row: int) -> str:
     return f"{m[1]}{m[2]}[{int(m[4]) - row}]"
 
 
+_MARK = " " + cells.COMPUTED
+
+
+def _value(c: Cell) -> str | None:
+    """What a cell is worth: a formula's value whether the file cached it or
+    swfs computed it (``48213`` and ``48213 (computed)`` are the same value)."""
+    if c.formula is not None and c.value is not None:
+        return c.value.removesuffix(_MARK)
+    return c.value
+
+
 def _same(a: Cell | None, a_row: int, b: Cell | None, b_row: int) -> bool:
     if a is None or b is None:
         return a is b
-    return a.value == b.value and _relative(a.formula, a_row) == _relative(b.formula, b_row)
+    return _value(a) == _value(b) and _relative(a.formula, a_row) == _relative(b.formula, b_row)
+
+
+def _marked(row: Row) -> set[int]:
+    """The columns of ``row`` whose value swfs computed (no cached value)."""
+    return {col for col, raw in row.items() if raw.startswith("=") and raw.endswith(_MARK)}
 
 
 Signature = tuple[tuple[int, str | None, str | None], ...]
@@ -559,7 +583,7 @@ def _signature(row: int, cells: Row) -> Signature:
     for col, raw in sorted(cells.items()):
         if raw.startswith("="):
             c = _cell(raw)
-            sig.append((col, c.value, _relative(c.formula, row)))
+            sig.append((col, _value(c), _relative(c.formula, row)))
         else:
             sig.append((col, raw, None))
     return tuple(sig)
@@ -639,10 +663,20 @@ class _SheetDiff:
     coincidental match between unrelated rows never makes the output worse.
     """
 
-    def __init__(self, ref: str, old: dict[int, Row], new: dict[int, Row]) -> None:
+    def __init__(
+        self,
+        ref: str,
+        old: dict[int, Row],
+        new: dict[int, Row],
+        remarked: set[tuple[str, int, int]] | None = None,
+    ) -> None:
         self.ref = ref
         self.old = old
         self.new = new
+        # (sheet, column, new row) of formula cells whose formula and value
+        # are the same on both sides, cached on one and computed by swfs on
+        # the other: no change, only counted (a set: both renderings add).
+        self.remarked: set[tuple[str, int, int]] = set() if remarked is None else remarked
         # Row signatures computed while aligning, reused to skip comparing
         # cells of shifted rows that are the same.
         self.old_sig: dict[int, Signature] = {}
@@ -754,6 +788,8 @@ class _SheetDiff:
             return
         sig = self.old_sig.get(ro)
         if sig is not None and sig == self.new_sig.get(rn):
+            # The same cells; those computed on one side only are remarked.
+            self.remarked.update((self.ref, col, rn) for col in _marked(old) ^ _marked(new))
             return
         for col in sorted(old.keys() | new.keys()):
             raw_a, raw_b = old.get(col), new.get(col)
@@ -762,6 +798,8 @@ class _SheetDiff:
             a = None if raw_a is None else _cell(raw_a)
             b = None if raw_b is None else _cell(raw_b)
             if _same(a, ro, b, rn):
+                if a is not None and b is not None and a.value != b.value:
+                    self.remarked.add((self.ref, col, rn))
                 continue
             addr = self._addr(col, rn)
             if ro != rn:
@@ -829,6 +867,17 @@ def _whole_sheet(sign: str, name: str, text: str) -> Iterator[str]:
 
 
 def _sheets_body(old: Units, new: Units) -> Iterator[str]:
+    remarked: set[tuple[str, int, int]] = set()
+    yield from _sheet_changes(old, new, remarked)
+    if remarked:
+        n = len(remarked)
+        yield (
+            f"({_plural(n, 'formula cell')} with the same formula and value on both sides, "
+            "cached in one version and computed by swfs in the other: not changes, not listed)"
+        )
+
+
+def _sheet_changes(old: Units, new: Units, remarked: set[tuple[str, int, int]]) -> Iterator[str]:
     old_by_name = dict(old)
     new_by_name = dict(new)
     for name, text in old:
@@ -841,7 +890,7 @@ def _sheets_body(old: Units, new: Units) -> Iterator[str]:
         old_text = old_by_name[name]
         if old_text == text:
             continue
-        sheet = _SheetDiff(sheet_ref(name), _parse_rows(old_text), _parse_rows(text))
+        sheet = _SheetDiff(sheet_ref(name), _parse_rows(old_text), _parse_rows(text), remarked)
         yield from sheet.lines()
 
 
