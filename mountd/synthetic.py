@@ -333,12 +333,21 @@ class ParsedTree(Base):
 
     def cached_view(self, rel: str) -> ViewState | None:
         """The engine's state of ``rel``'s view, asked once per change (or
-        INDEX_TTL), not once per unit stat'ed by a listing."""
+        INDEX_TTL), not once per unit stat'ed by a listing; whether the file
+        is settled (``EngineAPI.settled``) is asked on every call."""
         now = time.monotonic()
         hit = self._states.get(rel)
         if hit is not None and hit[0] == self.gen.value and now - hit[1] < INDEX_TTL:
-            self._states.move_to_end(rel)
-            return hit[2]
+            state = hit[2]
+            # Whether the file holds recorded bytes is asked every time (a
+            # writer's first write sends no change event; nor does a change
+            # behind the mount until its record): a kept state is used only
+            # while the answer is the one it was made with.
+            if state is None or self.engine.settled(RelPath(rel)) == (
+                state.current_hash is not None
+            ):
+                self._states.move_to_end(rel)
+                return state
         gen = self.gen.value
         # On the loop: a view's state is a file record and a parse status,
         # a few store lookups whatever the document's size (see ON_LOOP_UNIT).

@@ -234,6 +234,12 @@ class WorkspaceAPI(Protocol):
         open in ``.parsed`` asks."""
         ...
 
+    def settled(self, rel: RelPath) -> bool:
+        """Cheap (no hashing): whether ``rel`` surely holds the bytes its
+        record names: no writer holds unrecorded changes to it and its stat
+        signature is the recorded one.  No view of it is current otherwise."""
+        ...
+
     def is_unchanged(self, rel: RelPath, st: os.stat_result) -> bool:
         """Fast (no hashing): does ``st`` match the stat signature the engine
         recorded for ``rel``?  If not, the caller runs ``check_file``."""

@@ -141,6 +141,9 @@ class Engine(Workspace):
         self.add_parse_request_handler(self._on_parse_request)
         self.search_index = SearchIndex(self, model=_embed_model(self.config.embed_model))
         super().add_listener(self.search_index.notify)  # from any thread: it only queues
+        # rel -> set at its next change notice: readers waiting for a writer's record
+        self._notices: dict[str, trio.Event] = {}
+        self.add_listener(self._on_notice)
 
     @classmethod
     @contextmanager
@@ -386,18 +389,49 @@ class Engine(Workspace):
                 )
 
     async def wait_view(self, rel: RelPath, limit: float) -> None:
+        """Wait up to ``limit`` seconds for ``rel``'s view to be current: for
+        its parse, and first for its record when the file holds bytes not
+        recorded yet (a writer's: its close or fsync records them; a change
+        behind the mount: recorded here)."""
         queue = self.queue
         if queue is None:
             return
         with trio.move_on_after(limit):
             while True:
-                # A store read: in a thread, like every engine call from the loop.
-                fresh = await trio.to_thread.run_sync(self.freshness, rel)
+                notice = self._notice(rel)  # before the look: a record after it sets it
+                # Store reads and an lstat: in a thread, like every engine
+                # call from the loop.
+                fresh, settled = await trio.to_thread.run_sync(self._fresh_settled, rel)
                 if fresh not in (Freshness.PENDING, Freshness.STALE):
                     return
+                if not settled:
+                    checked = await trio.to_thread.run_sync(self._check_unsettled, rel)
+                    if not checked:
+                        await notice.wait()  # a writer's: its record sends the notice
+                    continue
                 event = queue.event(rel)
                 queue.submit(rel, front=True)
                 await event.wait()
+
+    def _fresh_settled(self, rel: RelPath) -> tuple[Freshness | None, bool]:
+        return self.freshness(rel), self.settled(rel)
+
+    def _check_unsettled(self, rel: RelPath) -> bool:
+        """*slow*: record ``rel`` as it is now, unless the mount is changing
+        it (the writer records it).  Whether it was checked."""
+        return self.writes.check_behind(rel, lambda r: self.check_file(r, force=True))
+
+    def _notice(self, rel: str) -> trio.Event:
+        """Set at the next change notice for ``rel`` (on the loop)."""
+        event = self._notices.get(rel)
+        if event is None:
+            event = self._notices[rel] = trio.Event()
+        return event
+
+    def _on_notice(self, rel: RelPath) -> None:
+        event = self._notices.pop(rel, None)
+        if event is not None:
+            event.set()
 
     async def wait_all_current(self, limit: float) -> bool:
         """True once nothing is pending or stale (``swfs sync``)."""
@@ -410,6 +444,10 @@ class Engine(Workspace):
                 counts = await trio.to_thread.run_sync(self.counts)
                 if counts["pending"] == 0 and counts["stale"] == 0:
                     return True
+                # Changed behind the mount and not recorded yet: record them
+                # now (those a writer holds are its to record).
+                for rel in await trio.to_thread.run_sync(self.unsettled):
+                    await trio.to_thread.run_sync(self._check_unsettled, rel)
                 # Stale or pending but not queued (changed behind our back
                 # since the last scan): queue them and wait again.
                 for rel in await trio.to_thread.run_sync(self.needs_parse):

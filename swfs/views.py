@@ -13,11 +13,15 @@ text (``swfs.hashform``; the full hashes are in the ``user.sw.source_hash``
 / ``user.sw.current_hash`` xattrs).  Values are
 escaped so the line stays one well-formed comment: ``&`` ``"`` ``<`` ``>``
 and newlines become ``&amp;`` ``&quot;`` ``&lt;`` ``&gt;`` ``&#10;``.
-``freshness`` is one of current, stale, pending, failed.
+``freshness`` is one of current, stale, pending, failed.  ``current`` is
+``unrecorded`` while the file holds bytes that are not recorded yet (a writer
+has written and not closed or fsynced it, or it changed behind the mount):
+then no view is current, whatever its hash (``Workspace.settled``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 from . import hashform
@@ -25,6 +29,10 @@ from .api import Freshness, Hash, RelPath, RenderedUnit, UnitTooLarge, ViewState
 from .store import FileRecord, Store
 
 short_hash = hashform.label
+# ``current`` of a view whose file holds bytes not recorded yet: a writer
+# has written it and not closed (or fsynced) it, or it changed behind the
+# mount and the change is not recorded yet.
+UNRECORDED = "unrecorded"
 
 
 def _esc(value: str) -> str:
@@ -47,10 +55,13 @@ def header_line(
     current_hash: str | None,
     parser: str | None,
 ) -> str:
+    current = short_hash(current_hash)
+    if current_hash is None and freshness in (Freshness.STALE, Freshness.PENDING):
+        current = UNRECORDED
     return (
         f'<!-- swfs source="{_esc(rel)}" unit="{_esc(unit)}" locator="{_esc(locator)}" '
         f'hash="{short_hash(source_hash)}" freshness="{freshness.value}" '
-        f'current="{short_hash(current_hash)}" parser="{_esc(parser or "none")}" -->\n'
+        f'current="{current}" parser="{_esc(parser or "none")}" -->\n'
     )
 
 
@@ -89,8 +100,27 @@ ERROR_UNIT = "error.md"  # the one unit of a failed view
 Progress = Callable[[str], str]  # rel -> how far its parse has got, in words
 
 
-def view_state(store: Store, rel: str, rec: FileRecord, freshness: Freshness) -> ViewState:
-    """The state of ``.parsed/<rel>/`` for the file record ``rec``."""
+def view_state(
+    store: Store, rel: str, rec: FileRecord, freshness: Freshness, *, settled: bool = True
+) -> ViewState:
+    """The state of ``.parsed/<rel>/`` for the file record ``rec``, whose own
+    freshness is ``freshness``.  Unless ``settled`` (the file may hold other
+    bytes than ``rec`` names: written and not recorded yet), nothing is
+    current and the present hash is not known: a current view is the prior
+    view of what is being written, stale, and a failed one pending."""
+    if not settled:
+        if freshness is Freshness.CURRENT:
+            return ViewState(
+                rel=RelPath(rel),
+                freshness=Freshness.STALE,
+                current_hash=None,
+                source_hash=Hash(rec.hash),
+                parser=rec.parser,
+                error=None,
+            )
+        if freshness is Freshness.FAILED:
+            freshness = Freshness.PENDING
+        return dataclasses.replace(view_state(store, rel, rec, freshness), current_hash=None)
     source: str | None = None
     parser = rec.parser
     error = None

@@ -545,7 +545,7 @@ class Workspace(BlobReads):
         return FileState(
             rel=RelPath(rel),
             hash=Hash(rec.hash),
-            freshness=self._freshness(rec),
+            freshness=self._freshness_now(rel, rec),
             versions=len(self.store.get_versions(rel)),
             baseline_hash=Hash(baseline[0]) if baseline else None,
         )
@@ -556,7 +556,50 @@ class Workspace(BlobReads):
 
     def freshness(self, rel: RelPath) -> Freshness | None:
         rec = self.store.get_file(rel)
-        return None if rec is None else self._freshness(rec)
+        return None if rec is None else self._freshness_now(rel, rec)
+
+    # A freshness claim is derived on every request, never remembered: a
+    # view is current only while its hash is the record's, no writer holds
+    # unrecorded changes to the file (the write protocol knows its sessions),
+    # and SRC's stat signature is the one recorded with the hash (a change
+    # behind the mount, or a writer the daemon never sees, such as a kernel
+    # passthrough, moves it before its record lands).
+    def settled(self, rel: RelPath) -> bool:
+        """Cheap (a lock, one record head, one lstat): whether ``rel``'s
+        bytes are surely the ones its record names."""
+        head = self.store.file_head(rel)
+        return head is not None and self._settled(rel, head[0])
+
+    def _settled(self, rel: str, signature: bytes, busy: set[str] | None = None) -> bool:
+        """``settled`` for a record whose stat signature is ``signature``
+        (``busy``: the write protocol's busy paths, asked once by a caller
+        that checks many files)."""
+        if self.writes.unrecorded(rel) if busy is None else rel in busy:
+            return False
+        try:
+            st = os.lstat(self.abspath(rel))
+        except OSError:
+            return False
+        return signature_bytes(*stat_signature(st)) == signature
+
+    def _freshness_now(
+        self,
+        rel: str,
+        rec: FileRecord,
+        txn: lmdb.Transaction | None = None,
+        busy: set[str] | None = None,
+    ) -> Freshness:
+        """The freshness of ``rel``'s view now: the record's
+        (``_freshness``), unless the file may hold other bytes than the
+        record names, when a current view is stale (the prior view of what
+        is being written) and a failed one pending (its failure was on bytes
+        the file may no longer hold)."""
+        fresh = self._freshness(rec, txn)
+        if fresh in (Freshness.CURRENT, Freshness.FAILED) and not self._settled(
+            rel, signature_bytes(*rec.signature()), busy
+        ):
+            return Freshness.STALE if fresh is Freshness.CURRENT else Freshness.PENDING
+        return fresh
 
     def _freshness(self, rec: FileRecord, txn: lmdb.Transaction | None = None) -> Freshness:
         if rec.parser is None:
@@ -881,7 +924,8 @@ class Workspace(BlobReads):
         freshness = self._freshness(rec)
         if freshness == Freshness.UNSUPPORTED:
             return None
-        return views.view_state(self.store, rel, rec, freshness)
+        settled = self._settled(rel, signature_bytes(*rec.signature()))
+        return views.view_state(self.store, rel, rec, freshness, settled=settled)
 
     def view_unit_names(self, view: ViewState, *, limit: int | None = None) -> Sequence[str]:
         return views.unit_names(self.store, view, limit=limit)
@@ -905,18 +949,32 @@ class Workspace(BlobReads):
     def counts(self) -> dict[str, int]:
         out = {f.value: 0 for f in Freshness}
         files = 0
+        busy = self.writes.busy_paths()
         with self.store.read() as txn:
-            for _, rec in self.store.iter_files(txn):
+            for rel, rec in self.store.iter_files(txn):
                 files += 1
-                out[self._freshness(rec, txn).value] += 1
+                out[self._freshness_now(rel, rec, txn, busy).value] += 1
         return {"files": files, **out}
+
+    def unsettled(self) -> list[RelPath]:
+        """*slow* (an lstat per file): the recorded files whose bytes may
+        not be the recorded ones now, written through the mount and not
+        recorded yet, or changed behind it (``settled``)."""
+        busy = self.writes.busy_paths()
+        with self.store.read() as txn:
+            return [
+                RelPath(rel)
+                for rel, rec in self.store.iter_files(txn)
+                if not self._settled(rel, signature_bytes(*rec.signature()), busy)
+            ]
 
     def failures(self) -> list[tuple[str, str]]:
         """(path, error) of every file whose present hash failed to parse."""
         out = []
+        busy = self.writes.busy_paths()
         with self.store.read() as txn:
             for rel, rec in self.store.iter_files(txn):
-                if self._freshness(rec, txn) == Freshness.FAILED:
+                if self._freshness_now(rel, rec, txn, busy) == Freshness.FAILED:
                     parse = self.store.get_parse(rec.hash, rec.parser or "", txn)
                     out.append((rel, (parse.error if parse else None) or "parse failed"))
         return out

@@ -402,6 +402,10 @@ class World(BlobReads):
         rec = self.records.get(rel)
         return None if rec is None else self._freshness(rec)
 
+    def settled(self, rel: RelPath) -> bool:
+        """A world never changes: its files hold what their records name."""
+        return rel in self.records
+
     def _status(self, rec: FileRecord) -> tuple[str | None, str | None]:
         """(parse status, error) of ``rec``'s content: the cache's, else ours."""
         if rec.parser is None:

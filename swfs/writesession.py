@@ -27,6 +27,8 @@ behalf) holds no policy; it calls these objects and does what they say:
 - ``busy(rels)``: which paths a session or a change is changing right now
   (written and not yet recorded, or in the middle of a change): the change
   feed and the rescan skip them, since the session records them itself.
+  ``unrecorded(rel)`` asks the same of one path: no view of it is current
+  meanwhile, from the first write that reaches the daemon until its record.
 
 ``InPlaceWrites`` is the implementation for a mount that writes through to
 SRC.  A staged mount (writes held in the store until commit) is another
@@ -556,6 +558,16 @@ class InPlaceWrites:
             out = set(self._inflight)
             out.update(s.rel for s in self._sessions if s.dirty and s.rel is not None)
         return out
+
+    def unrecorded(self, rel: str) -> bool:
+        """Cheap: whether the mount holds changes to ``rel`` that are not
+        recorded yet (a session written since its last record, or a change
+        in the middle of being made).  A view of ``rel`` is not current
+        meanwhile (``Workspace.settled``)."""
+        with self._lock:
+            if self._inflight.get(rel, 0) > 0:
+                return True
+            return any(s.dirty and s.rel == rel for s in self._sessions)
 
     def open_paths(self) -> set[str]:
         """Paths open for writing now (written to or not)."""
