@@ -431,6 +431,7 @@ def all_access(
     root = access(RelPath("")) or permissions.owner_only(ws.store_dir, directory=True)
     out = Access(root.uid, root.gid, root.mode & 0o444)
     seen: set[str] = set()
+    then_dirs: dict[str, Any] = ws.store.get_meta("baseline_dir_modes") or {}
     for e in entries:
         out = permissions.narrowed(out, read_only(diff_access(ws, e, access(e.rel))))
         for rel in (e.rel, e.old_rel):
@@ -443,8 +444,9 @@ def all_access(
                     continue
                 seen.add(d)
                 acc = access(RelPath(d))
-                if acc is None:  # gone with no record (a deleted folder): owner only
-                    acc = permissions.owner_only(ws.store_dir, directory=True)
+                if acc is None:  # gone: as the baseline recorded it, else owner-only
+                    acc = permissions.from_entry(then_dirs.get(d), 0)
+                    acc = acc or permissions.owner_only(ws.store_dir, directory=True)
                 out = permissions.narrowed(out, permissions.dir_as_file(acc))
     return out
 

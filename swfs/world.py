@@ -190,6 +190,8 @@ class _StoreView:
     def get_meta(self, key: str, default: Any = None) -> Any:
         if key == "baseline_at":
             return self._world.info.baseline_at
+        if key == "baseline_dir_modes" and self._world.info.baseline != history.BASELINE:
+            return default  # the present baseline's folders, not those of then
         return self._store.get_meta(key, default)
 
 
