@@ -1,16 +1,11 @@
 """Values for formulas the file holds no cached value for (openpyxl saves none).
 
-pycel evaluates them in the parse worker: it compiles each formula it needs
-(and only those: the cells a pending formula depends on) to Python, knows
-some 200 Excel functions, and raises ``UnknownFunction`` for the rest, so a
-formula it cannot evaluate is reported as such instead of guessed.
-
-Measured on one 4,000-formula workbook saved by openpyxl, on a busy 2-core
-machine: pycel 24 s; the ``formulas`` package 43 s; LibreOffice headless
-(``--convert-to xlsx``) 5.8 s for the whole workbook but at least a second
-of start-up per file, a profile directory per worker and a process outside
-the worker's own memory accounting.  Workbooks an agent edits are small, so
-pycel, bounded in cells, formulas and time, is the better fit here.
+They are computed in the parse worker by ``parsers.formula``: our own
+evaluator over a fixed table of Excel functions, which never turns formula
+text into code.  What it cannot compute exactly as Excel and LibreOffice
+would (an unknown or volatile function, a case where the two programs
+differ, a circular reference) is shown as not computed, with the reason.
+Bounded in cells, formulas and time.
 """
 
 from __future__ import annotations
@@ -18,26 +13,22 @@ from __future__ import annotations
 import contextlib
 import datetime
 import logging
-import re
 import signal
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import IO, Any, NamedTuple
 
-from parsers import cells
+from parsers import cells, formula
 from parsers._common import describe, quiet
 
 log = logging.getLogger(__name__)
 
-# Beyond these the work is not started (the workbook is loaded whole, every
-# formula compiled): such cells are shown as not computed, with the reason.
+# Beyond these the work is not started (the workbook is loaded whole):
+# such cells are shown as not computed, with the reason.
 MAX_WORKBOOK_CELLS = 200_000
 MAX_FORMULAS = 5_000
 TIME_BUDGET_S = 20.0
-
-_VOLATILE = re.compile(r"\b(TODAY|NOW|RAND|RANDBETWEEN|RANDARRAY)\s*\(", re.IGNORECASE)
-_UNKNOWN = re.compile(r"Function (\w[\w.]*) is not implemented")
 
 
 class Pending(NamedTuple):  # a tuple: one is made per formula without a value, cheaply
@@ -56,21 +47,14 @@ def compute(
         return [cells.not_computed(reason)] * len(pending)
     out: list[str] = []
     late = cells.not_computed(f"time limit of {TIME_BUDGET_S:g} s reached")
-    pycel_log = logging.getLogger("pycel")
-    level, pycel_log.disabled = pycel_log.disabled, True
     try:
-        # Imported before the timer is armed: an import cut short by it could
-        # leave a half-initialised module behind for the next parse.
-        import pycel  # noqa: F401
-        import pycel.excelformula  # noqa: F401
-
         with _deadline(TIME_BUDGET_S) as expired:
             try:
                 with quiet():
-                    compiler = _compiler(stream)
+                    book, sheets = _book(stream)
             except _Expired:
                 raise
-            except Exception as exc:  # pycel or openpyxl on a workbook they cannot load
+            except Exception as exc:  # openpyxl on a workbook it cannot load
                 log.debug("recalc: cannot load the workbook", exc_info=True)
                 return [cells.not_computed(f"formula engine: {describe(exc)}")] * len(pending)
             for i, cell in enumerate(pending):
@@ -79,17 +63,15 @@ def compute(
                 elif expired():
                     out.append(late)
                 else:
-                    out.append(_one(compiler, cell, epoch))
+                    out.append(_one(book, sheets, cell, epoch))
     except _Expired:  # one evaluation (or the load) ran past the budget
         pass
-    finally:
-        pycel_log.disabled = level
     return out + [late] * (len(pending) - len(out))
 
 
 class _Expired(BaseException):
-    """Raised from a timer signal: a BaseException, so that the engine's and
-    pycel's ``except Exception`` handlers let it through."""
+    """Raised from a timer signal: a BaseException, so that openpyxl's and
+    our ``except Exception`` handlers let it through."""
 
 
 @contextlib.contextmanager
@@ -121,80 +103,99 @@ def _deadline(seconds: float) -> Iterator[Callable[[], bool]]:
             signal.signal(signal.SIGALRM, previous)
 
 
-def _compiler(stream: IO[bytes]) -> Any:
+def _book(stream: IO[bytes]) -> tuple[formula.Book, dict[str, str]]:
+    """The workbook's cells and defined names, and each sheet's name by the
+    way a cell address spells it."""
     import openpyxl
-    from pycel import ExcelCompiler
+    from openpyxl.utils.datetime import to_excel
 
     wb = openpyxl.load_workbook(stream, keep_links=False)
-    compiler = ExcelCompiler(excel=wb)
-    # Tracing each value's precedents for volatile functions is only needed
-    # when the workbook has one at all.
-    compiler.swfs_has_volatile = any(
-        isinstance(c.value, str) and _VOLATILE.search(c.value)
-        for ws in wb.worksheets
-        for row in ws.iter_rows()
-        for c in row
-        if c.data_type == "f"
+    sheets: list[formula.Sheet] = []
+    local: dict[tuple[str, str], str] = {}
+    for ws in wb.worksheets:
+        content: dict[tuple[int, int], formula.Scalar | formula.Formula] = {}
+        # The cells the file holds (iter_rows would create every empty one).
+        for key, cell in ws._cells.items():
+            value = _content(cell.value, cell.data_type, wb.epoch, to_excel)
+            if value is not None:
+                content[key] = value
+        hidden = frozenset(r for r, dim in ws.row_dimensions.items() if dim.hidden)
+        sheets.append(
+            formula.Sheet(
+                ws.title,
+                content,
+                max_row=max((r for r, _ in content), default=0),
+                max_col=max((c for _, c in content), default=0),
+                hidden_rows=hidden,
+            )
+        )
+        for name, defined in ws.defined_names.items():
+            if defined.value:
+                local[(ws.title, name)] = defined.value
+    names = {
+        name: defined.value
+        for name, defined in wb.defined_names.items()
+        if defined.value and not name.startswith("_xlnm.")
+    }
+    book = formula.Book(
+        sheets,
+        names=names,
+        local_names=local,
+        date1904=wb.epoch != datetime.datetime(1899, 12, 30),
     )
-    return compiler
+    return book, {cells.sheet_ref(s.name): s.name for s in sheets}
 
 
-def _one(compiler: Any, cell: Pending, epoch: datetime.datetime) -> str:
-    from pycel.excelformula import UnknownFunction
+def _content(
+    value: object, data_type: str, epoch: datetime.datetime, to_excel: Callable[..., Any]
+) -> formula.Scalar | formula.Formula | None:
+    if value is None:
+        return None
+    if data_type == "f":
+        if isinstance(value, str):
+            return formula.Formula(value)
+        return formula.Formula("", refused="array or data-table formula")
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, datetime.datetime | datetime.date | datetime.time | datetime.timedelta):
+        return float(to_excel(value, epoch))
+    if data_type == "e":
+        return formula.ERRORS.get(str(value), formula.XlError(str(value)))
+    return str(value)
 
-    address = f"{cell.ref}!{cell.coord}"
+
+def _one(
+    book: formula.Book, sheets: dict[str, str], cell: Pending, epoch: datetime.datetime
+) -> str:
+    from openpyxl.utils.cell import coordinate_to_tuple
+
+    name = sheets.get(cell.ref)
+    if name is None:
+        return cells.not_computed("sheet not found")
+    row, col = coordinate_to_tuple(cell.coord)
     try:
-        with quiet():
-            value = compiler.evaluate(address)
-    except UnknownFunction as exc:
-        m = _UNKNOWN.search(str(exc))
-        return cells.not_computed(f"{m[1]} unsupported" if m else "unsupported function")
+        value = book.value(name, row, col)
+    except formula.Refused as exc:
+        return cells.not_computed(exc.reason)
     except RecursionError:
-        return cells.not_computed("circular reference")
-    except Exception as exc:  # pycel's own errors: parse failures, unsupported forms
-        text = str(exc)
-        m = _UNKNOWN.search(text)
-        if m:
-            return cells.not_computed(f"{m[1]} unsupported")
-        return cells.not_computed(describe(exc).split(" Traceback", 1)[0])
-    volatile = _volatile(compiler, address)
-    if volatile:
-        # The value depends on when it is computed; a parse is kept for as
-        # long as the file's bytes stay the same, so it would soon be wrong.
-        return cells.not_computed(f"{volatile} changes with every calculation")
+        return cells.not_computed("formula nested too deeply")
+    except Exception:  # a bug of ours: the cell is left, never the file
+        log.warning("recalc: %s!%s failed", cell.ref, cell.coord, exc_info=True)
+        return cells.not_computed("formula engine error")
     return cells.computed(_shown(value, cell.fmt, epoch))
 
 
-def _volatile(compiler: Any, address: str) -> str | None:
-    """The first volatile function (TODAY, NOW, RAND...) the cell's value
-    depends on, through any chain of cells; None when there is none."""
-    import networkx
-
-    node = compiler.cell_map.get(address)
-    if node is None or not getattr(compiler, "swfs_has_volatile", True):
-        return None
-    for cell in (node, *networkx.ancestors(compiler.dep_graph, node)):
-        formula = getattr(getattr(cell, "formula", None), "base_formula", None)
-        if formula:
-            m = _VOLATILE.search(formula)
-            if m:
-                return m[1].upper()
-    return None
-
-
-def _shown(value: Any, fmt: cells.NumberFormat, epoch: datetime.datetime) -> str:
-    if isinstance(value, tuple):  # a range or array result: Excel shows its first item
-        while isinstance(value, tuple) and value:
-            value = value[0]
-    if value is None:
-        value = 0  # a reference to an empty cell reads 0
-    if (
-        (fmt.has_date or fmt.has_time)
-        and isinstance(value, int | float)
-        and not isinstance(value, bool)
-    ):
+def _shown(value: formula.Scalar, fmt: cells.NumberFormat, epoch: datetime.datetime) -> str:
+    if isinstance(value, formula.XlError):
+        return value.code
+    if isinstance(value, str):
+        return cells.format_value(value)
+    number: float | bool = 0.0 if value is formula.BLANK else value  # type: ignore[assignment]
+    if (fmt.has_date or fmt.has_time) and not isinstance(number, bool):
         from openpyxl.utils.datetime import from_excel
 
         with contextlib.suppress(OverflowError, ValueError):
-            value = from_excel(value, epoch)
-    return cells.format_value(value, fmt)
+            return cells.format_value(from_excel(number, epoch), fmt)
+    return cells.format_value(number, fmt)

@@ -1,0 +1,530 @@
+"""Formula values computed by ``parsers.formula``, against what Excel and
+LibreOffice cache.
+
+Each case is a formula over the data sheet ``D`` (written by XlsxWriter)
+and the value a spreadsheet shows, or ``None`` where the formula must be
+refused.  Where LibreOffice is installed, every case is also recalculated by
+it (headless, with a profile that recalculates on load) and each value we
+compute must equal the one it cached: refusing is allowed, differing is not.
+"""
+
+from __future__ import annotations
+
+import datetime
+import pathlib
+import shutil
+import subprocess
+import zipfile
+
+import pytest
+
+from parsers import cells, formula, registry, xlsx_recalc
+from parsers._base import ParseOptions, Unit
+
+SOFFICE = shutil.which("soffice") or shutil.which("libreoffice")
+needs_soffice = pytest.mark.skipif(SOFFICE is None, reason="LibreOffice (soffice) is not installed")
+
+# (formula on sheet F, in the row the case is written to, or None: refused)
+CASES: list[tuple[str, str | None]] = [
+    # arithmetic and operators
+    ("=1+2*3", "7"),
+    ("=(1+2)*3", "9"),
+    ("=-2^2", "4"),
+    ("=2^3^2", "64"),
+    ("=10/4", "2.5"),
+    ("=1/0", "#DIV/0!"),
+    ("=50%", "0.5"),
+    ("=D!A1+D!A2", "3"),
+    ("=D!A1*D!B1", "#VALUE!"),
+    ('="3"+1', "4"),
+    ('=""+1', "#VALUE!"),
+    ('="abc"+1', "#VALUE!"),
+    ('="$5"+1', None),  # a currency: read by the locale
+    ('="1,000"+1', None),
+    ("=D!A99+1", "1"),  # an empty cell
+    ("=D!A99", "0"),
+    ("=0.1+0.2", "0.3"),
+    ("=0.1+0.2-0.3", "0"),  # both programs snap the last difference
+    ("=1*(0.5-0.4-0.1)", None),  # LibreOffice snaps, Excel does not
+    ("=0^0", None),
+    ("=(-8)^(1/3)", None),  # Excel #NUM!, LibreOffice -2
+    ("=#N/A+1", "#N/A"),
+    ("=1/0+#N/A", "#DIV/0!"),
+    # comparison
+    ("=1<2", "TRUE"),
+    ('="a"="A"', "TRUE"),
+    ('="a"<"B"', "TRUE"),
+    ('="a-b"<"ab"', None),  # collation
+    ('=1="1"', "FALSE"),
+    ('=1<"1"', None),
+    ("=D!A99=0", "TRUE"),
+    ('=D!A99=""', "TRUE"),
+    ("=TRUE=1", None),
+    # text
+    ('="a"&"b"', "ab"),
+    ('=1&"x"', "1x"),
+    ('=1/3&""', "0.333333333333333"),
+    ('=1E+20&""', None),
+    ('=TRUE&""', None),
+    ('=D!A99&"x"', "x"),
+    ('=CONCATENATE("a",1,"b")', "a1b"),
+    ('=_xlfn.CONCAT(D!B1:B3,"!")', "appleBananacherry!"),
+    ('=_xlfn.TEXTJOIN("-",TRUE,D!B1:B6)', "apple-Banana-cherry-apple pie-kiwi"),
+    ('=LEFT("hello",2)', "he"),
+    ('=LEFT("hello")', "h"),
+    ('=RIGHT("hello",3)', "llo"),
+    ('=MID("hello",2,3)', "ell"),
+    ('=MID("hello",0,3)', "#VALUE!"),
+    ('=LEN("hello")', "5"),
+    ('=UPPER("abc")', "ABC"),
+    ('=LOWER("ABC")', "abc"),
+    ('=TRIM("  a   b  ")', "a b"),
+    ('=SUBSTITUTE("a-b-c","-","+")', "a+b+c"),
+    ('=SUBSTITUTE("a-b-c","-","+",2)', "a-b+c"),
+    ('=REPT("ab",3)', "ababab"),
+    ('=FIND("l","hello")', "3"),
+    ('=FIND("L","hello")', "#VALUE!"),
+    ('=SEARCH("L","hello")', "3"),
+    ('=EXACT("a","A")', "FALSE"),
+    ('=VALUE("12.5")', "12.5"),
+    ('=TEXT(1234.567,"#,##0.00")', "1,234.57"),
+    ('=TEXT(0.125,"0.0%")', "12.5%"),
+    ('=TEXT(2.5,"0")', "3"),
+    ('=TEXT(45356,"yyyy-mm-dd")', None),
+    ("=CHAR(65)", "A"),
+    ('=CODE("A")', "65"),
+    # math
+    ("=ROUND(2.675,2)", "2.68"),
+    ("=ROUND(-2.5,0)", "-3"),
+    ("=ROUND(1234,-2)", "1200"),
+    ("=ROUNDUP(1.21,1)", "1.3"),
+    ("=ROUNDDOWN(-1.29,1)", "-1.2"),
+    ("=INT(-1.5)", "-2"),
+    ("=TRUNC(-1.5)", "-1"),
+    ("=ABS(-3)", "3"),
+    ("=MOD(7,3)", "1"),
+    ("=MOD(-7,3)", "2"),
+    ("=MOD(7,0)", "#DIV/0!"),
+    ("=POWER(2,10)", "1024"),
+    ("=SQRT(16)", "4"),
+    ("=SQRT(-1)", None),  # Excel #NUM!, LibreOffice #VALUE!
+    ("=PI()", "3.14159265358979"),
+    ("=SIN(PI()/2)", "1"),
+    ("=LN(EXP(2))", "2"),
+    ("=LOG10(1000)", "3"),
+    ("=SIGN(-4)", "-1"),
+    ("=CEILING(4.1,0.5)", "4.5"),
+    ("=FLOOR(4.9,2)", "4"),
+    ("=FACT(5)", "120"),
+    # aggregates
+    ("=SUM(D!A1:A6)", "25.5"),
+    ("=SUM(D!A1:A6,10)", "35.5"),
+    ("=SUM(D!C1:C6)", None),  # TRUE in the range
+    ("=SUM(D!B1:B6)", "0"),
+    ("=SUM(D!A:A)", "25.5"),
+    ('=SUM(1,"2")', None),
+    ("=AVERAGE(D!A1:A5)", "3"),
+    ("=AVERAGE(D!B1:B3)", "#DIV/0!"),
+    ("=MIN(D!A1:A6)", "1"),
+    ("=MAX(D!A1:A6)", "10.5"),
+    ("=MAX(D!B1:B3)", "0"),
+    ("=COUNT(D!A1:A6)", "6"),
+    ("=COUNT(D!B1:B6)", "0"),
+    ("=COUNTA(D!B1:B6)", "5"),
+    ("=COUNTBLANK(D!B1:B6)", "1"),
+    ("=PRODUCT(D!A1:A4)", "24"),
+    ("=MEDIAN(D!A1:A6)", "3.5"),
+    ("=LARGE(D!A1:A6,2)", "5"),
+    ("=SMALL(D!A1:A6,2)", "2"),
+    ("=SUMPRODUCT(D!A1:A3,D!D1:D3)", "140"),
+    ("=SUMPRODUCT((D!A1:A6>2)*D!A1:A6)", "22.5"),
+    ("=SUMPRODUCT(D!A1:A3*2)", "12"),
+    ("=SUMPRODUCT(D!A1:A3,D!D1:D4)", "#VALUE!"),
+    ("=SUM(D!A1:A3*2)", None),  # array or intersection: the programs differ
+    # conditions
+    ('=COUNTIF(D!A1:A6,">2")', "4"),
+    ("=COUNTIF(D!A1:A6,3)", "1"),
+    ('=COUNTIF(D!B1:B6,"apple")', "1"),
+    ('=COUNTIF(D!B1:B6,"APPLE*")', "2"),
+    ('=COUNTIF(D!B1:B6,"?pple")', "1"),
+    ('=COUNTIF(D!B1:B6,"<>apple")', None),  # an empty cell in the range
+    ('=COUNTIF(D!B1:B4,"<>apple")', "3"),
+    ('=SUMIF(D!A1:A6,">=3")', "22.5"),
+    ('=SUMIF(D!B1:B6,"apple*",D!A1:A6)', "5"),
+    ('=SUMIF(D!B1:B6,"apple*",D!A1)', "5"),  # the sum range takes the condition's shape
+    ('=SUMIFS(D!A1:A6,D!A1:A6,">1",D!A1:A6,"<5")', "9"),
+    ('=COUNTIFS(D!A1:A6,">1",D!B1:B6,"*e*")', "2"),
+    ('=AVERAGEIF(D!A1:A6,">2")', "5.625"),
+    ('=COUNTIF(D!A1:A6,"1/2/2024")', None),
+    # logic
+    ('=IF(1>2,"yes","no")', "no"),
+    ('=IF(1<2,"yes")', "yes"),
+    ('=IF(1>2,"yes")', "FALSE"),
+    ('=IF("TRUE",1,2)', "1"),
+    ("=IF(D!A99,1,2)", "2"),
+    ("=IF(TRUE,D!A99)", "0"),
+    ('=IFERROR(1/0,"bad")', "bad"),
+    ('=IFERROR(2,"bad")', "2"),
+    ('=_xlfn.IFNA(#N/A,"none")', "none"),
+    ('=IFNA(#N/A,"none")', None),  # without the prefix Excel writes
+    ("=AND(TRUE,1>0)", "TRUE"),
+    ("=OR(FALSE,0)", "FALSE"),
+    ("=NOT(1)", "FALSE"),
+    ("=AND(D!B1:B3)", "#VALUE!"),
+    ("=ISNUMBER(D!A1)", "TRUE"),
+    ("=ISTEXT(D!B1)", "TRUE"),
+    ("=ISBLANK(D!A99)", "TRUE"),
+    ("=ISERROR(1/0)", "TRUE"),
+    ("=ISNA(#N/A)", "TRUE"),
+    ("=ISERR(#N/A)", "FALSE"),
+    ('=CHOOSE(2,"a","b","c")', "b"),
+    ('=CHOOSE(4,"a","b","c")', "#VALUE!"),
+    # lookup
+    ("=VLOOKUP(30,D!D1:E5,2,FALSE)", "thirty"),
+    ("=VLOOKUP(35,D!D1:E5,2,FALSE)", "#N/A"),
+    ("=VLOOKUP(35,D!D1:E5,2,TRUE)", "thirty"),
+    ("=VLOOKUP(35,D!D1:E5,2)", "thirty"),
+    ("=VLOOKUP(5,D!D1:E5,2)", "#N/A"),
+    ("=VLOOKUP(30,D!D1:E5,3,FALSE)", None),  # Excel #REF!, LibreOffice #VALUE!
+    ("=VLOOKUP(30,D!D1:E5,0,FALSE)", "#VALUE!"),
+    ("=VLOOKUP(30,Table,2,FALSE)", "thirty"),
+    ('=VLOOKUP("BANANA",D!B1:B6,1,FALSE)', "Banana"),
+    ("=VLOOKUP(40,D!D:E,2,FALSE)", "forty"),
+    ("=HLOOKUP(2,D!H1:J2,2,FALSE)", "b"),
+    ("=INDEX(D!D1:E5,2,2)", "twenty"),
+    ("=INDEX(D!D1:D5,3)", "30"),
+    ("=INDEX(D!D1:E5,9,1)", None),
+    ("=SUM(INDEX(D!D1:E5,2,1))", "20"),
+    ("=MATCH(30,D!D1:D5,0)", "3"),
+    ("=MATCH(35,D!D1:D5)", "3"),
+    ("=MATCH(5,D!D1:D5,1)", "#N/A"),
+    ('=MATCH("cherry",D!B1:B6,0)', "3"),
+    ("=INDEX(D!E1:E5,MATCH(40,D!D1:D5,0))", "forty"),
+    # names
+    ("=Rate*100", "20"),
+    ("=SUM(Table)", "150"),  # text and numbers: SUM of the numbers
+    ("=SUM(Nums)", "25.5"),
+    ("=Nope+1", None),
+    # dates (the data sheet's F1 is 2024-03-05)
+    ("=YEAR(D!F1)", "2024"),
+    ("=MONTH(D!F1)", "3"),
+    ("=DAY(D!F1)", "5"),
+    ("=DATE(2024,3,5)", "45356"),
+    ("=DATE(2024,14,1)", "45689"),
+    ("=DATE(24,1,1)", None),
+    ("=WEEKDAY(D!F1)", "3"),
+    ("=WEEKDAY(D!F1,2)", "2"),
+    ("=EDATE(D!F1,1)", "45387"),
+    ("=EOMONTH(D!F1,0)", "45382"),
+    ("=D!F1+1", "45357"),
+    # refused outright
+    ("=TODAY()", None),
+    ("=NOW()+1", None),
+    ("=RAND()", None),
+    ("=OFFSET(D!A1,1,0)", None),
+    ('=INDIRECT("D!A1")', None),
+    ("=FOOBAR(1)", None),
+    ("=D!A1:A6 D!A2:B2", None),
+    ("=SUM((D!A1,D!A2))", None),
+]
+
+# Cases whose value depends on the row they sit in (implicit intersection).
+ROW_CASES: list[tuple[int, str, str | None]] = [
+    (3, "=D!A1:A6", "3"),  # the same row of a column range
+    (3, "=D!A1:A6*2", "6"),
+    (9, "=D!A1:A6", "#VALUE!"),  # no such row in the range
+    (3, "=D!A1:B6", None),  # two columns
+    (3, "=ABS(D!A1:A6)", "3"),
+]
+
+
+def _data_sheet(wb: object) -> None:
+    import xlsxwriter
+
+    assert isinstance(wb, xlsxwriter.Workbook)
+    d = wb.add_worksheet("D")
+    for i, v in enumerate([1, 2, 3, 4, 5, 10.5]):
+        d.write_number(i, 0, v)
+    for i, v in enumerate(["apple", "Banana", "cherry", "apple pie", "kiwi"]):
+        d.write_string(i, 1, v)
+    d.write_number(0, 2, 1)
+    d.write_string(1, 2, "x")
+    d.write_boolean(2, 2, True)
+    d.write_string(4, 2, "3")
+    d.write_number(5, 2, -2)
+    for i, (n, t) in enumerate(
+        [(10, "ten"), (20, "twenty"), (30, "thirty"), (40, "forty"), (50, "fifty")]
+    ):
+        d.write_number(i, 3, n)
+        d.write_string(i, 4, t)
+    d.write_datetime(
+        0, 5, datetime.datetime(2024, 3, 5), wb.add_format({"num_format": "yyyy-mm-dd"})
+    )
+    for j, (n, t) in enumerate([(1, "a"), (2, "b"), (3, "c")]):
+        d.write_number(0, 7 + j, n)
+        d.write_string(1, 7 + j, t)
+    wb.define_name("Rate", "=0.2")
+    wb.define_name("Table", "=D!$D$1:$E$5")
+    wb.define_name("Nums", "=D!$A$1:$A$6")
+
+
+def cases_workbook(path: pathlib.Path) -> dict[str, str | None]:
+    """Every case on sheet F, column A, one a row; returns address -> expected."""
+    import xlsxwriter
+
+    wb = xlsxwriter.Workbook(str(path))
+    f = wb.add_worksheet("F")
+    _data_sheet(wb)
+    expected: dict[str, str | None] = {}
+    used = {row for row, _, _ in ROW_CASES}
+    row = 1
+    for text, want in CASES:
+        while row in used:
+            row += 1
+        f.write_formula(f"A{row}", text)
+        expected[f"A{row}"] = want
+        row += 1
+    for r, text, want in ROW_CASES:
+        f.write_formula(f"B{r}", text)
+        expected[f"B{r}"] = want
+    wb.close()
+    return expected
+
+
+def parse(path: pathlib.Path) -> list[Unit]:
+    info = registry.file_info(str(path), path.name)
+    return registry.parse(str(path), info, ParseOptions())[1]
+
+
+def shown(units: list[Unit], sheet: str = "F") -> dict[str, str]:
+    """Address -> the text after ' -> ' of each formula cell of a sheet."""
+    unit = next(u for u in units if cells.sheet_name(u.name, u.locator) == sheet)
+    out = {}
+    for addr, cell in cells.parse_cell_lines(unit.text).items():
+        if cell.formula is not None and cell.value is not None:
+            out[addr] = cell.value
+    return out
+
+
+def without_values(src: pathlib.Path, dst: pathlib.Path) -> pathlib.Path:
+    """The workbook with every cached formula value dropped (as openpyxl saves)."""
+    import openpyxl
+
+    wb = openpyxl.load_workbook(src)
+    wb.save(dst)
+    return dst
+
+
+def computed(path: pathlib.Path, tmp: pathlib.Path) -> dict[str, str]:
+    return shown(parse(without_values(path, tmp / f"nocache-{path.name}")))
+
+
+@pytest.fixture(scope="module")
+def book(tmp_path_factory: pytest.TempPathFactory) -> tuple[pathlib.Path, dict[str, str | None]]:
+    path = tmp_path_factory.mktemp("formula") / "cases.xlsx"
+    return path, cases_workbook(path)
+
+
+def test_values(book: tuple[pathlib.Path, dict[str, str | None]], tmp_path: pathlib.Path) -> None:
+    path, expected = book
+    got = computed(path, tmp_path)
+    wrong = []
+    for addr, want in expected.items():
+        value = got[addr]
+        if want is None:
+            ok = value.startswith("? (not computed: ")
+        else:
+            ok = value == f"{want} {cells.COMPUTED}"
+        if not ok:
+            wrong.append(f"{addr}: {_formula_at(addr)!r} gave {value!r}, want {want!r}")
+        assert "Traceback" not in value
+        assert "Error" not in value
+    assert not wrong, "\n".join(wrong)
+
+
+def _formula_at(addr: str) -> str:
+    col, row = addr[0], int(addr[1:])
+    if col == "B":
+        return next(t for r, t, _ in ROW_CASES if r == row)
+    used = {r for r, _, _ in ROW_CASES}
+    rows = [r for r in range(1, 1000) if r not in used]
+    return CASES[rows.index(row)][0]
+
+
+def test_reasons_are_short(
+    book: tuple[pathlib.Path, dict[str, str | None]], tmp_path: pathlib.Path
+) -> None:
+    got = computed(book[0], tmp_path)
+    reasons = {v for v in got.values() if v.startswith("?")}
+    assert "? (not computed: TODAY changes with every calculation)" in reasons
+    assert "? (not computed: FOOBAR unsupported)" in reasons
+    assert "? (not computed: unknown name NOPE)" in reasons
+    for reason in reasons:
+        assert len(reason) < 100, reason
+        assert "\n" not in reason
+        assert "File " not in reason
+
+
+def lo_recalculated(src: pathlib.Path, outdir: pathlib.Path) -> pathlib.Path:
+    """``soffice --convert-to xlsx`` with a profile that recalculates every
+    formula on load (by default it keeps the cached values of xlsx files)."""
+    assert SOFFICE is not None
+    profile = outdir / "profile"
+    (profile / "user").mkdir(parents=True, exist_ok=True)
+    (profile / "user" / "registrymodifications.xcu").write_text(
+        '<?xml version="1.0" encoding="UTF-8"?>\n'
+        '<oor:items xmlns:oor="http://openoffice.org/2001/registry"'
+        ' xmlns:xs="http://www.w3.org/2001/XMLSchema"'
+        ' xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance">\n'
+        '<item oor:path="/org.openoffice.Office.Calc/Formula/Load">'
+        '<prop oor:name="OOXMLRecalcMode" oor:op="fuse"><value>0</value></prop></item>\n'
+        "</oor:items>\n"
+    )
+    out = outdir / "lo"
+    subprocess.run(
+        [
+            SOFFICE,
+            f"-env:UserInstallation={profile.as_uri()}",
+            "--headless",
+            "--norestore",
+            "--convert-to",
+            "xlsx",
+            "--outdir",
+            str(out),
+            str(src),
+        ],
+        check=True,
+        timeout=240,
+        capture_output=True,
+        env={"HOME": str(outdir), "PATH": "/usr/bin:/bin"},
+    )
+    result = out / src.name
+    assert result.exists()
+    return result
+
+
+def cached(path: pathlib.Path, sheet: str = "F") -> dict[str, str]:
+    """Address -> each cached formula value, shown as General (LibreOffice
+    gives a formula cell the format of its result, a date or a percentage:
+    the value is what is compared, not that format)."""
+    import openpyxl
+    from openpyxl.utils.datetime import to_excel
+
+    wb = openpyxl.load_workbook(path, data_only=True)
+    out = {}
+    for row in wb[sheet].iter_rows():
+        for c in row:
+            v = c.value
+            if v is None:
+                continue
+            if isinstance(v, datetime.datetime | datetime.date | datetime.time):
+                v = to_excel(v, wb.epoch)
+            out[c.coordinate] = cells.format_value(v)
+    return out
+
+
+def compare(ours: dict[str, str], theirs: dict[str, str]) -> tuple[int, list[str], int]:
+    """(equal, differences, refused) between computed values and cached ones."""
+    equal, refused, different = 0, 0, []
+    for addr, value in ours.items():
+        if value.startswith("? (not computed"):
+            refused += 1
+            continue
+        mine = value.removesuffix(f" {cells.COMPUTED}")
+        if theirs.get(addr) == mine:
+            equal += 1
+        else:
+            different.append(f"{addr}: ours {mine!r}, cached {theirs.get(addr)!r}")
+    return equal, different, refused
+
+
+@needs_soffice
+def test_values_equal_libreoffice(
+    book: tuple[pathlib.Path, dict[str, str | None]], tmp_path: pathlib.Path
+) -> None:
+    path, _ = book
+    theirs = cached(lo_recalculated(path, tmp_path))
+    ours = computed(path, tmp_path)
+    equal, different, _ = compare(ours, theirs)
+    assert not different, "\n".join(different)
+    assert equal > 150
+
+
+# -- the evaluator on its own
+
+
+def small_book(
+    formulas: dict[str, str], values: dict[str, formula.Scalar] | None = None
+) -> formula.Book:
+    from openpyxl.utils.cell import coordinate_to_tuple
+
+    content: dict[tuple[int, int], formula.Scalar | formula.Formula] = {}
+    for addr, v in (values or {}).items():
+        content[coordinate_to_tuple(addr)] = v
+    for addr, text in formulas.items():
+        content[coordinate_to_tuple(addr)] = formula.Formula(text)
+    sheet = formula.Sheet(
+        "S", content, max_row=max(r for r, _ in content), max_col=max(c for _, c in content)
+    )
+    return formula.Book([sheet], names={}, local_names={})
+
+
+def test_long_chain_is_computed_without_deep_recursion() -> None:
+    n = 5000
+    formulas = {f"A{r}": f"=A{r + 1}+1" for r in range(1, n)}  # from the far end
+    book = small_book(formulas, {f"A{n}": 0.0})
+    assert book.value("S", 1, 1) == float(n - 1)
+
+
+def test_long_cycle_is_refused() -> None:
+    n = 500
+    formulas = {f"A{r}": f"=A{r % n + 1}+1" for r in range(1, n + 1)}
+    book = small_book(formulas)
+    with pytest.raises(formula.Refused, match="circular reference"):
+        book.value("S", 1, 1)
+    with pytest.raises(formula.Refused, match="circular reference"):
+        book.value("S", 250, 1)
+
+
+def test_deep_nesting_is_refused() -> None:
+    with pytest.raises(formula.Refused, match="nested too deeply"):
+        formula.parse("=" + "(" * 500 + "1" + ")" * 500)
+    with pytest.raises(formula.Refused):
+        formula.parse("=" + "ABS(" * 200 + "1" + ")" * 200)
+
+
+def test_budget_knobs_stay(tmp_path: pathlib.Path) -> None:
+    """The knobs tests and bench/swfsloads.py monkeypatch."""
+    for knob in ("MAX_FORMULAS", "MAX_WORKBOOK_CELLS", "TIME_BUDGET_S"):
+        assert hasattr(xlsx_recalc, knob)
+    path = tmp_path / "one.xlsx"
+    import openpyxl
+
+    wb = openpyxl.Workbook()
+    ws = wb.active
+    assert ws is not None
+    ws["A1"] = "=1+1"
+    wb.save(path)
+    with open(path, "rb") as stream:
+        out = xlsx_recalc.compute(
+            stream,
+            [xlsx_recalc.Pending("Sheet", "A1", cells.GENERAL)],
+            total_cells=1,
+            epoch=datetime.datetime(1899, 12, 30),
+        )
+    assert out == ["2 (computed)"]
+
+
+def test_workbook_that_cannot_load(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "broken.xlsx"
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("nothing", "x")
+    with open(path, "rb") as stream:
+        out = xlsx_recalc.compute(
+            stream,
+            [xlsx_recalc.Pending("Sheet", "A1", cells.GENERAL)],
+            total_cells=1,
+            epoch=datetime.datetime(1899, 12, 30),
+        )
+    assert out[0].startswith("? (not computed: formula engine: ")
+    assert "Traceback" not in out[0]
