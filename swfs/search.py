@@ -61,7 +61,6 @@ import shutil
 import sqlite3
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -91,6 +90,8 @@ RRF_K = 60  # reciprocal rank fusion constant (hybrid ranking)
 CANDIDATES = 200  # per ranking, before fusion
 MIN_SIMILARITY = 0.3  # cosine below which a unit is no vector candidate
 K1, B = 1.2, 0.75  # BM25's constants, tantivy's
+SCOPE_KEPT = 2.0  # seconds a caller's readable units answer their next queries
+SCOPES_KEPT = 64  # callers whose scopes are kept
 SNIPPET_CHARS = 160
 
 SYNTAX = """\
@@ -274,9 +275,17 @@ class SearchResult:
     error: str | None = None  # the query could not be run: why
     mode: str = "bm25"  # or "hybrid" with an embedding model
     behind: bool = False  # the index was still catching up with the parses
+    # The index cannot answer (it failed and is being rebuilt): why.  Never
+    # answered as "no hits".
+    unavailable: str | None = None
 
     def render(self) -> bytes:
         """What a file under .search/ holds."""
+        if self.unavailable is not None:
+            return (
+                f"# swfs search {json.dumps(self.query)}: the index is unavailable: "
+                f"{self.unavailable}\n"
+            ).encode("utf-8", "surrogateescape")
         if self.error is not None:
             return syntax_help(self.error).encode("utf-8", "surrogateescape")
         note = " (the index is still catching up with new parses)" if self.behind else ""
@@ -297,6 +306,7 @@ class SearchResult:
             "mode": self.mode,
             "error": self.error,
             "behind": self.behind,
+            "unavailable": self.unavailable,
             "hits": [h.as_json() for h in self.hits],
         }
 
@@ -328,16 +338,23 @@ DROP TABLE IF EXISTS units; DROP TABLE IF EXISTS contents; DROP TABLE IF EXISTS 
 def _private(path: Path) -> None:
     """Create the index closed to others, whatever the umask (the daemon runs
     with 0): it holds the text of every file.  SQLite gives its WAL and
-    shared-memory files the database file's mode."""
+    shared-memory files the database file's mode.
+
+    An existing index is never opened here, only changed by path: closing
+    any descriptor of the file drops every POSIX lock this process holds on
+    it, SQLite's included, and a connection elsewhere (a CLI command) that
+    then finds no other user at its close removes the WAL and shared-memory
+    files under this process's connections ("disk I/O error" ever after)."""
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    except FileExistsError:
+        with contextlib.suppress(OSError):  # a reader that does not own it
+            if os.stat(path).st_mode & 0o077:
+                os.chmod(path, 0o600)
+        return
     except OSError:
         return  # a reader without write access: sqlite says why
-    try:
-        if os.fstat(fd).st_mode & 0o077:
-            os.fchmod(fd, 0o600)
-    finally:
-        os.close(fd)
+    os.close(fd)  # new: no connection of this process has it open yet
 
 
 def _key(h: str, parser: str) -> str:
@@ -358,6 +375,9 @@ class _Scope:
     """The units one caller may read, and the statistics of those alone."""
 
     sizes: dict[int, int]  # unit id -> its text's length in bytes
+    paths: frozenset[str]  # the paths they may read
+    made: float  # time.monotonic() when it was made
+    generation: int  # of the index then
 
     @property
     def count(self) -> int:
@@ -369,7 +389,24 @@ class _Scope:
 
 
 class SearchIndex:
-    """The index of one workspace; the engine owns one."""
+    """The index of one workspace; the engine owns one.
+
+    Its store can fail at run time (its files removed or overwritten under
+    the daemon, a disk error): the indexer thread then logs it, says so in
+    ``health()`` (``swfs status``, ``swfs check``), answers every search as
+    unavailable (never as "no hits") and rebuilds the index from the parse
+    cache, without a remount.  A reader (``as_reader``: a command beside a
+    daemon) opens the index read-only and never changes its files."""
+
+    # Set by the indexer thread, read by any: why the index cannot answer
+    # (None: it can).  Connections made before a rebuild are not used after.
+    _trouble: str | None = None
+    _epoch = 0
+    _readonly = False
+    _files: tuple[int, ...] | None = None  # inodes of the database, its WAL and shm
+    # The database, open for as long as its connections (closing a descriptor
+    # of it would drop their locks: ``_private``): its header is read by it.
+    _fd: int | None = None
 
     def __init__(self, ws: Workspace, *, model: EmbedModel | None = None) -> None:
         self.ws = ws
@@ -386,12 +423,17 @@ class SearchIndex:
         self._generation = 0  # bumped after every indexer commit
         self._vec_cache: tuple[int, Any, Any] | None = None
         self._conns: list[sqlite3.Connection] = []
+        self._scopes: dict[Caller, _Scope] = {}  # oldest first
         self.text = TextIndex(self.path.with_name(TEXT_DIR))
 
     # -- connections
 
     def _connect(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
+        if conn is not None and getattr(self._local, "epoch", 0) != self._epoch:
+            conn = None  # made before a rebuild (closed by it)
+        if conn is None and self._readonly:
+            conn = self._connect_readonly()
         if conn is None:
             _private(self.path)
             conn = sqlite3.connect(
@@ -411,9 +453,94 @@ class SearchIndex:
                 with conn:
                     conn.execute("INSERT OR REPLACE INTO meta VALUES('schema', ?)", (SCHEMA,))
             self._local.conn = conn
+            self._local.epoch = self._epoch
             with self._lock:
                 self._conns.append(conn)
         return conn
+
+    def _connect_readonly(self) -> sqlite3.Connection:
+        """A connection that only reads: it neither creates, checkpoints nor
+        removes anything, so a daemon's index is safe from it."""
+        uri = f"{self.path.resolve().as_uri()}?mode=ro"
+        conn = sqlite3.connect(
+            uri, uri=True, timeout=30, check_same_thread=False, factory=PathSafeConnection
+        )
+        self._local.conn, self._local.epoch = conn, self._epoch
+        with self._lock:
+            self._conns.append(conn)
+        return conn
+
+    # -- the store's health (swfs status, swfs check)
+
+    def health(self) -> dict[str, Any]:
+        """``{"state": "ok"}``, or ``{"state": "rebuilding", "reason": ...}``
+        while the index is unavailable."""
+        trouble = self._trouble
+        return {"state": "ok"} if trouble is None else {"state": "rebuilding", "reason": trouble}
+
+    def _stat_files(self) -> tuple[int, ...] | None:
+        """The inodes of the database, its WAL and shared memory (by path:
+        nothing is opened), or None when one is missing."""
+        try:
+            return tuple(os.stat(str(self.path) + suffix).st_ino for suffix in ("", "-wal", "-shm"))
+        except OSError:
+            return None
+
+    def _check_files(self) -> str | None:
+        """Why the index's files are not those the connections opened, or None."""
+        if self._files is None:
+            self._files = self._stat_files()  # after the first pass: every file exists
+            if self._files is not None and self._fd is None:
+                with contextlib.suppress(OSError):
+                    self._fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+            return None
+        now = self._stat_files()
+        if now is None:
+            return "its files were removed under the daemon"
+        if now != self._files:
+            return "its files were replaced under the daemon"
+        if self._fd is not None and os.pread(self._fd, 16, 0) != b"SQLite format 3\x00":
+            return "its database file was overwritten under the daemon"
+        return None
+
+    def _failed(self, exc: BaseException) -> bool:
+        """Whether ``exc`` is the store failing (not a busy moment)."""
+        if isinstance(exc, sqlite3.OperationalError):
+            text = str(exc)
+            return "locked" not in text and "busy" not in text
+        # (ProgrammingError: a connection a rebuild closed under a late query)
+        return isinstance(exc, sqlite3.DatabaseError) and not isinstance(
+            exc, sqlite3.ProgrammingError
+        )
+
+    def _rebuild(self, reason: str) -> None:
+        """*slow*, the indexer thread: drop every connection and file of the
+        index and index every parse again (the search answers unavailable
+        meanwhile)."""
+        self._trouble = reason
+        log.error("%s: search index unavailable (%s): rebuilding it", self.path, reason)
+        with self._lock:
+            self._epoch += 1
+            for conn in self._conns:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.close()
+            self._conns.clear()
+            if self._fd is not None:  # after the connections: no lock of theirs is left
+                os.close(self._fd)
+                self._fd = None
+            self.text.close()
+            for suffix in ("", "-wal", "-shm", "-journal"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(str(self.path) + suffix)
+            shutil.rmtree(self.text.directory, ignore_errors=True)
+        self._files = None
+        self._everything = True
+        stats = self.catch_up()
+        self._files = self._stat_files()
+        self._trouble = None
+        log.warning(
+            "%s: search index rebuilt (%d parses, %d units)", self.path, stats.contents, stats.units
+        )
 
     def close(self) -> None:
         self.stop()
@@ -422,6 +549,9 @@ class SearchIndex:
                 with contextlib.suppress(sqlite3.Error):
                     conn.close()
             self._conns.clear()
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
         self._local = threading.local()
         self.text.close()
 
@@ -474,11 +604,17 @@ class SearchIndex:
                 time.sleep(GATHER)
             self._wake.clear()
             try:
+                trouble = self._trouble or self._check_files()
+                if trouble is not None:
+                    self._rebuild(trouble)
                 self.catch_up()
                 self.text.close_new_files()  # segments merged since the last commit
-            except Exception:
+            except Exception as exc:
                 # A broken index must not take the daemon down; searching says so.
                 log.exception("%s: indexing failed", self.path)
+                if self._failed(exc):
+                    self._trouble = f"{type(exc).__name__}: {exc}"
+                    self._wake.set()  # rebuilt on the next pass
                 time.sleep(1.0)
 
     def wait_idle(self, timeout: float) -> bool:
@@ -487,9 +623,11 @@ class SearchIndex:
 
     def as_reader(self) -> None:
         """Only query: another process (the daemon) keeps this index, and
-        whether it is behind is not known here."""
+        whether it is behind is not known here.  Its files are opened
+        read-only: nothing here may disturb the daemon's connections."""
         self._everything = False
         self._pending.clear()
+        self._readonly = True
 
     @property
     def behind(self) -> bool:
@@ -645,7 +783,12 @@ class SearchIndex:
             return SearchResult(text, error=str(exc))
         limit = max(1, min(limit, MAX_LIMIT))
         check = AccessCheck(self.ws.access, caller)
-        self._connect()  # an index of another layout is dropped before tantivy opens it
+        if self._trouble is not None:
+            return SearchResult(text, unavailable=f"{self._trouble}; it is being rebuilt")
+        try:
+            self._connect()  # an index of another layout is dropped before tantivy opens it
+        except sqlite3.Error as exc:
+            return SearchResult(text, unavailable=str(exc))
         try:
             scope = None if self._sees_all(caller) else self._scope(check)
             want = limit if self.model is None else CANDIDATES
@@ -660,7 +803,13 @@ class SearchIndex:
                 vec = self._vector(query, check, CANDIDATES, scope)
                 hits = _fuse(bm25, vec, limit)
                 mode = "hybrid"
-        except (sqlite3.OperationalError, ValueError) as exc:
+        except (sqlite3.Error, ValueError) as exc:
+            if isinstance(exc, sqlite3.Error) and self._failed(exc):
+                # The store failed, not the query: the indexer rebuilds it.
+                if not self._readonly:
+                    self._trouble = self._trouble or f"{type(exc).__name__}: {exc}"
+                    self._wake.set()
+                return SearchResult(text, unavailable=f"{exc}; it is being rebuilt")
             # A query the index refuses (the syntax check above should catch all).
             return SearchResult(text, error=f"the index refused the query: {exc}")
         return SearchResult(text, tuple(hits[:limit]), mode=mode, behind=self.behind)
@@ -675,18 +824,39 @@ class SearchIndex:
             return False
 
     def _scope(self, check: AccessCheck) -> _Scope:
-        """The units of the contents some path the caller may read shows."""
+        """The units of the contents some path the caller may read shows.
+        Kept for a caller's queries of the next ``SCOPE_KEPT`` seconds while
+        the index does not change: a unit added since is in none (the
+        caller's own new units count from the next), and one whose file
+        was closed to them since is one they could read until then."""
+        now = time.monotonic()
+        with self._lock:
+            kept = self._scopes.get(check.caller)
+        if (
+            kept is not None
+            and kept.generation == self._generation
+            and now - kept.made < SCOPE_KEPT
+        ):
+            return kept
         conn = self._connect()
         readable: set[int] = set()
+        paths: set[str] = set()
         for raw, cid in conn.execute("SELECT raw, content FROM files"):
-            if cid not in readable and check.may_read(path_of(raw)):
+            rel = path_of(raw)
+            if check.may_read(rel):
                 readable.add(cid)
+                paths.add(rel)
         sizes = {
             uid: size
             for uid, cid, size in conn.execute("SELECT id, content, size FROM units")
             if cid in readable
         }
-        return _Scope(sizes)
+        scope = _Scope(sizes, frozenset(paths), now, self._generation)
+        with self._lock:
+            self._scopes[check.caller] = scope
+            while len(self._scopes) > SCOPES_KEPT:
+                del self._scopes[next(iter(self._scopes))]
+        return scope
 
     def _bm25_within(
         self, query: Query, check: AccessCheck, limit: int, scope: _Scope
@@ -698,44 +868,66 @@ class SearchIndex:
         if not scope.count:
             return []
         searcher = self.text.searcher()
+        text = self.text
         terms = sorted({t for w in (*query.words, *query.phrases) for t in self._terms(w)})
         units = list(scope.sizes)
-        df = {
-            t: self.text.count(searcher, self.text.within(self.text.term(t), units)) for t in terms
-        }
         n, avg = scope.count, scope.average
+        term_queries = {t: text.term(t) for t in terms}
+        holding = {  # term -> the scope's documents holding it
+            t: {(a.segment_ord, a.doc) for a in text.matching(searcher, text.within(q, units), n)}
+            for t, q in term_queries.items()
+        }
+        df = {t: len(holding[t]) for t in terms}
         idf = {t: math.log(1.0 + (n - df[t] + 0.5) / (df[t] + 0.5)) for t in terms}
-        pool: list[tuple[int, float, str, str, str, Freshness, str]] = []
-        seen: set[tuple[str, int]] = set()
+        # Every match in the scope is scored (the order tantivy finds them
+        # in is by its own statistics); which of them are shown is decided
+        # after, in the order of these scores.
+        pool: list[tuple[int, float, str, str, str, str, int, Any]] = []
         done: set[int] = set()
         for k, expr in _tiers(query):
-            found = self.text.matching(searcher, self.text.within(self.text.parse(expr), units), n)
-            found = [(uid, text) for uid, text in found if uid not in done]
-            done.update(uid for uid, _ in found)
+            found = []
+            for addr in text.matching(searcher, text.within(text.parse(expr), units), n):
+                uid = text.unit_at(searcher, addr)
+                if uid not in done:
+                    done.add(uid)
+                    found.append((uid, addr))
             rows = self._units(query, [uid for uid, _ in found])
-            for uid, text in found:
-                kept = []
-                for name, locator, key, rel in rows.get(uid, ()):
-                    fresh = self._hit_of(check, rel, key, seen, uid)
-                    if fresh is not None:
-                        kept.append((rel, name, locator, fresh))
+            for uid, addr in found:
+                kept = [r for r in rows.get(uid, ()) if r[3] in scope.paths]
                 if not kept:
                     continue
-                tf = Counter(self.text.analyze(text))
                 norm = K1 * (1.0 - B + B * scope.sizes.get(uid, 0) / avg) if avg else K1
-                score = sum(idf[t] * tf[t] * (K1 + 1.0) / (tf[t] + norm) for t in terms if tf[t])
-                for rel, name, locator, fresh in kept:
-                    pool.append((k, score, rel, name, locator, fresh, text))
+                score = 0.0
+                at = (addr.segment_ord, addr.doc)
+                for t in terms:
+                    if at in holding[t]:
+                        tf = text.frequency(searcher, t, term_queries[t], addr)
+                        score += idf[t] * tf * (K1 + 1.0) / (tf + norm)
+                for name, locator, key, rel in kept:
+                    pool.append((k, score, rel, name, locator, key, uid, addr))
             if len(pool) >= limit:
                 break
         pool.sort(key=lambda p: (-p[0], -p[1], p[2], p[3]))
         weights = {t: 1.0 / (1.0 + df[t]) for t in terms if df[t]}
         out: list[Hit] = []
-        for k, bm25, rel, name, locator, fresh, text in pool[:limit]:
-            snippet = _flatten(self.text.highlight(text, weights, SNIPPET_CHARS))
+        seen: set[tuple[str, int]] = set()
+        for k, bm25, rel, name, locator, key, uid, addr in pool:
+            fresh = self._hit_of(check, rel, key, seen, uid)
+            if fresh is None:
+                continue  # closed or gone since the scope was made
+            passage = text.highlight(text.text_at(searcher, addr), weights, SNIPPET_CHARS)
             out.append(
-                Hit(rel, name, f"{escaped(rel)}#{locator}", k + bm25 / (bm25 + 1.0), fresh, snippet)
+                Hit(
+                    rel,
+                    name,
+                    f"{escaped(rel)}#{locator}",
+                    k + bm25 / (bm25 + 1.0),
+                    fresh,
+                    _flatten(passage),
+                )
             )
+            if len(out) >= limit:
+                break
         return out
 
     def _terms(self, tokens: Sequence[str]) -> list[str]:

@@ -5,16 +5,18 @@ and stored) and ``text`` (English stemming, stored for snippets).  Only the
 daemon's indexer thread (or a command run without a daemon) writes; any
 process may read.  Deletes are by unit id.
 
-``analyze``, ``within``, ``count`` and ``highlight`` serve the queries of a
-caller who may read only part of the index (``swfs.search``): the same
-tokens as the index's own analyzer, a filter to a set of units, a count of
-matches, and the best passage of a text by weights given by the caller.
+``within``, ``matching``, ``frequency`` and ``highlight`` serve the queries
+of a caller who may read only part of the index (``swfs.search``): a query
+filtered to a set of units, every document it matches, how often a
+document holds a term, and the best passage of a text by weights the
+caller gives; ``analyze`` gives the index's own terms of a text.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import threading
 import time
 from collections.abc import Iterable, Mapping
@@ -49,6 +51,11 @@ def _analyzer() -> Any:
         .filter(tantivy.Filter.stemmer("english"))
         .build()
     )
+
+
+# A term's frequency in a document, in the explanation of a term query's
+# score: BM25's inputs, without the whole index's statistics around them.
+_FREQ = re.compile(r'"value":\s*([0-9.eE+-]+),\s*"description":\s*"freq, occurrences of term')
 
 
 def _schema() -> Any:
@@ -217,18 +224,27 @@ class TextIndex:
         return tantivy.Query.term_query(self.schema, "text", term)
 
     @staticmethod
-    def count(searcher: Any, query: Any) -> int:
-        return int(searcher.search(query, 1, count=True).count)
+    def matching(searcher: Any, query: Any, most: int) -> list[Any]:
+        """The address of every document matching ``query``, up to
+        ``most``, in no meaningful order (their scores are not used)."""
+        return [addr for _score, addr in searcher.search(query, max(1, most), count=False).hits]
 
     @staticmethod
-    def matching(searcher: Any, query: Any, most: int) -> list[tuple[int, str]]:
-        """(unit, text) of every document matching ``query``, up to
-        ``most``, in no meaningful order (their scores are not used)."""
-        out = []
-        for _score, addr in searcher.search(query, max(1, most), count=False).hits:
-            doc = searcher.doc(addr)
-            out.append((int(doc["unit"][0]), str(doc["text"][0])))
-        return out
+    def unit_at(searcher: Any, addr: Any) -> int:
+        return int(searcher.doc(addr)["unit"][0])
+
+    @staticmethod
+    def text_at(searcher: Any, addr: Any) -> str:
+        return str(searcher.doc(addr)["text"][0])
+
+    def frequency(self, searcher: Any, term: str, query: Any, addr: Any) -> int:
+        """How many times the document at ``addr`` (which holds it) holds
+        ``term`` (``query``: ``self.term(term)``), as its postings say;
+        counted in its text where tantivy's explanation does not say."""
+        found = _FREQ.search(query.explain(searcher, addr).to_json())
+        if found is not None:
+            return int(float(found.group(1)))
+        return self.analyze(self.text_at(searcher, addr)).count(term)
 
     def highlight(self, text: str, weights: Mapping[str, float], chars: int = 160) -> str:
         """The best passage of ``text``, its matched words in ``**bold**``:
