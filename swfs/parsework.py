@@ -21,6 +21,7 @@ time may move.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import os
@@ -37,8 +38,9 @@ import trio
 import trio_parallel
 
 from parsers import registry
-from parsers._base import FileInfo, ParseFailed, ParseOptions, UnsupportedFormat
+from parsers._base import FileInfo, ParseFailed, ParseOptions, Unit, UnsupportedFormat
 
+from . import sandbox
 from .fsutil import hash_fd, open_to_read
 
 log = logging.getLogger(__name__)
@@ -135,19 +137,19 @@ def _ran_out_of_memory(outcome: ParseOutcome) -> bool:
 def parse_job(
     abs_path: str, rel: str, options: ParseOptions, timeout: float | None = None
 ) -> ParseOutcome:
-    """Runs in a worker process: open, hash, parse, check nothing moved.
+    """Runs in a worker process: open, hash, have a confined child parse,
+    check nothing moved.
 
-    ``timeout``: seconds this job may take, counted here, from the job's
-    start: a worker still starting up (its imports take seconds on a loaded
-    machine) uses none of it.  Past it SIGALRM, left at its default action,
-    ends the process wherever it is, in a native library's loop too; the
-    pool reports that as a timeout (``ALARM``)."""
+    ``timeout``: seconds the parse may take, counted from the job's start
+    (a worker still starting up uses none of it).  Past it the child and
+    everything it started are killed; the worker lives on.  A backstop
+    alarm, later, ends the worker itself should it hang reading the file."""
     global _out_of_memory
     if timeout is not None:
         signal.signal(signal.SIGALRM, signal.SIG_DFL)
-        signal.setitimer(signal.ITIMER_REAL, max(timeout, 0.001))
+        signal.setitimer(signal.ITIMER_REAL, max(timeout, 0.001) + BACKSTOP)
     try:
-        outcome = _parse_job(abs_path, rel, options)
+        outcome = _parse_job(abs_path, rel, options, timeout)
     finally:
         if timeout is not None:
             signal.setitimer(signal.ITIMER_REAL, 0)
@@ -156,7 +158,13 @@ def parse_job(
     return outcome
 
 
-def _parse_job(abs_path: str, rel: str, options: ParseOptions) -> ParseOutcome:
+# Seconds past the parse's own timeout before the worker's alarm ends it.
+BACKSTOP = 30.0
+
+
+def _parse_job(
+    abs_path: str, rel: str, options: ParseOptions, timeout: float | None = None
+) -> ParseOutcome:
     t0 = time.monotonic()
     try:
         fd = open_to_read(abs_path, os.O_NOFOLLOW | os.O_NONBLOCK)
@@ -171,6 +179,10 @@ def _parse_job(abs_path: str, rel: str, options: ParseOptions) -> ParseOutcome:
             copy = _snapshot(fd, st.st_size)
             if copy is not None and _moved(st, os.fstat(fd)):
                 return ParseOutcome(CHANGED)
+        elif os.geteuid() != 0 and sandbox.mode() != sandbox.OFF:
+            # An ordinary user's child runs as that user: it must not get a
+            # descriptor of the user's own file (fchmod works on any).
+            copy = _private_copy(fd, st.st_size)
         read_fd = fd if copy is None else copy
         h = hash_fd(read_fd)
         info = file_info_from_fd(read_fd, rel, st.st_size)
@@ -178,32 +190,16 @@ def _parse_job(abs_path: str, rel: str, options: ParseOptions) -> ParseOutcome:
         if parser is None:
             return ParseOutcome(UNSUPPORTED, hash=h)
         key = parser.cache_key(info)
-        error: str | None = None
-        try:
-            _, units = registry.parse(f"/proc/self/fd/{read_fd}", info, options)
-        except UnsupportedFormat as exc:
-            return ParseOutcome(UNSUPPORTED, hash=h, error=_one_line(str(exc)))
-        except ParseFailed as exc:
-            status, error = FAILED, _one_line(str(exc) or type(exc).__name__)
-            units = []
-        except MemoryError:
-            status, error = FAILED, f"{OUT_OF_MEMORY} while parsing"
-            units = []
-        except RecursionError:
-            status, error = FAILED, "document structure nested too deeply"
-            units = []
-        except Exception as exc:  # a parser bug or a library's surprise: fail this file only
-            status, error = FAILED, _one_line(f"{type(exc).__name__}: {exc}")
-            units = []
-        else:
-            status = OK
+        status, units, error = _parse_confined(read_fd, st, info, options, timeout, t0)
+        if status == UNSUPPORTED:
+            return ParseOutcome(UNSUPPORTED, hash=h, error=error)
         if _moved(st, os.fstat(fd)):
             return ParseOutcome(CHANGED, hash=h, parser=key)
         return ParseOutcome(
             status,
             hash=h,
             parser=key,
-            units=tuple((u.name, u.locator, u.text) for u in units),
+            units=units,
             error=error,
             secs=time.monotonic() - t0,
         )
@@ -211,6 +207,156 @@ def _parse_job(abs_path: str, rel: str, options: ParseOptions) -> ParseOutcome:
         os.close(fd)
         if copy is not None:
             os.close(copy)
+
+
+_children: sandbox.Children | None = None
+
+
+def _parse_confined(
+    fd: int,
+    st: os.stat_result,
+    info: FileInfo,
+    options: ParseOptions,
+    timeout: float | None,
+    t0: float,
+) -> tuple[str, tuple[tuple[str, str, str], ...], str | None]:
+    """(status, units, error) of parsing ``fd`` in a confined child."""
+    global _children
+    if _children is None:
+        _children = sandbox.Children({"parse": _child_parse}, _child_ready)
+    try:
+        child = _children.get(sandbox.file_domain(st), _cap_bytes)
+    except sandbox.SandboxError as exc:
+        return FAILED, (), _one_line(str(exc))
+    request = {
+        "op": "parse",
+        "rel": info.name,
+        "ext": info.extension,
+        "size": info.size,
+        "options": dataclasses.asdict(options),
+    }
+    deadline = None if timeout is None else t0 + timeout
+    limit = options.max_text_bytes * 4 + (1 << 20)  # UTF-8, and names and locators
+    try:
+        reply, blobs = child.call(request, [fd], deadline, limit)
+    except TimeoutError:
+        _children.drop()
+        log.warning("%s: parse timed out after %g s", info.name, timeout or 0)
+        return FAILED, (), f"parse timed out after {timeout:g} s"
+    except EOFError:
+        reason = child.exit_reason() or "ended without an answer"
+        _children.drop()
+        log.warning("%s: parser process died: %s", info.name, reason)
+        return FAILED, (), f"parser process died ({reason})"
+    except (OSError, sandbox.SandboxError) as exc:
+        _children.drop()
+        log.warning("%s: parse sandbox: %s", info.name, exc)
+        return FAILED, (), _one_line(f"parse sandbox: {exc}")
+    outcome = _checked_reply(reply, blobs)
+    _children.after(child, reply if outcome is not None else None)
+    if outcome is None:
+        log.warning("%s: the parser's answer was out of protocol; discarded", info.name)
+        return FAILED, (), "the parser's answer was out of protocol"
+    return outcome
+
+
+_STATUSES = frozenset({OK, FAILED, UNSUPPORTED})
+
+
+def _checked_reply(
+    reply: dict[str, object], blobs: list[bytes]
+) -> tuple[str, tuple[tuple[str, str, str], ...], str | None] | None:
+    """The reply of a child, checked field by field; None if malformed."""
+    status, error, names = reply.get("status"), reply.get("error"), reply.get("units", [])
+    if status not in _STATUSES or not (error is None or isinstance(error, str)):
+        return None
+    if not isinstance(names, list) or len(names) != len(blobs):
+        return None
+    units: list[tuple[str, str, str]] = []
+    for pair, blob in zip(names, blobs, strict=True):
+        if not (
+            isinstance(pair, list)
+            and len(pair) == 2
+            and isinstance(pair[0], str)
+            and isinstance(pair[1], str)
+        ):
+            return None
+        try:
+            text = blob.decode("utf-8", "surrogatepass")
+        except UnicodeDecodeError:
+            return None
+        units.append((pair[0], pair[1], text))
+    return str(status), tuple(units), None if error is None else _one_line(error)
+
+
+def _child_ready() -> None:
+    """In a fresh child: its address space, for its retirement."""
+    global _started_bytes
+    _started_bytes = _address_space()
+
+
+def _child_parse(req: dict[str, object], fds: list[int]) -> tuple[dict[str, object], list[bytes]]:
+    """Runs in the confined child: parse one file (the descriptor sent)."""
+    fd = fds[0]
+    size = req.get("size")
+    info = FileInfo(
+        name=str(req.get("rel")),
+        extension=str(req.get("ext")),
+        size=size if isinstance(size, int) else os.fstat(fd).st_size,
+        head=os.pread(fd, 4096, 0),
+    )
+    raw = req.get("options")
+    options = ParseOptions(**raw) if isinstance(raw, dict) else ParseOptions()
+    units: list[Unit] = []
+    error: str | None = None
+    retire = False
+    try:
+        _, units = registry.parse(f"/proc/self/fd/{fd}", info, options)
+    except UnsupportedFormat as exc:
+        return {"status": UNSUPPORTED, "error": _one_line(str(exc))}, []
+    except ParseFailed as exc:  # a parser's own verdict: the child is sound
+        status, error = FAILED, _one_line(str(exc) or type(exc).__name__)
+    except MemoryError:
+        status, error, retire = FAILED, f"{OUT_OF_MEMORY} while parsing", True
+    except RecursionError:
+        status, error, retire = FAILED, "document structure nested too deeply", True
+    except Exception as exc:  # a parser bug or a library's surprise: fail this file only
+        status, error, retire = FAILED, _one_line(f"{type(exc).__name__}: {exc}"), True
+    else:
+        status = OK
+    retire = retire or _retire_worker()
+    return (
+        {
+            "status": status,
+            "error": error,
+            "units": [[u.name, u.locator] for u in units],
+            "retire": retire,
+        },
+        [u.text.encode("utf-8", "surrogatepass") for u in units],
+    )
+
+
+def _private_copy(fd: int, size: int) -> int | None:
+    """An unlinked copy of ``fd`` in the temporary folder (None: parse in place)."""
+    import tempfile
+
+    try:
+        with tempfile.TemporaryFile() as f:
+            copy = os.dup(f.fileno())
+    except OSError:
+        return None
+    try:
+        offset = 0
+        while offset < size:
+            block = os.pread(fd, min(_COPY_BLOCK, size - offset), offset)
+            if not block:
+                break
+            offset += os.pwrite(copy, block, offset)
+    except OSError as exc:
+        log.debug("parsing in place: copying: %s", exc)
+        os.close(copy)
+        return None
+    return copy
 
 
 def _moved(before: os.stat_result, after: os.stat_result) -> bool:

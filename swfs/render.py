@@ -74,6 +74,7 @@ MAX_SIDE = 16_384
 CONVERT_TIMEOUT = 120.0  # seconds for one LibreOffice conversion and its page count
 PAGE_TIMEOUT = 60.0  # seconds for one page's render
 WORKER_START = 120.0  # seconds a render worker process may take to start
+WORKER_GRACE = 30.0  # seconds past a job's own limit before its worker is killed
 MEMORY_MB = 3072  # address-space cap per render worker
 WORKERS = 2  # render worker processes at once
 ERROR_UNIT = "error.md"
@@ -343,8 +344,9 @@ class RenderError(Exception):
 _ODF = frozenset({".odt", ".ott", ".odp", ".otp", ".ods"})
 
 
-def _convert(src: str, route: Route, ext: str, out: Path) -> None:
-    """LibreOffice: ``src`` to PDF at ``out`` (bounded as in parsers.soffice)."""
+def _convert(src: str, route: Route, ext: str) -> bytes:
+    """LibreOffice: ``src`` to PDF (bounded as in parsers.soffice): its bytes.
+    Runs in the confined child."""
     from parsers._base import FileInfo, ParseFailed, ParseOptions
     from parsers.soffice import SofficeMissing, converted
     from parsers.zipguard import OLE_MAGIC, OOXML_EXTENSIONS, ZIP_MAGIC, check_container
@@ -365,8 +367,7 @@ def _convert(src: str, route: Route, ext: str, out: Path) -> None:
         with converted(
             src, extension=ext, infilter=route.infilter, target=route.target, kind=route.kind
         ) as pdf:
-            out.parent.mkdir(parents=True, exist_ok=True)
-            save_file(out, Path(pdf).read_bytes())
+            return Path(pdf).read_bytes()
     except SofficeMissing as exc:
         raise RenderError(
             f"{route.kind} ({ext}) needs LibreOffice (soffice), which is not installed"
@@ -375,11 +376,123 @@ def _convert(src: str, route: Route, ext: str, out: Path) -> None:
         raise RenderError(_one_line(str(exc) or type(exc).__name__)) from exc
 
 
-def layout_job(abs_path: str, h: str, sig: Signature, cache_root: str) -> tuple[str, str | None]:
+# -- the confined child's side (swfs.sandbox): no cache, no SRC, one descriptor
+
+
+def _child_layout(req: dict[str, Any], fds: list[int]) -> tuple[dict[str, Any], list[bytes]]:
+    """Count the units of the file sent; an office file is converted to PDF
+    first, and the PDF comes back as a blob."""
+    source = f"/proc/self/fd/{fds[0]}"
+    ext = str(req.get("ext", ""))
+    route = ROUTES.get(ext) if req.get("convert") else None
+    blobs: list[bytes] = []
+    try:
+        if route is not None:
+            pdf = _convert(source, route, ext)
+            blobs = [pdf]
+            import pymupdf
+
+            try:
+                doc = pymupdf.open(stream=pdf, filetype="pdf")
+            except Exception as exc:
+                raise RenderError(
+                    f"LibreOffice made an unreadable PDF: {_one_line(str(exc))}"
+                ) from exc
+        else:
+            doc = _open_pdf(source)
+        try:
+            pages = int(doc.page_count)
+        finally:
+            doc.close()
+        return {"pages": pages}, blobs
+    except RenderError as exc:
+        return {"error": str(exc), "kind": "render"}, []
+    except MemoryError:
+        return {"error": f"out of memory (cap {_memory_cap_mb()} MB)", "retire": True}, []
+    except Exception as exc:  # a library's surprise: this file only
+        return {"error": _one_line(f"{type(exc).__name__}: {exc}"), "retire": True}, []
+
+
+def _child_page(req: dict[str, Any], fds: list[int]) -> tuple[dict[str, Any], list[bytes]]:
+    """Render one page of the PDF sent."""
+    index, dpi = req.get("index"), req.get("dpi")
+    if not isinstance(index, int) or not isinstance(dpi, (int, float)):
+        return {"error": "bad request"}, []
+    try:
+        return {}, [_render_page(f"/proc/self/fd/{fds[0]}", index, float(dpi))]
+    except RenderError as exc:
+        return {"error": str(exc)}, []
+    except MemoryError:
+        return {
+            "error": f"out of memory rendering this page (cap {_memory_cap_mb()} MB)",
+            "retire": True,
+        }, []
+    except Exception as exc:
+        return {"error": _one_line(f"{type(exc).__name__}: {exc}"), "retire": True}, []
+
+
+_children: Any = None
+
+
+def _confined(
+    op: dict[str, Any], fd: int, domain: object, deadline: float, limit: float
+) -> tuple[dict[str, Any], list[bytes]] | tuple[str, str]:
+    """Run ``op`` on ``fd`` in a confined child of this worker: its reply,
+    or ('timeout' | 'crashed', error) when it gave none."""
+    from . import sandbox
+
+    global _children
+    if _children is None:
+        _children = sandbox.Children({"layout": _child_layout, "page": _child_page})
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    memory = 0 if soft == resource.RLIM_INFINITY else soft
+    try:
+        child = _children.get(domain, memory)
+    except sandbox.SandboxError as exc:
+        return "crashed", _one_line(str(exc))
+    try:
+        reply, blobs = child.call(op, [fd], deadline)
+    except TimeoutError:
+        _children.drop()
+        return "timeout", f"timed out after {limit:g} s"
+    except EOFError:
+        reason = child.exit_reason() or "ended without an answer"
+        _children.drop()
+        return "crashed", f"render process died ({reason}; memory cap {_memory_cap_mb()} MB)"
+    except (OSError, sandbox.SandboxError) as exc:
+        _children.drop()
+        return "crashed", _one_line(f"render sandbox: {exc}")
+    _children.after(child, reply)
+    error = reply.get("error")
+    if error is not None and not isinstance(error, str):
+        return "crashed", "the renderer's answer was out of protocol"
+    return reply, blobs
+
+
+def _domain(path: str | None) -> object:
+    from . import sandbox
+
+    if path is None:
+        return None
+    try:
+        return sandbox.file_domain(os.stat(path))
+    except OSError:
+        return None
+
+
+def layout_job(
+    abs_path: str,
+    h: str,
+    sig: Signature,
+    cache_root: str,
+    timeout: float = CONVERT_TIMEOUT,
+) -> tuple[str, str | None]:
     """Worker: count the units of ``abs_path`` (content ``h``), converting an
-    office file to PDF first; store the layout.  Returns (status, error)
-    with status 'ok', 'failed' (stored: the hash cannot be rendered),
-    'changed' or 'transient' (not stored: try again later)."""
+    office file to PDF first (in a confined child); store the layout.
+    Returns (status, error) with status 'ok', 'failed' (stored: the hash
+    cannot be rendered), 'changed', 'transient' (not stored: try again
+    later), 'timeout' or 'crashed'."""
+    deadline = time.monotonic() + timeout
     cache = RenderCache(Path(cache_root))
     ext = extension(abs_path)
     route = ROUTES.get(ext)
@@ -391,38 +504,41 @@ def layout_job(abs_path: str, h: str, sig: Signature, cache_root: str) -> tuple[
     except OSError as exc:
         return "changed", _one_line(f"cannot open: {exc.strerror}")
     try:
-        try:
-            if route is None:
-                doc = _open_pdf(f"/proc/self/fd/{fd}")
-            else:
-                pdf = cache.pdf_path(h)
-                if not pdf.exists():
-                    _convert(f"/proc/self/fd/{fd}", route, ext, pdf)
-                doc = _open_pdf(str(pdf))
+        pdf = cache.pdf_path(h)
+        cached = route is not None and pdf.exists()
+        source = fd
+        if cached:
             try:
-                pages = doc.page_count
-            finally:
-                doc.close()
-            if _signature(os.fstat(fd)) != sig:
-                return "changed", None
-            if pages == 0:
-                raise RenderError("no pages")
-        except RenderError as exc:
-            if _signature(os.fstat(fd)) != sig:
-                return "changed", None
-            error = str(exc)
+                source = os.open(pdf, os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                cached = False
+        try:
+            op = {"op": "layout", "ext": ext, "convert": route is not None and not cached}
+            answer = _confined(op, source, _domain(abs_path), deadline, timeout)
+        finally:
+            if source != fd:
+                os.close(source)
+        if len(answer) == 2 and isinstance(answer[0], str):
+            return answer
+        reply, blobs = answer
+        if _signature(os.fstat(fd)) != sig:
+            return "changed", None
+        error = reply.get("error")
+        pages = reply.get("pages")
+        if error is None and (not isinstance(pages, int) or pages < 0):
+            error = "the renderer's answer was out of protocol"
+        if error is None and pages == 0:
+            error = "no pages"
+        if error is not None:
             if "not installed" in error:
                 return "transient", error  # installing LibreOffice fixes it
             _save_json(cache.layout_path(h), {"unit": unit, "pages": 0, "error": error})
             return "failed", error
-        except MemoryError:
-            error = f"out of memory (cap {_memory_cap_mb()} MB)"
-            _save_json(cache.layout_path(h), {"unit": unit, "pages": 0, "error": error})
-            return "failed", error
-        except Exception as exc:  # a library's surprise: this file only
-            error = _one_line(f"{type(exc).__name__}: {exc}")
-            _save_json(cache.layout_path(h), {"unit": unit, "pages": 0, "error": error})
-            return "failed", error
+        if route is not None and not cached:
+            if len(blobs) != 1:
+                return "crashed", "the renderer's answer was out of protocol"
+            pdf.parent.mkdir(parents=True, exist_ok=True)
+            save_file(pdf, blobs[0])
         _save_json(cache.layout_path(h), {"unit": unit, "pages": pages})
         return "ok", None
     finally:
@@ -430,11 +546,21 @@ def layout_job(abs_path: str, h: str, sig: Signature, cache_root: str) -> tuple[
 
 
 def render_job(
-    abs_path: str | None, h: str, sig: Signature | None, cache_root: str, dpi: float, name: str
+    abs_path: str | None,
+    h: str,
+    sig: Signature | None,
+    cache_root: str,
+    dpi: float,
+    name: str,
+    timeout: float = PAGE_TIMEOUT,
+    owner: str | None = None,
 ) -> tuple[str, str | None]:
-    """Worker: render unit ``name`` of content ``h`` to PNG in the cache.
-    ``abs_path``: the native PDF (checked against ``sig``); None: the
-    cached LibreOffice conversion.  Returns (status, error) as layout_job."""
+    """Worker: render unit ``name`` of content ``h`` to PNG in the cache (in
+    a confined child).  ``abs_path``: the native PDF (checked against
+    ``sig``); None: the cached LibreOffice conversion.  ``owner``: the
+    native file, whose owner decides which child may render it.  Returns
+    (status, error) as layout_job."""
+    deadline = time.monotonic() + timeout
     cache = RenderCache(Path(cache_root))
     layout = cache.layout(h)
     if layout is None or layout.error:
@@ -452,26 +578,31 @@ def render_job(
                 return "changed", None
             except OSError as exc:
                 return "changed", _one_line(f"cannot open: {exc.strerror}")
-            source = f"/proc/self/fd/{fd}"
+            source = fd
         else:
-            source = str(cache.pdf_path(h))
+            try:
+                source = os.open(cache.pdf_path(h), os.O_RDONLY | os.O_CLOEXEC)
+            except OSError as exc:
+                return "transient", _one_line(f"no conversion: {exc.strerror}")
         try:
-            data = _render_page(source, number - 1, dpi)
-        except RenderError as exc:
-            error = str(exc)
-        except MemoryError:
-            error = f"out of memory rendering this page (cap {_memory_cap_mb()} MB)"
-        except Exception as exc:
-            error = _one_line(f"{type(exc).__name__}: {exc}")
-        else:
-            if fd is not None and _signature(os.fstat(fd)) != sig:
-                return "changed", None
-            path = cache.png_path(h, dpi, name)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            save_file(path, data)
-            return "ok", None
+            op = {"op": "page", "index": number - 1, "dpi": dpi}
+            answer = _confined(op, source, _domain(abs_path or owner), deadline, timeout)
+        finally:
+            if source != fd:
+                os.close(source)
+        if len(answer) == 2 and isinstance(answer[0], str):
+            return answer
+        reply, blobs = answer
         if fd is not None and _signature(os.fstat(fd)) != sig:
             return "changed", None
+        error = reply.get("error")
+        if error is None:
+            if len(blobs) != 1 or not blobs[0].startswith(b"\x89PNG\r\n\x1a\n"):
+                return "crashed", "the renderer's answer was out of protocol"
+            path = cache.png_path(h, dpi, name)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            save_file(path, blobs[0])
+            return "ok", None
         path = cache.error_path(h, dpi, name)
         path.parent.mkdir(parents=True, exist_ok=True)
         save_file(path, error.encode("utf-8"))
@@ -715,6 +846,7 @@ class Renderer:
                 h,
                 sig,
                 str(self.cache.root),
+                self.convert_timeout,
             )
             if status != "changed":
                 if status in ("transient", "timeout", "crashed"):
@@ -885,6 +1017,8 @@ class Renderer:
                 str(self.cache.root),
                 self.dpi,
                 name,
+                self.page_timeout,
+                self._src_path(rel),
             )
             if status in ("timeout", "crashed"):
                 # Not stored: a busy machine may have caused it.  Remembered
@@ -952,7 +1086,10 @@ class Renderer:
             with trio.move_on_after(WORKER_START):
                 with suppress(trio_parallel.BrokenWorkerError):
                     await ctx.run_sync(_ready, kill_on_cancel=True, limiter=self._unbounded)
-            with trio.move_on_after(limit):
+            # The worker times the job itself (its confined child is killed
+            # at the limit, the worker lives on); this bound only catches a
+            # worker that hangs.
+            with trio.move_on_after(limit + WORKER_GRACE):
                 try:
                     return await ctx.run_sync(
                         fn, *args, kill_on_cancel=True, limiter=self._unbounded

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import shutil
 import struct
 import subprocess
 import tempfile
 import textwrap
+import threading
 import time
 import zipfile
 from collections.abc import Iterator
@@ -252,31 +254,69 @@ def test_encrypted_doc_stays_encrypted_without_soffice(
 
 
 @pytest.fixture
-def fake_soffice(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
+def fake_soffice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Path, str]]:
     """A 'LibreOffice' that never finishes and leaves a grandchild: both
-    must be killed.  Yields (program, pid file of the grandchild)."""
-    pids = tmp_path / "pids"
-    program = tmp_path / "hung-office"
+    must be killed.  Yields (program, the token its processes carry).
+
+    In the parse sandbox the program cannot write anywhere the test can
+    read, so its processes are found by the token in their command lines."""
+    token = f"1000.{random.randrange(10**6):06d}"
+    # Laid out like an install outside /usr (office/program/soffice), which
+    # the sandbox shows its children whole.
+    bindir = tmp_path / "office" / "program"
+    bindir.mkdir(parents=True)
+    program = bindir / "hung-office"
     program.write_text(
         textwrap.dedent(
             f"""\
             #!/bin/sh
-            sleep 1000 &
-            echo $! >> {pids}
-            echo $$ >> {pids}
-            exec sleep 1000
+            sleep {token} &
+            exec sleep {token}
             """
         )
     )
     program.chmod(0o755)
-    yield program, pids
-    for pid in _pids(pids):  # never leave one behind, even when a test failed
+    for folder in (bindir, bindir.parent):
+        folder.chmod(0o755)  # the sandbox runs it as nobody
+    yield program, token
+    for pid in _pids(token):  # never leave one behind, even when a test failed
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, 9)
 
 
-def _pids(path: Path) -> list[int]:
-    return [int(x) for x in path.read_text().split()] if path.exists() else []
+def _pids(token: str) -> list[int]:
+    """The live processes whose command line holds ``token``."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                args = f.read().split(b"\0")
+        except OSError:
+            continue
+        if token.encode() in args and not _gone(int(entry)):
+            out.append(int(entry))
+    return sorted(out)
+
+
+@contextlib.contextmanager
+def _watching(token: str, seen: list[int]) -> Iterator[None]:
+    """Collect into ``seen`` every process carrying ``token`` while the body runs."""
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            seen.extend(p for p in _pids(token) if p not in seen)
+            done.wait(0.05)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
 
 
 def _alive(pid: int) -> bool:
@@ -311,9 +351,9 @@ def test_hung_conversion_is_killed_with_its_children(
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     soffice._process_dir.cache_clear()
     path = docgen.ole_file(tmp_path, "slow.doc", {"WordDocument": docgen.word_fib(encrypted=False)})
-    with pytest.raises(ParseFailed, match="timed out after 2 s"):
+    started: list[int] = []
+    with pytest.raises(ParseFailed, match="timed out after 2 s"), _watching(pids, started):
         parse(path)
-    started = _pids(pids)
     assert len(started) == 2
     assert _wait_gone(started) == []
     soffice._process_dir.cache_clear()
@@ -456,17 +496,19 @@ def test_worker_killed_by_the_pool_takes_soffice_with_it(
     src.mkdir()
     docgen.ole_file(src, "slow.doc", {"WordDocument": docgen.word_fib(encrypted=False)})
     limits = WorkerLimits(timeout=5, memory_mb=2048, workers=1)
+    seen: list[int] = []
     with Engine.open(src, config=Config(limits=limits, rescan_interval=0)) as eng:
-        trio.run(eng.drain)
+        with _watching(pids, seen):
+            trio.run(eng.drain)
         view = eng.parsed_view(RelPath("slow.doc"))
         assert view is not None
         assert view.freshness == Freshness.FAILED
         assert view.error
         assert "timed out" in view.error
-    started = _pids(pids)
+    started = seen
     assert started
-    # The direct child (the program itself) dies with the worker.
-    assert _wait_gone(started[-1:]) == []
+    # The program and what it started die with the confined child.
+    assert _wait_gone(started) == []
     # What the killed worker left is swept by the next one to convert.
     soffice.sweep_stale()
     base = Path(soffice._base_dir())
