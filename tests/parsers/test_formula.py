@@ -245,8 +245,8 @@ def _data_sheet(wb: object) -> None:
     d = wb.add_worksheet("D")
     for i, v in enumerate([1, 2, 3, 4, 5, 10.5]):
         d.write_number(i, 0, v)
-    for i, v in enumerate(["apple", "Banana", "cherry", "apple pie", "kiwi"]):
-        d.write_string(i, 1, v)
+    for i, t in enumerate(["apple", "Banana", "cherry", "apple pie", "kiwi"]):
+        d.write_string(i, 1, t)
     d.write_number(0, 2, 1)
     d.write_string(1, 2, "x")
     d.write_boolean(2, 2, True)
