@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from swfs import gc, hashform, history
+from swfs import control, gc, hashform, history
 from swfs.api import Freshness, RelPath, ReviewEntry
+from swfs.control import ControlError, ControlUnavailable
 
 from . import staged
 from .base import (
@@ -72,6 +73,18 @@ def _print_counts(counts: dict[str, int]) -> None:
     )
 
 
+def _search_state(t: Target) -> dict[str, Any]:
+    """How the daemon's search index is (it rebuilds a broken one itself);
+    without a daemon nobody keeps it up to date: ``not served``."""
+    if not t.mounted:
+        return {"state": "not served"}
+    try:
+        state = control.request(t.store, "search_state", io_timeout=10)
+    except (ControlUnavailable, ControlError, OSError) as exc:
+        return {"state": "unknown", "reason": str(exc)}
+    return dict(state)
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     t = resolve_target(args.target, args.store)
     if t.mounted and (code := status_of_world(args, t.src, t.store)) is not None:
@@ -97,6 +110,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         "not_preserved": not_kept,
         "failures": [{"path": p, "error": e} for p, e in failed],
     }
+    info["search"] = _search_state(t)
     staged_info, staged_lines = staged.status_lines(t, args)
     if staged_info is not None:
         info["staged"] = staged_info
@@ -113,6 +127,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"store size: {human_bytes(store_size)} on disk (`swfs gc` reclaims what nothing needs)")
     if not_kept:
         print(f"{not_kept} files keep hashes only (too large or in .swfsignore)")
+    search = info["search"]
+    if t.mounted and search["state"] != "ok":
+        print(f"search index: {search['state']}: {search.get('reason', '')}".rstrip(": "))
     for line in staged_lines:
         print(line)
     for p, e in failed:

@@ -15,13 +15,26 @@ import json
 import os
 import sys
 
+from swfs import control
 from swfs.search import MAX_LIMIT, SYNTAX, Caller
 
-from .base import CLIError, Commands, Progress, config_from, resolve_target
+from .base import CLIError, Commands, Progress, Target, config_from, resolve_target
 
 
 def _caller() -> Caller:
     return Caller(os.geteuid(), frozenset({os.getegid(), *os.getgroups()}))
+
+
+def _daemon_index_ready(t: Target) -> None:
+    """Exit 3 while the daemon's index is unavailable (being rebuilt): its
+    files may be half made, and "no hits" from them would be a lie."""
+    try:
+        state = control.request(t.store, "search_state", io_timeout=10)
+    except (control.ControlUnavailable, control.ControlError, OSError):
+        return  # an older daemon, or gone: the read-only index answers
+    if state.get("state") != "ok":
+        why = state.get("reason") or state.get("state")
+        raise CLIError(f"{t.src}: the search index is unavailable ({why}); try again shortly", 3)
 
 
 def cmd_search(args: argparse.Namespace) -> int:
@@ -31,6 +44,8 @@ def cmd_search(args: argparse.Namespace) -> int:
     config = dataclasses.replace(config_from(args), embed_model=args.embed_model)
     from swfs.engine import Engine
 
+    if t.mounted:
+        _daemon_index_ready(t)
     with Engine.open(t.src, t.store, config=config) as engine:
         if t.mounted:
             engine.search_index.as_reader()
@@ -44,6 +59,8 @@ def cmd_search(args: argparse.Namespace) -> int:
                     f"present version yet (`swfs index {args.target}` parses them)\n"
                 )
         result = engine.search(args.query, _caller(), args.n)
+    if result.unavailable is not None:
+        raise CLIError(f"{args.target}: the search index is unavailable: {result.unavailable}", 3)
     if result.error is not None:
         raise CLIError(f"bad query {args.query!r}: {result.error} (see swfs search --help)", 2)
     if args.json:

@@ -8,9 +8,11 @@ to whoever investigates).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
+import shutil
 import stat
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -341,6 +343,51 @@ def check_staged_commit(ws: Workspace, repair: bool) -> list[Problem]:
     return out
 
 
+def check_search(ws: Workspace, repair: bool) -> list[Problem]:
+    """The search index answers.  A running daemon says how its index is
+    (it rebuilds a broken one itself); without one, the index is checked
+    read-only, and repair removes a broken one (the next ``swfs index``,
+    ``swfs search`` or mount builds it again from the parse cache)."""
+    from . import control
+    from .search import DB_NAME
+    from .textindex import DIR_NAME as TEXT_DIR
+
+    try:
+        health = control.request(ws.store_dir, "search_state", io_timeout=10)
+    except control.ControlUnavailable:
+        health = None
+    except (control.ControlError, OSError) as exc:
+        return [Problem("search", f"the daemon did not say how its search index is: {exc}")]
+    if health is not None:
+        if health.get("state") == "ok":
+            return []
+        why = health.get("reason") or "unknown"
+        return [
+            Problem("search", f"the search index is unavailable ({why}); the daemon rebuilds it")
+        ]
+    db = ws.store_dir / DB_NAME
+    if not db.exists():
+        return []
+    import sqlite3
+
+    try:
+        con = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True, timeout=10)
+        try:
+            rows = [str(r[0]) for r in con.execute("PRAGMA quick_check")]
+        finally:
+            con.close()
+    except sqlite3.Error as exc:
+        rows = [str(exc)]
+    if rows == ["ok"]:
+        return []
+    if repair:  # the full-text half names units of this database: it goes too
+        for suffix in ("", "-wal", "-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(str(db) + suffix)
+        shutil.rmtree(ws.store_dir / TEXT_DIR, ignore_errors=True)
+    return [Problem("search", f"the search index is damaged: {'; '.join(rows[:3])}", repair)]
+
+
 CHECKS: list[Callable[[Workspace, bool], list[Problem]]] = [
     check_files,
     check_parses,
@@ -350,6 +397,7 @@ CHECKS: list[Callable[[Workspace, bool], list[Problem]]] = [
     check_blobs,
     check_orphans,
     check_staged_commit,
+    check_search,
 ]
 
 

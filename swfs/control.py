@@ -54,6 +54,8 @@ async def _handle(engine: Engine, request: dict[str, Any]) -> Any:
             engine.restore, request["path"], int(request["version"])
         )
         return {"version": version.number, "hash": version.hash}
+    if op == "search_state":
+        return engine.search_index.health()
     if op == "rescan":
         stats = await trio.to_thread.run_sync(engine.scan)
         return stats.__dict__
