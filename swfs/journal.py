@@ -1050,7 +1050,7 @@ def iter_events(
         args.append(until)
     sql = (
         "SELECT e.seq, e.t, e.kind, e.op, e.path, e.source, e.hash, e.locator, e.detail, "
-        "p.pid, p.name, p.cmdline, p.chain, e.job FROM events e "
+        "p.pid, p.name, p.cmdline, p.chain, e.job, p.uid FROM events e "
         "LEFT JOIN procs p ON p.key = e.proc"
     )
     if where:
@@ -1060,7 +1060,9 @@ def iter_events(
     # once, and the events share it (read it, do not change it).
     procs: dict[tuple[Any, ...], dict[str, Any]] = {}
     for row in con.execute(sql, args):
-        seq, t, kind_, op, path, source, hash_, locator, detail, pid, name, cmd, chain, job = row
+        seq, t, kind_, op, path, source, hash_, locator, detail, pid, name, cmd, chain, job, uid = (
+            row
+        )
         out: dict[str, Any] = {"seq": seq, "t": t, "kind": kind_, "op": op, "path": path}
         if source and source != path:
             out["source"] = source
@@ -1073,7 +1075,7 @@ def iter_events(
                 out.update(json.loads(detail))
             except ValueError:  # one damaged row (an older journal's) hides nothing else
                 out["detail_error"] = "unreadable detail"
-        key = (pid, name, cmd, chain, job)
+        key = (pid, name, cmd, chain, job, uid)
         proc = procs.get(key)
         if proc is None:
             if len(procs) >= 4096:
@@ -1084,6 +1086,7 @@ def iter_events(
                 "cmdline": json.loads(cmd or "[]"),
                 "parents": [{"pid": a, "name": n} for a, n in json.loads(chain or "[]")[1:]],
                 "job": job,
+                "uid": uid,
             }
         out["process"] = proc
         yield out

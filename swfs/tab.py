@@ -458,6 +458,11 @@ class Builder:
     def may_read(self, rel: str) -> bool:
         return bool(rel) and self.check.may_read(rel)
 
+    def _own(self, ev: dict[str, Any]) -> bool:
+        """Whether the caller made this event (by the uid of its process)."""
+        uid = (ev.get("process") or {}).get("uid")
+        return uid is not None and int(uid) == self.caller.uid
+
     def _is_file(self, rel: str) -> bool:
         known = self._files.get(rel)
         if known is None:
@@ -491,6 +496,8 @@ class Builder:
                 if ev.get("from"):
                     touched.add(self._real(str(ev["from"])))
             elif kind == "read":
+                if (path == ".search" or path.startswith(".search/")) and not self._own(ev):
+                    continue  # another user's query (a shared tab): theirs alone
                 source = self._real(str(ev.get("source", path if not path.startswith(".") else "")))
                 if source:
                     touched.add(source)
