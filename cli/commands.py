@@ -27,6 +27,7 @@ from .base import (
     Commands,
     Progress,
     Target,
+    check_name,
     open_engine,
     resolve_target,
     when,
@@ -73,6 +74,18 @@ def _print_counts(counts: dict[str, int]) -> None:
     )
 
 
+def _daemon_counts(t: Target) -> dict[str, int] | None:
+    """Counts by freshness from the daemon, which knows which files its
+    writers hold unrecorded changes to (none is current then); None
+    without one."""
+    if not t.mounted:
+        return None
+    try:
+        return {str(k): int(v) for k, v in control.request(t.store, "counts").items()}
+    except (ControlUnavailable, ControlError, OSError):
+        return None
+
+
 def _search_state(t: Target) -> dict[str, Any]:
     """How the daemon's search index is (it rebuilds a broken one itself);
     without a daemon nobody keeps it up to date: ``not served``."""
@@ -92,7 +105,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     with open_engine(t, args) as engine:
         if not t.mounted:
             engine.scan()
-        counts = engine.counts()
+        counts = _daemon_counts(t) or engine.counts()
         content = engine.content_counts()
         failed = engine.failures()
         blob_bytes = engine.blobs.total_bytes()
@@ -362,13 +375,13 @@ def cmd_baseline(args: argparse.Namespace) -> int:
 def cmd_snapshot(args: argparse.Namespace) -> int:
     t = resolve_target(args.target, args.store)
     with connect(t, args) as client:
-        if args.delete:
-            files = client.delete_snapshot(args.delete)
+        if args.delete is not None:
+            files = client.delete_snapshot(check_name(args.delete, "snapshot"))
             print(f"snapshot {args.delete} deleted ({files} files; `swfs gc` frees its bytes)")
             return 0
-        if not args.name:
+        if args.name is None:
             raise CLIError("snapshot: give a NAME (or --delete NAME)", 2)
-        files = client.snapshot(args.name)
+        files = client.snapshot(check_name(args.name, "snapshot"))
     print(f"snapshot {args.name}: {files} files")
     return 0
 

@@ -36,8 +36,9 @@ section-001.md (Word, one per heading), document.md, content.txt.  Search with
 or section.  Each unit starts with one header line:
   <!-- swfs source=... unit=... locator=... hash="b3:..." freshness=... current="b3:..." -->
 freshness is current (made from the file as it is now), stale (made from an
-older version; re-parsed in the background, a read waits briefly for it),
-pending or failed.  `swfs sync .` waits until every view is current.
+older version, or the file is being written: current="unrecorded"; re-parsed
+in the background, a read waits briefly for it), pending or failed.
+`swfs sync .` waits until every view is current.
 """,
     ),
     (

@@ -54,6 +54,8 @@ async def _handle(engine: Engine, request: dict[str, Any]) -> Any:
             engine.restore, request["path"], int(request["version"])
         )
         return {"version": version.number, "hash": version.hash}
+    if op == "counts":  # freshness as the daemon sees it: it knows its open writers
+        return await trio.to_thread.run_sync(engine.counts)
     if op == "search_state":
         return engine.search_index.health()
     if op == "rescan":

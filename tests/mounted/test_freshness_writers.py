@@ -4,7 +4,8 @@
 - A writer that writes, flushes and keeps the file open (Python's ``open``,
   ``write``, ``flush``, then more work): every sample a reader takes
   meanwhile (the ``.parsed`` header, the unit's and the native file's
-  ``user.sw.freshness``, ``grep -rn`` over ``.parsed``) says ``stale``; once
+  ``user.sw.freshness``, ``grep -rn`` over ``.parsed``, the counts of
+  ``swfs status``) says ``stale``; once
   the writer closes, the view turns current with the new bytes' hash.
 - Appends made to SRC behind the mount: a sample that says ``current`` names
   the hash of the bytes SRC holds.
@@ -16,9 +17,11 @@ Every claim is checked against blake3 of the bytes, read from SRC.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -28,7 +31,7 @@ from pathlib import Path
 import blake3
 import pytest
 
-from tests.realmount import RealMount, needs_fuse, workspace
+from tests.realmount import REPO, RealMount, needs_fuse, swfs, workspace
 
 pytestmark = [pytest.mark.mount, needs_fuse, pytest.mark.timeout(300)]
 
@@ -116,25 +119,50 @@ def is_current(m: RealMount, h: str) -> bool:
     )
 
 
+# The writer is a process of its own: any process this one starts (grep,
+# swfs) would inherit a descriptor of a file opened here, and the close of
+# that copy at its exec is a close of the file (a FUSE FLUSH, which records).
+WRITER = """
+import sys
+sys.path.insert(0, sys.argv[3])
+from tests.mounted.test_freshness_writers import text
+with open(sys.argv[1], "r+b") as f:
+    f.seek(0)
+    f.write(text(int(sys.argv[2])))
+    f.truncate()
+    f.flush()
+    print("written", flush=True)
+    sys.stdin.readline()  # more work, the file open
+"""
+
+
 def test_a_writer_holding_the_file_open_keeps_every_view_stale() -> None:
     with workspace(["--stale", "serve", "--version-interval", "0"], populate=populate) as m:
         poll(lambda: is_current(m, b3(text(0))), "the first view")
         samples = stale = 0
         for k in range(1, 6):
-            with open(m.mnt / REL, "r+b") as f:
-                f.seek(0)
-                f.write(text(k))
-                f.truncate()
-                f.flush()
-                # More work with the file open: the bytes are written, not recorded.
+            writer = subprocess.Popen(
+                [sys.executable, "-c", WRITER, str(m.mnt / REL), str(k), str(REPO)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            try:
+                assert writer.stdout is not None
+                assert writer.stdout.readline() == "written\n"
+                # The bytes are written and not recorded: the writer holds them.
                 truth = b3((m.src / REL).read_bytes())
                 assert truth == b3(text(k))
                 claims = [sample(m) for _ in range(30) for sample in SAMPLERS]
                 claims += grep_claims(m)
+                counts = json.loads(swfs("status", m.mnt, "--json").stdout)
+                assert (counts["current"], counts["stale"]) == (0, 1), counts
                 current = [c for c in claims if c.freshness == "current"]
                 assert not current, f"round {k}: {len(current)} current claims: {current[:3]}"
                 samples += len(claims)
                 stale += sum(c.freshness == "stale" for c in claims)
+            finally:
+                writer.communicate("done\n", timeout=60)
             poll(lambda: is_current(m, b3(text(k))), f"round {k}: the view after close")  # noqa: B023
         assert stale == samples
         print(f"\nwriter open: {samples} samples, {stale} stale, 0 current")
