@@ -22,8 +22,16 @@ from collections.abc import Mapping
 from mountd.nodes import Tree
 from mountd.options import MountOptions
 from mountd.synthetic import Base, Entry, Generation, _Cached, _Index
-from swfs.api import EngineAPI, Freshness, Hash
-from swfs.render import ERROR_UNIT, RENDERER, Layout, Renderer, renderable, unit_number
+from swfs.api import Access, EngineAPI, Freshness, Hash, RelPath
+from swfs.render import (
+    ERROR_UNIT,
+    RENDERER,
+    Layout,
+    RenderedPage,
+    Renderer,
+    renderable,
+    unit_number,
+)
 from swfs.views import header_line, render_unit
 
 PENDING = "pending.md"
@@ -138,10 +146,19 @@ class RenderTree(Base):
             "to PDF first); list this folder again in a moment.\n",
         )
 
-    def _file(self, rel: str, data: bytes, xattrs: Mapping[str, str]) -> Entry:
+    def _page_access(self, rel: str, page: RenderedPage) -> Access:
+        """A page of older content (a stale render): who could read the
+        file then and can now (swfs.permissions)."""
+        if page.source_hash is None or page.source_hash == page.current_hash:
+            return self.access(rel)
+        return self.engine.content_access(RelPath(rel), page.source_hash)
+
+    def _file(
+        self, rel: str, data: bytes, xattrs: Mapping[str, str], access: Access | None = None
+    ) -> Entry:
         return Entry(
             False,
-            self.access(rel),
+            self.access(rel) if access is None else access,
             size=len(data),
             mtime_ns=self.gen.changed_ns(rel),
             xattrs=xattrs,
@@ -188,7 +205,7 @@ class RenderTree(Base):
         have = self.renderer.cached_page(rel, name, whole=False, h=h)
         return Entry(
             False,
-            self.access(rel),
+            self._page_access(rel, have),
             size=have.size,
             mtime_ns=self.gen.changed_ns(rel),
             xattrs=have.xattrs(),
@@ -209,7 +226,7 @@ class RenderTree(Base):
         if page.data is None:
             # error.md beside it says why.
             raise OSError(errno.EIO, f"{rel}/{name}: {page.error}")
-        return self._file(rel, page.data, page.xattrs())
+        return self._file(rel, page.data, page.xattrs(), self._page_access(rel, page))
 
     async def xattrs(self, path: str) -> Mapping[str, str]:
         loc = self._locate(path)

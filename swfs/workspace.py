@@ -804,7 +804,8 @@ class Workspace(BlobReads):
             cause = Cause.WRITE if temp else Cause.RENAME
             if not dst_versions or dst_versions[-1][1] != rec.hash:
                 number = dst_versions[-1][0] + 1 if dst_versions else 1
-                dst_versions.append([number, rec.hash, time.time(), cause.value, rec.size])
+                kept = [rec.size, rec.mode, rec.uid, rec.gid]  # the access it had then
+                dst_versions.append([number, rec.hash, time.time(), cause.value, *kept])
             self.store.put_versions(txn, dst, dst_versions)
             if target is not None and rec.view_hash is None:
                 prev = self.store.get_parse(target.hash, target.parser or "", txn)

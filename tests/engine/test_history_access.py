@@ -84,3 +84,23 @@ def test_records_without_modes_are_owner_only(tmp_path: Path) -> None:
     with open_world(src, src / ".swfs", "old") as world:
         assert world.access(RelPath("open")) == Access(owner.st_uid, owner.st_gid, 0o700)
         assert world.access(RelPath("")) == Access(owner.st_uid, owner.st_gid, 0o700)
+
+
+def test_a_save_by_rename_records_the_access_of_then(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    notes = src / "notes.txt"
+    notes.write_text("first\n")
+    notes.chmod(0o640)
+    rel = RelPath("notes.txt")
+    with Engine.open(src) as ws:
+        ws.scan()
+        tmp = src / "notes.txt.swp"
+        tmp.write_text("second\n")
+        tmp.chmod(0o640)
+        ws.scan()
+        os.rename(tmp, notes)  # an editor's save: write a temp file, rename it over
+        ws.record_rename(RelPath("notes.txt.swp"), rel)
+        versions = ws.versions(rel)
+        assert len(versions) == 2
+        assert [v.access for v in versions] == [Access(UID, GID, 0o640)] * 2
