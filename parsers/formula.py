@@ -65,6 +65,15 @@ class _Blank:
 
 
 BLANK = _Blank()
+
+
+class DateSerial(float):
+    """A cell that holds a date or time (a number shown as one).  LibreOffice
+    averages and multiplies such cells by rules of its own."""
+
+    __slots__ = ()
+
+
 DIV0 = XlError("#DIV/0!")
 NA = XlError("#N/A")
 NUM = XlError("#NUM!")
@@ -621,8 +630,11 @@ def number_to_text(x: float) -> str:
     if x.is_integer() and abs(x) < 1e15:
         return str(int(x))
     if 1e-4 <= abs(x) < 1e15:
-        text = f"{x:.15g}"
-        if "e" not in text:
+        # Only numbers whose shortest form has at most 15 digits: rounding
+        # to 15 digits is where Excel and LibreOffice part ways.
+        text = repr(x)
+        digits = text.replace("-", "").replace(".", "").lstrip("0")
+        if "e" not in text and len(digits) <= 15:
             return text
     raise Refused("number as text: Excel and LibreOffice write it differently")
 
@@ -768,9 +780,12 @@ def arithmetic(op: str, a: Scalar, b: Scalar, *, final: bool = False) -> Scalar:
     if op in ("=", "<>", "<", ">", "<=", ">="):
         return compare(op, a, b)
     x = to_number(a)
-    if isinstance(x, XlError):
-        return x
     y = to_number(b)
+    if isinstance(x, XlError):
+        if isinstance(b, XlError) and not isinstance(a, XlError) and b != x:
+            # "a"+#N/A: Excel's answer is not known here; LibreOffice's is #N/A.
+            raise Refused("text and an error in one operation")
+        return x
     if isinstance(y, XlError):
         return y
     if op == "+" or op == "-":
@@ -791,14 +806,17 @@ def arithmetic(op: str, a: Scalar, b: Scalar, *, final: bool = False) -> Scalar:
         if x == 0 and y == 0:
             raise Refused("0^0: Excel and LibreOffice differ")
         if x == 0 and y < 0:
-            return DIV0
+            raise Refused("0 to a negative power: Excel #DIV/0!, LibreOffice #NUM!")
         if x < 0 and not y.is_integer():
             # Excel: #NUM!; LibreOffice takes odd roots ((-8)^(1/3) = -2).
             raise Refused("fractional power of a negative number")
         try:
-            return _finite(math.pow(x, y))
+            power = math.pow(x, y)
         except (OverflowError, ValueError):
             return NUM
+        if power == 0 and x != 0:
+            raise Refused("power too small for a number: the programs differ")
+        return _finite(power)
     raise Refused(f"operator {op} unsupported")
 
 
@@ -1037,7 +1055,9 @@ def _items(ctx: _Context, args: Sequence[Node | None]) -> Iterator[tuple[Scalar,
             yield value, False
 
 
-def _numbers(ctx: _Context, args: Sequence[Node | None]) -> list[float] | XlError:
+def _numbers(
+    ctx: _Context, args: Sequence[Node | None], *, dates: bool = True
+) -> list[float] | XlError:
     """The numbers SUM, AVERAGE, MIN... work on: numbers in ranges (text and
     blanks skipped), numbers given directly.  TRUE/FALSE in a range is a
     number to LibreOffice only; text given directly is read by Excel only."""
@@ -1048,6 +1068,8 @@ def _numbers(ctx: _Context, args: Sequence[Node | None]) -> list[float] | XlErro
         if isinstance(v, bool):
             raise Refused("TRUE/FALSE summed: Excel and LibreOffice differ")
         if isinstance(v, float):
+            if not dates and isinstance(v, DateSerial):
+                raise Refused("dates averaged or multiplied: LibreOffice differs")
             out.append(v)
         elif not from_range:
             if isinstance(v, _Blank):
@@ -1080,17 +1102,21 @@ def _f_sum(ctx: _Context, args: tuple[Node | None, ...]) -> Scalar:
 
 @_fn("PRODUCT", 1, _MANY)
 def _f_product(ctx: _Context, args: tuple[Node | None, ...]) -> Scalar:
-    values = _numbers(ctx, args)
+    values = _numbers(ctx, args, dates=False)
     if isinstance(values, XlError):
         return values
     if not values:
         return 0.0
-    return _finite(math.prod(values))
+    product = math.prod(values)
+    if abs(product) >= 1e15 or (product == 0 and all(values)):
+        # LibreOffice answers #VALUE! for some large products.
+        raise Refused("product too large to compare")
+    return product
 
 
 @_fn("AVERAGE", 1, _MANY)
 def _f_average(ctx: _Context, args: tuple[Node | None, ...]) -> Scalar:
-    values = _numbers(ctx, args)
+    values = _numbers(ctx, args, dates=False)
     if isinstance(values, XlError):
         return values
     if not values:
@@ -1117,7 +1143,7 @@ def _f_median(ctx: _Context, args: tuple[Node | None, ...]) -> Scalar:
     if isinstance(values, XlError):
         return values
     if not values:
-        return NUM
+        raise Refused("MEDIAN of no numbers: Excel #NUM!, LibreOffice #VALUE!")
     values.sort()
     mid = len(values) // 2
     if len(values) % 2:
@@ -1134,7 +1160,7 @@ def _kth(ctx: _Context, args: tuple[Node | None, ...], *, largest: bool) -> Scal
         return k
     n = math.ceil(k)
     if not 1 <= n <= len(values):
-        return NUM
+        raise Refused("LARGE/SMALL beyond the numbers: the programs' errors may differ")
     values.sort(reverse=largest)
     return values[n - 1]
 
@@ -1222,8 +1248,8 @@ def _criterion(value: Scalar) -> Callable[[Scalar], bool]:
         raise Refused("text order depends on the collation")
     pattern = _wildcard(operand)
     if op == "=":
-        return lambda v: isinstance(v, str) and _text_match(pattern, v)
-    return lambda v: not (isinstance(v, str) and _text_match(pattern, v)) and _plain_cell(v)
+        return lambda v: _text_cell_match(pattern, v)
+    return lambda v: not _text_cell_match(pattern, v) and _plain_cell(v)
 
 
 def _plain_cell(v: Scalar) -> bool:
@@ -1231,7 +1257,9 @@ def _plain_cell(v: Scalar) -> bool:
         raise Refused("condition over TRUE/FALSE cells")
     if isinstance(v, _Blank):
         raise Refused("condition '<>' over empty cells")
-    return not isinstance(v, XlError)
+    if isinstance(v, XlError):
+        raise Refused("condition '<>' over error cells")
+    return True
 
 
 def _nonblank_cell(v: Scalar) -> bool:
@@ -1258,6 +1286,8 @@ def _number_test(op: str, number: float, v: Scalar) -> bool:
             raise Refused("condition '<>' over empty cells")
         return False
     if isinstance(v, XlError):
+        if op == "<>":
+            raise Refused("condition '<>' over error cells")
         return False
     result = compare(op, v, number)
     return result is True
@@ -1275,6 +1305,22 @@ def _wildcard(text: str) -> re.Pattern[str]:
         out.append(".*" if ch == "*" else "." if ch == "?" else re.escape(ch))
         i += 1
     return re.compile("".join(out), re.IGNORECASE | re.DOTALL)
+
+
+def _text_cell_match(pattern: re.Pattern[str], v: Scalar) -> bool:
+    """A text condition on one cell.  LibreOffice also matches TRUE/FALSE
+    (and, it may be, numbers) by their text; Excel only text cells."""
+    if isinstance(v, bool):
+        raise Refused("text condition over TRUE/FALSE cells")
+    if isinstance(v, float):
+        try:
+            shown = number_to_text(v)
+        except Refused:
+            shown = None
+        if shown is None or pattern.fullmatch(shown):
+            raise Refused("text condition that a number's text meets")
+        return False
+    return isinstance(v, str) and _text_match(pattern, v)
 
 
 def _text_match(pattern: re.Pattern[str], v: str) -> bool:
@@ -1353,6 +1399,8 @@ def _if_total(ctx: _Context, target: Area, pairs: list[tuple[Area, Scalar]], avg
     values = _summed(ctx, target, _matching(ctx, pairs))
     if isinstance(values, XlError):
         return values
+    if avg and any(isinstance(v, DateSerial) for v in values):
+        raise Refused("dates averaged or multiplied: LibreOffice differs")
     if avg:
         if not values:
             return DIV0
@@ -1506,6 +1554,12 @@ def _present(node: Node | None) -> Node:
     return node
 
 
+def _no_bool(v: Scalar) -> bool:
+    if isinstance(v, bool):
+        raise Refused("TRUE/FALSE tested for its type: LibreOffice keeps it as a number")
+    return False
+
+
 def _is(test: Callable[[Scalar], bool]) -> Impl:
     def impl(ctx: _Context, args: tuple[Node | None, ...]) -> Scalar:
         return test(ctx.scalar(args[0]))
@@ -1514,10 +1568,10 @@ def _is(test: Callable[[Scalar], bool]) -> Impl:
 
 
 for _name, _test in {
-    "ISNUMBER": lambda v: isinstance(v, float),
+    "ISNUMBER": lambda v: isinstance(v, float) or _no_bool(v),
     "ISTEXT": lambda v: isinstance(v, str),
     "ISNONTEXT": lambda v: not isinstance(v, str),
-    "ISLOGICAL": lambda v: isinstance(v, bool),
+    "ISLOGICAL": _no_bool,
     "ISBLANK": lambda v: isinstance(v, _Blank),
     "ISERROR": lambda v: isinstance(v, XlError),
     "ISERR": lambda v: isinstance(v, XlError) and v != NA,
@@ -1603,9 +1657,13 @@ def _f_pi(ctx: _Context, args: tuple[Node | None, ...]) -> Scalar:
 
 def _two(ctx: _Context, args: tuple[Node | None, ...]) -> tuple[float, float] | XlError:
     x = ctx.number(args[0])
-    if isinstance(x, XlError):
-        return x
     y = ctx.number(args[1])
+    if isinstance(x, XlError):
+        # LibreOffice reads arguments last to first, Excel first to last:
+        # with an error in each, they answer differently.
+        if isinstance(y, XlError) and y != x:
+            raise Refused("errors in two arguments: the programs differ")
+        return x
     if isinstance(y, XlError):
         return y
     return x, y
@@ -1619,6 +1677,10 @@ def _f_power(ctx: _Context, args: tuple[Node | None, ...]) -> Scalar:
 
 @_fn("MOD", 2)
 def _f_mod(ctx: _Context, args: tuple[Node | None, ...]) -> Scalar:
+    if ctx.number(args[1]) == 0.0:
+        x0 = ctx.number(args[0])
+        if isinstance(x0, XlError) and x0 != DIV0:
+            raise Refused("MOD of an error by 0: the programs differ")
     xy = _two(ctx, args)
     if isinstance(xy, XlError):
         return xy
@@ -1821,6 +1883,8 @@ def _f_subtotal(ctx: _Context, args: tuple[Node | None, ...]) -> Scalar:
         return min(numbers, default=0.0)
     if not numbers:
         return DIV0
+    if any(isinstance(v, DateSerial) for v in numbers):
+        raise Refused("dates averaged or multiplied: LibreOffice differs")
     total = _sum(numbers)
     return total if isinstance(total, XlError) else total / len(numbers)
 
@@ -1892,7 +1956,7 @@ def _f_right(ctx: _Context, args: tuple[Node | None, ...]) -> Scalar:
     n = _count_arg(ctx, args[1] if len(args) > 1 else None, 1)
     if isinstance(n, XlError):
         return n
-    return t[len(t) - n :] if n else ""
+    return t[max(len(t) - n, 0) :] if n else ""
 
 
 @_fn("MID", 3)
@@ -2076,7 +2140,11 @@ def _f_text(ctx: _Context, args: tuple[Node | None, ...]) -> Scalar:
         x *= 100
     if abs(x) >= 1e15:
         raise Refused("TEXT of a very large number")
-    d = _decimal(x).quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_UP, context=_WIDE)
+    step = Decimal(1).scaleb(-places)
+    d = _decimal(x).quantize(step, rounding=ROUND_HALF_UP, context=_WIDE)
+    if Decimal(x).quantize(step, rounding=ROUND_HALF_UP, context=_WIDE) != d:
+        # 1.005 is 1.00499999... in binary: which one a program rounds differs.
+        raise Refused("TEXT of a number on a rounding edge")
     if d == 0 and x < 0:
         raise Refused("TEXT of a negative number shown as zero")
     body = f"{abs(d):,.{places}f}" if m[1] == "#,##0" else f"{abs(d):.{places}f}"

@@ -160,7 +160,7 @@ def _content(
     if isinstance(value, int | float):
         return float(value)
     if isinstance(value, datetime.datetime | datetime.date | datetime.time | datetime.timedelta):
-        return float(to_excel(value, epoch))
+        return formula.DateSerial(to_excel(value, epoch))
     if data_type == "e":
         return formula.ERRORS.get(str(value), formula.XlError(str(value)))
     return str(value)

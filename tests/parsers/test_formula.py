@@ -63,7 +63,8 @@ CASES: list[tuple[str, str | None]] = [
     # text
     ('="a"&"b"', "ab"),
     ('=1&"x"', "1x"),
-    ('=1/3&""', "0.333333333333333"),
+    ('=1/3&""', None),  # rounding to 15 digits: the programs differ in the last
+    ('=0.25&""', "0.25"),
     ('=1E+20&""', None),
     ('=TRUE&""', None),
     ('=D!A99&"x"', "x"),
