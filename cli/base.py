@@ -32,6 +32,18 @@ class CLIError(Exception):
         self.code = code
 
 
+def check_name(name: str, what: str) -> str:
+    """``name`` as a new or looked-up ``what`` name (snapshot, submission,
+    world, tab): an empty one or one with a control character is refused
+    in one line (``swfs.names``)."""
+    from swfs import names
+
+    bad = names.problem(name, what)
+    if bad is not None:
+        raise CLIError(bad, 2)
+    return name
+
+
 @dataclass(frozen=True)
 class Target:
     src: Path

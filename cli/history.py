@@ -10,7 +10,15 @@ from typing import Any
 
 from swfs import history
 
-from .base import CLIError, Commands, open_engine, resolve_target, when, workspace_rel
+from .base import (
+    CLIError,
+    Commands,
+    check_name,
+    open_engine,
+    resolve_target,
+    when,
+    workspace_rel,
+)
 from .client import connect
 
 
@@ -25,6 +33,7 @@ def human_bytes(n: int) -> str:
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
+    check_name(args.name, "submission")
     t = resolve_target(args.target, args.store)
     paths = [workspace_rel(t, p) for p in args.paths]
     with connect(t, args) as client:

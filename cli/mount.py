@@ -16,7 +16,7 @@ from swfs.api import EngineAPI
 from swfs.procinfo import ancestry
 from swfs.workspace import STORE_NAME, Config
 
-from .base import Commands, config_from
+from .base import Commands, check_name, config_from
 from .staged import prepare_mount
 
 
@@ -76,6 +76,7 @@ def mount_workspace(args: argparse.Namespace, config: Config) -> int:
     if args.at is not None:  # a read-only world beside the live mount (cli.world)
         from .world import world_factory
 
+        check_name(args.at, "world")
         factory, options = world_factory(src, store, args.at, config, options)
     else:
         factory = partial(Engine.open, src, store, config=config)

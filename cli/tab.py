@@ -19,7 +19,15 @@ from swfs import journal
 from swfs.search import Caller
 from swfs.tab import Builder, Report, TabError, TabInfo, TabStore, parse_requirements
 
-from .base import CLIError, Commands, Progress, Target, config_from, resolve_target
+from .base import (
+    CLIError,
+    Commands,
+    Progress,
+    Target,
+    check_name,
+    config_from,
+    resolve_target,
+)
 
 
 def _caller() -> Caller:
@@ -33,6 +41,8 @@ def _store(t: Target) -> TabStore:
 
 
 def _tab(t: Target, name: str | None) -> TabInfo | None:
+    if name is not None:
+        check_name(name, "tab")
     store = _store(t)
     try:
         if name is None:
@@ -102,6 +112,8 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_new(args: argparse.Namespace) -> int:
+    if args.name is not None:
+        check_name(args.name, "tab")
     t = resolve_target(args.target, args.store)
     store = _store(t)
     try:

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from swfs import names
 from swfs.api import Access, RelPath
 from swfs.fsutil import save_file
 from swfs.search import MAX_LIMIT, AccessCheck, Caller, Hit, SearchResult
@@ -163,7 +164,10 @@ class TabInfo:
 
 
 def _valid_name(name: str) -> str:
-    if not name or name in (".", "..") or "/" in name or "\0" in name:
+    bad = names.problem(name, "tab")
+    if bad is not None:
+        raise TabError(bad)
+    if name in (".", "..") or "/" in name:
         raise TabError(f"{name!r}: a tab name is one path component (no '/')")
     if len(name.encode("utf-8", "surrogateescape")) > NAME_MAX:
         raise TabError(f"{name[:40]}...: a tab name has at most {NAME_MAX} bytes")
