@@ -318,7 +318,7 @@ def _open_checked(path: str, sig: Signature) -> int:
 
 
 def _save_json(path: Path, value: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     save_file(path, json.dumps(value).encode("utf-8"))
 
 
@@ -537,7 +537,7 @@ def layout_job(
         if route is not None and not cached:
             if len(blobs) != 1:
                 return "crashed", "the renderer's answer was out of protocol"
-            pdf.parent.mkdir(parents=True, exist_ok=True)
+            pdf.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             save_file(pdf, blobs[0])
         _save_json(cache.layout_path(h), {"unit": unit, "pages": pages})
         return "ok", None
@@ -600,11 +600,11 @@ def render_job(
             if len(blobs) != 1 or not blobs[0].startswith(b"\x89PNG\r\n\x1a\n"):
                 return "crashed", "the renderer's answer was out of protocol"
             path = cache.png_path(h, dpi, name)
-            path.parent.mkdir(parents=True, exist_ok=True)
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             save_file(path, blobs[0])
             return "ok", None
         path = cache.error_path(h, dpi, name)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         save_file(path, error.encode("utf-8"))
         return "failed", error
     finally:
