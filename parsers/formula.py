@@ -850,7 +850,14 @@ class _Context:
         self.book.steps += 1
         if self.book.steps > MAX_CELL_READS:
             raise Refused("too many cells read")
-        return self.book._cell_value((sheet, row, col), self.depth + 1)
+        value = self.book._cell_value((sheet, row, col), self.depth + 1)
+        if isinstance(value, _Blank) and isinstance(
+            self.book.sheets[sheet].cells.get((row, col)), Formula
+        ):
+            # A formula showing an empty cell (=A99) reads 0 to Excel and
+            # "" to LibreOffice in text.
+            raise Refused("reference to a formula whose value is an empty cell")
+        return value
 
     def area(self, ref: Ref) -> Area:
         sheet = self.book.sheet(ref.sheet).name if ref.sheet is not None else self.sheet
@@ -1023,7 +1030,7 @@ class Function:
 
 
 FUNCTIONS: dict[str, Function] = {}
-_REFERENCE_FUNCTIONS: dict[str, Callable[[_Context, tuple[Node | None, ...]], Area]] = {}
+_REFERENCE_FUNCTIONS: dict[str, Callable[[_Context, tuple[Node | None, ...]], Area | XlError]] = {}
 _FUTURE = frozenset({"IFNA", "CONCAT", "TEXTJOIN"})
 _VOLATILE = frozenset(
     {"NOW", "TODAY", "RAND", "RANDBETWEEN", "RANDARRAY", "OFFSET", "INDIRECT", "CELL", "INFO"}
@@ -1457,10 +1464,9 @@ def _f_if(ctx: _Context, args: tuple[Node | None, ...]) -> Scalar:
 
 
 def _branch(ctx: _Context, node: Node) -> Scalar:
-    v = ctx.scalar(node)
-    if isinstance(v, _Blank):
-        return 0.0  # IF(TRUE, A1) with A1 empty reads 0
-    return v
+    # IF(TRUE, A1) passes the reference on: with A1 empty, it shows 0 in
+    # a cell and "" in a concatenation, as an empty cell does.
+    return ctx.scalar(node)
 
 
 @_fn("IFERROR", 2)
@@ -1468,7 +1474,7 @@ def _f_iferror(ctx: _Context, args: tuple[Node | None, ...]) -> Scalar:
     v = ctx.scalar(args[0])
     if isinstance(v, XlError):
         return 0.0 if args[1] is None else _branch(ctx, args[1])
-    return 0.0 if isinstance(v, _Blank) else v
+    return _not_blank(v, "IFERROR")
 
 
 @_fn("IFNA", 2)
@@ -1476,7 +1482,13 @@ def _f_ifna(ctx: _Context, args: tuple[Node | None, ...]) -> Scalar:
     v = ctx.scalar(args[0])
     if v == NA:
         return 0.0 if args[1] is None else _branch(ctx, args[1])
-    return 0.0 if isinstance(v, _Blank) else v
+    return _not_blank(v, "IFNA")
+
+
+def _not_blank(v: Scalar, fn: str) -> Scalar:
+    if isinstance(v, _Blank):
+        raise Refused(f"{fn} of an empty cell: its value there is not known")
+    return v
 
 
 def _logical(ctx: _Context, args: tuple[Node | None, ...]) -> list[bool] | XlError:
@@ -1860,6 +1872,8 @@ def _f_subtotal(ctx: _Context, args: tuple[Node | None, ...]) -> Scalar:
     numbers: list[float] = []
     for v in values:
         if isinstance(v, XlError):
+            if kind in ("COUNT", "COUNTA"):
+                continue  # counted (COUNTA) or skipped (COUNT), never raised
             return v
         if isinstance(v, bool):
             raise Refused("TRUE/FALSE in SUBTOTAL")
@@ -1870,7 +1884,7 @@ def _f_subtotal(ctx: _Context, args: tuple[Node | None, ...]) -> Scalar:
     if kind == "COUNTA":
         if any(v == "" for v in values):
             raise Refused("COUNTA of a formula's empty text")
-        return float(sum(1 for v in values if not isinstance(v, _Blank)))
+        return float(sum(1 for v in values if not isinstance(v, _Blank)))  # errors too
     if kind == "SUM":
         return _sum(numbers)
     if kind == "MAX":
@@ -2095,9 +2109,7 @@ def _f_char(ctx: _Context, args: tuple[Node | None, ...]) -> Scalar:
         return n
     if 32 <= int(n) <= 126:
         return chr(int(n))
-    if int(n) < 1 or int(n) > 255:
-        return VALUE
-    raise Refused("CHAR outside ASCII depends on the code page")
+    raise Refused("CHAR outside printable ASCII: the programs differ")
 
 
 @_fn("CODE", 1)
@@ -2106,7 +2118,7 @@ def _f_code(ctx: _Context, args: tuple[Node | None, ...]) -> Scalar:
     if isinstance(t, XlError):
         return t
     if not t:
-        return VALUE
+        raise Refused("CODE of empty text: Excel #VALUE!, LibreOffice 0")
     if not t[0].isascii():
         raise Refused("CODE outside ASCII depends on the code page")
     return float(ord(t[0]))
@@ -2156,7 +2168,7 @@ def _f_textjoin(ctx: _Context, args: tuple[Node | None, ...]) -> Scalar:
     if isinstance(skip, XlError):
         return skip
     parts: list[str] = []
-    for v, _ in _items(ctx, args[2:]):
+    for v in _every_value(ctx, args[2:]):
         t = to_text(v)
         if isinstance(t, XlError):
             return t
@@ -2164,6 +2176,20 @@ def _f_textjoin(ctx: _Context, args: tuple[Node | None, ...]) -> Scalar:
             parts.append(t)
     text = sep.join(parts)
     return VALUE if len(text) > 32767 else text
+
+
+def _every_value(ctx: _Context, args: Sequence[Node | None]) -> Iterator[Scalar]:
+    """Each value of each argument, empty cells of ranges included."""
+    for arg in args:
+        value = ctx.operand(arg)
+        if isinstance(value, Area):
+            for row in ctx.grid(value):
+                yield from row
+        elif isinstance(value, list):
+            for row in value:
+                yield from row
+        else:
+            yield value
 
 
 # lookup
@@ -2290,11 +2316,8 @@ def _xlookup(ctx: _Context, args: tuple[Node | None, ...], *, vertical: bool) ->
     found = _find_exact(v, keys) if exact else _find_sorted(v, keys, cut)
     if found is None:
         return NA
-    return _branch_value(ctx.at(table, found, n - 1) if vertical else ctx.at(table, n - 1, found))
-
-
-def _branch_value(v: Scalar) -> Scalar:
-    return 0.0 if isinstance(v, _Blank) else v
+    result = ctx.at(table, found, n - 1) if vertical else ctx.at(table, n - 1, found)
+    return _not_blank(result, "VLOOKUP" if vertical else "HLOOKUP")
 
 
 @_fn("VLOOKUP", 3, 4)
@@ -2325,14 +2348,18 @@ def _f_match(ctx: _Context, args: tuple[Node | None, ...]) -> Scalar:
     return NA if found is None else float(found + 1)
 
 
-def _index(ctx: _Context, args: tuple[Node | None, ...]) -> Area:
+def _index(ctx: _Context, args: tuple[Node | None, ...]) -> Area | XlError:
     area = ctx.operand(args[0])
     if not isinstance(area, Area):
         raise Refused("INDEX of an array constant")
     row = ctx.number(args[1]) if args[1] is not None else 0.0
     col = ctx.number(args[2]) if len(args) > 2 and args[2] is not None else None
-    if isinstance(row, XlError) or isinstance(col, XlError):
-        raise Refused("INDEX with an error as position")
+    if isinstance(row, XlError):
+        if isinstance(col, XlError) and col != row:
+            raise Refused("errors in two arguments: the programs differ")
+        return row
+    if isinstance(col, XlError):
+        return col
     r = math.trunc(row)
     if col is None:
         if area.rows == 1 and area.cols > 1:
@@ -2353,7 +2380,9 @@ def _index(ctx: _Context, args: tuple[Node | None, ...]) -> Area:
 
 def _f_index(ctx: _Context, args: tuple[Node | None, ...]) -> Scalar:
     area = _index(ctx, args)
-    return _branch_value(ctx.cell(area.sheet, area.r1, area.c1))
+    if isinstance(area, XlError):
+        return area
+    return ctx.cell(area.sheet, area.r1, area.c1)
 
 
 FUNCTIONS["INDEX"] = Function(_f_index, 2, 3)

@@ -97,6 +97,9 @@ CASES: list[tuple[str, str | None]] = [
     ('=TEXT(2.5,"0")', "3"),
     ('=TEXT(45356,"yyyy-mm-dd")', None),
     ("=CHAR(65)", "A"),
+    ("=CHAR(0)", None),  # Excel #VALUE!, LibreOffice a NUL character
+    ('=CODE("")', None),  # Excel #VALUE!, LibreOffice 0
+    ('=_xlfn.TEXTJOIN("-",FALSE,D!B4:B6)', "apple pie-kiwi-"),
     ('=CODE("A")', "65"),
     # math
     ("=ROUND(2.675,2)", "2.68"),
