@@ -98,6 +98,19 @@ def _search_state(t: Target) -> dict[str, Any]:
     return dict(state)
 
 
+def _sandbox_state(t: Target) -> str:
+    """How the parsers that serve this workspace are confined: the daemon's
+    when it is mounted (it may run as another user), else this process's."""
+    from swfs import sandbox
+
+    if not t.mounted:
+        return sandbox.describe()
+    try:
+        return str(control.request(t.store, "sandbox", io_timeout=90)["sandbox"])
+    except (ControlUnavailable, ControlError, OSError, KeyError, TypeError) as exc:
+        return f"unknown ({exc})"
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     t = resolve_target(args.target, args.store)
     if t.mounted and (code := status_of_world(args, t.src, t.store)) is not None:
@@ -124,6 +137,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         "failures": [{"path": p, "error": e} for p, e in failed],
     }
     info["search"] = _search_state(t)
+    info["sandbox"] = _sandbox_state(t)
     staged_info, staged_lines = staged.status_lines(t, args)
     if staged_info is not None:
         info["staged"] = staged_info
@@ -140,6 +154,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"store size: {human_bytes(store_size)} on disk (`swfs gc` reclaims what nothing needs)")
     if not_kept:
         print(f"{not_kept} files keep hashes only (too large or in .swfsignore)")
+    print(f"parse sandbox: {info['sandbox']}")
     search = info["search"]
     if t.mounted and search["state"] != "ok":
         print(f"search index: {search['state']}: {search.get('reason', '')}".rstrip(": "))

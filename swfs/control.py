@@ -58,6 +58,10 @@ async def _handle(engine: Engine, request: dict[str, Any]) -> Any:
         return await trio.to_thread.run_sync(engine.counts)
     if op == "search_state":
         return engine.search_index.health()
+    if op == "sandbox":  # the parse sandbox this daemon's workers get
+        from . import sandbox
+
+        return {"sandbox": await trio.to_thread.run_sync(sandbox.describe_in_subprocess)}
     if op == "rescan":
         stats = await trio.to_thread.run_sync(engine.scan)
         return stats.__dict__

@@ -823,3 +823,28 @@ def describe() -> str:
     if lvl == OFF:
         return f"off ({ENV}=off): parsers run unconfined"
     return lvl
+
+
+_described: str | None = None
+
+
+def describe_in_subprocess() -> str:
+    """``describe()`` as a fresh process of this one's uid and environment
+    finds it: what the daemon asks, so that it never forks itself."""
+    global _described
+    if _described is None:
+        import subprocess
+
+        try:
+            proc = subprocess.run(
+                [sys.executable, "-c", "from swfs import sandbox; print(sandbox.describe())"],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            )
+            line = proc.stdout.strip() or f"unknown (probe exit status {proc.returncode})"
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return f"unknown ({exc})"
+        _described = line
+    return _described

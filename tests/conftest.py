@@ -63,7 +63,7 @@ def mount_tree() -> Iterator[MountFactory]:
             p.chmod(0o644)
         if setup is not None:
             setup(src)
-        m = start(src, mnt, args=args, env=daemon_env())
+        m = start(src, mnt, args=args, env=daemon_env(src))
         mounts.append(m)
         if sync:
             swfs("sync", mnt, timeout=120)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
+import socket
 import time
 
 from parsers._base import FileInfo, ParseOptions, Parser, Unit
@@ -87,11 +89,17 @@ class GatedParser(_Evil):
     ext = ".gated"
 
     def parse(self, path: str, info: FileInfo, options: ParseOptions) -> list[Unit]:
-        go = _source_of(info) + ".go"
+        gates = os.environ.get(GATES_ENV)
+        go = os.path.join(gates, info.name) + ".go" if gates else _source_of(info) + ".go"
         while not os.path.exists(go):
             time.sleep(0.05)
         with open(path, encoding="utf-8", errors="replace") as f:
             return [Unit("content.txt", f.read(), "content")]
+
+
+# The folder holding the gates (SRC, shown read-only to the parse sandbox):
+# a parser in the sandbox cannot find its input's folder by itself.
+GATES_ENV = "SWFS_TEST_GATES"
 
 
 def _source_of(info: FileInfo) -> str:
@@ -105,9 +113,66 @@ def _source_of(info: FileInfo) -> str:
     raise AssertionError(f"{info.name}: not open in this worker")
 
 
+class ProbeParser(_Evil):
+    """Reports what a parser can do where it runs: its input is a JSON
+    object naming paths to read and list, a TCP port to connect to and a
+    path to create.  Exists only in tests (tests/mounted/test_security_sandbox.py)."""
+
+    id = "probe"
+    ext = ".probe"
+
+    def parse(self, path: str, info: FileInfo, options: ParseOptions) -> list[Unit]:
+        with open(path, encoding="utf-8") as f:
+            asked = json.load(f)
+        out: dict[str, object] = {}
+        with open("/proc/self/status", encoding="utf-8") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key in ("Uid", "Gid", "Groups", "CapEff", "CapPrm", "CapBnd", "NoNewPrivs"):
+                    out[key] = value.strip()
+        out["netns"] = os.readlink("/proc/self/ns/net")
+        out["mntns"] = os.readlink("/proc/self/ns/mnt")
+        reads: dict[str, str] = {}
+        for target in asked.get("read", []):
+            try:
+                if os.path.isdir(target):
+                    reads[target] = "listed: " + ",".join(sorted(os.listdir(target)))
+                else:
+                    with open(target, "rb") as g:
+                        reads[target] = "read: " + g.read(200).decode("utf-8", "replace")
+            except OSError as exc:
+                reads[target] = f"refused: {exc.strerror}"
+        out["reads"] = reads
+        port = asked.get("port")
+        if port:
+            try:
+                with socket.create_connection(("127.0.0.1", int(port)), timeout=3) as conn:
+                    conn.sendall(b"GET /probe HTTP/1.0\r\n\r\n")
+                out["connect"] = "connected"
+            except OSError as exc:
+                out["connect"] = f"refused: {exc.strerror or exc}"
+        marker = asked.get("marker")
+        if marker:
+            try:
+                with open(marker, "x") as g:
+                    g.write("written by a parser\n")
+                out["marker"] = "written"
+            except OSError as exc:
+                out["marker"] = f"refused: {exc.strerror}"
+        return [Unit("content.txt", json.dumps(out, sort_keys=True), "content")]
+
+
 SPEC = ",".join(
     f"tests.evilparsers:{c.__name__}"
-    for c in (CrashParser, HangParser, HogParser, BuggyParser, SlowParser, GatedParser)
+    for c in (
+        CrashParser,
+        HangParser,
+        HogParser,
+        BuggyParser,
+        SlowParser,
+        GatedParser,
+        ProbeParser,
+    )
 )
 
 

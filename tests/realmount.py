@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from mountd.launch import mounted_swfs
+from swfs import sandbox
 from tests import evilparsers
 from tests.mountutil import lazy_unmount, wait_for_mount, workdir
 
@@ -42,9 +43,13 @@ def swfs(
     return proc
 
 
-def daemon_env() -> dict[str, str]:
+def daemon_env(src: Path | None = None) -> dict[str, str]:
+    """The daemon's environment: the test parsers installed; with ``src``,
+    the gated test parser's gates (SRC, shown read-only to its sandbox)."""
+    gates = {} if src is None else {evilparsers.GATES_ENV: str(src), sandbox.BIND_ENV: str(src)}
     return {
         **os.environ,
+        **gates,
         "SWFS_EXTRA_PARSERS": evilparsers.SPEC,
         # The repository first; a caller's own entries after it.
         "PYTHONPATH": os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]),
@@ -101,7 +106,7 @@ def start_mount(
         stdout=log,
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,
-        env=daemon_env(),
+        env=daemon_env(src),
     )
     log.close()
     m = RealMount(src.parent, src, mnt, proc, tuple(extra))
