@@ -396,6 +396,7 @@ class Engine(Workspace):
         queue = self.queue
         if queue is None:
             return
+        checked = False
         with trio.move_on_after(limit):
             while True:
                 notice = self._notice(rel)  # before the look: a record after it sets it
@@ -405,9 +406,12 @@ class Engine(Workspace):
                 if fresh not in (Freshness.PENDING, Freshness.STALE):
                     return
                 if not settled:
-                    checked = await trio.to_thread.run_sync(self._check_unsettled, rel)
-                    if not checked:
-                        await notice.wait()  # a writer's: its record sends the notice
+                    # Recorded here once (a file that keeps changing is not
+                    # hashed over and over); a writer's record, or the change
+                    # feed's, sends the notice.
+                    if checked or not await trio.to_thread.run_sync(self._check_unsettled, rel):
+                        await notice.wait()
+                    checked = True
                     continue
                 event = queue.event(rel)
                 queue.submit(rel, front=True)
