@@ -2124,7 +2124,9 @@ def _f_code(ctx: _Context, args: tuple[Node | None, ...]) -> Scalar:
     return float(ord(t[0]))
 
 
-_TEXT_FORMAT = re.compile(r"(#,##0|0)(?:\.(0{1,10}))?(%?)")
+_TEXT_NUMBER = re.compile(r"(\$?)(#,##0|0|#)(?:\.(0{1,10}))?(%?)")
+_TEXT_DATE = re.compile(r"y+|m+|d+|[-/. ]")
+_DATE_TOKENS = frozenset({"yyyy", "yy", "mm", "m", "dd", "d", "-", "/", ".", " "})
 
 
 @_fn("TEXT", 2)
@@ -2135,16 +2137,28 @@ def _f_text(ctx: _Context, args: tuple[Node | None, ...]) -> Scalar:
         return v
     if isinstance(fmt, XlError):
         return fmt
-    if isinstance(v, str):
-        raise Refused("TEXT of text")
+    if isinstance(v, str | bool):
+        raise Refused("TEXT of text or TRUE/FALSE")
     x = to_number(v)
     if isinstance(x, XlError):
         return x
-    m = _TEXT_FORMAT.fullmatch(fmt)
-    if not m:
-        raise Refused("TEXT with this number format unsupported")
-    places = len(m[2] or "")
-    if m[3]:
+    m = _TEXT_NUMBER.fullmatch(fmt)
+    if m:
+        return _text_number(x, m)
+    parts = _TEXT_DATE.findall(fmt)
+    if (
+        "".join(parts) == fmt
+        and all(p in _DATE_TOKENS for p in parts)
+        and any(p[0] in "ymd" for p in parts)
+    ):
+        return _text_date(ctx, x, parts)
+    raise Refused("TEXT with this format unsupported")
+
+
+def _text_number(x: float, m: re.Match[str]) -> str:
+    currency, body, decimals, percent = m[1], m[2], m[3] or "", m[4]
+    places = len(decimals)
+    if percent:
         x *= 100
     if abs(x) >= 1e15:
         raise Refused("TEXT of a very large number")
@@ -2155,8 +2169,27 @@ def _f_text(ctx: _Context, args: tuple[Node | None, ...]) -> Scalar:
         raise Refused("TEXT of a number on a rounding edge")
     if d == 0 and x < 0:
         raise Refused("TEXT of a negative number shown as zero")
-    body = f"{abs(d):,.{places}f}" if m[1] == "#,##0" else f"{abs(d):.{places}f}"
-    return ("-" if d < 0 else "") + body + m[3]
+    digits = f"{abs(d):,.{places}f}" if body == "#,##0" else f"{abs(d):.{places}f}"
+    if body == "#" and digits.startswith("0"):
+        digits = digits[1:]  # '#' shows no leading zero
+    return ("-" if d < 0 else "") + currency + digits + percent
+
+
+def _text_date(ctx: _Context, x: float, parts: list[str]) -> str:
+    if x - math.floor(x) >= 1 - 0.5 / 86400:
+        raise Refused("TEXT of a time that rounds to the next day")
+    day = _to_date(ctx, x)
+    if isinstance(day, XlError):
+        raise Refused("TEXT of a number that is no date")
+    shown = {
+        "yyyy": f"{day.year:04d}",
+        "yy": f"{day.year % 100:02d}",
+        "mm": f"{day.month:02d}",
+        "m": str(day.month),
+        "dd": f"{day.day:02d}",
+        "d": str(day.day),
+    }
+    return "".join(shown.get(p, p) for p in parts)
 
 
 @_fn("TEXTJOIN", 3, _MANY)

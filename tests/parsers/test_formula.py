@@ -95,7 +95,12 @@ CASES: list[tuple[str, str | None]] = [
     ('=TEXT(1234.567,"#,##0.00")', "1,234.57"),
     ('=TEXT(0.125,"0.0%")', "12.5%"),
     ('=TEXT(2.5,"0")', "3"),
-    ('=TEXT(45356,"yyyy-mm-dd")', None),
+    ('=TEXT(45356,"yyyy-mm-dd")', "2024-03-05"),
+    ('=TEXT(D!F1,"dd/mm/yyyy")', "05/03/2024"),
+    ('=TEXT(-1234.5,"$#,##0.00")', "-$1,234.50"),
+    ('=TEXT(0.4,"#")', ""),
+    ('=TEXT(45356,"mmm d")', None),  # month names: the locale's
+    ('=TEXT(1.005,"0.00")', None),  # 1.00499999... in binary
     ("=CHAR(65)", "A"),
     ("=CHAR(0)", None),  # Excel #VALUE!, LibreOffice a NUL character
     ('=CODE("")', None),  # Excel #VALUE!, LibreOffice 0
@@ -436,7 +441,7 @@ def same(mine: str, cached: str | None) -> bool:
     significant digit: LibreOffice rounds the values it caches to 15 digits
     by a rule of its own."""
     if cached is None:
-        return False
+        return mine == ""  # an empty text is cached as no value
     if mine == cached:
         return True
     try:
