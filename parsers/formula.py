@@ -512,6 +512,9 @@ class Book:
         waiting: list[tuple[str, int, int]] = [key]
         while waiting:
             top = waiting[-1]
+            if top in self.results:  # computed on the way to another cell
+                waiting.pop()
+                continue
             try:
                 result: Scalar | Refused = self._compute(top, depth=0)
             except _TooDeep as deep:
@@ -828,7 +831,7 @@ def arithmetic(op: str, a: Scalar, b: Scalar, *, final: bool = False) -> Scalar:
 class _Context:
     """One formula being computed: its cell, and how deep it is."""
 
-    __slots__ = ("array_arg", "book", "col", "depth", "row", "sheet")
+    __slots__ = ("array_arg", "book", "col", "depth", "names", "row", "sheet")
 
     def __init__(self, book: Book, sheet: str, row: int, col: int, depth: int) -> None:
         self.book = book
@@ -840,6 +843,7 @@ class _Context:
         # a range is an array operation in one program and an implicit
         # intersection in the other: refused there.
         self.array_arg = False
+        self.names = 0  # defined names being expanded, one inside another
 
     def top(self, node: Node) -> Scalar:
         if isinstance(node, Binary) and node.op in ("+", "-"):
@@ -935,7 +939,13 @@ class _Context:
         if isinstance(node, Call):
             return FUNCTIONS[node.name].impl(self, node.args)
         if isinstance(node, Name):
-            return self.scalar(self.resolve(node))
+            self.names += 1
+            if self.names > 16:
+                raise Refused("defined names nested too deeply")
+            try:
+                return self.scalar(self.resolve(node))
+            finally:
+                self.names -= 1
         if isinstance(node, Ref):
             return self.intersect(self.area(node))
         raise Refused("array constant where one value is expected")

@@ -516,6 +516,22 @@ def test_long_cycle_is_refused() -> None:
         book.value("S", 250, 1)
 
 
+def test_names_that_name_each_other_are_refused() -> None:
+    sheet = formula.Sheet("S", {(1, 1): formula.Formula("=Foo")}, max_row=1, max_col=1)
+    book = formula.Book([sheet], names={"Foo": "Bar+1", "Bar": "Foo+1"}, local_names={})
+    with pytest.raises(formula.Refused, match="defined names nested too deeply"):
+        book.value("S", 1, 1)
+    book = formula.Book([sheet], names={"Foo": "Foo"}, local_names={})
+    with pytest.raises(formula.Refused, match="defined names nested too deeply"):
+        book.value("S", 1, 1)
+
+
+def test_local_names_come_first() -> None:
+    sheet = formula.Sheet("S", {(1, 1): formula.Formula("=Rate*2")}, max_row=1, max_col=1)
+    book = formula.Book([sheet], names={"Rate": "0.5"}, local_names={("S", "rate"): "0.25"})
+    assert book.value("S", 1, 1) == 0.5
+
+
 def test_deep_nesting_is_refused() -> None:
     with pytest.raises(formula.Refused, match="nested too deeply"):
         formula.parse("=" + "(" * 500 + "1" + ")" * 500)
