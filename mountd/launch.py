@@ -245,7 +245,11 @@ async def _serve(
     options: MountOptions,
     ready: Callable[[], None],
 ) -> None:
-    os.umask(0)  # modes come from the request (and its umask), not from the daemon
+    # Whatever the daemon makes (the store, caches, logs, its workers' files)
+    # is its own alone unless it says otherwise.  A file or folder made
+    # through the mount still gets exactly the mode the request asks for:
+    # passthrough sets it explicitly after creating it.
+    os.umask(0o077)
     raise_fd_limit()  # every file open through the mount holds a descriptor here
     async with AsyncExitStack() as stack:
         engine = stack.enter_context(engine_factory())

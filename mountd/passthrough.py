@@ -472,6 +472,15 @@ class Passthrough:
         with dir_fd(self.root_fd, parent) as pfd:
             os.mknod(name, stat.S_IFMT(mode) | perm, rdev, dir_fd=pfd)
             os.chown(name, creds.uid, self._gid(pfd, creds), dir_fd=pfd, follow_symlinks=False)
+            # The mode asked for, whatever the daemon's umask (077) and a
+            # chown's clearing of set-id bits; never through a symlink
+            # that took the name since (chmod follows one).
+            fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=pfd)
+            try:
+                if stat.S_IFMT(os.fstat(fd).st_mode) == (stat.S_IFMT(mode) or stat.S_IFREG):
+                    os.chmod(f"/proc/self/fd/{fd}", perm)
+            finally:
+                os.close(fd)
             return os.stat(name, dir_fd=pfd, follow_symlinks=False)
 
     async def symlink(self, parent: str, name: str, target: bytes, creds: Creds) -> os.stat_result:
