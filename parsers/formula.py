@@ -34,6 +34,8 @@ MAX_FORMULA_CHARS = 8_192  # Excel's own limit
 MAX_NESTING = 64  # Excel's limit on nested functions
 MAX_ARRAY_CELLS = 100_000  # elements of one array operation (SUMPRODUCT)
 MAX_CELL_READS = 20_000_000  # per workbook: a bound on the work, beside the time
+MAX_TEXT = 32_767  # Excel's longest text
+MAX_SERIAL = 2_958_465  # 9999-12-31, Excel's last date
 
 
 class Refused(Exception):
@@ -243,9 +245,12 @@ def _operand(token: Token) -> Node:
     value, sub = token.value, token.subtype
     if sub == Token.NUMBER:
         try:
-            return Const(float(value))
+            number = float(value)
         except ValueError:
             raise Refused("unreadable number") from None
+        if math.isinf(number) or math.isnan(number):
+            raise Refused("number too large")
+        return Const(number)
     if sub == Token.TEXT:
         return Const(value[1:-1].replace('""', '"'))
     if sub == Token.LOGICAL:
@@ -671,6 +676,11 @@ def to_bool(v: Scalar) -> bool | XlError:
     return VALUE
 
 
+def _too_long() -> str:
+    # Excel: #VALUE!; LibreOffice allows longer texts.
+    raise Refused("text longer than Excel allows")
+
+
 def _finite(x: float) -> float | XlError:
     if math.isnan(x) or math.isinf(x):
         return NUM
@@ -779,8 +789,8 @@ def arithmetic(op: str, a: Scalar, b: Scalar, *, final: bool = False) -> Scalar:
         tb = to_text(b)
         if isinstance(tb, XlError):
             return tb
-        if len(ta) + len(tb) > 32767:
-            return VALUE
+        if len(ta) + len(tb) > MAX_TEXT:
+            _too_long()
         return ta + tb
     if op in ("=", "<>", "<", ">", "<=", ">="):
         return compare(op, a, b)
@@ -1099,7 +1109,10 @@ def _numbers(
 
 
 def _sum(values: Sequence[float]) -> float | XlError:
-    total = math.fsum(values)
+    try:
+        total = math.fsum(values)
+    except OverflowError:
+        return NUM
     plain = 0.0
     for v in values:
         plain += v
@@ -1705,6 +1718,8 @@ def _f_mod(ctx: _Context, args: tuple[Node | None, ...]) -> Scalar:
     x, y = xy
     if y == 0:
         return DIV0
+    if abs(x / y) >= 2.0**48:
+        raise Refused("MOD of a very large quotient")
     if x.is_integer() and y.is_integer():
         return float(int(x) % int(y))
     return _finite(x - y * math.floor(x / y))
@@ -2010,7 +2025,7 @@ def _join(ctx: _Context, args: Sequence[Node | None], *, ranges: bool) -> Scalar
                 return t
             parts.append(t)
     text = "".join(parts)
-    return VALUE if len(text) > 32767 else text
+    return text if len(text) <= MAX_TEXT else _too_long()
 
 
 @_fn("CONCATENATE", 1, _MANY)
@@ -2031,8 +2046,8 @@ def _f_rept(ctx: _Context, args: tuple[Node | None, ...]) -> Scalar:
     n = _count_arg(ctx, args[1], 0)
     if isinstance(n, XlError):
         return n
-    if len(t) * n > 32767:
-        return VALUE
+    if len(t) * n > MAX_TEXT:
+        _too_long()
     return t * n
 
 
@@ -2059,7 +2074,7 @@ def _f_substitute(ctx: _Context, args: tuple[Node | None, ...]) -> Scalar:
         result = text[:at] + new + text[at + len(old) :]
     else:
         result = text.replace(old, new) if old else text
-    return VALUE if len(result) > 32767 else result
+    return result if len(result) <= MAX_TEXT else _too_long()
 
 
 @_fn("FIND", 2, 3)
@@ -2218,7 +2233,7 @@ def _f_textjoin(ctx: _Context, args: tuple[Node | None, ...]) -> Scalar:
         if t or not skip:
             parts.append(t)
     text = sep.join(parts)
-    return VALUE if len(text) > 32767 else text
+    return text if len(text) <= MAX_TEXT else _too_long()
 
 
 def _every_value(ctx: _Context, args: Sequence[Node | None]) -> Iterator[Scalar]:
@@ -2439,8 +2454,9 @@ _BASE_1904 = datetime.date(1904, 1, 1)
 
 
 def _to_date(ctx: _Context, serial: float) -> datetime.date | XlError:
-    if serial < 0:
-        return NUM
+    if serial < 0 or serial > MAX_SERIAL:
+        # Excel: #NUM!; LibreOffice has dates before 1900 and after 9999.
+        raise Refused("date outside Excel's years 1900-9999")
     if not ctx.book.date1904 and serial < 61:
         raise Refused("dates before March 1900 (Excel's 1900 leap year)")
     base = _BASE_1904 if ctx.book.date1904 else _BASE_1900
@@ -2487,22 +2503,19 @@ def _f_date(ctx: _Context, args: tuple[Node | None, ...]) -> Scalar:
         if isinstance(x, XlError):
             return x
         if abs(x) > 1e7:
-            return NUM
+            raise Refused("date outside Excel's years 1900-9999")
         parts.append(math.trunc(x))
     y, m, d = parts
     if y < 1900:
         raise Refused("DATE with a two-digit year: the programs differ")
-    if y > 9999:
-        return NUM
     y, m = _month_shift(y, 1, m - 1)
-    if not 1 <= y <= 9999:
-        return NUM
     try:
-        day = datetime.date(y, m, 1) + datetime.timedelta(days=d - 1)
-    except OverflowError:
-        return NUM
-    if day.year > 9999:
-        return NUM
+        day: datetime.date | None = datetime.date(y, m, 1) + datetime.timedelta(days=d - 1)
+    except (OverflowError, ValueError):
+        day = None
+    if day is None or not 1900 <= day.year <= 9999:
+        # Excel: #NUM!; LibreOffice goes on to the year 32767.
+        raise Refused("date outside Excel's years 1900-9999")
     return _serial(ctx, day)
 
 
@@ -2523,9 +2536,11 @@ def _months(ctx: _Context, args: tuple[Node | None, ...], *, end: bool) -> Scala
     start = _to_date(ctx, xy[0])
     if isinstance(start, XlError):
         return start
+    if abs(xy[1]) > 1e6:
+        raise Refused("date outside Excel's years 1900-9999")
     y, m = _month_shift(start.year, start.month, math.trunc(xy[1]))
     if not 1900 <= y <= 9999:
-        return NUM
+        raise Refused("date outside Excel's years 1900-9999")
     last = 31 if m == 12 else (datetime.date(y, m + 1, 1) - datetime.timedelta(days=1)).day
     return _serial(ctx, datetime.date(y, m, last if end else min(start.day, last)))
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import logging
+import math
 import signal
 import threading
 import time
@@ -158,7 +159,10 @@ def _content(
     if isinstance(value, bool):
         return value
     if isinstance(value, int | float):
-        return float(value)
+        number = float(value)
+        if math.isinf(number) or math.isnan(number):  # only a hostile file holds one
+            return formula.Formula("", refused="a cell holds a number that is not finite")
+        return number
     if isinstance(value, datetime.datetime | datetime.date | datetime.time | datetime.timedelta):
         return formula.DateSerial(to_excel(value, epoch))
     if data_type == "e":

@@ -574,3 +574,55 @@ def test_workbook_that_cannot_load(tmp_path: pathlib.Path) -> None:
         )
     assert out[0].startswith("? (not computed: formula engine: ")
     assert "Traceback" not in out[0]
+
+
+def test_random_formulas_give_a_value_or_a_reason() -> None:
+    """Formulas built at random from every function and odd operands
+    (huge numbers, whole columns, errors, empty text) end in a value or a
+    refusal: no other exception, no infinity, no NaN."""
+    import random
+
+    rng = random.Random(35)
+    functions = sorted(formula.FUNCTIONS)
+    atoms = [
+        *("1", "0", "-1", "2.5", "1E+300", "1E-300", '"a"', '""', '"1"', '">1"', '"*"'),
+        *("TRUE", "#N/A", "#DIV/0!", "A1", "A2", "A3", "B1", "B3", "B1:B3", "A1:B3", "A:A"),
+        *("1:1", "S!A1", "'S'!A1:B2", "Name1", "{1,2;3,4}", "E5", "X9", "C1:C100000"),
+    ]
+
+    def expr(depth: int = 0) -> str:
+        kind = rng.randrange(5 if depth < 4 else 1)
+        if kind == 0:
+            return rng.choice(atoms)
+        if kind == 1:
+            op = rng.choice(["+", "-", "*", "/", "^", "&", "=", "<>", "<", ">="])
+            return expr(depth + 1) + op + expr(depth + 1)
+        if kind == 2:
+            return "-" + expr(depth + 1)
+        if kind == 3:
+            return "(" + expr(depth + 1) + ")" + rng.choice(["", "%"])
+        args = [expr(depth + 1) if rng.random() < 0.9 else "" for _ in range(rng.randint(0, 4))]
+        return rng.choice(functions) + "(" + ",".join(args) + ")"
+
+    base: dict[tuple[int, int], formula.Scalar | formula.Formula] = {
+        (1, 1): 1.0,
+        (2, 1): "x",
+        (3, 1): formula.DateSerial(45000),
+        (1, 2): formula.Formula("=A1+1"),
+        (2, 2): True,
+        (3, 2): formula.NA,
+    }
+    outcomes = {"value": 0, "refused": 0}
+    for _ in range(3000):
+        content = {**base, (5, 5): formula.Formula("=" + expr())}
+        sheet = formula.Sheet("S", content, max_row=5, max_col=5)
+        book = formula.Book([sheet], names={"Name1": "S!$A$1:$B$3"}, local_names={})
+        try:
+            value = book.value("S", 5, 5)
+        except formula.Refused:
+            outcomes["refused"] += 1
+            continue
+        outcomes["value"] += 1
+        if isinstance(value, float):
+            assert math.isfinite(value)
+    assert outcomes["value"] > 300
