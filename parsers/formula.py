@@ -960,6 +960,16 @@ class _Context:
             return self.intersect(self.area(node))
         raise Refused("array constant where one value is expected")
 
+    def single(self, node: Node | None) -> Scalar:
+        """One value, where a range is refused rather than intersected (a
+        condition, a lookup value: Excel may treat a range there as an array)."""
+        saved = self.array_arg
+        self.array_arg = True
+        try:
+            return self.scalar(node)
+        finally:
+            self.array_arg = saved
+
     def intersect(self, area: Area) -> Scalar:
         """A range where one value is expected: the cell in the formula's
         row (a column range) or column (a row range), Excel's implicit
@@ -967,7 +977,7 @@ class _Context:
         if area.rows == 1 and area.cols == 1:
             return self.cell(area.sheet, area.r1, area.c1)
         if self.array_arg:
-            raise Refused("calculation over a range inside a function's range argument")
+            raise Refused("a range where one value is expected")
         if area.cols == 1:
             if area.r1 <= self.row <= area.r2:
                 return self.cell(area.sheet, self.row, area.c1)
@@ -1394,7 +1404,7 @@ def _matching(ctx: _Context, pairs: Sequence[tuple[Area, Scalar]]) -> Iterator[t
 @_fn("COUNTIF", 2)
 def _f_countif(ctx: _Context, args: tuple[Node | None, ...]) -> Scalar:
     area = _area_arg(ctx, args[0], "COUNTIF")
-    return float(sum(1 for _ in _matching(ctx, [(area, ctx.scalar(args[1]))])))
+    return float(sum(1 for _ in _matching(ctx, [(area, ctx.single(args[1]))])))
 
 
 @_fn("COUNTIFS", 2, _MANY)
@@ -1402,7 +1412,7 @@ def _f_countifs(ctx: _Context, args: tuple[Node | None, ...]) -> Scalar:
     if len(args) % 2:
         raise Refused("COUNTIFS with an odd number of arguments")
     pairs = [
-        (_area_arg(ctx, args[i], "COUNTIFS"), ctx.scalar(args[i + 1]))
+        (_area_arg(ctx, args[i], "COUNTIFS"), ctx.single(args[i + 1]))
         for i in range(0, len(args), 2)
     ]
     return float(sum(1 for _ in _matching(ctx, pairs)))
@@ -1439,21 +1449,21 @@ def _if_total(ctx: _Context, target: Area, pairs: list[tuple[Area, Scalar]], avg
 def _f_sumif(ctx: _Context, args: tuple[Node | None, ...]) -> Scalar:
     area = _area_arg(ctx, args[0], "SUMIF")
     target = _same_shape(area, _area_arg(ctx, args[2], "SUMIF")) if len(args) > 2 else area
-    return _if_total(ctx, target, [(area, ctx.scalar(args[1]))], avg=False)
+    return _if_total(ctx, target, [(area, ctx.single(args[1]))], avg=False)
 
 
 @_fn("AVERAGEIF", 2, 3)
 def _f_averageif(ctx: _Context, args: tuple[Node | None, ...]) -> Scalar:
     area = _area_arg(ctx, args[0], "AVERAGEIF")
     target = _same_shape(area, _area_arg(ctx, args[2], "AVERAGEIF")) if len(args) > 2 else area
-    return _if_total(ctx, target, [(area, ctx.scalar(args[1]))], avg=True)
+    return _if_total(ctx, target, [(area, ctx.single(args[1]))], avg=True)
 
 
 def _ifs(ctx: _Context, args: tuple[Node | None, ...], fn: str, avg: bool) -> Scalar:
     if len(args) % 2 == 0:
         raise Refused(f"{fn} with an even number of arguments")
     target = _area_arg(ctx, args[0], fn)
-    pairs = [(_area_arg(ctx, args[i], fn), ctx.scalar(args[i + 1])) for i in range(1, len(args), 2)]
+    pairs = [(_area_arg(ctx, args[i], fn), ctx.single(args[i + 1])) for i in range(1, len(args), 2)]
     if any(a.rows != target.rows or a.cols != target.cols for a, _ in pairs):
         return VALUE
     return _if_total(ctx, target, pairs, avg)
@@ -2354,7 +2364,7 @@ def _lookup_mode(ctx: _Context, node: Node | None) -> bool:
 
 
 def _xlookup(ctx: _Context, args: tuple[Node | None, ...], *, vertical: bool) -> Scalar:
-    v = ctx.scalar(args[0])
+    v = ctx.single(args[0])
     if isinstance(v, XlError):
         return v
     table = ctx.operand(args[1])
@@ -2390,7 +2400,7 @@ def _f_hlookup(ctx: _Context, args: tuple[Node | None, ...]) -> Scalar:
 
 @_fn("MATCH", 2, 3)
 def _f_match(ctx: _Context, args: tuple[Node | None, ...]) -> Scalar:
-    v = ctx.scalar(args[0])
+    v = ctx.single(args[0])
     if isinstance(v, XlError):
         return v
     area = ctx.operand(args[1])

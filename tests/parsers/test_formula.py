@@ -169,6 +169,7 @@ CASES: list[tuple[str, str | None]] = [
     ('=COUNTIFS(D!A1:A6,">1",D!B1:B6,"*e*")', "2"),
     ('=AVERAGEIF(D!A1:A6,">2")', "5.625"),
     ('=COUNTIF(D!A1:A6,"1/2/2024")', None),
+    ("=COUNTIF(D!A1:A6,D!A1:A2)", None),  # a range as the condition
     # logic
     ('=IF(1>2,"yes","no")', "no"),
     ('=IF(1<2,"yes")', "yes"),
