@@ -424,6 +424,7 @@ class SearchIndex:
         self._vec_cache: tuple[int, Any, Any] | None = None
         self._conns: list[sqlite3.Connection] = []
         self._scopes: dict[Caller, _Scope] = {}  # oldest first
+        self._scopes_lock = threading.Lock()  # not the writers' lock: queries never wait on it
         self.text = TextIndex(self.path.with_name(TEXT_DIR))
 
     # -- connections
@@ -830,7 +831,7 @@ class SearchIndex:
         caller's own new units count from the next), and one whose file
         was closed to them since is one they could read until then."""
         now = time.monotonic()
-        with self._lock:
+        with self._scopes_lock:
             kept = self._scopes.get(check.caller)
         if (
             kept is not None
@@ -852,7 +853,7 @@ class SearchIndex:
             if cid in readable
         }
         scope = _Scope(sizes, frozenset(paths), now, self._generation)
-        with self._lock:
+        with self._scopes_lock:
             self._scopes[check.caller] = scope
             while len(self._scopes) > SCOPES_KEPT:
                 del self._scopes[next(iter(self._scopes))]
@@ -870,7 +871,7 @@ class SearchIndex:
         searcher = self.text.searcher()
         text = self.text
         terms = sorted({t for w in (*query.words, *query.phrases) for t in self._terms(w)})
-        units = list(scope.sizes)
+        units = text.units(scope.sizes)
         n, avg = scope.count, scope.average
         term_queries = {t: text.term(t) for t in terms}
         holding = {  # term -> the scope's documents holding it

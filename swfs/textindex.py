@@ -212,11 +212,16 @@ class TextIndex:
         """The terms the index keeps for ``text``, in order."""
         return list(self.analyzer.analyze(text))
 
-    def within(self, query: Any, units: Iterable[int]) -> Any:
-        """``query``, matched only by the documents of ``units``."""
-        only = tantivy.Query.term_set_query(self.schema, "unit", list(units))
+    def units(self, units: Iterable[int]) -> Any:
+        """A query matching the documents of ``units`` (for ``within``)."""
+        return tantivy.Query.term_set_query(self.schema, "unit", list(units))
+
+    @staticmethod
+    def within(query: Any, units: Any) -> Any:
+        """``query``, matched only by the documents ``units`` (a query of
+        ``self.units``) matches."""
         return tantivy.Query.boolean_query(
-            [(tantivy.Occur.Must, query), (tantivy.Occur.Must, only)]
+            [(tantivy.Occur.Must, query), (tantivy.Occur.Must, units)]
         )
 
     def term(self, term: str) -> Any:
