@@ -212,6 +212,49 @@ def test_recomputed_formulas(tmp_path: pathlib.Path) -> None:
     assert cell == cells.Cell(value="2700 (computed)", formula="=B12*2")
 
 
+def test_recomputed_formulas_follow_excel(tmp_path: pathlib.Path) -> None:
+    """What the formula engine used to get wrong: implicit intersection,
+    defined names, a lookup through a named range, SUBTOTAL, Excel's errors,
+    TEXT; and a workbook from XlsxWriter whose cached values were dropped."""
+    import openpyxl
+    import xlsxwriter
+
+    raw = tmp_path / "xw.xlsx"
+    wb = xlsxwriter.Workbook(str(raw))
+    ws = wb.add_worksheet("Data")
+    for row, (code, price) in enumerate([("a", 10), ("b", 20), ("c", 30)]):
+        ws.write_string(row, 0, code)
+        ws.write_number(row, 1, price)
+    ws.write_formula("C2", "=B1:B3*2")  # the row's own B2
+    ws.write_formula("D1", '=VLOOKUP("b",Prices,2,FALSE)')
+    ws.write_formula("D2", "=SUBTOTAL(9,B1:B3)+SUBTOTAL(9,B1:B3)")
+    ws.write_formula("D3", "=Rate*B3")
+    ws.write_formula("D4", '=TEXT(B3*1000,"#,##0.00")')
+    ws.write_formula("D5", '=INDEX(B1:B3,MATCH("z",A1:A3,0))')
+    ws.write_formula("D6", '=IFERROR(MATCH("z",A1:A3,0),"none")')
+    wb.define_name("Prices", "=Data!$A$1:$B$3")
+    wb.define_name("Rate", "=0.5")
+    wb.close()
+    path = tmp_path / "no-cache.xlsx"
+    openpyxl.load_workbook(raw).save(path)  # drops XlsxWriter's cached zeros
+    _, units = parse(path)
+    check(
+        units,
+        {
+            "sheet-Data.md": [
+                "Data!C2 = =B1:B3*2 -> 40 (computed)",
+                'Data!D1 = =VLOOKUP("b",Prices,2,FALSE) -> 20 (computed)',
+                "Data!D2 = =SUBTOTAL(9,B1:B3)+SUBTOTAL(9,B1:B3) -> 120 (computed)",
+                "Data!D3 = =Rate*B3 -> 15 (computed)",
+                'Data!D4 = =TEXT(B3*1000,"#,##0.00") -> 30,000.00 (computed)',
+                'Data!D5 = =INDEX(B1:B3,MATCH("z",A1:A3,0)) -> #N/A (computed)',
+                'Data!D6 = =IFERROR(MATCH("z",A1:A3,0),"none") -> none (computed)',
+            ],
+        },
+        ["#NAME?", "Traceback", "(1+", "j)"],
+    )
+
+
 def test_recompute_is_bounded(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from parsers import xlsx_recalc
 
