@@ -453,7 +453,8 @@ def parse(formula: str) -> Node:
 @dataclass(frozen=True, slots=True)
 class Formula:
     text: str
-    refused: str | None = None  # an array or data-table formula, say
+    refused: str | None = None  # a data-table formula, say
+    array: bool = False  # entered as an array formula ({=SUM(A1:A3*B1:B3)})
 
 
 @dataclass
@@ -570,7 +571,8 @@ class Book:
         self.busy.add(key)
         try:
             ctx = _Context(self, sheet, row, col, depth)
-            return ctx.top(self.tree(content.text))
+            tree = self.tree(content.text)
+            return ctx.top_array(tree) if content.array else ctx.top(tree)
         finally:
             self.busy.discard(key)
 
@@ -675,6 +677,8 @@ def to_bool(v: Scalar) -> bool | XlError:
         return True
     if upper == "FALSE":
         return False
+    if might_be_number(v):
+        raise Refused("text read as TRUE/FALSE: LibreOffice reads the number in it")
     return VALUE
 
 
@@ -861,6 +865,28 @@ class _Context:
         if isinstance(node, Binary) and node.op in ("+", "-"):
             return arithmetic(node.op, self.scalar(node.left), self.scalar(node.right), final=True)
         return self.scalar(node)
+
+    def top_array(self, node: Node) -> Scalar:
+        """An array formula of one aggregate over element-wise operations
+        ({=SUM(A1:A3*B1:B3)}); any other array formula is refused."""
+        if not (isinstance(node, Call) and node.name in _ARRAY_AGGREGATES):
+            raise Refused("array formula unsupported")
+        numbers: list[float] = []
+        for arg in node.args:
+            for row in _array(self, _present(arg)):
+                for v in row:
+                    if isinstance(v, XlError):
+                        if node.name == "COUNT":
+                            continue  # COUNT skips errors
+                        # Excel answers the error; LibreOffice at times skips it.
+                        raise Refused("an error inside an array operation")
+                    if isinstance(v, bool):
+                        raise Refused("TRUE/FALSE summed: Excel and LibreOffice differ")
+                    if isinstance(v, DateSerial) and node.name in ("AVERAGE", "PRODUCT"):
+                        raise Refused("dates averaged or multiplied: LibreOffice differs")
+                    if isinstance(v, float):
+                        numbers.append(v)
+        return _ARRAY_AGGREGATES[node.name](numbers)
 
     def cell(self, sheet: str, row: int, col: int) -> Scalar:
         self.book.steps += 1
@@ -1831,7 +1857,7 @@ def _f_sumproduct(ctx: _Context, args: tuple[Node | None, ...]) -> Scalar:
             for g in grids:
                 v = g[i][j]
                 if isinstance(v, XlError):
-                    return v
+                    raise Refused("an error inside an array operation")
                 if isinstance(v, bool):
                     raise Refused("TRUE/FALSE in SUMPRODUCT: Excel and LibreOffice differ")
                 p *= v if isinstance(v, float) else 0.0
@@ -2577,6 +2603,29 @@ def _f_weekday(ctx: _Context, args: tuple[Node | None, ...]) -> Scalar:
         return float(monday0)
     raise Refused("WEEKDAY of this kind unsupported")
 
+
+def _average(values: list[float]) -> Scalar:
+    if not values:
+        return DIV0
+    total = _sum(values)
+    return total if isinstance(total, XlError) else total / len(values)
+
+
+def _product(values: list[float]) -> Scalar:
+    product = math.prod(values) if values else 0.0
+    if abs(product) >= 1e15 or (product == 0 and values and all(values)):
+        raise Refused("product too large to compare")
+    return product
+
+
+_ARRAY_AGGREGATES: dict[str, Callable[[list[float]], Scalar]] = {
+    "SUM": _sum,
+    "AVERAGE": _average,
+    "MIN": lambda values: min(values, default=0.0),
+    "MAX": lambda values: max(values, default=0.0),
+    "COUNT": lambda values: float(len(values)),
+    "PRODUCT": _product,
+}
 
 # INDEX also gives a reference: SUM(INDEX(...)) and A1:INDEX(...) read it.
 _REFERENCE_FUNCTIONS["INDEX"] = _index

@@ -20,6 +20,8 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import IO, Any, NamedTuple
 
+from openpyxl.worksheet.formula import ArrayFormula
+
 from parsers import cells, formula
 from parsers._common import describe, quiet
 
@@ -155,7 +157,9 @@ def _content(
     if data_type == "f":
         if isinstance(value, str):
             return formula.Formula(value)
-        return formula.Formula("", refused="array or data-table formula")
+        if isinstance(value, ArrayFormula) and value.text:
+            return formula.Formula(value.text, array=True)
+        return formula.Formula("", refused="data-table formula")
     if isinstance(value, bool):
         return value
     if isinstance(value, int | float):

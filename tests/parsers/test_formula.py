@@ -252,6 +252,16 @@ ROW_CASES: list[tuple[int, str, str | None]] = [
 ]
 
 
+# Array formulas ({=...}), in column C.
+ARRAY_CASES: list[tuple[str, str | None]] = [
+    ("{=SUM(D!A1:A3*D!D1:D3)}", "140"),
+    ("{=MAX(D!A1:A6-D!D1:D6)}", "10.5"),
+    ("{=COUNT(D!A1:A6/(D!A1:A6>2))}", "4"),
+    ("{=AVERAGE(IF(D!A1:A6>2,D!A1:A6))}", None),
+    ("{=D!A1:A3*2}", None),
+]
+
+
 def _data_sheet(wb: object) -> None:
     import xlsxwriter
 
@@ -301,6 +311,9 @@ def cases_workbook(path: pathlib.Path) -> dict[str, str | None]:
     for r, text, want in ROW_CASES:
         f.write_formula(f"B{r}", text)
         expected[f"B{r}"] = want
+    for r, (text, want) in enumerate(ARRAY_CASES, start=1):
+        f.write_array_formula(f"C{r}:C{r}", text)
+        expected[f"C{r}"] = want
     wb.close()
     return expected
 
@@ -358,6 +371,8 @@ def test_values(book: tuple[pathlib.Path, dict[str, str | None]], tmp_path: path
 
 def _formula_at(addr: str) -> str:
     col, row = addr[0], int(addr[1:])
+    if col == "C":
+        return ARRAY_CASES[row - 1][0]
     if col == "B":
         return next(t for r, t, _ in ROW_CASES if r == row)
     used = {r for r, _, _ in ROW_CASES}
