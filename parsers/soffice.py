@@ -42,6 +42,7 @@ import pathlib
 import resource
 import shutil
 import signal
+import stat
 import subprocess
 import tempfile
 import time
@@ -100,7 +101,25 @@ def timeout() -> float:
 
 
 def _base_dir() -> str:
-    return os.path.join(tempfile.gettempdir(), f"swfs-soffice-{os.getuid()}")
+    """``$TMPDIR/swfs-soffice-<uid>``, used only if it is a real folder of
+    this uid closed to others (anyone may create that name first in a
+    shared /tmp, or swap it for a link); otherwise a fresh private folder."""
+    path = os.path.join(tempfile.gettempdir(), f"swfs-soffice-{os.getuid()}")
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(path, 0o700)
+    try:
+        st = os.lstat(path)
+    except OSError:
+        st = None
+    if (
+        st is not None
+        and stat.S_ISDIR(st.st_mode)
+        and st.st_uid == os.getuid()
+        and not st.st_mode & 0o077
+    ):
+        return path
+    log.warning("%s is not a private folder of uid %d; using a fresh one", path, os.getuid())
+    return tempfile.mkdtemp(prefix=f"swfs-soffice-{os.getuid()}-")
 
 
 @functools.cache
@@ -119,7 +138,6 @@ def sweep_stale() -> None:
     """Remove what workers that are gone left behind (a worker killed on its
     time limit cannot clean up after itself)."""
     base = _base_dir()
-    os.makedirs(base, mode=0o700, exist_ok=True)
     for name in os.listdir(base):
         if name.isdigit() and int(name) != os.getpid() and not _alive(int(name)):
             shutil.rmtree(os.path.join(base, name), ignore_errors=True)
