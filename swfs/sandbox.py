@@ -366,11 +366,16 @@ def _write(path: str, text: str) -> None:
         os.close(fd)
 
 
-def _drop_capabilities() -> None:
-    """capset(2) with empty sets, and the bounding set emptied."""
+def _drop_bounding_set() -> None:
+    """No capability can ever come back (not even through a file's)."""
     for cap in range(64):
         if _c().prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 and ctypes.get_errno() == errno.EINVAL:
             break  # past the last capability this kernel knows
+
+
+def _drop_capabilities() -> None:
+    """capset(2) with empty sets, and the bounding set emptied."""
+    _drop_bounding_set()
     if _SYS_CAPSET is None:
         raise OSError(errno.ENOSYS, f"capset: unknown machine {platform.machine()}")
     header = (ctypes.c_uint32 * 2)(_LINUX_CAPABILITY_VERSION_3, 0)
@@ -412,6 +417,7 @@ def confine(entries: list[_Entry], memory_bytes: int) -> str:
                 "unshare",
             )
             _build_root(entries, user_ns=False)
+            _drop_bounding_set()
             os.setgroups([])
             os.setresgid(NOBODY, NOBODY, NOBODY)
             os.setresuid(NOBODY, NOBODY, NOBODY)
