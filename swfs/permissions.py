@@ -46,6 +46,7 @@ def _bits(acc: Access, shift: int) -> int:
     return (acc.mode >> shift) & 0o7
 
 
+@functools.lru_cache(maxsize=4096)  # a tree has few distinct (owner, group, mode)
 def narrowed(shown: Access, other: Access | None) -> Access:
     """``shown``'s owner and group, keeping for each of its classes (owner,
     group, everyone else) only the rwx bits that ``other`` grants to every

@@ -8,6 +8,7 @@ Rendered diffs are cached by (kind, baseline hash, current hash, paths).
 from __future__ import annotations
 
 import datetime
+import functools
 import logging
 import posixpath
 from collections import Counter, defaultdict
@@ -414,12 +415,16 @@ def diff_access(ws: Workspace, e: ReviewEntry, now: Access | None) -> Access:
     (``e.old_rel`` for a rename) and its present ones (``now``, the present
     access of ``e.rel``), so only who could read the file at the baseline
     and can now.  A baseline entry that kept no access is owner-only."""
+    return _diff_access(ws.baseline_manifest(), e, now, ws.store_dir)
+
+
+def _diff_access(
+    base: dict[str, list[Any]], e: ReviewEntry, now: Access | None, store_dir: Any
+) -> Access:
     if e.status == ChangeStatus.ADDED:
-        return now or permissions.owner_only(ws.store_dir)
-    entry = ws.baseline_manifest().get(e.old_rel or e.rel)
-    then = permissions.from_entry(entry, 2)
-    then = then or permissions.owner_only(ws.store_dir)
-    return permissions.then_and_now(then, now)
+        return now or permissions.owner_only(store_dir)
+    then = permissions.from_entry(base.get(e.old_rel or e.rel), 2)
+    return permissions.then_and_now(then or permissions.owner_only(store_dir), now)
 
 
 def all_access(
@@ -431,9 +436,14 @@ def all_access(
     root = access(RelPath("")) or permissions.owner_only(ws.store_dir, directory=True)
     out = Access(root.uid, root.gid, root.mode & 0o444)
     seen: set[str] = set()
+    base = ws.baseline_manifest()
     then_dirs: dict[str, Any] = ws.store.get_meta("baseline_dir_modes") or {}
     for e in entries:
-        out = permissions.narrowed(out, read_only(diff_access(ws, e, access(e.rel))))
+        if not out.mode:
+            break  # nobody but root: nothing left to narrow
+        out = permissions.narrowed(
+            out, read_only(_diff_access(base, e, access(e.rel), ws.store_dir))
+        )
         for rel in (e.rel, e.old_rel):
             if rel is None:
                 continue
@@ -451,5 +461,6 @@ def all_access(
     return out
 
 
+@functools.lru_cache(maxsize=4096)
 def read_only(acc: Access) -> Access:
     return Access(acc.uid, acc.gid, acc.mode & 0o444)
