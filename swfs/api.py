@@ -362,16 +362,16 @@ class WorkspaceAPI(Protocol):
 
     def snapshots(self) -> Sequence[str]: ...
     def snapshot_manifest(self, name: str) -> dict[RelPath, Hash]: ...
-    def version_ref(self, rel: RelPath, number: int) -> str | None:
-        """Like ``version_file`` but cheap, for lookups: the path may not
-        exist until ``open_blob`` opens it (a chunked blob is reassembled
-        then, in the daemon's worker thread, not on its loop)."""
-        ...
-
     def snapshot_accesses(self, name: str) -> dict[RelPath, Access]:
         """Owner, group and mode of every file and folder ('' the root) of
         snapshot ``name`` as it recorded them; owner-only where it recorded
         none.  Not narrowed by the present ones (swfs.permissions does)."""
+        ...
+
+    def version_ref(self, rel: RelPath, number: int) -> str | None:
+        """Like ``version_file`` but cheap, for lookups: the path may not
+        exist until ``open_blob`` opens it (a chunked blob is reassembled
+        then, in the daemon's worker thread, not on its loop)."""
         ...
 
     def blob_path(self, h: Hash) -> str | None:
