@@ -867,10 +867,12 @@ class _Context:
         return self.scalar(node)
 
     def top_array(self, node: Node) -> Scalar:
-        """An array formula of one aggregate over element-wise operations
-        ({=SUM(A1:A3*B1:B3)}); any other array formula is refused."""
+        """An array formula: one aggregate over element-wise operations
+        ({=SUM(A1:A3*B1:B3)}), or one that needs no array at all."""
         if not (isinstance(node, Call) and node.name in _ARRAY_AGGREGATES):
-            raise Refused("array formula unsupported")
+            # Without a range where one value is expected, an array formula
+            # has the value of the plain one (XlsxWriter writes SWITCH so).
+            return self.single(node)
         numbers: list[float] = []
         for arg in node.args:
             for row in _array(self, _present(arg)):
@@ -1089,7 +1091,12 @@ class Function:
 
 FUNCTIONS: dict[str, Function] = {}
 _REFERENCE_FUNCTIONS: dict[str, Callable[[_Context, tuple[Node | None, ...]], Area | XlError]] = {}
-_FUTURE = frozenset({"IFNA", "CONCAT", "TEXTJOIN"})
+_FUTURE = frozenset(
+    {
+        *("IFNA", "CONCAT", "TEXTJOIN", "IFS", "SWITCH", "MAXIFS", "MINIFS", "XOR", "DAYS"),
+        *("STDEV.S", "STDEV.P", "VAR.S", "VAR.P"),
+    }
+)
 _VOLATILE = frozenset(
     {"NOW", "TODAY", "RAND", "RANDBETWEEN", "RANDARRAY", "OFFSET", "INDIRECT", "CELL", "INFO"}
 )
@@ -1493,7 +1500,7 @@ def _ifs(ctx: _Context, args: tuple[Node | None, ...], fn: str, avg: bool) -> Sc
     target = _area_arg(ctx, args[0], fn)
     pairs = [(_area_arg(ctx, args[i], fn), ctx.single(args[i + 1])) for i in range(1, len(args), 2)]
     if any(a.rows != target.rows or a.cols != target.cols for a, _ in pairs):
-        return VALUE
+        raise Refused(f"{fn} over ranges of different sizes")
     return _if_total(ctx, target, pairs, avg)
 
 
@@ -2626,6 +2633,179 @@ _ARRAY_AGGREGATES: dict[str, Callable[[list[float]], Scalar]] = {
     "COUNT": lambda values: float(len(values)),
     "PRODUCT": _product,
 }
+
+# functions of Excel 2016-2019 (written _xlfn.NAME in files)
+
+
+@_fn("IFS", 2, _MANY)
+def _f_ifs(ctx: _Context, args: tuple[Node | None, ...]) -> Scalar:
+    if len(args) % 2:
+        raise Refused("IFS with an odd number of arguments")
+    for i in range(0, len(args), 2):
+        cond = to_bool(ctx.scalar(args[i]))
+        if isinstance(cond, XlError):
+            return cond
+        if cond:
+            return _not_blank(ctx.scalar(args[i + 1]), "IFS")
+    return NA
+
+
+@_fn("SWITCH", 3, _MANY)
+def _f_switch(ctx: _Context, args: tuple[Node | None, ...]) -> Scalar:
+    value = ctx.scalar(args[0])
+    if isinstance(value, XlError):
+        return value
+    pairs = len(args) - 1
+    for i in range(1, 1 + pairs - pairs % 2, 2):
+        case = ctx.scalar(args[i])
+        same = compare("=", value, case)
+        if isinstance(same, XlError):
+            return same
+        if same:
+            return _not_blank(ctx.scalar(args[i + 1]), "SWITCH")
+    if pairs % 2:
+        return _not_blank(ctx.scalar(args[-1]), "SWITCH")
+    return NA
+
+
+@_fn("XOR", 1, _MANY)
+def _f_xor(ctx: _Context, args: tuple[Node | None, ...]) -> Scalar:
+    values = _logical(ctx, args)
+    if isinstance(values, XlError):
+        return values
+    return sum(values) % 2 == 1 if values else VALUE
+
+
+def _extreme_ifs(
+    ctx: _Context, args: tuple[Node | None, ...], fn: str, pick: Callable[[list[float]], float]
+) -> Scalar:
+    if len(args) % 2 == 0:
+        raise Refused(f"{fn} with an even number of arguments")
+    target = _area_arg(ctx, args[0], fn)
+    pairs = [(_area_arg(ctx, args[i], fn), ctx.single(args[i + 1])) for i in range(1, len(args), 2)]
+    if any(a.rows != target.rows or a.cols != target.cols for a, _ in pairs):
+        raise Refused(f"{fn} over ranges of different sizes")
+    values = _summed(ctx, target, _matching(ctx, pairs))
+    if isinstance(values, XlError):
+        return values
+    return pick(values) if values else 0.0
+
+
+@_fn("MAXIFS", 3, _MANY)
+def _f_maxifs(ctx: _Context, args: tuple[Node | None, ...]) -> Scalar:
+    return _extreme_ifs(ctx, args, "MAXIFS", max)
+
+
+@_fn("MINIFS", 3, _MANY)
+def _f_minifs(ctx: _Context, args: tuple[Node | None, ...]) -> Scalar:
+    return _extreme_ifs(ctx, args, "MINIFS", min)
+
+
+def _variance(ctx: _Context, args: tuple[Node | None, ...], *, sample: bool) -> float | XlError:
+    values = _numbers(ctx, args, dates=False)
+    if isinstance(values, XlError):
+        return values
+    n = len(values)
+    if n < (2 if sample else 1):
+        raise Refused("variance of too few numbers: the programs' errors differ")
+    mean = math.fsum(values) / n
+    return math.fsum((v - mean) ** 2 for v in values) / (n - 1 if sample else n)
+
+
+def _spread(*, sample: bool, root: bool) -> Impl:
+    def impl(ctx: _Context, args: tuple[Node | None, ...]) -> Scalar:
+        var = _variance(ctx, args, sample=sample)
+        if isinstance(var, XlError):
+            return var
+        return math.sqrt(var) if root else var
+
+    return impl
+
+
+for _name, (_sample, _root) in {
+    "STDEV": (True, True),
+    "STDEV.S": (True, True),
+    "STDEVP": (False, True),
+    "STDEV.P": (False, True),
+    "VAR": (True, False),
+    "VAR.S": (True, False),
+    "VARP": (False, False),
+    "VAR.P": (False, False),
+}.items():
+    FUNCTIONS[_name] = Function(_spread(sample=_sample, root=_root), 1, _MANY)
+
+
+@_fn("DAYS", 2)
+def _f_days(ctx: _Context, args: tuple[Node | None, ...]) -> Scalar:
+    xy = _two(ctx, args)
+    if isinstance(xy, XlError):
+        return xy
+    end, start = _to_date(ctx, xy[0]), _to_date(ctx, xy[1])
+    if isinstance(end, XlError) or isinstance(start, XlError):
+        raise Refused("DAYS of a number that is no date")
+    return float((end - start).days)
+
+
+@_fn("DATEDIF", 3)
+def _f_datedif(ctx: _Context, args: tuple[Node | None, ...]) -> Scalar:
+    xy = _two(ctx, args)
+    if isinstance(xy, XlError):
+        return xy
+    unit = ctx.text(args[2])
+    if isinstance(unit, XlError):
+        return unit
+    start, end = _to_date(ctx, xy[0]), _to_date(ctx, xy[1])
+    if isinstance(end, XlError) or isinstance(start, XlError):
+        raise Refused("DATEDIF of a number that is no date")
+    if start > end:
+        raise Refused("DATEDIF backwards: Excel #NUM!, LibreOffice #VALUE!")
+    unit = unit.upper()
+    if unit == "D":
+        return float((end - start).days)
+    months = (end.year - start.year) * 12 + end.month - start.month - (end.day < start.day)
+    if unit == "M":
+        return float(months)
+    if unit == "Y":
+        return float(months // 12)
+    raise Refused("DATEDIF with this unit unsupported")
+
+
+def _time_part(part: Callable[[int], int]) -> Impl:
+    def impl(ctx: _Context, args: tuple[Node | None, ...]) -> Scalar:
+        x = ctx.number(args[0])
+        if isinstance(x, XlError):
+            return x
+        if x < 0:
+            raise Refused("time of a negative number: the programs differ")
+        fraction = x - math.floor(x)
+        seconds = fraction * 86400
+        if abs(seconds - round(seconds)) > 1e-6 and abs((seconds % 1) - 0.5) < 1e-3:
+            raise Refused("time on a rounding edge")
+        return float(part(round(seconds) % 86400))
+
+    return impl
+
+
+FUNCTIONS["HOUR"] = Function(_time_part(lambda s: s // 3600), 1, 1)
+FUNCTIONS["MINUTE"] = Function(_time_part(lambda s: s // 60 % 60), 1, 1)
+FUNCTIONS["SECOND"] = Function(_time_part(lambda s: s % 60), 1, 1)
+
+
+@_fn("TIME", 3)
+def _f_time(ctx: _Context, args: tuple[Node | None, ...]) -> Scalar:
+    parts: list[int] = []
+    for a in args:
+        x = ctx.number(a)
+        if isinstance(x, XlError):
+            return x
+        if not 0 <= x < 32768:
+            raise Refused("TIME with a negative or huge part: the programs differ")
+        parts.append(math.trunc(x))
+    seconds = parts[0] * 3600 + parts[1] * 60 + parts[2]
+    if seconds >= 86400:
+        raise Refused("TIME past 24 hours: the programs differ")
+    return seconds / 86400
+
 
 # INDEX also gives a reference: SUM(INDEX(...)) and A1:INDEX(...) read it.
 _REFERENCE_FUNCTIONS["INDEX"] = _index

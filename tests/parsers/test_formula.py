@@ -231,6 +231,23 @@ CASES: list[tuple[str, str | None]] = [
     ("=EDATE(D!F1,1)", "45387"),
     ("=EOMONTH(D!F1,0)", "45382"),
     ("=D!F1+1", "45357"),
+    # Excel 2016-2019 functions, as Excel writes them
+    ('=_xlfn.IFS(D!A1>1,"a",D!A1=1,"b")', "b"),
+    ('=_xlfn.SWITCH(D!A2,1,"one",2,"two","other")', "two"),
+    ('=_xlfn.MAXIFS(D!A1:A6,D!B1:B6,"apple*")', "4"),
+    ('=_xlfn.MINIFS(D!A1:A6,D!A1:A6,">2")', "3"),
+    ("=_xlfn.XOR(TRUE,TRUE,TRUE)", "TRUE"),
+    ("=STDEV(D!A1:A5)", "1.58113883008419"),
+    ("=_xlfn.VAR.P(D!A1:A5)", "2"),
+    ("=STDEV(D!A1)", None),  # Excel #DIV/0!, LibreOffice another error
+    ("=_xlfn.DAYS(D!F1,DATE(2024,1,1))", "64"),
+    ('=DATEDIF(DATE(2020,2,29),D!F1,"Y")', "4"),
+    ('=DATEDIF(DATE(2024,1,31),DATE(2024,3,1),"M")', "1"),
+    ('=DATEDIF(D!F1,DATE(2020,1,1),"D")', None),  # backwards
+    ("=TIME(12,30,0)", "0.520833333333333"),
+    ("=HOUR(0.75)", "18"),
+    ("=MINUTE(TIME(1,2,3))", "2"),
+    ("=SECOND(TIME(1,2,3))", "3"),
     # refused outright
     ("=TODAY()", None),
     ("=NOW()+1", None),
