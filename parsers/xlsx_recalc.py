@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import IO, Any, NamedTuple
 
+from openpyxl.utils.datetime import CALENDAR_MAC_1904, from_excel, to_excel
 from openpyxl.worksheet.formula import ArrayFormula
 
 from parsers import cells, formula
@@ -110,7 +111,6 @@ def _book(stream: IO[bytes]) -> tuple[formula.Book, dict[str, str]]:
     """The workbook's cells and defined names, and each sheet's name by the
     way a cell address spells it."""
     import openpyxl
-    from openpyxl.utils.datetime import to_excel
 
     wb = openpyxl.load_workbook(stream, keep_links=False)
     sheets: list[formula.Sheet] = []
@@ -119,7 +119,7 @@ def _book(stream: IO[bytes]) -> tuple[formula.Book, dict[str, str]]:
         content: dict[tuple[int, int], formula.Scalar | formula.Formula] = {}
         # The cells the file holds (iter_rows would create every empty one).
         for key, cell in ws._cells.items():
-            value = _content(cell.value, cell.data_type, wb.epoch, to_excel)
+            value = _content(cell.value, cell.data_type, wb.epoch)
             if value is not None:
                 content[key] = value
         hidden = frozenset(r for r, dim in ws.row_dimensions.items() if dim.hidden)
@@ -144,14 +144,15 @@ def _book(stream: IO[bytes]) -> tuple[formula.Book, dict[str, str]]:
         sheets,
         names=names,
         local_names=local,
-        date1904=wb.epoch != datetime.datetime(1899, 12, 30),
+        date1904=wb.epoch == CALENDAR_MAC_1904,
     )
     return book, {cells.sheet_ref(s.name): s.name for s in sheets}
 
 
 def _content(
-    value: object, data_type: str, epoch: datetime.datetime, to_excel: Callable[..., Any]
+    value: object, data_type: str, epoch: datetime.datetime
 ) -> formula.Scalar | formula.Formula | None:
+    """A cell as the evaluator takes it: dates as their serial numbers."""
     if value is None:
         return None
     if data_type == "f":
@@ -200,10 +201,10 @@ def _shown(value: formula.Scalar, fmt: cells.NumberFormat, epoch: datetime.datet
         return value.code
     if isinstance(value, str):
         return cells.format_value(value)
-    number: float | bool = 0.0 if value is formula.BLANK else value  # type: ignore[assignment]
-    if (fmt.has_date or fmt.has_time) and not isinstance(number, bool):
-        from openpyxl.utils.datetime import from_excel
-
+    if isinstance(value, bool):
+        return cells.format_value(value)
+    number = value if isinstance(value, float) else 0.0  # an empty cell reads 0
+    if fmt.has_date or fmt.has_time:
         with contextlib.suppress(OverflowError, ValueError):
             return cells.format_value(from_excel(number, epoch), fmt)
-    return cells.format_value(number, fmt)
+    return cells.format_value(float(number), fmt)

@@ -659,3 +659,30 @@ def test_random_formulas_give_a_value_or_a_reason() -> None:
         if isinstance(value, float):
             assert math.isfinite(value)
     assert outcomes["value"] > 300
+
+
+def test_1904_date_system(tmp_path: pathlib.Path) -> None:
+    """A workbook in the 1904 date system (old Mac Excel) counts serials
+    from 1904-01-01: dates read and made by formulas stay the same dates."""
+    import openpyxl
+    from openpyxl.utils.datetime import CALENDAR_MAC_1904
+
+    wb = openpyxl.Workbook()
+    wb.epoch = CALENDAR_MAC_1904
+    ws = wb.active
+    assert ws is not None
+    ws.title = "S"
+    ws["A1"] = datetime.date(2024, 3, 5)
+    ws["B1"] = "=YEAR(A1)*100+MONTH(A1)"
+    ws["B2"] = "=DATE(2024,3,5)"
+    ws["B2"].number_format = "yyyy-mm-dd"
+    ws["B3"] = "=DATE(2024,3,5)"
+    ws["B4"] = "=A1+1"
+    ws["B4"].number_format = "yyyy-mm-dd"
+    path = tmp_path / "mac.xlsx"
+    wb.save(path)
+    got = shown(parse(path), "S")
+    assert got["B1"] == "202403 (computed)"
+    assert got["B2"] == "2024-03-05 (computed)"
+    assert got["B3"] == f"{45356 - 1462} (computed)"
+    assert got["B4"] == "2024-03-06 (computed)"
