@@ -177,7 +177,7 @@ _CELL = re.compile(r"\$?([A-Za-z]{1,3})\$?([0-9]{1,7})")
 _COLS = re.compile(r"\$?([A-Za-z]{1,3}):\$?([A-Za-z]{1,3})")
 _ROWS = re.compile(r"\$?([0-9]{1,7}):\$?([0-9]{1,7})")
 _NAME = re.compile(r"[A-Za-z_\\][A-Za-z0-9_.\\]*")
-_PLAIN_SHEET = re.compile(r"[A-Za-z0-9_.]+")
+_UNQUOTED_SHEET = re.compile(r"[\w.]+")
 
 
 def _col_number(letters: str) -> int:
@@ -209,7 +209,7 @@ def _reference(text: str) -> Ref | Name:
             rest = text[end + 2 :]
         else:
             sheet, rest = text.split("!", 1)
-            if not _PLAIN_SHEET.fullmatch(sheet):
+            if not _UNQUOTED_SHEET.fullmatch(sheet):
                 # '[1]Sheet1' (another file), 'Sheet1:Sheet3' (3-D)...
                 raise Refused("reference to another file or to several sheets")
     else:
@@ -1417,21 +1417,21 @@ def _matching(ctx: _Context, pairs: Sequence[tuple[Area, Scalar]]) -> Iterator[t
     """(row, column) offsets of the cells meeting every condition."""
     tests = [(area, _criterion(crit)) for area, crit in pairs]
     first = pairs[0][0]
-    if first.rows * first.cols > MAX_ARRAY_CELLS * 10:
-        raise Refused("range too large")
     for area, _ in pairs:
         if area.rows != first.rows or area.cols != first.cols:
             raise Refused("condition ranges of different sizes")
     sheet_rows = max(ctx.book.sheets[a.sheet].max_row - a.r1 + 1 for a, _ in pairs)
     sheet_cols = max(ctx.book.sheets[a.sheet].max_col - a.c1 + 1 for a, _ in pairs)
-    rows, cols = min(first.rows, sheet_rows), min(first.cols, sheet_cols)
+    rows, cols = max(min(first.rows, sheet_rows), 0), max(min(first.cols, sheet_cols), 0)
+    if rows * cols > MAX_ARRAY_CELLS * 10:
+        raise Refused("range too large")
     if rows < first.rows or cols < first.cols:
         # Cells beyond every sheet's used area are blank in every range.
         blank = all(test(BLANK) for _, test in tests)
         if blank:
             raise Refused("condition that matches empty cells over a whole column")
-    for i in range(max(rows, 0)):
-        for j in range(max(cols, 0)):
+    for i in range(rows):
+        for j in range(cols):
             if all(test(ctx.at(area, i, j)) for area, test in tests):
                 yield i, j
 

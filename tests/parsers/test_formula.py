@@ -169,6 +169,9 @@ CASES: list[tuple[str, str | None]] = [
     ('=COUNTIFS(D!A1:A6,">1",D!B1:B6,"*e*")', "2"),
     ('=AVERAGEIF(D!A1:A6,">2")', "5.625"),
     ('=COUNTIF(D!A1:A6,"1/2/2024")', None),
+    ('=COUNTIF(D!B:B,"apple*")', "2"),  # a whole column
+    ('=SUMIF(D!B:B,"apple*",D!A:A)', "5"),
+    ('=COUNTIF(D!B:B,"<>apple")', None),  # the empty cells of the column count
     ("=COUNTIF(D!A1:A6,D!A1:A2)", None),  # a range as the condition
     # logic
     ('=IF(1>2,"yes","no")', "no"),
@@ -686,3 +689,15 @@ def test_1904_date_system(tmp_path: pathlib.Path) -> None:
     assert got["B2"] == "2024-03-05 (computed)"
     assert got["B3"] == f"{45356 - 1462} (computed)"
     assert got["B4"] == "2024-03-06 (computed)"
+
+
+def test_references_parse() -> None:
+    tree = formula.parse("=Übersicht!A1+'My ''Sheet'!B2:C3")
+    assert tree == formula.Binary(
+        "+", formula.Ref("Übersicht", 1, 1, 1, 1), formula.Ref("My 'Sheet", 2, 2, 3, 3)
+    )
+    assert formula.parse("=A:B") == formula.Ref(None, 1, 1, formula.MAX_ROW, 2)
+    assert formula.parse("=$3:5") == formula.Ref(None, 3, 1, 5, formula.MAX_COL)
+    for text in ("=[1]Sheet1!A1", "=Sheet1:Sheet3!A1", "=Table1[Col]", "=Sheet1!#REF!"):
+        with pytest.raises(formula.Refused):
+            formula.parse(text)
