@@ -6,13 +6,15 @@ import argparse
 import dataclasses
 import os
 import signal
+import sys
+import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from functools import partial
 from pathlib import Path
 
 from swfs import versioning
-from swfs.api import EngineAPI
+from swfs.api import XATTR_PREFIX, EngineAPI
 from swfs.procinfo import ancestry
 from swfs.workspace import STORE_NAME, Config
 
@@ -96,11 +98,56 @@ def unmount_workspace(args: argparse.Namespace) -> int:
     mnt = Path(args.mountpoint)
     if not os.path.ismount(mnt):
         raise MountError(f"{args.mountpoint}: not mounted")
+    pid = None if args.lazy else _daemon_pid(mnt)
     try:
         launch.unmount(mnt, lazy=args.lazy)
     except launch.MountError as exc:
         raise MountError(str(exc)) from None
+    if pid is not None and not _wait_exit(pid, UMOUNT_WAIT):
+        print(
+            f"swfs: {args.mountpoint}: unmounted; the daemon (pid {pid}) is still "
+            f"closing its store after {UMOUNT_WAIT:g} s",
+            file=sys.stderr,
+        )
+        return 1
     return 0
+
+
+UMOUNT_WAIT = 120.0  # seconds `swfs umount` waits for the daemon to close its store
+
+
+def _daemon_pid(mnt: Path) -> int | None:
+    """The pid of the daemon serving the live mount ``mnt`` (from its store's
+    lock file), or None (a world, or not ours to know)."""
+    try:
+        os.getxattr(mnt, XATTR_PREFIX + "world")
+        return None  # a world holds no store lock
+    except OSError:
+        pass
+    try:
+        store = os.getxattr(mnt, XATTR_PREFIX + "store").decode("utf-8", "surrogateescape")
+        with open(os.path.join(store, "daemon.lock"), "rb") as f:
+            pid = int(f.read(32).decode().strip())
+    except (OSError, ValueError):
+        return None
+    return pid if pid > 0 else None
+
+
+def _wait_exit(pid: int, limit: float) -> bool:
+    """Whether process ``pid`` ends (or is a zombie) within ``limit`` seconds."""
+    deadline = time.monotonic() + limit
+    while True:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                if f.read().rsplit(b") ", 1)[-1].startswith(b"Z"):
+                    return True
+        except FileNotFoundError:
+            return True
+        except OSError:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
 
 
 def cmd_mount(args: argparse.Namespace) -> int:

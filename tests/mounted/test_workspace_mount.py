@@ -328,3 +328,19 @@ def test_second_mount_of_the_same_workspace_is_refused(ws: RealMount) -> None:
     assert "already served by another swfs daemon" in out.stderr
     assert not mounted_swfs(other)
     assert (ws.mnt / "README.md").read_bytes() == (ws.src / "README.md").read_bytes()
+
+
+@pytest.mark.timeout(300)
+def test_umount_returns_once_the_daemon_has_closed_its_store(ws: RealMount) -> None:
+    """`swfs umount` then at once a new mount of the same workspace (here
+    `--staged`, as a harness does between tasks) must work: umount waits for
+    the daemon to exit, so its store lock is free."""
+    (ws.mnt / "README.md").write_text("changed before the umount\n")
+    swfs("umount", ws.mnt)
+    assert ws.proc.poll() is not None  # exited, not still closing its store
+    m = start_mount(ws.src, ws.mnt, "--staged")
+    try:
+        swfs("umount", m.mnt)
+        assert m.proc.poll() is not None
+    finally:
+        m.stop()
