@@ -39,7 +39,11 @@ MAX_SERIAL = 2_958_465  # 9999-12-31, Excel's last date
 
 
 class Refused(Exception):
-    """The formula is not computed; ``reason`` says why in a few words."""
+    """The formula is not computed; ``reason`` says why in a few words.
+
+    Refusals are kept per cell and per formula text as new instances
+    without a traceback, and raised anew each time: one instance raised
+    again and again would keep every frame it went through."""
 
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
@@ -500,10 +504,10 @@ class Book:
             try:
                 tree = parse(text)
             except Refused as exc:
-                tree = exc
+                tree = Refused(exc.reason)
             self.trees[text] = tree
         if isinstance(tree, Refused):
-            raise tree
+            raise Refused(tree.reason)
         return tree
 
     def value(self, sheet: str, row: int, col: int) -> Scalar:
@@ -512,7 +516,7 @@ class Book:
         done = self.results.get(key)
         if done is not None:
             if isinstance(done, Refused):
-                raise done
+                raise Refused(done.reason)
             return done
         # Cells are computed depth first; a long chain (A2=A1+1, A3=A2+1...)
         # is computed from its far end: a cell found too deep is computed on
@@ -534,29 +538,29 @@ class Book:
                 waiting.append(deep.key)
                 continue
             except Refused as exc:
-                result = exc
+                result = Refused(exc.reason)  # without the frames it was raised through
             self.results[top] = result
             waiting.pop()
         done = self.results[key]
         if isinstance(done, Refused):
-            raise done
+            raise Refused(done.reason)
         return done
 
     def _cell_value(self, key: tuple[str, int, int], depth: int) -> Scalar:
         done = self.results.get(key)
         if done is not None:
             if isinstance(done, Refused):
-                raise done
+                raise Refused(done.reason)
             return done
         if depth > _MAX_CELL_DEPTH:
             raise _TooDeep(key)
         try:
             result: Scalar | Refused = self._compute(key, depth)
         except Refused as exc:
-            result = exc
+            result = Refused(exc.reason)  # without the frames it was raised through
         self.results[key] = result
         if isinstance(result, Refused):
-            raise result
+            raise Refused(result.reason)
         return result
 
     def _compute(self, key: tuple[str, int, int], depth: int) -> Scalar:
@@ -930,10 +934,10 @@ class _Context:
                 if _has_relative_parts(text):
                     raise Refused("defined name relative to the cell")
             except Refused as exc:
-                tree = exc
+                tree = Refused(exc.reason)
             book.name_trees[text] = tree
         if isinstance(tree, Refused):
-            raise tree
+            raise Refused(tree.reason)
         return tree
 
     # values
