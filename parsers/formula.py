@@ -1399,9 +1399,15 @@ def _text_cell_match(pattern: re.Pattern[str], v: Scalar) -> bool:
 
 
 def _text_match(pattern: re.Pattern[str], v: str) -> bool:
-    if not v.isascii() or not pattern.pattern.isascii():
+    """An ASCII pattern against any text of the basic plane: letters outside
+    ASCII are matched by wildcards only (re.ASCII: the Kelvin sign is no k)."""
+    if not pattern.pattern.isascii():
         raise Refused("condition over accented text")
-    return pattern.fullmatch(v) is not None
+    if v.isascii():
+        return pattern.fullmatch(v) is not None
+    if any(ord(ch) > 0xFFFF for ch in v):
+        raise Refused("text with characters outside the basic plane")
+    return re.fullmatch(pattern.pattern, v, re.IGNORECASE | re.DOTALL | re.ASCII) is not None
 
 
 def _area_arg(ctx: _Context, node: Node | None, fn: str) -> Area:
