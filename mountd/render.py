@@ -59,11 +59,18 @@ class RenderTree(Base):
         if self._hashes_at != self.gen.value:
             self._hashes.clear()
             self._hashes_at = self.gen.value
-        if rel not in self._hashes:
-            if len(self._hashes) > 4096:
-                self._hashes.clear()
-            self._hashes[rel] = self.renderer.current_hash(rel)
-        return self._hashes[rel]
+        h = self._hashes.get(rel)
+        if h is None:
+            # Not kept while None: the file may hold bytes not recorded yet.
+            h = self.renderer.current_hash(rel)
+            if h is not None:
+                if len(self._hashes) > 4096:
+                    self._hashes.clear()
+                self._hashes[rel] = h
+            return h
+        # Whether the file holds unrecorded bytes is asked every time (a
+        # writer's first write sends no change event).
+        return h if self.engine.settled(RelPath(rel)) else None
 
     def _locate(self, path: str) -> tuple[str, str | None] | None:
         """(file rel, unit name or None) for a path inside a file's directory."""

@@ -764,8 +764,13 @@ class Renderer:
     # -- hashes
 
     def current_hash(self, rel: str) -> Hash | None:
+        """The file's recorded hash; None while it holds bytes not recorded
+        yet (``settled``): no image is current then, the last recorded
+        content's is stale."""
         state = self.engine.file_state(RelPath(rel))
-        return None if state is None else state.hash
+        if state is None or not self.engine.settled(RelPath(rel)):
+            return None
+        return state.hash
 
     def older_hashes(self, rel: str, current: str | None) -> list[Hash]:
         """Earlier contents of ``rel``, newest first: what a stale page is.

@@ -139,3 +139,17 @@ def test_a_read_records_a_change_behind_the_mount(engine: Engine) -> None:
     trio.run(main)
     assert engine.freshness(REL) is Freshness.CURRENT
     assert f'current="b3:{new[:16]}"' in header(engine)
+
+
+def test_renders_name_no_current_content_while_a_writer_holds_changes(engine: Engine) -> None:
+    from swfs.render import Renderer
+
+    renderer = Renderer(engine)
+    old = hash_file(engine.abspath(REL))
+    assert renderer.current_hash(REL) == old
+    session = opened(engine)
+    session.write(0, b"THE")
+    assert renderer.current_hash(REL) is None  # a page of it is stale at best
+    assert renderer.older_hashes(REL, None)[0] == old  # the prior image's content
+    session.release()
+    assert renderer.current_hash(REL) == hash_file(engine.abspath(REL))
