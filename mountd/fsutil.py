@@ -106,6 +106,14 @@ def open_beneath(root_fd: int, rel: str, flags: int) -> int:
         os.close(fd)
 
 
+def reopen(fd: int, flags: int) -> int:
+    """A new open file description of what ``fd`` (an O_PATH one may do)
+    refers to, by its /proc magic link: it opens a file no name leads to
+    (the link is followed whatever ``flags`` say; nothing is created)."""
+    flags &= OPEN_FLAGS & ~(os.O_NOFOLLOW | os.O_CREAT | os.O_EXCL)
+    return os.open(f"/proc/self/fd/{fd}", flags | os.O_CLOEXEC)
+
+
 @contextmanager
 def dir_fd(root_fd: int, rel: str, flags: int = os.O_PATH) -> Iterator[int]:
     """An fd on directory ``rel`` for the ``*at`` calls; the root fd itself for ''."""
@@ -137,9 +145,12 @@ def utimensat(dirfd: int, name: str | None, atime_ns: int | None, mtime_ns: int 
             times[i] = _Timespec(0, UTIME_OMIT)
         else:
             times[i] = _Timespec(*divmod(ns, 1_000_000_000))
-    path = None if name is None else os.fsencode(name)
-    flags = 0 if name is None else AT_SYMLINK_NOFOLLOW
-    if _libc.utimensat(dirfd, path, times, flags) != 0:
+    if name is None:
+        # glibc's utimensat refuses a NULL path (EINVAL): futimens is that call.
+        if _libc.futimens(dirfd, times) != 0:
+            _raise_errno("futimens")
+        return
+    if _libc.utimensat(dirfd, os.fsencode(name), times, AT_SYMLINK_NOFOLLOW) != 0:
         _raise_errno("utimensat", name)
 
 

@@ -17,10 +17,10 @@ import stat
 
 import pyfuse3
 
-from mountd.fsutil import open_beneath
+from mountd.fsutil import open_beneath, reopen
 from mountd.invalidator import sig as _sig
 from mountd.invalidator import told
-from mountd.nodes import Node, Tree
+from mountd.nodes import Held, Node, Tree
 from mountd.passthrough import Creds, NativeHandle, SetAttr, join
 from mountd.provider import (
     FileHandle,
@@ -39,6 +39,14 @@ def _creds(ctx: pyfuse3.RequestContext) -> Creds:
     return Creds(ctx.uid, ctx.gid, ctx.umask)
 
 
+def _nameless(node: Node) -> int:
+    """The errno of a request about a node no name leads to any more, and
+    nothing open on it: ESTALE for a file, which makes the kernel look the
+    name up again (and find the file a rename put there, or nothing); a
+    directory keeps ENOENT (a process may sit in a removed one)."""
+    return errno.ENOENT if node.is_dir else errno.ESTALE
+
+
 class NativeProvider:
     evidence = True
     rename_across = errno.EROFS  # into or out of a read-only tree
@@ -53,8 +61,22 @@ class NativeProvider:
     def path(self, node: Node) -> str:
         rel = self.table.path(node)
         if rel is None:
-            raise fail(errno.ENOENT)
+            raise fail(_nameless(node))
         return rel
+
+    def _open_handle(self, node: Node, h: Handle | None = None) -> NativeHandle | None:
+        """A descriptor the mount has open on ``node`` (``h`` if it is one,
+        else a writer's, else any): how a file no name leads to any more is
+        reached, as the process that has it open reaches it."""
+        if isinstance(h, NativeOpen) and h.node is node:
+            return h.fh
+        found = None
+        for each in self.mount.handles.values():
+            if isinstance(each, NativeOpen) and each.node is node:
+                if each.fh.session is not None:
+                    return each.fh
+                found = found or each.fh
+        return found
 
     def attributes(self, node: Node, st: os.stat_result) -> pyfuse3.EntryAttributes:
         options = self.mount.options
@@ -93,9 +115,16 @@ class NativeProvider:
             first = first or st
         if first is not None:
             return first
-        for h in self.mount.handles.values():
-            if isinstance(h, NativeOpen) and h.node is node:
-                return os.fstat(h.fh.fd)
+        fh = self._open_handle(node)
+        if fh is not None:
+            return os.fstat(fh.fd)
+        held = self.table.held(node)
+        if held is not None:
+            return os.fstat(held.fd)
+        if not node.links:
+            # Unlinked or replaced through the mount: the kernel, told ESTALE,
+            # looks the name up again (a path's system call does, once).
+            raise fail(_nameless(node))
         self._gone_behind_our_back(node)
         raise fail(errno.ENOENT)
 
@@ -200,7 +229,9 @@ class NativeProvider:
     # -- files
 
     async def open(self, node: Node, flags: int, ctx: pyfuse3.RequestContext) -> pyfuse3.FileInfo:
-        rel = self.path(node)
+        rel = self.table.path(node)
+        if rel is None:
+            return self._open_held(node, flags, ctx)
         try:
             fh = await self.source.open(rel, flags, _creds(ctx))
         except FileNotFoundError:
@@ -219,7 +250,9 @@ class NativeProvider:
         done: ``open`` serves it."""
         if flags & os.O_ACCMODE != os.O_RDONLY or flags & os.O_TRUNC:
             return None
-        rel = self.path(node)
+        rel = self.table.path(node)
+        if rel is None:
+            return self._open_held(node, flags, ctx)
         try:
             fh = self.source.open_nowait(rel, flags)
         except FileNotFoundError:
@@ -240,6 +273,19 @@ class NativeProvider:
                 self.table.closed(node)
                 raise
         self.mount.journal.on_open(fi.fh, ctx.pid, rel, flags=flags, known_hash=fh.hash)
+        return fi
+
+    def _open_held(self, node: Node, flags: int, ctx: pyfuse3.RequestContext) -> pyfuse3.FileInfo:
+        """An open of a file a rename replaced just after a lookup found it:
+        read-only, of the file held (``mountd.nodes.Held``), as the backing
+        file system opens the file the lookup found.  Any other, or once it
+        is no longer held: ESTALE, and the kernel looks the name up again."""
+        held = self.table.held(node)
+        if held is None or flags & os.O_ACCMODE != os.O_RDONLY or flags & os.O_TRUNC:
+            raise fail(_nameless(node))
+        fh = NativeHandle(reopen(held.fd, flags & ~os.O_DIRECT), hash=held.hash)
+        fi, _ = self._opened(node, fh, flags)
+        self.mount.journal.on_open(fi.fh, ctx.pid, held.rel, flags=flags, known_hash=held.hash)
         return fi
 
     def _opened(self, node: Node, fh: NativeHandle, flags: int) -> tuple[pyfuse3.FileInfo, int]:
@@ -450,6 +496,8 @@ class NativeProvider:
             # set-id bits (the kernel sends no FATTR_CTIME unless it keeps
             # times itself).
             change = SetAttr(ctime=True)
+        if self.table.path(node) is None:
+            return await self._setattr_open(node, h, change)
         rel = self.path(node)
         try:
             st = await self.source.setattr(rel, native_fh, change)
@@ -457,6 +505,21 @@ class NativeProvider:
             node.xattrs = None  # a chown drops security.capability, a chmod may change an ACL
         if change.mode is not None or change.uid is not None or change.gid is not None:
             self._access_changed(rel)
+        return self.attributes(node, st)
+
+    async def _setattr_open(
+        self, node: Node, h: Handle | None, change: SetAttr
+    ) -> pyfuse3.EntryAttributes:
+        """``setattr`` of a file no name leads to any more (ftruncate,
+        fchmod, fchown, futimens after an unlink): through a descriptor
+        open on it.  No generated view shows it: nothing else to tell."""
+        fh = self._open_handle(node, h)
+        if fh is None:
+            raise fail(_nameless(node))
+        try:
+            st = await self.source.setattr_open(fh, change)
+        finally:
+            node.xattrs = None
         return self.attributes(node, st)
 
     def _access_changed(self, rel: str) -> None:
@@ -521,23 +584,64 @@ class NativeProvider:
     ) -> None:
         old_dir = self._writable_parent(old_parent, old)
         new_dir = self._writable_parent(new_parent, new)
+        held = self._hold_target(new_parent, new, join(new_dir, new), flags)
 
         def moved() -> None:
             # Before the engine records the rename: the invalidations its record
             # triggers must see the new names, or they would drop the kernel's
             # entry of the renamed file under its new name.
+            nonlocal held
             if flags & pyfuse3.RENAME_EXCHANGE:
                 self.table.exchange_links((old_parent.ino, old), (new_parent.ino, new))
             else:
                 self.table.move_link((old_parent.ino, old), (new_parent.ino, new))
+            if held is not None:
+                self._keep_replaced(*held)
+                held = None
 
-        await self.source.rename(old_dir, old, new_dir, new, flags, moved)
+        try:
+            await self.source.rename(old_dir, old, new_dir, new, flags, moved)
+        finally:
+            if held is not None:  # the rename failed before it was made
+                os.close(held[1].fd)
         self.mount.journal.on_rename(ctx.pid, join(old_dir, old), join(new_dir, new))
+
+    def _hold_target(
+        self, parent: Node, name: str, rel: str, flags: int
+    ) -> tuple[Node, Held] | None:
+        """Before a rename onto ``name``: the file it will replace, held,
+        where the kernel holds a node of it (a lookup may have just found
+        it: ``mountd.nodes.Held``)."""
+        if flags & (pyfuse3.RENAME_EXCHANGE | pyfuse3.RENAME_NOREPLACE):
+            return None
+        node = self.table.child(parent, name)
+        if node is None or not node.lookups or node.is_dir:
+            return None
+        try:
+            fd, st, known = self.source.hold(rel)
+        except OSError:
+            return None  # nothing there (the rename says what), or not ours to hold
+        if (st.st_dev, st.st_ino) != node.key or stat.S_ISDIR(st.st_mode):
+            os.close(fd)  # another file than the kernel's (changed behind the mount)
+            return None
+        return node, Held(fd, st, rel, known)
+
+    def _keep_replaced(self, node: Node, held: Held) -> None:
+        """The rename has replaced ``node``'s file: the node keeps ``held``
+        while the kernel may still ask about it."""
+        if self.table.get(node.ino) is node and self.table.path(node) is None:
+            self.table.hold(node, held)
+        else:
+            os.close(held.fd)  # forgotten already, or still named (a hard link)
 
     # -- extended attributes
 
     async def sw_xattrs(self, node: Node) -> dict[str, str]:
-        rel = self.path(node)
+        rel = self.table.path(node)
+        if rel is None:
+            if self._open_handle(node) is None and self.table.held(node) is None:
+                raise fail(_nameless(node))
+            return {}  # no name, no record: the file's own attributes only
         world = getattr(self.mount.engine, "world_name", None)  # swfs mount --at
         out: dict[str, str] = {"world": world} if world else {}
         if not rel:
@@ -580,7 +684,14 @@ class NativeProvider:
         does too, as soon as its event is read (``forget_xattrs``), like the
         kernel's attributes of the file.  A name that is there is read from
         the file every time."""
-        rel = self.path(node)
+        rel = self.table.path(node)
+        if rel is None:
+            try:
+                return os.getxattr(self._nameless_at(node), name)
+            except OSError as exc:
+                if exc.errno == errno.ENODATA:
+                    raise fail(absent(name)) from None
+                raise
         names = self._listed(node, rel)
         if names is not None and name not in names:
             raise fail(absent(name))
@@ -590,6 +701,19 @@ class NativeProvider:
             if exc.errno == errno.ENODATA:
                 raise fail(absent(name)) from None
             raise
+
+    def _nameless_at(self, node: Node, *, change: bool = False) -> int | str:
+        """Where the extended attributes of a file no name leads to any more
+        are: a descriptor open on it; to read them, else the file held
+        after a rename replaced it (by its /proc link: an O_PATH
+        descriptor has none of its own)."""
+        fh = self._open_handle(node)
+        if fh is not None:
+            return self.source.own_fd(fh) if change else fh.fd
+        held = None if change else self.table.held(node)
+        if held is None:
+            raise fail(_nameless(node))
+        return f"/proc/self/fd/{held.fd}"
 
     def _names_kept(self) -> bool:
         feed = self.mount.feed
@@ -629,7 +753,10 @@ class NativeProvider:
 
     async def listxattr(self, node: Node) -> list[bytes]:
         ours = [os.fsencode(XATTR_PREFIX + k) for k in await self.sw_xattrs(node)]
-        own = self.source.listxattr(self.path(node))
+        rel = self.table.path(node)
+        if rel is None:
+            return [os.fsencode(n) for n in os.listxattr(self._nameless_at(node))]
+        own = self.source.listxattr(rel)
         if self._names_kept():
             node.xattrs = frozenset(own)
         return [os.fsencode(n) for n in own if not n.startswith(XATTR_PREFIX)] + ours
@@ -638,7 +765,10 @@ class NativeProvider:
         if name.startswith(XATTR_PREFIX):
             raise fail(errno.EPERM)
         try:
-            self.source.setxattr(self.path(node), name, value)
+            if self.table.path(node) is None:
+                os.setxattr(self._nameless_at(node, change=True), name, value)
+            else:
+                self.source.setxattr(self.path(node), name, value)
         finally:
             node.xattrs = None
 
@@ -646,7 +776,10 @@ class NativeProvider:
         if name.startswith(XATTR_PREFIX):
             raise fail(errno.EPERM)
         try:
-            self.source.removexattr(self.path(node), name)
+            if self.table.path(node) is None:
+                os.removexattr(self._nameless_at(node, change=True), name)
+            else:
+                self.source.removexattr(self.path(node), name)
         finally:
             node.xattrs = None
 

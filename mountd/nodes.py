@@ -14,12 +14,20 @@ A generated node is keyed by ``(tree, path)``; its path never changes.
 
 A node lives while the kernel holds a lookup reference, a file handle is open
 on it, or a live node names it as parent.
+
+A native file replaced by a rename while the kernel holds its node keeps a
+descriptor (``Held``, an O_PATH one) until the kernel forgets the node, for
+``HOLD_SECONDS`` at most and ``HOLD_MAX`` nodes at once: a process whose
+lookup had just found the old file still gets its attributes and opens it,
+as on the backing file system, instead of finding no file at all.
 """
 
 from __future__ import annotations
 
 import enum
 import logging
+import os
+import time
 from collections.abc import Hashable, Iterator
 from dataclasses import dataclass, field
 from typing import NewType
@@ -45,6 +53,22 @@ class Tree(enum.StrEnum):
     SEARCH = ".search"
     RENDER = ".render"
     TAB = ".tab"
+
+
+# How long, and for how many nodes at most, a replaced file stays held.
+HOLD_SECONDS = 10.0
+HOLD_MAX = 256
+
+
+@dataclass(eq=False)
+class Held:
+    """A native file no name leads to any more, still held open."""
+
+    fd: int  # an O_PATH descriptor of it
+    st: os.stat_result  # its stat when held, as the mount showed it
+    rel: str  # the name it had
+    hash: str | None  # its recorded content hash then, if the record was current
+    until: float = 0.0  # time.monotonic() after which it is let go (set by ``hold``)
 
 
 SYNTHETIC_TREES = (Tree.PARSED, Tree.REVIEW, Tree.VERSIONS, Tree.SEARCH, Tree.RENDER, Tree.TAB)
@@ -78,6 +102,7 @@ class Node:
     # while the change feed watches the tree (mountd.native.own_xattr); None
     # when not known.
     xattrs: frozenset[str] | None = None
+    held: Held | None = None  # native: replaced by a rename, still held (the module's doc)
 
     @property
     def native(self) -> bool:
@@ -100,6 +125,7 @@ class InodeTable:
         self._by_key: dict[tuple[Tree, Hashable], Node] = {}
         self._by_link: dict[Link, Node] = {}
         self._kids: dict[tuple[Tree, str], set[Node]] = {}  # generated nodes by parent path
+        self._held: dict[Node, None] = {}  # nodes with a Held, oldest first
         self.root = Node(ROOT_INODE, Tree.NATIVE, root_key)
         self.root.lookups = 1  # the kernel never forgets the root
         self._add(self.root)
@@ -258,6 +284,46 @@ class InodeTable:
                 return None
         return node
 
+    # -- replaced files, held
+
+    def hold(self, node: Node, held: Held) -> None:
+        """``node``, a live node no name leads to any more, keeps ``held``
+        (closed when the node goes, when it expires, or when too many are
+        held: the oldest first)."""
+        self.let_go(node)
+        now = time.monotonic()
+        self._expire(now)
+        while len(self._held) >= HOLD_MAX:
+            self.let_go(next(iter(self._held)))
+        held.until = now + HOLD_SECONDS
+        node.held = held
+        self._held[node] = None
+
+    def held(self, node: Node) -> Held | None:
+        """What ``node`` holds, if it has not expired."""
+        held = node.held
+        if held is not None and time.monotonic() > held.until:
+            self.let_go(node)
+            return None
+        return held
+
+    def let_go(self, node: Node) -> None:
+        held = node.held
+        if held is None:
+            return
+        node.held = None
+        self._held.pop(node, None)
+        os.close(held.fd)
+
+    def _expire(self, now: float) -> None:
+        while self._held:
+            node = next(iter(self._held))
+            held = node.held
+            if held is not None and held.until >= now:
+                return
+            self.let_go(node)
+            self._held.pop(node, None)  # (a node without a Held: never, but never loop)
+
     # -- generated nodes
 
     def synthetic(self, tree: Tree, spath: str) -> Node:
@@ -329,3 +395,4 @@ class InodeTable:
             if self._by_link.get(link) is node:
                 self.remove_link(link)
         node.links.clear()
+        self.let_go(node)

@@ -250,6 +250,48 @@ class Passthrough:
                 return os.fstat(fh.fd)
             return os.stat(target, dir_fd=pfd, follow_symlinks=False)
 
+    async def setattr_open(self, fh: NativeHandle, change: SetAttr) -> os.stat_result:
+        """``setattr`` of a file no name leads to any more (unlinked, or
+        replaced by a rename, while open), through a descriptor the mount
+        has open on it, as ext4 allows.  Its write session has no name
+        either: nothing is recorded (a version needs a name)."""
+        fd = self.own_fd(fh)
+        if change.size is not None:
+            if fh.session is not None:
+                fh.session.truncate(change.size)
+            else:
+                os.ftruncate(fd, change.size)  # a read-only descriptor: EINVAL
+        if change.mode is not None:
+            os.fchmod(fd, stat.S_IMODE(change.mode))
+        if change.ctime:
+            os.fchmod(fd, stat.S_IMODE(os.fstat(fd).st_mode))
+        if change.uid is not None or change.gid is not None:
+            uid = -1 if change.uid is None else change.uid
+            gid = -1 if change.gid is None else change.gid
+            os.fchown(fd, uid, gid)
+        if change.atime_ns is not None or change.mtime_ns is not None:
+            utimensat(fd, None, change.atime_ns, change.mtime_ns)
+        return os.fstat(fd)
+
+    def own_fd(self, fh: NativeHandle) -> int:
+        """The descriptor through which a file no name leads to any more is
+        changed (``setattr_open``, its extended attributes)."""
+        return fh.fd
+
+    def hold(self, rel: str) -> tuple[int, os.stat_result, str | None]:
+        """An O_PATH descriptor of ``rel`` (not followed if a symlink), its
+        stat as the mount shows it, and its recorded hash if the record is
+        current: taken before a rename replaces it (``mountd.nodes.Held``)."""
+        fd = open_beneath(self.root_fd, rel, os.O_PATH)
+        try:
+            st = os.fstat(fd)
+            regular = stat.S_ISREG(st.st_mode)
+            known = self.engine.unchanged_hash(RelPath(rel), st) if regular else None
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd, st, known
+
     def _touch_ctime(self, pfd: int, name: str, fh: NativeHandle | None) -> None:
         """Move only the change time.  A chmod to the mode the file has: unlike
         chown(-1, -1), it never clears set-id bits (the daemon may set them)."""

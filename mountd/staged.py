@@ -172,6 +172,22 @@ class StagedPassthrough(Passthrough):
             raise _err(errno.ENOENT)
         return super().open_read(rel)
 
+    def hold(self, rel: str) -> tuple[int, os.stat_result, str | None]:
+        if self.staging.in_upper(rel):
+            fd, st, known = self.top.hold(rel)
+            return fd, self._mapped(st), known
+        if self.staging.lower_hidden(rel):
+            raise _err(errno.ENOENT)
+        return super().hold(rel)
+
+    def own_fd(self, fh: NativeHandle) -> int:
+        """SRC's own file (open before it was copied up, then unlinked in the
+        layer) is never changed: EROFS.  The layer's copy is."""
+        upper = os.path.realpath(self.staging.upper) + "/"
+        if os.readlink(f"/proc/self/fd/{fh.fd}").startswith(upper):
+            return fh.fd
+        raise _err(errno.EROFS)
+
     def readlink(self, rel: str) -> bytes:
         if self.staging.in_upper(rel):
             return self.top.readlink(rel)
