@@ -562,7 +562,10 @@ def _serve(sock: socket.socket, handlers: dict[str, Handler]) -> None:
             if handler is None:
                 reply, blobs = {"error": "unknown operation"}, []
             else:
-                reply, blobs = handler(header, fds)
+                given = fds
+                fds = [_reopenable(fd) for fd in given]
+                fds += [fd for fd in given if fd not in fds]  # closed below all the same
+                reply, blobs = handler(header, fds[: len(given)])
         finally:
             for fd in fds:
                 with suppress(OSError):
@@ -573,6 +576,29 @@ def _serve(sock: socket.socket, handlers: dict[str, Handler]) -> None:
             return
         if reply.get("retire"):
             return
+
+
+def _reopenable(fd: int) -> int:
+    """A descriptor of the same bytes that parsers may open by its
+    ``/proc/self/fd/N`` path: ``fd`` itself when this (unprivileged)
+    process may open that file, else a memory copy of it.  Reopening a
+    descriptor by that path checks the file's mode, so a private file the
+    worker opened for it (a large file parsed in place, a cached PDF) would
+    otherwise be refused."""
+    try:
+        os.close(os.open(f"/proc/self/fd/{fd}", os.O_RDONLY | os.O_CLOEXEC))
+        return fd
+    except PermissionError:
+        pass
+    copy = os.memfd_create("swfs-input", os.MFD_CLOEXEC)
+    offset = 0
+    while True:
+        block = os.pread(fd, 1 << 20, offset)
+        if not block:
+            break
+        os.pwrite(copy, block, offset)
+        offset += len(block)
+    return copy
 
 
 def _close_inherited(keep: set[int]) -> None:

@@ -267,3 +267,26 @@ def test_sandbox_off_is_said(monkeypatch: pytest.MonkeyPatch) -> None:
     finally:
         child.kill()
     assert sys.modules["swfs.sandbox"] is sandbox
+
+
+def _read_by_path(req: dict[str, Any], fds: list[int]) -> tuple[dict[str, Any], list[bytes]]:
+    with open(f"/proc/self/fd/{fds[0]}", "rb") as f:
+        return {}, [f.read()]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the child is nobody only under root")
+def test_a_private_file_handed_over_opens_by_its_descriptor_path(tmp_path: Path) -> None:
+    """Parsers open their input as /proc/self/fd/N, which checks the file's
+    mode: a root-only file (a big file parsed in place, a cached PDF) must
+    still reach the child (as a copy)."""
+    private = tmp_path / "private.bin"
+    private.write_bytes(b"only root may open this by name")
+    private.chmod(0o600)
+    child = sandbox.Child({"read": _read_by_path}, 0)
+    fd = os.open(private, os.O_RDONLY)
+    try:
+        _, blobs = child.call({"op": "read"}, [fd], time.monotonic() + 30)
+    finally:
+        os.close(fd)
+        child.kill()
+    assert blobs == [b"only root may open this by name"]
