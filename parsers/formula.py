@@ -1360,6 +1360,8 @@ def _number_test(op: str, number: float, v: Scalar) -> bool:
         raise Refused("condition over TRUE/FALSE cells")
     if isinstance(v, str):
         if might_be_number(v):
+            # COUNTIF(A:A, 3): LibreOffice skips the text "3"; Excel, it is
+            # said, counts it.
             raise Refused("condition over numbers stored as text")
         return op == "<>"
     if isinstance(v, _Blank):
