@@ -37,6 +37,9 @@ from tests.realmount import REPO, RealMount, needs_fuse, swfs, workspace
 pytestmark = [pytest.mark.mount, needs_fuse, pytest.mark.timeout(300)]
 
 REL = "notes.txt"
+# Seconds each uncoordinated trial runs (the issue's was 60 s:
+# SWFS_FRESHNESS_TRIAL=60 runs that).
+TRIAL = float(os.environ.get("SWFS_FRESHNESS_TRIAL", "6"))
 HEADER = re.compile(r'hash="(?:b3:)?([0-9a-f]+|none)" freshness="(\w+)" current="([^"]*)"')
 
 
@@ -241,7 +244,7 @@ def test_an_uncoordinated_writer_and_reader() -> None:
         samples = current = 0
         lies: list[Claim] = []
         try:
-            deadline = time.monotonic() + 6.0
+            deadline = time.monotonic() + TRIAL
             while time.monotonic() < deadline:
                 for sample in SAMPLERS:
                     t0 = time.monotonic()
@@ -338,7 +341,7 @@ def test_office_saves_in_place_and_an_uncoordinated_reader(name: str) -> None:
         samples = current = 0
         lies: list[Claim] = []
         try:
-            deadline = time.monotonic() + 8.0
+            deadline = time.monotonic() + TRIAL
             while time.monotonic() < deadline:
                 t0 = time.monotonic()
                 try:
