@@ -12,6 +12,8 @@ import trio
 
 from swfs.engine import Engine
 from swfs.search import Caller, SearchResult
+from swfs.workspace import Config
+from tests.embedgen import write_model
 
 ROOT = Caller(0)
 USER = Caller(54321, frozenset({54321}))
@@ -34,8 +36,8 @@ def _workspace(src: Path, *, private: bool) -> None:
         os.chmod(src / "secret.txt", 0o600)
 
 
-def _results(src: Path, caller: Caller) -> dict[str, SearchResult]:
-    with Engine.open(src) as engine:
+def _results(src: Path, caller: Caller, config: Config | None = None) -> dict[str, SearchResult]:
+    with Engine.open(src, config=config) as engine:
         engine.scan()
         trio.run(engine.drain)
         engine.search_index.catch_up()
@@ -95,3 +97,17 @@ def test_the_snippet_weighs_words_by_the_callers_own_units(tmp_path: Path) -> No
         hit = next(h for h in engine.search("alpha beta", USER).hits if h.rel == "doc.txt")
     assert "**beta**" in hit.snippet
     assert "**alpha**" not in hit.snippet
+
+
+def test_hybrid_ranking_does_not_depend_on_unreadable_units(tmp_path: Path) -> None:
+    """Vector candidates are taken among the caller's units: a private unit
+    near the query takes no place of theirs."""
+    config = Config(embed_model=str(write_model(tmp_path / "model")))
+    without, with_ = tmp_path / "without", tmp_path / "with"
+    _workspace(without, private=False)
+    _workspace(with_, private=True)
+    a, b = _results(without, USER, config), _results(with_, USER, config)
+    for q in QUERIES:
+        assert a[q].mode == "hybrid"
+        assert _lines(a[q]) == _lines(b[q]), q
+    assert "secret.txt" in {h.rel for h in _results(with_, ROOT, config)["zebra"].hits}
