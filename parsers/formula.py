@@ -1041,11 +1041,20 @@ class _Context:
             keys = sorted(k for k in cells if area.r1 <= k[0] <= r2 and area.c1 <= k[1] <= c2)
         else:
             keys = [(r, c) for r in range(area.r1, r2 + 1) for c in range(area.c1, c2 + 1)]
+        book = self.book
         for r, c in keys:
-            if (r, c) in cells:
+            content = cells.get((r, c))
+            if content is None:
+                continue
+            if isinstance(content, Formula):
                 v = self.cell(area.sheet, r, c)
                 if not isinstance(v, _Blank):
                     yield v
+            else:  # a constant: read in place
+                book.steps += 1
+                yield content
+        if book.steps > MAX_CELL_READS:
+            raise Refused("too many cells read")
 
     def grid(self, area: Area) -> Grid:
         """Every cell of an area (bounded), blanks included."""
@@ -1063,9 +1072,12 @@ class _Context:
     def at(self, area: Area, i: int, j: int) -> Scalar:
         """The cell at 0-based offsets within an area."""
         r, c = area.r1 + i, area.c1 + j
-        if (r, c) not in self.book.sheets[area.sheet].cells:
+        content = self.book.sheets[area.sheet].cells.get((r, c))
+        if content is None:
             return BLANK
-        return self.cell(area.sheet, r, c)
+        if isinstance(content, Formula):
+            return self.cell(area.sheet, r, c)
+        return content
 
 
 def _has_relative_parts(text: str) -> bool:
