@@ -515,6 +515,7 @@ class Staging:
         else:
             os.mknod(tmp, ust.st_mode, ust.st_rdev)
             os.chown(tmp, ust.st_uid, ust.st_gid)
+            os.chmod(tmp, stat.S_IMODE(ust.st_mode))  # the daemon's umask (077) must not matter
         if os.path.isdir(lower) and not os.path.islink(lower):
             self._rmtree_hidden(c.path, None)  # a directory the staged tree replaced
         os.rename(tmp, lower)

@@ -96,3 +96,18 @@ def test_the_store_is_private_and_the_mount_keeps_requested_modes() -> None:
                 if _mode(p) & 0o077:
                     open_to_others.append(f"{p.relative_to(store)} {oct(_mode(p))}")
         assert open_to_others == []
+
+
+def test_a_staged_commit_keeps_the_modes_of_what_it_writes_back() -> None:
+    with workspace(["--staged"], populate=_populate) as m:
+        work = m.mnt / "open"
+        script = (
+            "import os; os.umask(0); os.mkfifo('p644', 0o644); "
+            "os.close(os.open('f664', os.O_CREAT | os.O_WRONLY, 0o664)); os.mkdir('d775', 0o775)"
+        )
+        subprocess.run(["python3", "-c", script], cwd=work, check=True, timeout=60)
+        swfs("commit", m.mnt)
+        src = m.src / "open"
+        expected = {"p644": 0o644, "f664": 0o664, "d775": 0o775}
+        assert {name: _mode(src / name) for name in expected} == expected
+        assert stat.S_ISFIFO((src / "p644").lstat().st_mode)
