@@ -44,8 +44,10 @@ ranked over the units they may read (``_Scope``): the number of units,
 their average length and each word's document frequency are counted among
 those alone, every matching unit of theirs is scored here (BM25, k1 1.2,
 b 0.75, lengths in bytes of text), and snippets weigh words by the same
-frequencies.  That costs a look at every path's mode and a read of every
-matching unit's text per query (README, Search).
+frequencies.  That costs a look at every path's mode (kept for a caller's
+next queries for ``SCOPE_KEPT`` seconds) and a score for every unit of
+theirs that matches a word, its term frequencies read from the postings
+(README, Ranked search).
 """
 
 from __future__ import annotations
@@ -594,6 +596,7 @@ class SearchIndex:
             thread.join(30)
 
     def _loop(self) -> None:
+        failures = 0  # passes in a row that failed
         while not self._stop:
             self._wake.wait(1.0)
             if self._stop:
@@ -610,13 +613,19 @@ class SearchIndex:
                     self._rebuild(trouble)
                 self.catch_up()
                 self.text.close_new_files()  # segments merged since the last commit
+                failures = 0
             except Exception as exc:
                 # A broken index must not take the daemon down; searching says so.
                 log.exception("%s: indexing failed", self.path)
                 if self._failed(exc):
                     self._trouble = f"{type(exc).__name__}: {exc}"
                     self._wake.set()  # rebuilt on the next pass
-                time.sleep(1.0)
+                # A store that keeps failing (a full disk) is tried again
+                # less and less often: 1 s, 2 s, ... up to a minute.
+                until = time.monotonic() + min(60.0, 2.0**failures)
+                while not self._stop and time.monotonic() < until:
+                    time.sleep(0.1)  # (a stop does not wait for the whole pause)
+                failures += 1
 
     def wait_idle(self, timeout: float) -> bool:
         """True once every change notified so far is indexed."""
