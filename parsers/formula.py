@@ -1388,40 +1388,80 @@ def _number_test(op: str, number: float, v: Scalar) -> bool:
     return result is True
 
 
-def _wildcard(text: str) -> re.Pattern[str]:
-    out = []
+class _Wild:
+    """A wildcard of a condition: '*' (any run) or '?' (one character)."""
+
+    __slots__ = ("many",)
+
+    def __init__(self, *, many: bool) -> None:
+        self.many = many
+
+
+_STAR = _Wild(many=True)
+_ONE = _Wild(many=False)
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+Pattern: TypeAlias = list["str | _Wild"]
+
+
+def _wildcard(text: str) -> Pattern:
+    """A condition's text as literal characters (lower case) and wildcards;
+    '~' makes the next character literal.  Matched by ``_wild_match``, not
+    by a regular expression: '*a*a*a*...' must not backtrack for ever."""
+    if len(text) > 255:
+        raise Refused("condition longer than Excel allows")
+    if not text.isascii():
+        raise Refused("condition over accented text")
+    out: Pattern = []
     i = 0
     while i < len(text):
         ch = text[i]
         if ch == "~" and i + 1 < len(text):
-            out.append(re.escape(text[i + 1]))
+            out.append(text[i + 1].translate(_ASCII_LOWER))
             i += 2
             continue
-        out.append(".*" if ch == "*" else "." if ch == "?" else re.escape(ch))
+        out.append(_STAR if ch == "*" else _ONE if ch == "?" else ch.translate(_ASCII_LOWER))
         i += 1
-    return re.compile("".join(out), re.IGNORECASE | re.DOTALL)
+    return out
 
 
-def _text_cell_match(pattern: re.Pattern[str], v: Scalar) -> bool:
+def _wild_match(pattern: Pattern, text: str) -> bool:
+    """The whole text against the pattern, ASCII letters in either case
+    (a letter outside ASCII is matched by a wildcard only: the Kelvin sign
+    is no k).  Greedy with a return to the last '*': O(len * len), never
+    exponential."""
+    text = text.translate(_ASCII_LOWER)
+    p = t = 0
+    star, mark = -1, 0
+    while t < len(text):
+        if p < len(pattern) and (pattern[p] is _ONE or pattern[p] == text[t]):
+            p += 1
+            t += 1
+        elif p < len(pattern) and pattern[p] is _STAR:
+            star, mark = p, t
+            p += 1
+        elif star >= 0:
+            p = star + 1
+            mark += 1
+            t = mark
+        else:
+            return False
+    while p < len(pattern) and pattern[p] is _STAR:
+        p += 1
+    return p == len(pattern)
+
+
+def _text_cell_match(pattern: Pattern, v: Scalar) -> bool:
     """A text condition on one cell.  LibreOffice also matches TRUE/FALSE
     (and, it may be, numbers) by their text; Excel only text cells."""
     if isinstance(v, bool):
         raise Refused("text condition over TRUE/FALSE cells")
     if isinstance(v, float):
         return False
-    return isinstance(v, str) and _text_match(pattern, v)
-
-
-def _text_match(pattern: re.Pattern[str], v: str) -> bool:
-    """An ASCII pattern against any text of the basic plane: letters outside
-    ASCII are matched by wildcards only (re.ASCII: the Kelvin sign is no k)."""
-    if not pattern.pattern.isascii():
-        raise Refused("condition over accented text")
-    if v.isascii():
-        return pattern.fullmatch(v) is not None
+    if not isinstance(v, str):
+        return False
     if any(ord(ch) > 0xFFFF for ch in v):
         raise Refused("text with characters outside the basic plane")
-    return re.fullmatch(pattern.pattern, v, re.IGNORECASE | re.DOTALL | re.ASCII) is not None
+    return _wild_match(pattern, v)
 
 
 def _area_arg(ctx: _Context, node: Node | None, fn: str) -> Area:

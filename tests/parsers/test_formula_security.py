@@ -217,3 +217,19 @@ def test_evaluator_source_has_no_dynamic_code(module: str) -> None:
         if isinstance(node, ast.Import | ast.ImportFrom):
             names = [a.name for a in node.names] + [getattr(node, "module", None) or ""]
             assert not any("pycel" in n or "importlib" in n for n in names)
+
+
+def test_wildcards_never_backtrack_for_ever() -> None:
+    """A condition like '*a*a*a...b' over a long text: a regular expression
+    backtracks exponentially (and a timer signal cannot stop it inside
+    the C matcher); the matcher here is quadratic at worst."""
+    pattern = "*a" * 40 + "*b"
+    text = "a" * 30_000
+    sheet = formula.Sheet(
+        "S",
+        {(1, 1): text, (2, 1): formula.Formula(f'=COUNTIF(A1,"{pattern}")')},
+        max_row=2,
+        max_col=1,
+    )
+    book = formula.Book([sheet], names={}, local_names={})
+    assert book.value("S", 2, 1) == 0.0
