@@ -59,6 +59,10 @@ Tables (``access.sqlite``, ``journal_format`` 2 in ``meta``):
              inputs themselves ("c": [items], carry 0).  A JSON list is
              the whole list (format 1, which had no base and carry: a daemon
              opening such a journal adds them, 0; readers take them as 0).
+``links``    job, proc, chan, write, std: the channels (pipes, files open
+             for writing) a process of the job was seen holding
+             (``procinfo.Link``); which processes' reads reach a write
+             (``swfs.lineage``).  A journal without it has it added, empty.
 """
 
 from __future__ import annotations
@@ -79,7 +83,7 @@ from typing import Any
 from swfs.api import Access, RelPath, ReviewEntry
 from swfs.fsutil import holds_binary, open_to_read
 from swfs.lineage import JobReads, job_reads, read_rows, stored_inputs
-from swfs.procinfo import Caller, ProcCache, read_cmdline, read_stat
+from swfs.procinfo import Caller, Link, ProcCache, job_links, read_cmdline, read_stat
 from swfs.sqlitetext import PathSafeConnection, escaped_json, pow2_chunks
 
 log = logging.getLogger(__name__)
@@ -112,6 +116,8 @@ _NO_RANGES = '{"ranges":[],"bytes":0}'
 _NO_RANGES_OPEN = '{"ranges":[],"bytes":0,"open":true}'
 PARSED = ".parsed"
 VERSIONS = ".versions"
+REVIEW = ".review"
+MAX_LINKS_SEEN = 100_000  # links remembered as recorded (the rest: recorded again)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(k TEXT PRIMARY KEY, v TEXT);
@@ -127,6 +133,9 @@ CREATE TABLE IF NOT EXISTS outputs(
     inputs TEXT, superseded INTEGER DEFAULT 0, gone INTEGER DEFAULT 0,
     base INTEGER DEFAULT 0, carry INTEGER DEFAULT 0);
 CREATE INDEX IF NOT EXISTS outputs_path ON outputs(path, seq);
+CREATE TABLE IF NOT EXISTS links(
+    job TEXT, proc TEXT, chan TEXT, write INTEGER, std INTEGER,
+    PRIMARY KEY(job, proc, chan, write, std));
 """
 
 
@@ -275,6 +284,12 @@ class Journal:
         self._closed: list[Event] = []
         self._open: dict[int, _Open] = {}
         self._stored_procs: set[str] = set()
+        # Channels seen held (loop side: appended; the thread swaps it out),
+        # each (job, link); the processes whose job was looked at, and the
+        # links already recorded.
+        self._links: list[tuple[str, Link]] = []
+        self._linked: set[str] = set()
+        self._links_seen: set[tuple[str, Link]] = set()
         self._wake = threading.Event()
         self._stop = False
         self._thread: threading.Thread | None = None
@@ -324,6 +339,7 @@ class Journal:
         file's content hash as the open found it recorded (else it is looked
         up here)."""
         caller = self.procs.caller_of(pid)
+        self._see_links(caller)
         h = _Open(caller, path, xattrs)
         self._open[fh] = h
         mode = flags & os.O_ACCMODE
@@ -334,6 +350,36 @@ class Journal:
             return
         h.event = self._read_event(caller, path, xattrs, known_hash)
         self._add(h.event)
+        if (
+            xattrs is not None
+            and path.startswith(REVIEW + "/")
+            and path.endswith(".diff")
+            and xattrs.get("baseline_hash")
+            and xattrs.get("current_hash")
+        ):
+            # A file's diff shows two versions: its read is a read of both
+            # (the event above, of the present one; this, of the baseline).
+            ev = self._read_event(caller, path, {**xattrs, "current_hash": xattrs["baseline_hash"]})
+            ev.closed = True
+            self._add(ev)
+
+    def _see_links(self, caller: Caller) -> None:
+        """At a process's first open: the channels its job holds now (it may
+        be gone by the time its reads are stored)."""
+        key = caller.proc.key
+        if key in self._linked:
+            return
+        if len(self._linked) > MAX_LINKS_SEEN:
+            self._linked.clear()
+        self._linked.add(key)
+        seen = self._links_seen
+        if len(seen) > MAX_LINKS_SEEN:
+            seen.clear()
+        for link in job_links(self.procs, caller):
+            item = (caller.job, link)
+            if item not in seen:
+                seen.add(item)
+                self._links.append(item)
 
     def _read_event(
         self, caller: Caller, path: str, xattrs: Mapping[str, str] | None, known: str | None = None
@@ -344,6 +390,13 @@ class Journal:
         elif path.startswith(PARSED + "/"):
             source = xattrs.get("source", "")
             hash_, locator = xattrs.get("source_hash"), xattrs.get("locator")
+        elif path.startswith(REVIEW + "/") and path.endswith(".diff") and "current_hash" in xattrs:
+            # .review/<rel>.diff: a read of <rel> (see ``on_open``)
+            source = path[len(REVIEW) + 1 : -len(".diff")]
+            hash_, locator = xattrs.get("current_hash"), None
+        elif path.startswith(REVIEW + "/") and path.endswith(".diff") and "baseline_hash" in xattrs:
+            source = path[len(REVIEW) + 1 : -len(".diff")]  # a deleted file's diff
+            hash_, locator = xattrs.get("baseline_hash"), None
         elif path.startswith(VERSIONS + "/") and not path.startswith(VERSIONS + "/@"):
             # .versions/<rel>/NNNN-<hash8>.<ext>: a read of <rel> as it was
             source = path[len(VERSIONS) + 1 :].rpartition("/")[0]
@@ -541,6 +594,8 @@ class Journal:
     def _flush(self) -> int:
         new = self._new
         self._new = []
+        links = self._links
+        self._links = []
         closed = self._closed
         self._closed = []
         reading = [h.event for h in list(self._open.values()) if h.event is not None]
@@ -564,7 +619,7 @@ class Journal:
             if ev.stored != (len(ranges), ranges[-1][1] if ranges else 0, ev.closed):
                 updates.append((row(ev)[10], ev.seq))
                 updated.append(ev)
-        if not rows and not updates:
+        if not rows and not updates and not links:
             return 0
         stored = self._stored_procs
         con = self._db
@@ -578,6 +633,16 @@ class Journal:
                 _insert_events(con, "INSERT OR REPLACE", rows)
             # Only a read's detail changes after it was stored (ranges, closed).
             con.executemany("UPDATE events SET detail=? WHERE seq=?", updates)
+            if links:
+                # Before the writes: which reads reach them may depend on them.
+                con.executemany(
+                    "INSERT OR IGNORE INTO links VALUES (?,?,?,?,?)",
+                    [(job, lk.proc, lk.chan, lk.write, lk.std) for job, lk in links],
+                )
+                for job, lk in links:
+                    acc = self._jobs.get(job)
+                    if acc is not None:
+                        acc.link(lk)
             if writes or self._jobs:
                 self._lineage(con, new, rows, updated, updates)
         if writes:

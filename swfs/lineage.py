@@ -1,19 +1,28 @@
 """Lineage: what each file written through the mount was derived from.
 
 **The rule.**  When a file is written (its write is recorded on close, flush
-or fsync), its inputs are the files read, before that moment, by processes of
-the writer's job (``swfs.procinfo``: same job root and process group: one
-``bash -c``, its pipelines and subshells, a script and what it runs; one
-pipeline of an interactive shell), except reads by *another* process of the
-job that wrote a file of its own before: those are that file's inputs (so
-``cut a > t; sort t > out`` gives ``a -> t -> out``, not ``a -> out``).
+or fsync), its inputs are the files read, before that moment, by the writing
+process and by the processes of its job (``swfs.procinfo``: one ``bash -c``,
+a script and what it runs, one pipeline of an interactive shell) whose
+output reached it: a process that wrote a pipe the writer (or such a
+process) read, and a process that held the written file open for writing
+(a ``for`` loop's children under ``done > out``).  Reads of the other
+processes of the job are no input, however close in time: in ``head -3
+a; cat b | sort > out`` the input of ``out`` is ``b``, and in ``cut a >
+t; sort t > out`` it is ``t`` (whose input is ``a``).  Which process held
+which pipe end is read from ``/proc`` when each process first opens a
+file of the mount (``procinfo.job_links``); a shell's ends on descriptors
+above 2 count only when no process holds that end as its standard input
+or output (a command substitution's shell, a process substitution's
+reader), not while it hands a pipeline its pipes.
 Each input is the file's version (content hash) when it was read; a
 ``.parsed`` unit counts as a read of its source file, at the hash the unit was
 made from, with the unit's locator.  A file read and rewritten in place is its
 own input at its earlier hash.  A rename moves a written file's lineage to its
 new name (an editor's temp-then-rename save is attributed to the final name);
 a later write by the same job carries the earlier write's inputs on
-(``>`` then ``>>``).
+(``>`` then ``>>``).  A read of ``.review/<file>.diff`` is a read of the
+two versions of ``<file>`` it compares.
 
 The graph: nodes are file versions (path, hash), edges go from an input to
 the output it was read for, labelled with the writing process.  Exported as
@@ -34,6 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
+from swfs.procinfo import Link
 from swfs.sqlitetext import in_list
 
 
@@ -56,11 +66,12 @@ def read_locator(locator: str | None, detail: dict[str, Any]) -> str | None:
 # it stores (``fold``, in the order of the events; ``update`` when a stored
 # read's detail changed: its ranges grew, its handle closed).
 #
-# The reads that count for a write by process P are P's and those of the
-# job's processes that wrote nothing before it: the same for every write by
-# P but for P's new reads, whichever process wrote between.  So each writing
-# process has a view of the job (``_View``: the groups as its writes see
-# them), kept up to date by the reads that concern it, and a write stores
+# The reads that count for a write by process P are those of P and of the
+# processes whose output reached it (``JobReads.counted``): the same for
+# every write by P but for new reads and newly seen channels.  So each
+# writing process has a view of the job (``_View``: the groups as its
+# writes see them, and the readers they count), kept up to date by the
+# reads that concern it, and a write stores
 # its view's change since that process's previous write (``base``), plus,
 # by reference, the output row it carries on from (``carry``: the job's
 # previous write of the path, whose inputs not read again come after).  A
@@ -100,10 +111,20 @@ class _Item:
 class _View:
     """The job's reads as the writes of process ``proc`` see them."""
 
-    __slots__ = ("proc", "items", "g", "dirty", "last", "since_snapshot", "snapshot_chars")
+    __slots__ = (
+        "proc",
+        "counted",
+        "items",
+        "g",
+        "dirty",
+        "last",
+        "since_snapshot",
+        "snapshot_chars",
+    )
 
     def __init__(self, proc: str) -> None:
         self.proc = proc
+        self.counted: set[str] = set()  # the readers whose reads its items hold
         self.items: dict[Key, _Item] = {}
         self.g: dict[Key, dict[str, Any]] = {}  # the items that exist
         self.dirty: set[Key] = set()
@@ -171,7 +192,10 @@ class JobReads:
         self.upto = 0  # the last read folded in
         self.groups: dict[Key, dict[str, _Reads]] = {}
         self.by_reader: dict[str, set[Key]] = {}
-        self.writers: set[str] = set()  # processes of the job's writes so far
+        # The channels seen held: chan -> ((holders of its read end,
+        # holders of its write end): proc -> on a standard descriptor?).
+        self.chans: dict[str, tuple[dict[str, bool], dict[str, bool]]] = {}
+        self.reads_of: dict[str, set[str]] = {}  # proc -> pipes it holds a read end of
         self.views: OrderedDict[str, _View] = OrderedDict()
         # reads whose detail may still change: seq -> (key, reader, locator)
         self.open: dict[int, tuple[Key, str, str | None]] = {}
@@ -180,10 +204,40 @@ class JobReads:
         self.depth: dict[int, int] = {}
 
     def _views_of(self, reader: str) -> Iterable[_View]:
-        if reader in self.writers:
-            view = self.views.get(reader)
-            return () if view is None else (view,)
-        return self.views.values()
+        return (v for v in self.views.values() if reader in v.counted)
+
+    def link(self, link: Link) -> None:
+        """Process ``link.proc`` was seen holding a channel (counted at the
+        job's next writes)."""
+        ends = self.chans.get(link.chan)
+        if ends is None:
+            ends = self.chans[link.chan] = ({}, {})
+        side = ends[1] if link.write else ends[0]
+        side[link.proc] = side.get(link.proc, False) or link.std
+        if not link.write:
+            self.reads_of.setdefault(link.proc, set()).add(link.chan)
+
+    def counted(self, proc: str, path: str) -> set[str]:
+        """The processes whose reads count for a write of ``path`` by
+        ``proc``: itself, those that held ``path`` open for writing, and,
+        transitively, those that wrote a pipe one of them read."""
+        out = {proc}
+        suffix = "/" + path
+        for chan, (_r, holders) in self.chans.items():
+            if chan.startswith("file:") and chan.endswith(suffix):
+                out.update(holders)
+        todo = list(out)
+        while todo:
+            x = todo.pop()
+            for chan in self.reads_of.get(x, ()):
+                readers, writers = self.chans[chan]
+                if not _holds(readers, x):
+                    continue
+                for w in writers:
+                    if w not in out and _holds(writers, w):
+                        out.add(w)
+                        todo.append(w)
+        return out
 
     # -- advancing
 
@@ -253,10 +307,6 @@ class JobReads:
             self.views.move_to_end(proc)
             return view
         view = self.views[proc] = _View(proc)
-        for reader, keys in self.by_reader.items():
-            if reader == proc or reader not in self.writers:
-                for key in keys:
-                    view.remake(key)
         while len(self.views) > self.MAX_VIEWS:
             self.views.popitem(last=False)
         return view
@@ -271,11 +321,11 @@ class JobReads:
             it.new.clear()
             it.locs = set()
             it.readers = set()
-            writers = self.writers
+            counted = view.counted
             entries = sorted(
                 (seq, reader, loc, t)
                 for reader, reads in self.groups.get(key, {}).items()
-                if reader == view.proc or reader not in writers
+                if reader in counted
                 for seq, (loc, t) in reads.entries.items()
             )
             if not entries:
@@ -329,13 +379,13 @@ class JobReads:
         (``prev``: the job's present output row of ``path``, which this one
         carries on from); ``want_items``: give the whole list when it has no
         row to carry on from and at most that many inputs."""
-        if proc not in self.writers:
-            # From now on its reads count for its own writes only.
-            self.writers.add(proc)
-            for key in self.by_reader.get(proc, ()):
-                for view in self.views.values():
-                    view.remake(key)
         view = self._view(proc)
+        counted = self.counted(proc, path)
+        if counted != view.counted:
+            for reader in counted ^ view.counted:
+                for key in self.by_reader.get(reader, ()):
+                    view.remake(key)
+            view.counted = counted
         sets: list[dict[str, Any]] = []
         adds: list[list[Any]] = []
         dels: list[list[Any]] = []
@@ -416,6 +466,12 @@ class JobReads:
             del self.depth[s]
 
 
+def _holds(side: dict[str, bool], proc: str) -> bool:
+    """Does ``proc`` count as a holder of this end of a channel: on a
+    standard descriptor, or when nobody holds it on one."""
+    return side.get(proc, False) or not any(side.values())
+
+
 def _copy(item: dict[str, Any]) -> dict[str, Any]:
     out = dict(item)
     if "locators" in out:
@@ -433,14 +489,11 @@ def job_reads(con: sqlite3.Connection, job: str, seq: int) -> JobReads:
     """A job's reads before event ``seq``, from the events table (after a
     restart, or for a job not kept in memory)."""
     acc = JobReads(job)
-    acc.writers = {
-        r[0]
-        for r in con.execute(
-            "SELECT DISTINCT proc FROM events WHERE job=? AND kind='write' AND op='write' "
-            "AND seq<?",
-            (job, seq),
-        )
-    }
+    if con.execute("SELECT 1 FROM sqlite_master WHERE name='links'").fetchone():
+        for proc, chan, write, std in con.execute(
+            "SELECT proc, chan, write, std FROM links WHERE job=?", (job,)
+        ):
+            acc.link(Link(proc, chan, bool(write), bool(std)))
     rows = con.execute(
         "SELECT seq, proc, source, hash, locator, detail, t FROM events "
         "WHERE job=? AND kind='read' AND seq<? ORDER BY seq",

@@ -16,6 +16,15 @@ in the same job when they have the same job root and the same process
 group: every process of a ``bash -c "..."`` (its pipelines, its subshells,
 the scripts it runs) is in one job; in an interactive shell, which gives
 each pipeline its own process group, each pipeline is a job of its own.
+
+**Channels** (how data passes between the processes of a job without a
+file of the mount).  ``job_links`` reads, from ``/proc/PID/fd``, the pipes
+each live process of a job holds and in which direction, and the files it
+holds open for writing: a pipeline's ``cat`` writes the pipe ``sort``
+reads; a ``for`` loop's children write the file its redirection opened.
+Read when a process first opens a file of the mount, while it runs: a
+short-lived ``head`` is seen at its open, whatever it has become when its
+reads are stored.
 """
 
 from __future__ import annotations
@@ -27,6 +36,8 @@ from dataclasses import dataclass, field
 TRUST_SECONDS = 1.0  # a process read this recently is not read again
 MAX_DEPTH = 32  # ancestors followed at most (a fork bomb must not stall a request)
 MAX_CMDLINE = 4096  # bytes of a command line kept
+MAX_JOB_PROCS = 48  # processes of a job whose descriptors are read at once
+MAX_FDS = 256  # descriptors read per process
 
 
 @dataclass(frozen=True)
@@ -169,6 +180,86 @@ class ProcCache:
 
     def _is_caller(self, pid: int, start: int) -> bool:
         return self.callers.get(pid, -1) in (start, 0)
+
+
+@dataclass(frozen=True)
+class Link:
+    """Process ``proc`` (its key) holds channel ``chan`` ("pipe:INODE", or
+    "file:/ABSOLUTE/PATH" open for writing), ``write``: its write end;
+    ``std``: on descriptor 0 (a read end) or 1 or 2 (a write end), as a
+    pipeline's stages hold theirs; a shell holds the ends it hands its
+    children on higher descriptors while it sets them up."""
+
+    proc: str
+    chan: str
+    write: bool
+    std: bool
+
+
+def fd_links(pid: int, proc_root: str = "/proc") -> list[tuple[int, str, bool]]:
+    """(descriptor, channel, write end?) of the pipes ``pid`` holds and the
+    regular files it holds open for writing; [] when it is gone."""
+    base = f"{proc_root}/{pid}/fd"
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return []
+    out: list[tuple[int, str, bool]] = []
+    for name in names[:MAX_FDS]:
+        link = f"{base}/{name}"
+        try:
+            target = os.readlink(link)
+            # The link's mode is the descriptor's access mode.
+            mode = os.lstat(link).st_mode
+        except OSError:
+            continue
+        write = bool(mode & 0o200)
+        if target.startswith("pipe:["):
+            chan = "pipe:" + target[6:-1]
+            if mode & 0o400:
+                out.append((int(name), chan, False))
+            if write:
+                out.append((int(name), chan, True))
+        elif write and target.startswith("/") and not target.startswith(("/dev/", "/proc/")):
+            out.append((int(name), "file:" + target, True))
+    return out
+
+
+def children(pid: int, proc_root: str = "/proc") -> list[int]:
+    try:
+        with open(f"{proc_root}/{pid}/task/{pid}/children", "rb") as f:
+            return [int(x) for x in f.read().split()]
+    except (OSError, ValueError):
+        return []
+
+
+def job_links(caches: ProcCache, caller: Caller) -> list[Link]:
+    """The channels the live processes of ``caller``'s job hold: those of
+    its job root and the root's descendants in the caller's process group
+    (at most ``MAX_JOB_PROCS``)."""
+    root = caller.chain[-1]
+    pgid = caller.proc.pgid
+    out: list[Link] = []
+    now = read_stat(root.pid, caches.proc_root)
+    if now is None or now.start != root.start:
+        return out  # gone, or its pid is another process's now
+    todo = [root.pid]
+    seen: set[int] = set()
+    while todo and len(seen) < MAX_JOB_PROCS:
+        pid = todo.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        p = root if pid == root.pid else caches.proc(pid)
+        if p is None:
+            continue
+        todo.extend(children(pid, caches.proc_root))
+        if p.pgid != pgid and p is not root:
+            continue
+        for fd, chan, write in fd_links(pid, caches.proc_root):
+            std = fd in (1, 2) if write else fd == 0
+            out.append(Link(p.key, chan, write, std))
+    return out
 
 
 def ancestry(pid: int, proc_root: str = "/proc") -> tuple[tuple[int, int], ...]:

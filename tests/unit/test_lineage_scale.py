@@ -20,23 +20,45 @@ import pytest
 
 from swfs import journal as jmod
 from swfs import lineage
-from swfs.procinfo import Caller, Proc
+from swfs.procinfo import Caller, Link, Proc
 
-# -- the rule as it was: a full scan of the job's reads at each write
+# -- the rule as a full scan of the job's reads and channels at each write
+
+
+def _ref_counted(con: sqlite3.Connection, job: str, proc: str, path: str) -> set[str]:
+    """The writer, the holders of the written file, and whoever wrote a pipe
+    one of them read (a shell's end off its standard descriptors counted
+    only when no process holds that end on one)."""
+    ends: dict[str, tuple[dict[str, bool], dict[str, bool]]] = {}
+    for p, chan, w, std in con.execute(
+        "SELECT proc, chan, write, std FROM links WHERE job=?", (job,)
+    ):
+        side = ends.setdefault(chan, ({}, {}))[1 if w else 0]
+        side[p] = side.get(p, False) or bool(std)
+
+    def holds(side: dict[str, bool], p: str) -> bool:
+        return side.get(p, False) or not any(side.values())
+
+    out = {proc}
+    for chan, (_r, w) in ends.items():
+        if chan.startswith("file:") and chan.endswith("/" + path):
+            out |= set(w)
+    grown = True
+    while grown:
+        grown = False
+        for r, w in ends.values():
+            if any(x in out and holds(r, x) for x in r):
+                new = {p for p in w if holds(w, p)} - out
+                if new:
+                    out |= new
+                    grown = True
+    return out
 
 
 def _ref_inputs_of(
     con: sqlite3.Connection, seq: int, proc: str, job: str, path: str, hash_: str | None
 ) -> list[dict[str, Any]]:
-    writers = {
-        r[0]
-        for r in con.execute(
-            "SELECT DISTINCT proc FROM events WHERE job=? AND kind='write' AND op='write' "
-            "AND seq<?",
-            (job, seq),
-        )
-    }
-    writers.discard(proc)
+    counted = _ref_counted(con, job, proc, path)
     grouped: dict[tuple[str, str | None], dict[str, Any]] = {}
     rows = con.execute(
         "SELECT proc, source, hash, locator, detail, t FROM events "
@@ -44,7 +66,7 @@ def _ref_inputs_of(
         (job, seq),
     )
     for reader, source, h, locator, detail, t in rows:
-        if not source or reader in writers:
+        if not source or reader not in counted:
             continue
         if source == path and h == hash_:
             continue
@@ -107,10 +129,18 @@ class Reference:
 
 
 class RefJournal(jmod.Journal):
-    """The journal, computing the old rule's inputs beside its own, on the
-    same connection at the same moment (the events as stored then)."""
+    """The journal, computing the full scan's inputs beside its own, on the
+    same connection at the same moment (the events as stored then); the
+    channels each process holds are ``LINKS``', seen at its first open."""
 
     reference: Reference
+
+    def _see_links(self, caller: Caller) -> None:
+        if caller.proc.key in self._linked:
+            return
+        self._linked.add(caller.proc.key)
+        for chan, write, std in LINKS.get(caller.proc.pid, ()):
+            self._links.append((caller.job, Link(caller.proc.key, chan, write, std)))
 
     def _lineage(self, con: sqlite3.Connection, new: Any, rows: Any, *rest: Any) -> None:
         for ev in new:
@@ -152,6 +182,15 @@ def _as(j: jmod.Journal, pid: int, job: str) -> None:
 
 JOBS = {1: "A", 2: "A", 3: "A", 4: "B", 5: "B", 6: "C", 7: "D", 8: "D", 9: "D"}
 READ_ONLY = {8, 9}  # readers of job D that never write (a pipeline's `cat`)
+# pid -> (channel, write end?, on a standard descriptor?) it holds
+LINKS: dict[int, list[tuple[str, bool, bool]]] = {
+    3: [("pipe:1", True, True)],  # job A: `p3 | p2`
+    2: [("pipe:1", False, True)],
+    1: [("file:/mnt/d/f0.txt", True, True)],  # job A: a loop child under `> d/f0.txt`
+    8: [("pipe:2", True, True)],  # job D: `p8 | p7`
+    7: [("pipe:2", False, True), ("pipe:3", False, False)],
+    9: [("pipe:2", False, False), ("pipe:3", True, True)],  # its shell's end; `<(p9)`
+}
 
 
 def _run(world: World, rnd: random.Random, steps: int, *, restart_at: int | None = None) -> None:
