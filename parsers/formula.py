@@ -593,7 +593,8 @@ class _TooDeep(Exception):
 # -- conversions
 
 
-_PLAIN = re.compile(r"\s*[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?\s*")
+# No two ways to split a run of digits: a long one must not backtrack.
+_PLAIN = re.compile(r"\s*[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?\s*")
 
 
 _DATE_WORDS = re.compile(
@@ -2123,6 +2124,7 @@ def _f_mid(ctx: _Context, args: tuple[Node | None, ...]) -> Scalar:
 
 def _join(ctx: _Context, args: Sequence[Node | None], *, ranges: bool) -> Scalar:
     parts: list[str] = []
+    size = 0
     for arg in args:
         if ranges:
             values: Iterator[tuple[Scalar, bool]] = _items(ctx, [arg])
@@ -2133,8 +2135,10 @@ def _join(ctx: _Context, args: Sequence[Node | None], *, ranges: bool) -> Scalar
             if isinstance(t, XlError):
                 return t
             parts.append(t)
-    text = "".join(parts)
-    return text if len(text) <= MAX_TEXT else _too_long()
+            size += len(t)
+            if size > MAX_TEXT:  # before the parts of a whole column are joined
+                _too_long()
+    return "".join(parts)
 
 
 @_fn("CONCATENATE", 1, _MANY)
@@ -2182,6 +2186,8 @@ def _f_substitute(ctx: _Context, args: tuple[Node | None, ...]) -> Scalar:
                 return text
         result = text[:at] + new + text[at + len(old) :]
     else:
+        if old and len(text) + text.count(old) * (len(new) - len(old)) > MAX_TEXT:
+            _too_long()  # known before a 32,767 x 32,767 text is made
         result = text.replace(old, new) if old else text
     return result if len(result) <= MAX_TEXT else _too_long()
 
@@ -2335,12 +2341,16 @@ def _f_textjoin(ctx: _Context, args: tuple[Node | None, ...]) -> Scalar:
     if isinstance(skip, XlError):
         return skip
     parts: list[str] = []
+    size = 0
     for v in _every_value(ctx, args[2:]):
         t = to_text(v)
         if isinstance(t, XlError):
             return t
         if t or not skip:
             parts.append(t)
+            size += len(t) + len(sep)
+            if size > MAX_TEXT + len(sep):
+                _too_long()
     text = sep.join(parts)
     return text if len(text) <= MAX_TEXT else _too_long()
 
