@@ -15,12 +15,12 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-from swfs import journal, lineage
-
 from .base import CLIError, Commands, Target, log_field, resolve_target, when, workspace_rel
 
 
 def _open(t: Target) -> Any:
+    from swfs import journal
+
     db = t.store / journal.DB_NAME
     if t.mounted and db.exists():
         journal.request_flush(t.store)
@@ -34,6 +34,8 @@ def _open(t: Target) -> Any:
 
 def access_events(t: Target, kind: str | None) -> Iterator[dict[str, Any]]:
     """The access journal's events (none if nothing was ever recorded)."""
+    from swfs import journal
+
     if not (t.store / journal.DB_NAME).exists():
         return iter(())
     con = _open(t)
@@ -86,6 +88,8 @@ def _access_line(ev: dict[str, Any]) -> str:
 
 
 def cmd_lineage(args: argparse.Namespace) -> int:
+    from swfs import lineage
+
     t = resolve_target(args.target, args.store)
     path = str(workspace_rel(t, args.path)) if args.path else None
     con = _open(t)
@@ -101,7 +105,8 @@ def cmd_lineage(args: argparse.Namespace) -> int:
     elif args.prov:
         print(json.dumps(lineage.to_prov(g), ensure_ascii=False, indent=1))
     else:
-        text = lineage.to_text(g, outs)
+        base = t.mount_point or t.src
+        text = lineage.to_text(g, outs, lambda p: os.path.lexists(base / p))
         if not text and path is not None:
             raise CLIError(f"{args.path}: no lineage recorded (not written through the mount)")
         print(text, end="")

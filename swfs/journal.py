@@ -500,7 +500,7 @@ class Journal:
                 self._reader = sqlite3.connect(
                     str(self.path), check_same_thread=False, timeout=5, factory=PathSafeConnection
                 )
-            text = lineage_md(outputs(self._reader), changed)
+            text = lineage_md(outputs(self._reader), changed, self._exists)
             self._md = (key, text.encode("utf-8"))
         return self._md[1]
 
@@ -690,6 +690,10 @@ class Journal:
             if lines is not None:
                 detail += f',"lines":[{lines[0]},{lines[1]}]'
         return detail + "}"
+
+    def _exists(self, rel: str) -> bool:
+        path = self._bytes_of(rel)
+        return path is None or os.path.lexists(path)
 
     def _bytes_of(self, rel: str) -> Path | None:
         """The file whose bytes the mount serves for ``rel``."""

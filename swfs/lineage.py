@@ -37,7 +37,7 @@ import json
 import re
 import sqlite3
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -929,30 +929,56 @@ def to_prov(g: Graph) -> dict[str, Any]:
     return {k: v for k, v in doc.items() if v}
 
 
-def input_summary(inputs: Sequence[dict[str, Any]]) -> str:
-    """``data/export.csv (rows 1-20000), finance/budget.xlsx (Sheet1)``."""
+def input_summary(
+    inputs: Sequence[dict[str, Any]], exists: Callable[[str], bool] | None = None
+) -> str:
+    """``data/export.csv (rows 1-20000), finance/budget.xlsx (Sheet1)``: each
+    path once, with how many of its versions were read when more than one
+    (``log.txt (3 versions; lines 1-40)``); with ``exists``, a path that
+    no longer exists is said to be gone."""
+    by_path: dict[str, list[dict[str, Any]]] = {}
+    for i in inputs:
+        by_path.setdefault(i["path"], []).append(i)
     parts = []
-    for i in sorted(inputs, key=lambda i: i["path"]):
-        where = describe(i.get("locators", []))
-        parts.append(f"{i['path']} ({where})" if where else i["path"])
+    for path in sorted(by_path):
+        items = by_path[path]
+        notes = []
+        if exists is not None and not exists(path):
+            notes.append("gone")
+        versions = len({i["hash"] for i in items})
+        if versions > 1:
+            notes.append(f"{versions} versions")
+        where = describe([loc for i in items for loc in i.get("locators", [])])
+        if where:
+            notes.append(where)
+        parts.append(f"{path} ({'; '.join(notes)})" if notes else path)
     return ", ".join(parts)
 
 
-def to_text(g: Graph, outs: Sequence[Output]) -> str:
+def to_text(g: Graph, outs: Sequence[Output], exists: Callable[[str], bool] | None = None) -> str:
+    """One line per written version shown: ``out <- inputs``; with
+    ``exists``, outputs and inputs no longer there are marked gone (a
+    reset, or a change made beside the mount, removes them unseen)."""
     shown = {(n["path"], n["hash"]) for n in g.nodes.values() if n["role"] == "output"}
     lines = []
     for o in outs:
         if (o.path, o.hash) in shown:
-            lines.append(f"{o.path} <- {input_summary(o.inputs) or '(no inputs read)'}")
+            name = o.path if exists is None or exists(o.path) else f"{o.path} (gone)"
+            lines.append(f"{name} <- {input_summary(o.inputs, exists) or '(no inputs read)'}")
     return "\n".join(lines) + ("\n" if lines else "")
 
 
 _REVIEWED = re.compile(r"^(added|modified|renamed)$")
 
 
-def lineage_md(outs: Sequence[Output], changed: Iterable[tuple[str, str, str | None]]) -> str:
+def lineage_md(
+    outs: Sequence[Output],
+    changed: Iterable[tuple[str, str, str | None]],
+    exists: Callable[[str], bool] | None = None,
+) -> str:
     """``.review/LINEAGE.md``: for each added or modified file (``changed``:
-    path, status, present hash), what it was derived from."""
+    path, status, present hash), what it was derived from (``exists``: see
+    ``input_summary``)."""
     latest: dict[str, Output] = {}
     for o in outs:
         latest[o.path] = o
@@ -973,7 +999,7 @@ def lineage_md(outs: Sequence[Output], changed: Iterable[tuple[str, str, str | N
         elif current is not None and last.hash is not None and last.hash != current:
             body.append(f"{path} <- (changed since it was written through the mount)")
         else:
-            body.append(f"{path} <- {input_summary(last.inputs) or '(no inputs read)'}")
+            body.append(f"{path} <- {input_summary(last.inputs, exists) or '(no inputs read)'}")
     if not body:
         body.append("(no added or modified files)")
     return "\n".join(lines + body) + "\n"

@@ -305,6 +305,19 @@ def test_lineage_md_and_text() -> None:
     assert "old.txt" not in md
 
 
+def test_the_text_form_names_each_input_once_and_what_is_gone() -> None:
+    proc = {"key": "5.9", "pid": 5, "name": "sh", "cmdline": [], "job": "x"}
+    log = [
+        {"path": "log.txt", "hash": f"{n:064x}", "locators": [f"lines={n}-{n}"]} for n in (1, 2, 3)
+    ]
+    inputs = [*log, {"path": "tmp/t.csv", "hash": "9" * 64, "locators": []}]
+    outs = [lineage.Output(1, 0.0, "out.md", "e" * 64, proc, inputs)]
+    text = lineage.to_text(lineage.build(outs), outs, lambda p: p != "tmp/t.csv").strip()
+    assert text == "out.md <- log.txt (3 versions; lines 1-3), tmp/t.csv (gone)"
+    text = lineage.to_text(lineage.build(outs), outs, lambda p: False).strip()
+    assert text.startswith("out.md (gone) <- log.txt (gone; 3 versions; ")
+
+
 def test_prov_json_reads_back_with_the_prov_package() -> None:
     from prov.model import ProvDocument
 
