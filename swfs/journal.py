@@ -852,6 +852,8 @@ class Journal:
                 "DELETE FROM events WHERE seq IN (SELECT seq FROM events ORDER BY seq LIMIT ?)",
                 (extra,),
             )
+            # The channels of jobs none of whose events are left.
+            con.execute("DELETE FROM links WHERE job NOT IN (SELECT job FROM events)")
             (outs,) = con.execute("SELECT count(*) FROM outputs").fetchone()
             if outs > MAX_OUTPUTS:
                 self._drop_outputs(con, outs - MAX_OUTPUTS)

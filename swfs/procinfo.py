@@ -240,7 +240,7 @@ def job_links(caches: ProcCache, caller: Caller) -> list[Link]:
     root = caller.chain[-1]
     pgid = caller.proc.pgid
     out: list[Link] = []
-    now = read_stat(root.pid, caches.proc_root)
+    now = caches.proc(root.pid)
     if now is None or now.start != root.start:
         return out  # gone, or its pid is another process's now
     todo = [root.pid]
