@@ -267,6 +267,6 @@ def test_edge_precision_and_recall_over_scripted_tasks(
     assert "out/h1.txt (gone" in h12, h12
     paths = {i for _cmd, edges in TASKS for ins in edges.values() for i in ins}
     for line in lines:
-        ins = line.partition(" <- ")[2]
+        listed = line.partition(" <- ")[2]
         for p in paths:
-            assert len(re.findall(rf"(?:^|, ){re.escape(p)}(?=[ ,]|$)", ins)) <= 1, line
+            assert len(re.findall(rf"(?:^|, ){re.escape(p)}(?=[ ,]|$)", listed)) <= 1, line
