@@ -82,7 +82,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 DB_NAME = "search.sqlite"
-SCHEMA = 3  # 3: files keyed by the exact bytes of the path
+SCHEMA = 4  # 3: files keyed by the exact bytes of the path; 4: tantivy's unit a fast field
 DEFAULT_LIMIT = 20
 MAX_LIMIT = 1000
 SNIPPET_TOKENS = 14
@@ -896,8 +896,8 @@ class SearchIndex:
         done: set[int] = set()
         for k, expr in _tiers(query):
             found = []
-            for addr in text.matching(searcher, text.within(text.parse(expr), units), n):
-                uid = text.unit_at(searcher, addr)
+            addrs = text.matching(searcher, text.within(text.parse(expr), units), n)
+            for uid, addr in zip(text.units_at(searcher, addrs), addrs, strict=True):
                 if uid not in done:
                     done.add(uid)
                     found.append((uid, addr))

@@ -60,7 +60,9 @@ _FREQ = re.compile(r'"value":\s*([0-9.eE+-]+),\s*"description":\s*"freq, occurre
 
 def _schema() -> Any:
     sb = tantivy.SchemaBuilder()
-    sb.add_integer_field("unit", stored=True, indexed=True)
+    # fast: the units of many matches are read at once, without their text
+    # (``units_at``).
+    sb.add_integer_field("unit", stored=True, indexed=True, fast=True)
     sb.add_text_field("text", stored=True, tokenizer_name="en_stem")
     return sb.build()
 
@@ -235,8 +237,9 @@ class TextIndex:
         return [addr for _score, addr in searcher.search(query, max(1, most), count=False).hits]
 
     @staticmethod
-    def unit_at(searcher: Any, addr: Any) -> int:
-        return int(searcher.doc(addr)["unit"][0])
+    def units_at(searcher: Any, addrs: list[Any]) -> list[int]:
+        """The unit of each document at ``addrs``."""
+        return [int(u) for u in searcher.fast_field_values("unit", addrs)]
 
     @staticmethod
     def text_at(searcher: Any, addr: Any) -> str:
