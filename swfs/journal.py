@@ -290,6 +290,11 @@ class Journal:
         self._links: list[tuple[str, Link]] = []
         self._linked: set[str] = set()
         self._links_seen: set[tuple[str, Link]] = set()
+        # A process that feeds a pipe of its own job at its first open: the
+        # stages after it may not have been forked yet, and may be gone by
+        # the time the last one opens its output; a thread of its own looks
+        # at the job again a few times while they run (``_Follow``).
+        self._follow = _Follow(self)
         self._wake = threading.Event()
         self._stop = False
         self._thread: threading.Thread | None = None
@@ -372,14 +377,27 @@ class Journal:
         if len(self._linked) > MAX_LINKS_SEEN:
             self._linked.clear()
         self._linked.add(key)
+        links = self._record_links(caller)
+        root = caller.chain[-1].key
+        inherited = {lk.chan for lk in links if lk.proc == root}
+        if any(
+            lk.proc == key and lk.write and lk.std and lk.chan.startswith("pipe:")
+            for lk in links
+            if lk.chan not in inherited  # a harness's pipe the whole job writes
+        ):
+            self._follow.add(caller)
+
+    def _record_links(self, caller: Caller, procs: ProcCache | None = None) -> list[Link]:
+        links = job_links(procs or self.procs, caller)
         seen = self._links_seen
         if len(seen) > MAX_LINKS_SEEN:
             seen.clear()
-        for link in job_links(self.procs, caller):
+        for link in links:
             item = (caller.job, link)
             if item not in seen:
                 seen.add(item)
                 self._links.append(item)
+        return links
 
     def _read_event(
         self, caller: Caller, path: str, xattrs: Mapping[str, str] | None, known: str | None = None
@@ -548,11 +566,13 @@ class Journal:
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="swfs-journal", daemon=True)
         self._thread.start()
+        self._follow.start()
 
     def close(self) -> None:
         """Store what is left and stop the thread."""
         self._stop = True
         self._wake.set()
+        self._follow.stop()
         if self._thread is not None:
             self._thread.join(30)
             self._thread = None
@@ -889,6 +909,76 @@ class Journal:
         con.execute("DELETE FROM outputs WHERE seq<=?", (cut,))
         for acc in self._jobs.values():
             acc.forget_before(cut)
+
+
+class _Follow:
+    """Looks again at the jobs of processes that feed a pipe, 1, 2, 4 ... 64
+    ms after their first open, while they run: a pipeline's later
+    stages are forked after its first, and a stage that opens no file of
+    the mount (the ``grep`` in ``cat a | grep x | sort > out``) is seen only
+    so.  Its own thread and process cache: the loop never waits for it."""
+
+    DELAYS = (0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064)
+    MAX_PENDING = 256  # followed at once (more: not followed)
+
+    def __init__(self, journal: Journal) -> None:
+        self.journal = journal
+        self.procs = ProcCache(tuple(journal.procs.callers.items()), journal.procs.proc_root)
+        self.pending: list[tuple[float, int, Caller]] = []  # (when, step, caller)
+        self.lock = threading.Lock()
+        self.wake = threading.Event()
+        self.stopping = False
+        self.thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self.thread = threading.Thread(target=self._run, name="swfs-links", daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.stopping = True
+        self.wake.set()
+        if self.thread is not None:
+            self.thread.join(5)
+            self.thread = None
+
+    def add(self, caller: Caller) -> None:
+        if self.thread is None:
+            return
+        with self.lock:
+            if len(self.pending) < self.MAX_PENDING:
+                self.pending.append((time.monotonic() + self.DELAYS[0], 0, caller))
+        self.wake.set()
+
+    def _run(self) -> None:
+        while not self.stopping:
+            with self.lock:
+                due = min((w for w, _s, _c in self.pending), default=None)
+            now = time.monotonic()
+            if due is None:
+                self.wake.wait(1.0)
+                self.wake.clear()
+                continue
+            if due > now:
+                self.wake.wait(due - now)
+                self.wake.clear()
+                continue
+            with self.lock:
+                ready = [x for x in self.pending if x[0] <= now]
+                self.pending = [x for x in self.pending if x[0] > now]
+            for _w, step, caller in ready:
+                try:
+                    self.journal._record_links(caller, self.procs)
+                except Exception:
+                    log.exception("access journal: reading a job's channels failed")
+                    continue
+                p = caller.proc
+                now_p = read_stat(p.pid, self.procs.proc_root)
+                alive = now_p is not None and now_p.start == p.start
+                if alive and step + 1 < len(self.DELAYS):
+                    with self.lock:
+                        self.pending.append(
+                            (time.monotonic() + self.DELAYS[step + 1], step + 1, caller)
+                        )
 
 
 class RecentInputs(OrderedDict[str, tuple[str | None, str]]):

@@ -233,11 +233,44 @@ class JobReads:
                 readers, writers = self.chans[chan]
                 if not _holds(readers, x):
                     continue
+                if not writers:
+                    writers = self._unseen_stage(chan)
                 for w in writers:
                     if w not in out and _holds(writers, w):
                         out.add(w)
                         todo.append(w)
         return out
+
+    def _unseen_stage(self, chan: str) -> dict[str, bool]:
+        """The writers to take for pipe ``chan``, read on a standard input,
+        whose writer was never seen: a pipeline stage that opened no file of
+        the mount and was forked and gone between two looks at the job
+        (``cat a | grep x | sort | tail > out`` on a loaded machine).  The
+        stage before it is then the nearest pipe made before it (pipe
+        inodes are handed out in order) that was written and that no process
+        was seen reading on its standard input.  A pipe the job root holds
+        on a standard descriptor (a harness's) is neither."""
+        root = self.job.partition("/")[0]
+        readers = self.chans[chan][0]
+        if readers.get(root) or not chan.startswith("pipe:") or not any(readers.values()):
+            return {}
+        try:
+            ino = int(chan[5:])
+        except ValueError:
+            return {}
+        best: tuple[int, dict[str, bool]] | None = None
+        for other, (r, w) in self.chans.items():
+            if not other.startswith("pipe:") or not w or w.get(root) or r.get(root):
+                continue
+            if any(r.values()) or not any(w.values()):
+                continue
+            try:
+                n = int(other[5:])
+            except ValueError:
+                continue
+            if n < ino and (best is None or n > best[0]):
+                best = (n, w)
+        return {} if best is None else best[1]
 
     # -- advancing
 

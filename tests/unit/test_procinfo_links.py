@@ -83,3 +83,27 @@ def test_a_pipeline_and_a_command_substitution(
     shell = me.key
     # The shell reads the other sleep's output ($(...)).
     assert sorted(names.get(k, "?") for k in acc.counted(shell, "x")) == ["bash", "sleep"]
+
+
+def test_a_stage_never_seen_is_bridged_by_the_nearest_unread_pipe_before_it() -> None:
+    """`cat a | grep x | sort | tail > out` where sort opened no file of the
+    mount and came and went unseen: tail's pipe, written by nobody seen, is
+    fed by grep's, the nearest pipe before it that nobody was seen reading;
+    not by an earlier `cat b | wc -l` (wc seen), nor the harness's stdin."""
+    acc = JobReads("root.1/1")
+    links = [
+        ("root.1", "pipe:1", False, True),  # the harness's stdin, inherited by all
+        ("tail", "pipe:1", False, False),
+        ("cat_b", "pipe:5", True, True),
+        ("wc", "pipe:5", False, True),
+        ("cat_c", "pipe:7", True, True),  # its reader never seen either, but earlier
+        ("cat_a", "pipe:10", True, True),
+        ("grep", "pipe:10", False, True),
+        ("grep", "pipe:11", True, True),
+        ("root.1", "pipe:11", False, False),  # the shell, handing it on
+        ("tail", "pipe:14", False, True),
+    ]
+    for proc, chan, write, std in links:
+        acc.link(Link(proc, chan, write, std))
+    assert acc.counted("tail", "out") == {"tail", "grep", "cat_a"}
+    assert acc.counted("wc", "n") == {"wc", "cat_b"}
