@@ -338,8 +338,8 @@ DROP TABLE IF EXISTS units; DROP TABLE IF EXISTS contents; DROP TABLE IF EXISTS 
 
 
 def _private(path: Path) -> None:
-    """Create the index closed to others, whatever the umask (the daemon runs
-    with 0): it holds the text of every file.  SQLite gives its WAL and
+    """Create the index closed to others, whatever the umask (a command's
+    own may be 022): it holds the text of every file.  SQLite gives its WAL and
     shared-memory files the database file's mode.
 
     An existing index is never opened here, only changed by path: closing

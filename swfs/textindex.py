@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import threading
 import time
 from collections.abc import Iterable, Mapping
@@ -53,9 +52,22 @@ def _analyzer() -> Any:
     )
 
 
-# A term's frequency in a document, in the explanation of a term query's
-# score: BM25's inputs, without the whole index's statistics around them.
-_FREQ = re.compile(r'"value":\s*([0-9.eE+-]+),\s*"description":\s*"freq, occurrences of term')
+def _frequency_in(explanation: str) -> int | None:
+    """A term's frequency in a document, read from the explanation (JSON)
+    of a term query's score: BM25's inputs, without the whole index's
+    statistics around them.  Found by its description, then the value
+    before it (plain string searches: a regular expression took most of a
+    query's time)."""
+    at = explanation.find('"freq, occurrences of term')
+    start = explanation.rfind('"value"', 0, at) if at >= 0 else -1
+    colon = explanation.find(":", start, at) if start >= 0 else -1
+    comma = explanation.find(",", colon, at) if colon >= 0 else -1
+    if comma < 0:
+        return None
+    try:
+        return int(float(explanation[colon + 1 : comma]))
+    except ValueError:
+        return None
 
 
 def _schema() -> Any:
@@ -88,9 +100,8 @@ class TextIndex:
             return index
         with self._open_lock:
             if self._index is None:
-                # It holds the text of every file: closed to others.  (The
-                # daemon runs with umask 0 and must not change it: native
-                # files are created with the modes requests ask for.)
+                # It holds the text of every file: closed to others,
+                # whatever the umask of the process that makes it.
                 self.directory.mkdir(mode=0o700, exist_ok=True)
                 with contextlib.suppress(OSError):  # a reader that does not own it
                     os.chmod(self.directory, 0o700)
@@ -100,7 +111,7 @@ class TextIndex:
 
     def close_files(self) -> None:
         """Take group and other bits off the index's files (tantivy creates
-        them with the process's umask, 0 in the daemon)."""
+        them with the process's umask: a command's own may be 022)."""
         try:
             entries = list(os.scandir(self.directory))
         except OSError:
@@ -249,9 +260,9 @@ class TextIndex:
         """How many times the document at ``addr`` (which holds it) holds
         ``term`` (``query``: ``self.term(term)``), as its postings say;
         counted in its text where tantivy's explanation does not say."""
-        found = _FREQ.search(query.explain(searcher, addr).to_json())
+        found = _frequency_in(query.explain(searcher, addr).to_json())
         if found is not None:
-            return int(float(found.group(1)))
+            return found
         return self.analyze(self.text_at(searcher, addr)).count(term)
 
     def highlight(self, text: str, weights: Mapping[str, float], chars: int = 160) -> str:
