@@ -536,10 +536,13 @@ class SearchIndex:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(str(self.path) + suffix)
             shutil.rmtree(self.text.directory, ignore_errors=True)
+            # A new object: a query that began before the rebuild may still
+            # reopen the old one's index; this one starts empty.
+            self.text = TextIndex(self.text.directory)
         self._files = None
         self._everything = True
         stats = self.catch_up()
-        self._files = self._stat_files()
+        self._files = None  # taken again (and the database opened) by the next pass
         self._trouble = None
         log.warning(
             "%s: search index rebuilt (%d parses, %d units)", self.path, stats.contents, stats.units
@@ -638,6 +641,7 @@ class SearchIndex:
         self._everything = False
         self._pending.clear()
         self._readonly = True
+        self.text.readonly = True
 
     @property
     def behind(self) -> bool:
@@ -797,7 +801,9 @@ class SearchIndex:
             return SearchResult(text, unavailable=f"{self._trouble}; it is being rebuilt")
         try:
             self._connect()  # an index of another layout is dropped before tantivy opens it
-        except sqlite3.Error as exc:
+            if self._readonly:
+                self.text.index  # noqa: B018 (opened, never made, by a reader)
+        except (sqlite3.Error, ValueError) as exc:
             return SearchResult(text, unavailable=str(exc))
         try:
             scope = None if self._sees_all(caller) else self._scope(check)

@@ -80,6 +80,10 @@ def _schema() -> Any:
 
 
 class TextIndex:
+    # A reader beside the daemon that keeps the index: it opens an index that
+    # exists and never makes one (the daemon may be rebuilding it).
+    readonly = False
+
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self._index: Any = None
@@ -99,6 +103,8 @@ class TextIndex:
         if index is not None:
             return index
         with self._open_lock:
+            if self._index is None and self.readonly:
+                self._index = tantivy.Index.open(str(self.directory))  # ValueError: none
             if self._index is None:
                 # It holds the text of every file: closed to others,
                 # whatever the umask of the process that makes it.

@@ -103,7 +103,12 @@ def test_an_index_broken_under_the_daemon_is_shown_and_rebuilt(damage: str) -> N
                 raise AssertionError(f"a broken index answered as empty: {text!r}")
             return ".parsed/north.txt/" in text and proc.returncode == 0
 
-        poll(healed, "the index rebuilt")
+        try:
+            poll(healed, "the index rebuilt", bound=240)
+        except AssertionError as exc:
+            raise AssertionError(
+                f"{exc}: states {seen_states}, exits {answers}; daemon log: {m.log()[-3000:]}"
+            ) from None
         poll(lambda: found(m, "lanterns", "west.txt"), "a new file indexed after the rebuild")
         assert status_search(m)["state"] == "ok"
         log = m.log()
