@@ -175,6 +175,25 @@ TASKS: list[tuple[str, dict[str, set[str]]]] = [
         "cat .parsed/data/export.csv/* | grep -c ,S, > out/south.txt",
         {"out/south.txt": {"data/export.csv"}},
     ),
+    # Programs that run others: find -exec, xargs, a while loop, a here-document.
+    (
+        "find docs -name '*.txt' -exec cat {} + > out/all_docs.txt; ls notes",
+        {"out/all_docs.txt": {"docs/a.txt", "docs/b.txt", "docs/c.txt"}},
+    ),
+    (
+        "cat readme.md; ls docs | xargs -I{} head -1 docs/{} | wc -l > out/xargs_count.txt",
+        {"out/xargs_count.txt": {"docs/a.txt", "docs/b.txt", "docs/c.txt"}},
+    ),
+    (
+        'while read f; do wc -c "docs/$f"; done < <(ls docs) > out/sizes.txt; cat config.json',
+        {"out/sizes.txt": {"docs/a.txt", "docs/b.txt", "docs/c.txt"}},
+    ),
+    (
+        "head -2 reports/q3.txt; python3 - <<'EOF'\n"
+        "open('out/heredoc.txt', 'w').write(open('config.json').read())\n"
+        "EOF",
+        {"out/heredoc.txt": {"config.json"}},
+    ),
     # A file outside the mount between two commands.
     (
         "t=$(mktemp); cut -d, -f2 data/export.csv > $t; sort $t | uniq > out/regions.txt; rm $t",
