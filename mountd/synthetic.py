@@ -452,13 +452,17 @@ class ParsedTree(Base):
                 return idx.locate(path)
         return None
 
+    def _view_access(self, rel: str, view: ViewState | None) -> Access:
+        """A stale view shows older content: who could read it then and can
+        now (swfs.permissions); any other, the file's present access."""
+        if view is None or view.source_hash in (None, view.current_hash):
+            return self.access(rel)
+        return self.engine.content_access(RelPath(rel), view.source_hash)
+
     def _unit_entry(self, rel: str, view: ViewState, unit: RenderedUnit) -> Entry:
-        # A stale view shows older content: who could read it then and now.
-        stale = view.source_hash is not None and view.source_hash != view.current_hash
-        src = RelPath(rel)
         return Entry(
             False,
-            self.engine.content_access(src, view.source_hash) if stale else self.access(rel),
+            self._view_access(rel, view),
             size=len(unit.content),
             mtime_ns=self.gen.changed_ns(rel),
             xattrs=view_xattrs(view, unit.locator),
@@ -481,9 +485,12 @@ class ParsedTree(Base):
             # A view's directory exists whatever its state: nothing to wait for.
             # Its units are named by the file's hash and parse, which change
             # only with a change event for the file: the kernel may keep it.
-            return Entry(
-                True, self.access(rel), mtime_ns=self.gen.changed_ns(rel), listing_kept=True
-            )
+            # Its names are the view's: a stale view's are of older content
+            # (its state is loaded only then: a listing of .parsed loads none).
+            access = self.access(rel)
+            if self.engine.freshness(RelPath(rel)) is Freshness.STALE:
+                access = self._view_access(rel, self.cached_view(rel))
+            return Entry(True, access, mtime_ns=self.gen.changed_ns(rel), listing_kept=True)
         if wait and unit_name != PENDING:
             # pending.md answers at once: it says how far the parse has got.
             await self.settle(rel)

@@ -4,6 +4,8 @@ unprivileged attacker (``TEST_USER``) and a file owner who is not root.
 * A 0600 file rewritten, then made 0644: its old version in ``.versions``,
   its baseline diff in ``.review/<path>.diff`` and ``ALL.diff`` stay closed
   to others (they were readable by everyone before).
+* A stale ``.parsed`` view (its file rewritten, then opened; the re-parse
+  held back) shows the old text only to who could read it then.
 * A world (``swfs mount --at``) keeps a 0700 folder closed, natively and in
   ``.parsed``: one still there, and one deleted after the snapshot (it came
   back 0755 before).
@@ -18,6 +20,7 @@ import errno
 import os
 import stat
 import subprocess
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +34,7 @@ pytestmark = [pytest.mark.mount, pytest.mark.timeout(300), needs_fuse]
 OLD_SECRET = b"PASSWORD=hunter2-old-private"
 KEPT_SECRET = b"KEPT-FOLDER-MARKER-0f21"
 GONE_SECRET = b"GONE-FOLDER-MARKER-7c55"
+STALE_SECRET = b"STALE-VIEW-MARKER-3e90"
 # The file owner: any uid and gid that are neither root nor the attacker's
 # (the kernel needs no passwd entry for them).
 OWNER_ID = 47035
@@ -169,6 +173,38 @@ def test_nothing_old_is_found_by_the_attacker_anywhere(hist: History) -> None:
     mnt = hist.live.mnt
     assert _grep(hist.attacker, mnt, OLD_SECRET, ".", ".versions") == b""
     assert _grep(hist.owner, mnt, OLD_SECRET, ".versions", ".review") != b""
+
+
+def _populate_gated(src: Path) -> None:
+    # tests/evilparsers.py's gated parser: parsed once its ``.go`` file exists.
+    (src / "plan.gated").write_bytes(STALE_SECRET + b"\n")
+    (src / "plan.gated.go").touch()
+    for p in (src, src / "plan.gated"):
+        os.chown(p, OWNER_ID, OWNER_ID)
+    os.chmod(src / "plan.gated", 0o600)
+
+
+def test_a_stale_view_keeps_the_mode_of_its_content() -> None:
+    attacker, owner = _ids()
+    with workspace(["--stale", "serve"], populate=_populate_gated) as live:
+        mnt, view = live.mnt, live.mnt / ".parsed" / "plan.gated"
+        unit = view / "content.txt"
+        assert STALE_SECRET in unit.read_bytes()
+        try:
+            (live.src / "plan.gated.go").unlink()  # the next parse waits
+            (mnt / "plan.gated").write_bytes(b"rotated and public\n")
+            os.chmod(mnt / "plan.gated", 0o644)
+            deadline = time.monotonic() + 60
+            while os.getxattr(view, "user.sw.freshness") != b"stale":
+                assert time.monotonic() < deadline, "the view never went stale"
+                time.sleep(0.05)
+            assert STALE_SECRET in unit.read_bytes()  # served stale, as root
+            assert _reads(attacker, mnt / "plan.gated", b"rotated") == SAW
+            assert _reads(attacker, unit, STALE_SECRET) == errno.EACCES
+            assert run_as(attacker, lambda: os.listdir(view)) == errno.EACCES
+            assert _reads(owner, unit, STALE_SECRET) == SAW
+        finally:
+            (live.src / "plan.gated.go").touch()  # let the parse end
 
 
 def test_a_world_keeps_a_closed_folder_closed(world: History) -> None:
