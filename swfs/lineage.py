@@ -14,7 +14,9 @@ which pipe end is read from ``/proc`` when each process first opens a
 file of the mount (``procinfo.job_links``); a shell's ends on descriptors
 above 2 count only when no process holds that end as its standard input
 or output (a command substitution's shell, a process substitution's
-reader), not while it hands a pipeline its pipes.
+reader), not while it hands a pipeline its pipes.  The journal looks at a
+job again shortly after a process that feeds a pipe opened a file, and a
+pipe whose writer was never seen is bridged (``JobReads._unseen_stage``).
 Each input is the file's version (content hash) when it was read; a
 ``.parsed`` unit counts as a read of its source file, at the hash the unit was
 made from, with the unit's locator.  A file read and rewritten in place is its
