@@ -377,7 +377,7 @@ class _Scope:
     """The units one caller may read, and the statistics of those alone."""
 
     sizes: dict[int, int]  # unit id -> its text's length in bytes
-    paths: frozenset[str]  # the paths they may read
+    shown: dict[int, tuple[str, ...]]  # unit id -> the paths they may read it by
     made: float  # time.monotonic() when it was made
     generation: int  # of the index then
 
@@ -855,19 +855,19 @@ class SearchIndex:
         ):
             return kept
         conn = self._connect()
-        readable: set[int] = set()
-        paths: set[str] = set()
+        readable: dict[int, list[str]] = {}  # content id -> paths
         for raw, cid in conn.execute("SELECT raw, content FROM files"):
             rel = path_of(raw)
             if check.may_read(rel):
-                readable.add(cid)
-                paths.add(rel)
-        sizes = {
-            uid: size
-            for uid, cid, size in conn.execute("SELECT id, content, size FROM units")
-            if cid in readable
-        }
-        scope = _Scope(sizes, frozenset(paths), now, self._generation)
+                readable.setdefault(cid, []).append(rel)
+        by_content = {cid: tuple(sorted(rels)) for cid, rels in readable.items()}
+        sizes: dict[int, int] = {}
+        shown: dict[int, tuple[str, ...]] = {}
+        for uid, cid, size in conn.execute("SELECT id, content, size FROM units"):
+            rels = by_content.get(cid)
+            if rels is not None:
+                sizes[uid], shown[uid] = size, rels
+        scope = _Scope(sizes, shown, now, self._generation)
         with self._scopes_lock:
             self._scopes[check.caller] = scope
             while len(self._scopes) > SCOPES_KEPT:
@@ -898,19 +898,16 @@ class SearchIndex:
         # Every match in the scope is scored (the order tantivy finds them
         # in is by its own statistics); which of them are shown is decided
         # after, in the order of these scores.
-        pool: list[tuple[int, float, str, str, str, str, int, Any]] = []
+        pool: list[tuple[int, float, str, int, Any]] = []
         done: set[int] = set()
         for k, expr in _tiers(query):
-            found = []
             addrs = text.matching(searcher, text.within(text.parse(expr), units), n)
             for uid, addr in zip(text.units_at(searcher, addrs), addrs, strict=True):
-                if uid not in done:
-                    done.add(uid)
-                    found.append((uid, addr))
-            rows = self._units(query, [uid for uid, _ in found])
-            for uid, addr in found:
-                kept = [r for r in rows.get(uid, ()) if r[3] in scope.paths]
-                if not kept:
+                if uid in done:
+                    continue
+                done.add(uid)
+                rels = [r for r in scope.shown.get(uid, ()) if _under(r, query.paths)]
+                if not rels:
                     continue
                 norm = K1 * (1.0 - B + B * scope.sizes.get(uid, 0) / avg) if avg else K1
                 score = 0.0
@@ -919,31 +916,42 @@ class SearchIndex:
                     if at in holding[t]:
                         tf = text.frequency(searcher, t, term_queries[t], addr)
                         score += idf[t] * tf * (K1 + 1.0) / (tf + norm)
-                for name, locator, key, rel in kept:
-                    pool.append((k, score, rel, name, locator, key, uid, addr))
+                pool.extend((k, score, rel, uid, addr) for rel in rels)
             if len(pool) >= limit:
                 break
         pool.sort(key=lambda p: (-p[0], -p[1], p[2], p[3]))
         weights = {t: 1.0 / (1.0 + df[t]) for t in terms if df[t]}
         out: list[Hit] = []
         seen: set[tuple[str, int]] = set()
-        for k, bm25, rel, name, locator, key, uid, addr in pool:
-            fresh = self._hit_of(check, rel, key, seen, uid)
-            if fresh is None:
-                continue  # closed or gone since the scope was made
-            passage = text.highlight(text.text_at(searcher, addr), weights, SNIPPET_CHARS)
-            out.append(
-                Hit(
-                    rel,
-                    name,
-                    f"{escaped(rel)}#{locator}",
-                    k + bm25 / (bm25 + 1.0),
-                    fresh,
-                    _flatten(passage),
+        for first in range(0, len(pool), limit):
+            # Names, locators and parses for the best first: a batch at a time.
+            batch = pool[first : first + limit]
+            rows = {
+                (uid, rel): (name, locator, key)
+                for uid, found in self._units(query, [p[3] for p in batch]).items()
+                for name, locator, key, rel in found
+            }
+            for k, bm25, rel, uid, addr in batch:
+                row = rows.get((uid, rel))
+                if row is None:
+                    continue  # gone since the scope was made
+                name, locator, key = row
+                fresh = self._hit_of(check, rel, key, seen, uid)
+                if fresh is None:
+                    continue  # closed since the scope was made
+                passage = text.highlight(text.text_at(searcher, addr), weights, SNIPPET_CHARS)
+                out.append(
+                    Hit(
+                        rel,
+                        name,
+                        f"{escaped(rel)}#{locator}",
+                        k + bm25 / (bm25 + 1.0),
+                        fresh,
+                        _flatten(passage),
+                    )
                 )
-            )
-            if len(out) >= limit:
-                break
+                if len(out) >= limit:
+                    return out
         return out
 
     def _terms(self, tokens: Sequence[str]) -> list[str]:
@@ -1131,6 +1139,12 @@ def _tiers(query: Query) -> list[tuple[int, str]]:
         ]
         out.append((k, " AND ".join([*must, "(" + " OR ".join(groups) + ")"])))
     return out
+
+
+def _under(rel: str, folders: Sequence[str]) -> bool:
+    """Whether ``rel`` is under one of ``folders`` (a query's ``path:``;
+    none: anywhere), as ``SearchIndex._units`` filters."""
+    return not folders or any(rel.startswith(f + "/") for f in folders)
 
 
 def _fuse(bm25: list[Hit], vec: list[Hit], limit: int) -> list[Hit]:
