@@ -248,10 +248,12 @@ class JobReads:
         whose writer was never seen: a pipeline stage that opened no file of
         the mount and was forked and gone between two looks at the job
         (``cat a | grep x | sort | tail > out`` on a loaded machine).  The
-        stage before it is then the nearest pipe made before it (pipe
-        inodes are handed out in order) that was written and that no process
-        was seen reading on its standard input.  A pipe the job root holds
-        on a standard descriptor (a harness's) is neither."""
+        stage before it is then the job's nearest pipe made before it (pipe
+        inodes are handed out in order), if it was written and no process
+        was seen reading it on its standard input.  A pipe the job root holds
+        on a standard descriptor (a harness's) is neither, nor one only the
+        root reads (``$(...)``: a shell handing a pipeline its pipe holds
+        both ends)."""
         root = self.job.partition("/")[0]
         readers = self.chans[chan][0]
         if readers.get(root) or not chan.startswith("pipe:") or not any(readers.values()):
@@ -260,19 +262,20 @@ class JobReads:
             ino = int(chan[5:])
         except ValueError:
             return {}
-        best: tuple[int, dict[str, bool]] | None = None
-        for other, (r, w) in self.chans.items():
-            if not other.startswith("pipe:") or not w or w.get(root) or r.get(root):
-                continue
-            if any(r.values()) or not any(w.values()):
-                continue
-            try:
+        nearest: tuple[int, str] | None = None
+        for other in self.chans:
+            if other.startswith("pipe:") and other[5:].isdigit():
                 n = int(other[5:])
-            except ValueError:
-                continue
-            if n < ino and (best is None or n > best[0]):
-                best = (n, w)
-        return {} if best is None else best[1]
+                if n < ino and (nearest is None or n > nearest[0]):
+                    nearest = (n, other)
+        if nearest is None:
+            return {}
+        r, w = self.chans[nearest[1]]
+        if w.get(root) or r.get(root) or any(r.values()) or not any(w.values()):
+            return {}  # a harness's, or read by a process seen, or written by none seen
+        if root in r and root not in w:
+            return {}  # a command substitution's: its shell reads it
+        return w
 
     # -- advancing
 
