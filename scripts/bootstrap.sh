@@ -40,6 +40,23 @@ if [ "$(id -u)" = 0 ]; then
         need_debs="$need_debs librust-blake3-dev"
     command -v cc >/dev/null 2>&1 || need_debs="$need_debs gcc libc6-dev"
 fi
+# The real programs tests/mounted/test_programs.py runs in a mount and in a
+# plain folder (git, rsync -aHAX, make and a C compiler, stress-ng's file
+# stressors).  Optional for a developer who is not root: those tests skip,
+# naming the missing tool.
+real_debs=""
+command -v git >/dev/null 2>&1 || real_debs="$real_debs git"
+command -v rsync >/dev/null 2>&1 || real_debs="$real_debs rsync"
+command -v make >/dev/null 2>&1 || real_debs="$real_debs make"
+command -v cc >/dev/null 2>&1 || real_debs="$real_debs gcc libc6-dev"
+command -v stress-ng >/dev/null 2>&1 || real_debs="$real_debs stress-ng"
+if [ -n "$real_debs" ]; then
+    if [ "$(id -u)" = 0 ]; then
+        need_debs="$need_debs$real_debs"
+    else
+        echo "bootstrap: missing Debian packages for the real-programs tests:$real_debs (they skip)" >&2
+    fi
+fi
 if [ -n "$need_debs" ]; then
     if [ "$(id -u)" = 0 ]; then
         echo "bootstrap: installing Debian packages:$need_debs"
