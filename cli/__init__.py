@@ -16,10 +16,6 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from swfs.control import ControlError, ControlUnavailable
-from swfs.store import StoreError
-from swfs.workspace import WorkspaceError
-
 from . import commands, history, lineage, mount, prompt, search, staged, tab
 from .base import CLIError, Commands
 from .mount import MountError
@@ -52,6 +48,15 @@ def _error_code(args: argparse.Namespace) -> int:
     return int(getattr(args, "error_code", 1))
 
 
+def _is(exc: BaseException, module: str, name: str) -> bool:
+    """Whether ``exc`` is ``module.name``, without importing ``module``: the
+    command modules import the engine only when a command needs it, and an
+    exception of a module never imported cannot have been raised."""
+    found = sys.modules.get(module)
+    cls = getattr(found, name, None)
+    return isinstance(cls, type) and isinstance(exc, cls)
+
+
 def die(message: str, code: int = 1) -> NoReturn:
     sys.stderr.write(f"swfs: error: {message}\n")
     raise SystemExit(code)
@@ -67,14 +72,25 @@ def main(argv: Sequence[str] | None = None) -> None:
         code = args.fn(args)
     except CLIError as exc:
         die(str(exc), exc.code)
-    except (WorkspaceError, StoreError, ControlError, MountError) as exc:
+    except MountError as exc:
         die(str(exc), _error_code(args))
-    except ControlUnavailable as exc:
-        die(f"{exc}: the daemon is not answering", _error_code(args))
     except OSError as exc:
         where = exc.filename or ""
         message = f"{where}: {exc.strerror or exc}" if where else str(exc)
         die(message, _error_code(args))
     except KeyboardInterrupt:
         die("interrupted", 130)
+    except Exception as exc:
+        if _is(exc, "swfs.control", "ControlUnavailable"):
+            die(f"{exc}: the daemon is not answering", _error_code(args))
+        if any(
+            _is(exc, module, name)
+            for module, name in (
+                ("swfs.workspace", "WorkspaceError"),
+                ("swfs.store", "StoreError"),
+                ("swfs.control", "ControlError"),
+            )
+        ):
+            die(str(exc), _error_code(args))
+        raise
     raise SystemExit(code)

@@ -13,15 +13,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from swfs import control, hashform
-from swfs.api import XATTR_PREFIX, RelPath
-from swfs.control import ControlError, ControlUnavailable
-from swfs.parsework import WorkerLimits
-from swfs.store import Store
-from swfs.workspace import STORE_NAME, Config
+from swfs import hashform
+from swfs.api import STORE_NAME, XATTR_PREFIX, RelPath
 
+# The engine's modules (trio, the store, the parsers) are imported where a
+# command needs them: `swfs --version`, `swfs search` and `swfs status` of a
+# mounted workspace only talk to the daemon, and an agent calls them in a loop.
 if TYPE_CHECKING:
     from swfs.engine import Engine
+    from swfs.workspace import Config
 
 
 class CLIError(Exception):
@@ -65,6 +65,9 @@ def resolve_target(target: str, store: str | None = None) -> Target:
         return Target(Path(src), Path(store_dir), True, path.absolute())
     except OSError:
         pass
+    from swfs import control
+    from swfs.control import ControlError, ControlUnavailable
+
     src_path = path.resolve()
     store_path = Path(store).resolve() if store else src_path / STORE_NAME
     mounted = False
@@ -78,6 +81,9 @@ def resolve_target(target: str, store: str | None = None) -> Target:
 
 
 def config_from(args: argparse.Namespace) -> Config:
+    from swfs.parsework import WorkerLimits
+    from swfs.workspace import Config
+
     limits = WorkerLimits(
         timeout=getattr(args, "parse_timeout", None) or WorkerLimits.timeout,
         memory_mb=getattr(args, "parse_memory", None) or WorkerLimits.memory_mb,
@@ -89,6 +95,8 @@ def config_from(args: argparse.Namespace) -> Config:
 def require_workspace(t: Target) -> None:
     """Refuse a folder that is not a workspace yet: only ``index`` and
     ``mount`` make one, so no other command leaves a store behind."""
+    from swfs.store import Store
+
     if t.mounted or Store.exists(t.store):
         return
     raise CLIError(

@@ -13,16 +13,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-import trio
-
-from swfs import control, gc, history
+from swfs import control
 from swfs.api import RelPath
-from swfs.engine import Engine
 
 from .base import Progress, Target, open_engine
 from .world import refuse_world
+
+if TYPE_CHECKING:
+    from swfs.engine import Engine
 
 
 @dataclass(frozen=True)
@@ -84,6 +84,8 @@ class LocalClient:
         self.engine = engine
 
     def sync(self, timeout: float) -> SyncResult:
+        import trio
+
         self.engine.scan()
 
         async def drain() -> None:
@@ -95,6 +97,8 @@ class LocalClient:
         return SyncResult(not (counts["pending"] or counts["stale"]), counts)
 
     def baseline(self) -> int:
+        import trio
+
         self.engine.scan()
         # Parse what the baseline will name while its bytes are at hand: a
         # review diff needs the baseline's text after the file changes.
@@ -102,6 +106,8 @@ class LocalClient:
         return self.engine.set_baseline()
 
     def snapshot(self, name: str) -> int:
+        from swfs import history
+
         return history.take_snapshot(self.engine, name)
 
     def restore(self, rel: RelPath, number: int) -> int:
@@ -109,19 +115,29 @@ class LocalClient:
         return self.engine.restore(rel, number).number
 
     def restore_from(self, rel: RelPath, source: str) -> str:
+        from swfs import history
+
         return history.restore_from(self.engine, rel, source)
 
     def delete_snapshot(self, name: str) -> int:
+        from swfs import history
+
         return history.delete_snapshot(self.engine, name)
 
     def submit(self, name: str, paths: list[str]) -> dict[str, Any]:
+        from swfs import history
+
         return history.submit(self.engine, name, paths or None).as_json()
 
     def reset(self, to: str) -> dict[str, Any]:
+        from swfs import history
+
         self.engine.scan()  # no daemon saw the changes: find them first
         return history.reset(self.engine, to).as_json()
 
     def gc(self, keep_days: float, dry_run: bool) -> dict[str, Any]:
+        from swfs import gc
+
         self.engine.scan()
         return gc.collect(self.engine, keep_days=keep_days, dry_run=dry_run).as_json()
 

@@ -15,9 +15,7 @@ import time
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-import trio
-
-from swfs import control, gc, hashform, history
+from swfs import control, hashform
 from swfs.api import Freshness, RelPath, ReviewEntry
 from swfs.control import ControlError, ControlUnavailable
 
@@ -45,6 +43,8 @@ log = logging.getLogger(__name__)
 
 # ------------------------------------------------------------------ commands
 def cmd_index(args: argparse.Namespace) -> int:
+    import trio
+
     t = resolve_target(args.src, args.store)
     if t.mounted:
         with connect(t, args) as client:
@@ -115,15 +115,24 @@ def cmd_status(args: argparse.Namespace) -> int:
     t = resolve_target(args.target, args.store)
     if t.mounted and (code := status_of_world(args, t.src, t.store)) is not None:
         return code  # a read-only world (swfs mount --at)
-    with open_engine(t, args) as engine:
-        if not t.mounted:
-            engine.scan()
-        counts = _daemon_counts(t) or engine.counts()
-        content = engine.content_counts()
-        failed = engine.failures()
-        blob_bytes = engine.blobs.total_bytes()
-        store_size = gc.store_bytes(engine)
-        not_kept = engine.not_preserved()
+    status: dict[str, Any] | None = None
+    if t.mounted:
+        try:  # the daemon answers: it knows its open writers, and no engine starts here
+            status = control.request(t.store, "status", io_timeout=120)
+        except (ControlUnavailable, ControlError, OSError):
+            status = None
+    if status is None:
+        with open_engine(t, args) as engine:
+            if not t.mounted:
+                engine.scan()
+            status = control.status_info(engine)
+            status["counts"] = _daemon_counts(t) or status["counts"]
+    counts: dict[str, int] = status["counts"]
+    content: dict[str, int] = status["content"]
+    failed: list[tuple[str, str]] = [(str(p), str(e)) for p, e in status["failures"]]
+    blob_bytes: int = status["blob_bytes"]
+    store_size: int = status["store_bytes"]
+    not_kept: int = status["not_preserved"]
     info: dict[str, Any] = {
         **counts,
         "mounted": t.mounted,
@@ -138,7 +147,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     }
     info["search"] = _search_state(t)
     info["sandbox"] = _sandbox_state(t)
-    staged_info, staged_lines = staged.status_lines(t, args)
+    staged_info, staged_lines = staged.status_lines(status["staged"])
     if staged_info is not None:
         info["staged"] = staged_info
     if args.json:
@@ -176,6 +185,8 @@ def cmd_sync(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
+    import trio
+
     t = resolve_target(args.target, args.store)
     rel = workspace_rel(t, args.path)
     with open_engine(t, args) as engine:
@@ -240,6 +251,8 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 
 def _diff(args: argparse.Namespace) -> int:
+    import trio
+
     from swfs import review
 
     t = resolve_target(args.target, args.store)
@@ -301,6 +314,8 @@ def _diff_json(engine: Engine, entries: list[ReviewEntry], *, with_diffs: bool) 
 
 
 def cmd_versions(args: argparse.Namespace) -> int:
+    from swfs import history
+
     t = resolve_target(args.target, args.store)
     rel = workspace_rel(t, args.path)
     with open_engine(t, args) as engine:

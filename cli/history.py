@@ -8,8 +8,6 @@ import argparse
 import json
 from typing import Any
 
-from swfs import history
-
 from .base import (
     CLIError,
     Commands,
@@ -49,6 +47,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 
 def cmd_submissions(args: argparse.Namespace) -> int:
+    from swfs import history
+
     t = resolve_target(args.target, args.store)
     with open_engine(t, args) as engine:
         subs = history.list_submissions(engine)
@@ -88,6 +88,8 @@ def cmd_reset(args: argparse.Namespace) -> int:
 
 
 def cmd_snapshots(args: argparse.Namespace) -> int:
+    from swfs import history
+
     t = resolve_target(args.target, args.store)
     with open_engine(t, args) as engine:
         snaps = history.list_snapshots(engine)
@@ -134,6 +136,8 @@ def cmd_gc(args: argparse.Namespace) -> int:
 
 
 def register(c: Commands) -> None:
+    from swfs import history
+
     sp = c.add("submit", cmd_submit, "name the deliverables: a snapshot plus the list of files")
     sp.add_argument("name", metavar="NAME")
     sp.add_argument(

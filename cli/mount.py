@@ -12,14 +12,17 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from swfs import versioning
-from swfs.api import XATTR_PREFIX, EngineAPI
+from swfs.api import STORE_NAME, XATTR_PREFIX, EngineAPI, world_of
 from swfs.procinfo import ancestry
-from swfs.workspace import STORE_NAME, Config
 
 from .base import Commands, check_name, config_from
 from .staged import prepare_mount
+
+if TYPE_CHECKING:
+    from swfs.workspace import Config
 
 
 class MountError(Exception):
@@ -119,11 +122,8 @@ UMOUNT_WAIT = 120.0  # seconds `swfs umount` waits for the daemon to close its s
 def _daemon_pid(mnt: Path) -> int | None:
     """The pid of the daemon serving the live mount ``mnt`` (from its store's
     lock file), or None (a world, or not ours to know)."""
-    try:
-        os.getxattr(mnt, XATTR_PREFIX + "world")
+    if world_of(mnt) is not None:
         return None  # a world holds no store lock
-    except OSError:
-        pass
     try:
         store = os.getxattr(mnt, XATTR_PREFIX + "store").decode("utf-8", "surrogateescape")
         with open(os.path.join(store, "daemon.lock"), "rb") as f:

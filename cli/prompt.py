@@ -63,9 +63,8 @@ freshness, snippet; best first) when grep's exact words miss.  Words,
     (
         "Pictures: .render/<path>/",
         """\
-PNG images: page-0001.png (PDF, Word, sheets as printed), slide-001.png,
-numbered as in .parsed; made on first open (seconds for an office file), not
-listed by `ls` of the root; an error.md says what failed.
+PNG page-0001.png (PDF, Word, printed sheets), slide-001.png, numbered as in
+.parsed; made on first open, not listed in the root; error.md says what failed.
 """,
     ),
     (

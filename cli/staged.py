@@ -9,14 +9,14 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from swfs import control, staging
-
 from .base import CLIError, Commands, Target, open_engine, resolve_target, workspace_rel
 
 
 def prepare_mount(src: Path, store: Path, *, staged: bool) -> None:
     """Before a daemon starts: make (or finish) the staged layer of a
     ``--staged`` mount; refuse a plain mount over staged changes."""
+    from swfs import staging
+
     layer = staging.Staging.load(src, store)
     if layer is None:
         if staged:
@@ -42,6 +42,8 @@ def prepare_mount(src: Path, store: Path, *, staged: bool) -> None:
 
 
 def _call(t: Target, args: argparse.Namespace, op: str, paths: list[str] | None) -> Any:
+    from swfs import control, staging
+
     if t.mounted:
         try:
             return control.request(t.store, op, io_timeout=3600, paths=paths or [])
@@ -116,14 +118,16 @@ def cmd_staged(args: argparse.Namespace) -> int:
     return 0
 
 
-def status_lines(t: Target, args: argparse.Namespace) -> tuple[dict[str, Any] | None, list[str]]:
-    """``swfs status``: whether TARGET is staged and how many paths are."""
-    if staging.Staging.load(t.src, t.store) is None:
+def status_lines(
+    info: dict[str, Any] | None,
+) -> tuple[dict[str, Any] | None, list[str]]:
+    """``swfs status``: whether TARGET is staged and how many paths are
+    (``info``: swfs.control.status_info's ``staged``)."""
+
+    if info is None:
         return None, []
-    r = _call(t, args, "staged", None)
-    info = {"paths": len(r["staged"]), "interrupted_commit": bool(r["commit"])}
     lines = [f"staged: {info['paths']} path(s) held in the store (`swfs staged`, `swfs commit`)"]
-    if r["commit"]:
+    if info["interrupted_commit"]:
         lines.append("staged: a commit was interrupted: `swfs commit` finishes it")
     return info, lines
 

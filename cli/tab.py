@@ -13,11 +13,7 @@ import argparse
 import json
 import os
 import sys
-from typing import Any
-
-from swfs import journal
-from swfs.search import Caller
-from swfs.tab import Builder, Report, TabError, TabInfo, TabStore, parse_requirements
+from typing import TYPE_CHECKING, Any
 
 from .base import (
     CLIError,
@@ -29,18 +25,28 @@ from .base import (
     resolve_target,
 )
 
+if TYPE_CHECKING:
+    from swfs.search import Caller
+    from swfs.tab import Report, TabInfo, TabStore
+
 
 def _caller() -> Caller:
+    from swfs.search import Caller
+
     return Caller(os.geteuid(), frozenset({os.getegid(), *os.getgroups()}))
 
 
 def _store(t: Target) -> TabStore:
+    from swfs.tab import TabStore
+
     if not os.access(t.store, os.X_OK):
         raise CLIError(f"{t.store}: permission denied")
     return TabStore(t.store)
 
 
 def _tab(t: Target, name: str | None) -> TabInfo | None:
+    from swfs.tab import TabError
+
     if name is not None:
         check_name(name, "tab")
     store = _store(t)
@@ -58,6 +64,8 @@ def _tab(t: Target, name: str | None) -> TabInfo | None:
 
 
 def _events(t: Target, tab: TabInfo) -> tuple[list[dict[str, Any]], str]:
+    from swfs import journal
+
     db = t.store / journal.DB_NAME
     if not db.exists():
         return [], "nothing was recorded yet (no mount with recording on)"
@@ -74,6 +82,8 @@ def _events(t: Target, tab: TabInfo) -> tuple[list[dict[str, Any]], str]:
 
 
 def _report(t: Target, args: argparse.Namespace) -> Report:
+    from swfs.tab import Builder, TabInfo
+
     tab = _tab(t, args.old)
     if tab is None:
         tab = TabInfo("", 0.0, None, t.store / "tab")  # never started: empty
@@ -89,6 +99,8 @@ def _report(t: Target, args: argparse.Namespace) -> Report:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    from swfs.tab import parse_requirements
+
     t = resolve_target(args.target, args.store)
     tab = _tab(t, None)
     try:
@@ -112,6 +124,8 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_new(args: argparse.Namespace) -> int:
+    from swfs.tab import TabError
+
     if args.name is not None:
         check_name(args.name, "tab")
     t = resolve_target(args.target, args.store)

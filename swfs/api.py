@@ -21,6 +21,15 @@ Hash = NewType("Hash", str)  # lowercase hex blake3, 64 characters
 RelPath = NewType("RelPath", str)  # '/'-separated, relative to the workspace root, no '..'
 
 XATTR_PREFIX = "user.sw."
+STORE_NAME = ".swfs"  # a workspace's store, inside SRC unless --store says otherwise
+
+
+def world_of(path: str | os.PathLike[str]) -> str | None:
+    """The world a mount point shows (its root's ``user.sw.world``), or None."""
+    try:
+        return os.getxattr(path, XATTR_PREFIX + "world").decode("utf-8", "surrogateescape")
+    except OSError:
+        return None
 
 
 class Freshness(enum.StrEnum):

@@ -20,10 +20,13 @@ import socket
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import trio
-
 if TYPE_CHECKING:
+    import trio
+
     from .engine import Engine
+
+# trio is imported where the server runs: the CLI's client side (``request``)
+# must start fast.
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +43,8 @@ class ControlError(Exception):
 
 
 async def _handle(engine: Engine, request: dict[str, Any]) -> Any:
+    import trio
+
     op = request.get("op")
     if op == "ping":
         return {"pid": os.getpid(), "src": str(engine.src), "store": str(engine.store_dir)}
@@ -54,6 +59,8 @@ async def _handle(engine: Engine, request: dict[str, Any]) -> Any:
             engine.restore, request["path"], int(request["version"])
         )
         return {"version": version.number, "hash": version.hash}
+    if op == "status":  # all `swfs status` shows, so it never opens the engine itself
+        return await trio.to_thread.run_sync(status_info, engine)
     if op == "counts":  # freshness as the daemon sees it: it knows its open writers
         return await trio.to_thread.run_sync(engine.counts)
     if op == "search_state":
@@ -74,6 +81,8 @@ async def _handle(engine: Engine, request: dict[str, Any]) -> Any:
 
 
 async def _serve_one(engine: Engine, conn: trio.SocketStream) -> None:
+    import trio
+
     async with conn:
         data = b""
         try:
@@ -106,9 +115,11 @@ class ControlServer:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.path = engine.store_dir / SOCKET_NAME
+        import trio
+
         self._cancel = trio.CancelScope()
 
-    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+    async def run(self, *, task_status: Any) -> None:
         with self._cancel:
             await serve_control(self.engine, task_status=task_status)
 
@@ -116,7 +127,9 @@ class ControlServer:
         self._cancel.cancel()
 
 
-async def serve_control(engine: Engine, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+async def serve_control(engine: Engine, *, task_status: Any) -> None:
+    import trio
+
     path = engine.store_dir / SOCKET_NAME
     with contextlib.suppress(FileNotFoundError):
         path.unlink()
@@ -138,6 +151,26 @@ async def serve_control(engine: Engine, *, task_status: Any = trio.TASK_STATUS_I
         listener.socket.close()  # a cancelled serve leaves no socket for the GC to find
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
+
+
+def status_info(engine: Engine) -> dict[str, Any]:
+    """What ``swfs status`` shows of a workspace, from its engine: the
+    daemon's while it is mounted (control op ``status``), else the CLI's."""
+    from . import gc, staging
+
+    staged: dict[str, Any] | None = None
+    if staging.Staging.load(engine.src, engine.store_dir) is not None:
+        r = staging.CONTROL_OPS["staged"](engine, {"paths": []})
+        staged = {"paths": len(r["staged"]), "interrupted_commit": bool(r["commit"])}
+    return {
+        "counts": engine.counts(),
+        "content": engine.content_counts(),
+        "failures": [[p, e] for p, e in engine.failures()],
+        "blob_bytes": engine.blobs.total_bytes(),
+        "store_bytes": gc.store_bytes(engine),
+        "not_preserved": engine.not_preserved(),
+        "staged": staged,
+    }
 
 
 def request(store_dir: Path, op: str, *, io_timeout: float = 30.0, **args: Any) -> Any:

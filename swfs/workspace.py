@@ -28,7 +28,7 @@ from parsers import registry
 from parsers._base import FileInfo
 from parsers.cells import count_cells
 
-from . import history, permissions, staging, treecache, versioning, views
+from . import api, history, permissions, staging, treecache, versioning, views
 from .api import (
     Access,
     Cause,
@@ -59,7 +59,7 @@ from .writesession import InPlaceWrites
 
 log = logging.getLogger(__name__)
 
-STORE_NAME = ".swfs"
+STORE_NAME = api.STORE_NAME
 RESERVED_ROOTS = frozenset({".parsed", ".review", ".versions", ".search", ".render", ".tab"})
 _HASH_THREADS = 4
 _PRESERVE_TRIES = 5  # a file that changes under every try fails the write (EIO)

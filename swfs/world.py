@@ -742,14 +742,6 @@ def open_world(
         world.close()
 
 
-def world_of(path: str | os.PathLike[str]) -> str | None:
-    """The world a mount point shows (its root's ``user.sw.world``), or None."""
-    try:
-        return os.getxattr(path, "user.sw.world").decode("utf-8", "surrogateescape")
-    except OSError:
-        return None
-
-
 class MemoryFiles:
     """Reassembled blobs kept between opens, by hash: a world never changes,
     so a file opened again is a ``dup`` of the memory file of its last open
