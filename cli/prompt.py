@@ -121,7 +121,7 @@ first line names it); writes there fail (EROFS): change the live mount.
         """\
 Text shows `b3:` plus the first 16 hex digits of the blake3 hash;
 .versions names and diff `index` lines show the same 16 digits bare; the
-xattrs (`getfattr -d -m user.sw FILE`) and --json output carry all 64.
+xattrs (by name: `getfattr -n user.sw.hash FILE`) and --json carry all 64.
 """,
     ),
     (

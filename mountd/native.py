@@ -12,6 +12,7 @@ through the source's descriptors.
 from __future__ import annotations
 
 import errno
+import json
 import os
 import stat
 
@@ -659,7 +660,7 @@ class NativeProvider:
             # few queries, tens of ms for a long job's chain): off the loop.
             inputs = await self.source.slow(self.mount.journal.inputs_xattr, rel, state.hash)
             if inputs is not None:
-                out["inputs"] = inputs
+                out["inputs"] = _fitted_inputs(inputs)
         return out
 
     async def getxattr(self, node: Node, name: str) -> bytes:
@@ -752,18 +753,26 @@ class NativeProvider:
                 node.xattrs = None
 
     async def listxattr(self, node: Node) -> list[bytes]:
-        ours = [os.fsencode(XATTR_PREFIX + k) for k in await self.sw_xattrs(node)]
+        """The file's own names only.  ``user.sw.*`` answer by name
+        (``getfattr -n user.sw.hash``) but are not listed, so copying tools
+        (``cp -a``, ``rsync -X``) do not carry them onto plain copies, where
+        they would be stale at once."""
         rel = self.table.path(node)
         if rel is None:
+            if self._open_handle(node) is None and self.table.held(node) is None:
+                raise fail(_nameless(node))
             return [os.fsencode(n) for n in os.listxattr(self._nameless_at(node))]
         own = self.source.listxattr(rel)
         if self._names_kept():
             node.xattrs = frozenset(own)
-        return [os.fsencode(n) for n in own if not n.startswith(XATTR_PREFIX)] + ours
+        return [os.fsencode(n) for n in own if not n.startswith(XATTR_PREFIX)]
 
     async def setxattr(self, node: Node, name: str, value: bytes) -> None:
         if name.startswith(XATTR_PREFIX):
-            raise fail(errno.EPERM)
+            # swfs's own names are derived from the content: setting one
+            # (rsync -X from a copy that carries them) changes nothing and
+            # is no error.
+            return
         try:
             if self.table.path(node) is None:
                 os.setxattr(self._nameless_at(node, change=True), name, value)
@@ -774,7 +783,7 @@ class NativeProvider:
 
     async def removexattr(self, node: Node, name: str) -> None:
         if name.startswith(XATTR_PREFIX):
-            raise fail(errno.EPERM)
+            return  # as setxattr: derived, not stored; removing one is a no-op
         try:
             if self.table.path(node) is None:
                 os.removexattr(self._nameless_at(node, change=True), name)
@@ -785,3 +794,30 @@ class NativeProvider:
 
     def __repr__(self) -> str:
         return f"NativeProvider({type(self.source).__name__})"
+
+
+# An xattr value is at most 64 KiB (XATTR_SIZE_MAX): getxattr of a longer one
+# fails with E2BIG, and copying tools with it.
+INPUTS_MAX = 60 * 1024
+
+
+def _fitted_inputs(inputs: str) -> str:
+    """``user.sw.inputs`` within INPUTS_MAX bytes: the first inputs that fit,
+    then ``{"more": N}`` for the rest (``swfs lineage PATH`` lists them all)."""
+    if len(inputs.encode("utf-8", "surrogateescape")) <= INPUTS_MAX:
+        return inputs
+    try:
+        items = json.loads(inputs)
+    except ValueError:
+        return json.dumps([{"more": "?"}])
+    if not isinstance(items, list):
+        return json.dumps([{"more": "?"}])
+    kept: list[object] = []
+    size = 64  # the brackets and the "more" entry
+    for item in items:
+        text = json.dumps(item, ensure_ascii=False)
+        size += len(text.encode("utf-8", "surrogateescape")) + 2
+        if size > INPUTS_MAX:
+            break
+        kept.append(item)
+    return json.dumps([*kept, {"more": len(items) - len(kept)}], ensure_ascii=False)

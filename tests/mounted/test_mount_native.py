@@ -16,6 +16,7 @@ import pytest
 
 from tests.conftest import MountFactory
 from tests.mountutil import as_user, ensure_test_user, errno_of
+from tests.realmount import swfs
 
 pytestmark = [pytest.mark.mount, pytest.mark.timeout(60)]
 
@@ -173,14 +174,19 @@ def test_xattrs_pass_through_and_sw_names(mount_tree: MountFactory) -> None:
     assert os.getxattr(a, "user.note") == b"mine"
     names = os.listxattr(a)
     assert "user.note" in names
-    assert {"user.sw.hash", "user.sw.freshness", "user.sw.versions"} <= set(names)
+    # swfs's names answer by name but are not listed: copying tools must
+    # not carry them onto plain copies (issue 36).
+    assert not [n for n in names if n.startswith("user.sw.")]
     import blake3
 
     assert os.getxattr(a, "user.sw.hash").decode() == blake3.blake3(b"hello\n").hexdigest()
     assert os.getxattr(a, "user.sw.freshness") == b"current"
-    with pytest.raises(OSError, match="not permitted") as exc:
-        os.setxattr(a, "user.sw.hash", b"x")
-    assert exc.value.errno == errno.EPERM
+    # Setting or removing one (rsync -X from a copy that has them) is a no-op.
+    os.setxattr(a, "user.sw.hash", b"x")
+    os.removexattr(a, "user.sw.freshness")
+    assert os.getxattr(a, "user.sw.hash").decode() == blake3.blake3(b"hello\n").hexdigest()
+    assert os.getxattr(a, "user.sw.freshness") == b"current"
+    assert not [n for n in os.listxattr(m.src / "a.txt") if n.startswith("user.sw.")]
     assert errno_of(lambda: os.getxattr(a, "user.nothing")) == errno.ENODATA
     os.removexattr(a, "user.note")
     assert "user.note" not in os.listxattr(m.src / "a.txt")
@@ -390,3 +396,34 @@ def test_python_tools_on_the_mount(mount_tree: MountFactory) -> None:
     )
     assert out.stdout.strip() == "1350"
     assert (m.src / "book.xlsx").read_bytes() == (m.mnt / "book.xlsx").read_bytes()
+
+
+@pytest.mark.timeout(300)
+def test_a_long_inputs_list_fits_an_xattr_and_copies_out(
+    mount_tree: MountFactory, tmp_path: Path
+) -> None:
+    """A file written by a process that read hundreds of files: its
+    user.sw.inputs stays under the kernel's 64 KiB limit (the first inputs,
+    then {"more": N}), so getfattr, shutil.copy2 and rsync -X work."""
+    import json
+    import shutil
+
+    m = mount_tree({f"in/input-{i:03d}.txt": f"line {i}\n" for i in range(600)})
+    subprocess.run(["bash", "-c", "cat in/*.txt > out.txt"], cwd=m.mnt, check=True, timeout=120)
+    swfs("sync", m.mnt, timeout=120)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            raw = os.getxattr(m.mnt / "out.txt", "user.sw.inputs")
+            break
+        except OSError as exc:
+            if exc.errno != errno.ENODATA or time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+    assert len(raw) <= 64 * 1024
+    items = json.loads(raw)
+    assert items[-1].get("more", 0) > 0, items[-1]
+    assert len(items) > 100
+    shutil.copy2(m.mnt / "out.txt", tmp_path / "copy.txt")
+    assert (tmp_path / "copy.txt").read_bytes() == (m.src / "out.txt").read_bytes()
+    assert not [n for n in os.listxattr(tmp_path / "copy.txt") if n.startswith("user.sw.")]

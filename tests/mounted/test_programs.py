@@ -505,13 +505,6 @@ def test_rsync_in_and_out(mounted: RealMount, inputs: Inputs, times: Times) -> N
     assert_check(mounted, "rsync -aH")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="issue 36: the user.sw.* xattrs are listed on every native file and cannot be "
-    "removed (EPERM): rsync -aHAX into the mount exits 23 (fremovexattr of user.sw.* on "
-    "its temp files), and a copy out of the mount carries user.sw.*",
-)
 def test_rsync_with_acls_and_xattrs(mounted: RealMount, inputs: Inputs, times: Times) -> None:
     need("rsync")
     mine, plain = compare("rsync -aHAX", rsync_program("-aHAX"), mounted, inputs, times)
@@ -565,13 +558,6 @@ def uninstall_program(run: Runner, inp: Inputs, scratch: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="user.sw.inputs of a file written by a process that read many files is over "
-    "64 KiB (XATTR_SIZE_MAX): listxattr lists it, getxattr fails with E2BIG, so "
-    "shutil.copy2/move out of the mount (pip uninstall), rsync -X and getfattr -d fail",
-)
 def test_pip_uninstall(mounted: RealMount, inputs: Inputs, times: Times) -> None:
     mine, plain = compare("pip uninstall", uninstall_program, mounted, inputs, times)
     assert_check(mounted, "pip uninstall")
