@@ -395,7 +395,38 @@ def search(ctx: Ctx, result: WorkloadResult) -> None:
         result.add_note(f"match counts differ: {lines}")
 
 
+CLI_COMMANDS = (("version", ("--version",)), ("status", ("status",)), ("search", ("search",)))
+
+
+def cli_latency(ctx: Ctx, result: WorkloadResult) -> None:
+    """What an agent calling the command line in a loop waits per call:
+    ``swfs --version``, ``swfs status MNT`` and ``swfs search MNT WORD``
+    against a mounted workspace, beside the same interpreter doing nothing
+    (``python -c pass``: the floor of any Python command), as wall seconds."""
+    sw = _swfs(ctx, "mount", "umount", "sync", "status", "search")
+    src = gen.workspace(ctx.data, min(ctx.sizes.ws_files, 200), min(ctx.sizes.ws_dirs, 10))
+    floor = result.metric("python_floor_s", "s", kind=ABSOLUTE, note="python -c pass")
+    metrics = {
+        name: result.metric(f"cli_{name}_s", "s", kind=ABSOLUTE, target=Target("<", 0.3, "<0.3 s"))
+        for name, _ in CLI_COMMANDS
+    }
+    python = os.path.join(os.path.dirname(sw.exe), "python")
+    with sw.mounted(src, ctx.mountpoint("cli")) as m:
+        sw.settle(m)
+        argv: dict[str, list[str | Path]] = {
+            "version": [sw.exe, "--version"],
+            "status": [sw.exe, "status", str(m.mountpoint)],
+            "search": [sw.exe, "search", str(m.mountpoint), SEARCH_WORD],
+        }
+        for _ in range(max(3, ctx.rounds)):
+            if os.path.exists(python):
+                floor.values.append(run_tool([python, "-c", "pass"])[0])
+            for name, _ in CLI_COMMANDS:
+                metrics[name].values.append(run_tool(argv[name])[0])
+
+
 WORKLOADS = {
+    "cli_latency": cli_latency,
     "workspace": workspace,
     "rescan": rescan,
     "search": search,

@@ -9,7 +9,6 @@ traceback.  Each command module registers its subcommands with
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import logging
 import signal
 import sys
@@ -28,7 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="swfs", description="A versioned workspace filesystem for AI agents."
     )
     p.add_argument("-v", "--verbose", action="count", default=0, help="more logging")
-    p.add_argument("--version", action="version", version=f"swfs {_version()}")
+    p.add_argument("--version", action=_Version, nargs=0, help="print the version and exit")
     c = Commands(p.add_subparsers(dest="command", required=True, metavar="COMMAND"))
     for module in _MODULES:
         module.register(c)
@@ -36,10 +35,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _version() -> str:
+    import importlib.metadata
+
     try:
         return importlib.metadata.version("swfs")
     except importlib.metadata.PackageNotFoundError:
         return "(not installed)"
+
+
+class _Version(argparse.Action):
+    """``--version``: the package metadata is read only when asked (reading
+    it costs more than the rest of the command line's start)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: object, **kwargs: object) -> None:
+        print(f"swfs {_version()}")
+        parser.exit()
 
 
 def _error_code(args: argparse.Namespace) -> int:

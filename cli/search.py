@@ -16,7 +16,7 @@ import os
 import sys
 
 from swfs import control
-from swfs.search import MAX_LIMIT, SYNTAX, Caller
+from swfs.searchquery import MAX_LIMIT, SYNTAX, Caller
 
 from .base import CLIError, Commands, Progress, Target, config_from, resolve_target
 
@@ -37,10 +37,36 @@ def _daemon_index_ready(t: Target) -> None:
         raise CLIError(f"{t.src}: the search index is unavailable ({why}); try again shortly", 3)
 
 
+def _ask_daemon(t: Target, args: argparse.Namespace) -> int | None:
+    """The daemon runs the query (it has the index open; no engine starts
+    here): the exit status, or None when no daemon of this version answers."""
+    try:
+        r = control.request(t.store, "search", io_timeout=120, query=args.query, n=args.n)
+    except (control.ControlUnavailable, OSError):
+        return None
+    except control.ControlError as exc:
+        if "unknown operation" in str(exc):
+            return None  # an older daemon
+        raise CLIError(f"{t.src}: search: {exc}") from None
+    if r["unavailable"] is not None:
+        raise CLIError(f"{args.target}: the search index is unavailable: {r['unavailable']}", 3)
+    if r["error"] is not None:
+        raise CLIError(f"bad query {args.query!r}: {r['error']} (see swfs search --help)", 2)
+    if args.json:
+        print(json.dumps(r["json"], ensure_ascii=False, indent=1))
+    else:
+        sys.stdout.buffer.write(str(r["text"]).encode("utf-8", "surrogateescape"))
+    return 0 if r["hits"] else 1
+
+
 def cmd_search(args: argparse.Namespace) -> int:
     if not 1 <= args.n <= MAX_LIMIT:
         raise CLIError(f"-n {args.n}: give a number of hits from 1 to {MAX_LIMIT}", 2)
     t = resolve_target(args.target, args.store)
+    if t.mounted and args.embed_model is None:
+        answer = _ask_daemon(t, args)
+        if answer is not None:
+            return answer
     config = dataclasses.replace(config_from(args), embed_model=args.embed_model)
     from swfs.engine import Engine
 

@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import socket
+import struct
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,7 +43,7 @@ class ControlError(Exception):
     """The daemon answered with an error."""
 
 
-async def _handle(engine: Engine, request: dict[str, Any]) -> Any:
+async def _handle(engine: Engine, request: dict[str, Any], peer: tuple[int, int] = (-1, -1)) -> Any:
     import trio
 
     op = request.get("op")
@@ -59,6 +60,10 @@ async def _handle(engine: Engine, request: dict[str, Any]) -> Any:
             engine.restore, request["path"], int(request["version"])
         )
         return {"version": version.number, "hash": version.hash}
+    if op == "search":  # `swfs search` of a mounted workspace, as the connecting user
+        return await trio.to_thread.run_sync(
+            _search, engine, str(request.get("query", "")), int(request.get("n", 20)), peer
+        )
     if op == "status":  # all `swfs status` shows, so it never opens the engine itself
         return await trio.to_thread.run_sync(status_info, engine)
     if op == "counts":  # freshness as the daemon sees it: it knows its open writers
@@ -92,7 +97,7 @@ async def _serve_one(engine: Engine, conn: trio.SocketStream) -> None:
                     break
                 data += chunk
             request = json.loads(data.decode("utf-8", "surrogateescape") or "{}")
-            result = await _handle(engine, request)
+            result = await _handle(engine, request, _peer(conn))
             reply: dict[str, Any] = {"ok": True, "result": result}
         except trio.BrokenResourceError:
             return
@@ -151,6 +156,43 @@ async def serve_control(engine: Engine, *, task_status: Any) -> None:
         listener.socket.close()  # a cancelled serve leaves no socket for the GC to find
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
+
+
+def _peer(conn: trio.SocketStream) -> tuple[int, int]:
+    """(pid, uid) of the process at the other end of the socket, from the
+    kernel (SO_PEERCRED): who asks, whatever the request says."""
+    try:
+        raw = conn.socket.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
+        pid, uid, _ = struct.unpack("3i", raw)
+    except (OSError, struct.error):
+        return -1, -1
+    return pid, uid
+
+
+def _search(engine: Engine, query: str, n: int, peer: tuple[int, int]) -> dict[str, Any]:
+    """A query run for the connecting process's user: hits, counts and
+    snippets are those that user may see (its groups from /proc)."""
+    from .searchquery import Caller
+
+    pid, uid = peer
+    if uid < 0:
+        raise ControlError("cannot tell who is asking")
+    gids: set[int] = set()
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith(("Gid:", "Groups:")):
+                    gids.update(int(g) for g in line.split(":", 1)[1].split())
+    except (OSError, ValueError):
+        pass
+    result = engine.search(query, Caller(uid, frozenset(gids)), n)
+    return {
+        "unavailable": result.unavailable,
+        "error": result.error,
+        "hits": len(result.hits),
+        "json": result.as_json(),
+        "text": result.render().decode("utf-8", "surrogateescape"),
+    }
 
 
 def status_info(engine: Engine) -> dict[str, Any]:

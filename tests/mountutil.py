@@ -123,7 +123,7 @@ def start(
     mnt: Path,
     *,
     args: Sequence[str] = (),
-    timeout: float = 20.0,
+    timeout: float = 120.0,  # generous: a loaded machine starts Python slowly
     env: dict[str, str] | None = None,
 ) -> Mount:
     calls = src.parent / "calls.jsonl"
