@@ -973,14 +973,16 @@ class _Context:
             return arithmetic(node.op, left, right)
         if isinstance(node, Unary):
             v = self.scalar(node.operand)
+            if node.op == "+":
+                # '+' changes nothing: =+A1 shows A1's text or TRUE/FALSE
+                # as they are (Excel); an empty cell shows 0.
+                return 0.0 if isinstance(v, _Blank) else v
             x = to_number(v)
             if isinstance(x, XlError):
                 return x
             if node.op == "-":
                 return -x
-            if node.op == "%":
-                return x / 100
-            return v if isinstance(v, float | str) else x  # '+' changes nothing
+            return x / 100
         if isinstance(node, Call):
             return FUNCTIONS[node.name].impl(self, node.args)
         if isinstance(node, Name):
@@ -1626,8 +1628,11 @@ def _not_blank(v: Scalar, fn: str) -> Scalar:
 
 def _logical(ctx: _Context, args: tuple[Node | None, ...]) -> list[bool] | XlError:
     out: list[bool] = []
+    unreadable: XlError | None = None
     for v, from_range in _items(ctx, args):
         if isinstance(v, XlError):
+            # AND(TRUE, "ciao", #REF!) is #REF! in Excel: the error given
+            # wins over the text that is no TRUE/FALSE before it.
             return v
         if isinstance(v, bool):
             out.append(v)
@@ -1636,9 +1641,10 @@ def _logical(ctx: _Context, args: tuple[Node | None, ...]) -> list[bool] | XlErr
         elif not from_range and not isinstance(v, _Blank):
             b = to_bool(v)
             if isinstance(b, XlError):
-                return b
-            out.append(b)
-    return out
+                unreadable = unreadable or b
+            else:
+                out.append(b)
+    return unreadable or out
 
 
 @_fn("AND", 1, _MANY)
@@ -1921,6 +1927,9 @@ def _f_sumproduct(ctx: _Context, args: tuple[Node | None, ...]) -> Scalar:
     grids = [_array(ctx, _present(a)) for a in args]
     shape = (len(grids[0]), len(grids[0][0]))
     if any((len(g), len(g[0])) != shape for g in grids):
+        if any(isinstance(v, XlError) for g in grids for row in g for v in row):
+            # Excel answers with an error from the arrays, not #VALUE!.
+            raise Refused("SUMPRODUCT of arrays of different sizes holding errors")
         return VALUE
     products: list[float] = []
     for i in range(shape[0]):
@@ -1964,8 +1973,10 @@ def _array(ctx: _Context, node: Node) -> Grid:
             new: list[Scalar] = []
             for v in row:
                 x = to_number(v)
-                if isinstance(x, XlError) or node.op == "+":
-                    new.append(x if isinstance(x, XlError) else v)
+                if node.op == "+":
+                    new.append(0.0 if isinstance(v, _Blank) else v)
+                elif isinstance(x, XlError):
+                    new.append(x)
                 else:
                     new.append(-x if node.op == "-" else x / 100)
             out.append(new)
@@ -2239,6 +2250,9 @@ def _f_value(ctx: _Context, args: tuple[Node | None, ...]) -> Scalar:
         if not v.strip():
             return VALUE
         return text_to_number(v)
+    if isinstance(v, bool):
+        # Excel: #VALUE!; LibreOffice's TRUE is the number 1.
+        raise Refused("VALUE of TRUE/FALSE: the programs differ")
     return to_number(v)
 
 
@@ -2649,6 +2663,10 @@ def _f_eomonth(ctx: _Context, args: tuple[Node | None, ...]) -> Scalar:
 
 
 def _months(ctx: _Context, args: tuple[Node | None, ...], *, end: bool) -> Scalar:
+    for a in args:
+        if isinstance(ctx.scalar(a), bool):
+            # Excel: #VALUE!; LibreOffice's TRUE is the number 1.
+            raise Refused("TRUE/FALSE given to EDATE or EOMONTH: the programs differ")
     xy = _two(ctx, args)
     if isinstance(xy, XlError):
         return xy
@@ -2732,7 +2750,7 @@ def _f_switch(ctx: _Context, args: tuple[Node | None, ...]) -> Scalar:
     pairs = len(args) - 1
     for i in range(1, 1 + pairs - pairs % 2, 2):
         case = ctx.scalar(args[i])
-        same = compare("=", value, case)
+        same = compare("=", _switch_blank(value, case), _switch_blank(case, value))
         if isinstance(same, XlError):
             return same
         if same:
@@ -2740,6 +2758,17 @@ def _f_switch(ctx: _Context, args: tuple[Node | None, ...]) -> Scalar:
     if pairs % 2:
         return _not_blank(ctx.scalar(args[-1]), "SWITCH")
     return NA
+
+
+def _switch_blank(v: Scalar, other: Scalar) -> Scalar:
+    """An empty cell in SWITCH: 0 to a number or another empty cell (Excel
+    matches it there), but unlike in ``=`` no match for "" or FALSE in
+    Excel, where LibreOffice's is not known."""
+    if not isinstance(v, _Blank):
+        return v
+    if isinstance(other, str | bool):
+        raise Refused("SWITCH of an empty cell and text or TRUE/FALSE: the programs differ")
+    return 0.0
 
 
 @_fn("XOR", 1, _MANY)

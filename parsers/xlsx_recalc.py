@@ -14,9 +14,11 @@ import contextlib
 import datetime
 import logging
 import math
+import re
 import signal
 import threading
 import time
+import zipfile
 from collections.abc import Callable, Iterator, Sequence
 from typing import IO, Any, NamedTuple
 
@@ -113,13 +115,14 @@ def _book(stream: IO[bytes]) -> tuple[formula.Book, dict[str, str]]:
     import openpyxl
 
     wb = openpyxl.load_workbook(stream, keep_links=False)
+    unescape = _Unescape(_spells_underscore(stream))
     sheets: list[formula.Sheet] = []
     local: dict[tuple[str, str], str] = {}
     for ws in wb.worksheets:
         content: dict[tuple[int, int], formula.Scalar | formula.Formula] = {}
         # The cells the file holds (iter_rows would create every empty one).
         for key, cell in ws._cells.items():
-            value = _content(cell.value, cell.data_type, wb.epoch)
+            value = _content(cell.value, cell.data_type, wb.epoch, unescape)
             if value is not None:
                 content[key] = value
         hidden = frozenset(r for r, dim in ws.row_dimensions.items() if dim.hidden)
@@ -150,7 +153,10 @@ def _book(stream: IO[bytes]) -> tuple[formula.Book, dict[str, str]]:
 
 
 def _content(
-    value: object, data_type: str, epoch: datetime.datetime
+    value: object,
+    data_type: str,
+    epoch: datetime.datetime,
+    unescape: Callable[[str], str | formula.Formula] | None = None,
 ) -> formula.Scalar | formula.Formula | None:
     """A cell as the evaluator takes it: dates as their serial numbers."""
     if value is None:
@@ -169,10 +175,53 @@ def _content(
             return formula.Formula("", refused="a cell holds a number that is not finite")
         return number
     if isinstance(value, datetime.datetime | datetime.date | datetime.time | datetime.timedelta):
+        if (
+            epoch != CALENDAR_MAC_1904
+            and isinstance(value, datetime.date)
+            and (value.year, value.month, value.day) == (1900, 2, 28)
+        ):
+            # openpyxl reads Excel's 29 February 1900 (60) as the 28th (59).
+            reason = "a date of 28 or 29 February 1900 (Excel's leap day)"
+            return formula.Formula("", refused=reason)
         return formula.DateSerial(to_excel(value, epoch))
     if data_type == "e":
         return formula.ERRORS.get(str(value), formula.XlError(str(value)))
-    return str(value)
+    return str(value) if unescape is None else unescape(str(value))
+
+
+# The file spells a control character as _x0001_, and text that reads
+# "_x0001_" as _x005F_x0001_; openpyxl leaves the first as it is and turns
+# the second into the first.
+_ESCAPE = re.compile(r"_x([0-9A-Fa-f]{4})_")
+
+
+class _Unescape:
+    """Text as Excel reads it: an escape is the character it names, unless
+    the file also spells "_x" literally, which openpyxl reads alike."""
+
+    def __init__(self, ambiguous: bool) -> None:
+        self.ambiguous = ambiguous
+
+    def __call__(self, text: str) -> str | formula.Formula:
+        if "_x" not in text or not _ESCAPE.search(text):
+            return text
+        if self.ambiguous:
+            return formula.Formula("", refused="text with an _x..._ escape that reads two ways")
+        return _ESCAPE.sub(lambda m: chr(int(m.group(1), 16)), text)
+
+
+def _spells_underscore(stream: IO[bytes]) -> bool:
+    """Whether a part that holds cell text spells "_x" as _x005F_x (each
+    part read whole, as openpyxl has just done: their sizes were checked
+    when the file was opened, and the workbook's cells are bounded)."""
+    stream.seek(0)
+    with zipfile.ZipFile(stream) as zf:
+        return any(
+            b"_x005F_" in zf.read(info)
+            for info in zf.infolist()
+            if info.filename == "xl/sharedStrings.xml"
+            or info.filename.startswith("xl/worksheets/sheet")
+        )
 
 
 def _one(
