@@ -8,6 +8,8 @@ import argparse
 import json
 from typing import Any
 
+from swfs.api import BASELINE
+
 from .base import (
     CLIError,
     Commands,
@@ -129,15 +131,18 @@ def cmd_gc(args: argparse.Namespace) -> int:
         f"{r['blobs_removed']} blobs ({human_bytes(r['blob_bytes'])}), "
         f"{r['parses_dropped']} parse records ({human_bytes(r['parse_bytes'])}), "
         f"{r['diffs_dropped']} cached diffs ({human_bytes(r['diff_bytes'])}); "
-        f"{r['versions_dropped']} versions dropped, {r['histories_dropped']} histories; "
+        f"{r['versions_dropped']} versions dropped, "
+        f"{_count(r['histories_dropped'], 'history', 'histories')}; "
         f"{r['blobs_kept']} blobs kept"
     )
     return 0
 
 
-def register(c: Commands) -> None:
-    from swfs import history
+def _count(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
 
+
+def register(c: Commands) -> None:
     sp = c.add("submit", cmd_submit, "name the deliverables: a snapshot plus the list of files")
     sp.add_argument("name", metavar="NAME")
     sp.add_argument(
@@ -152,7 +157,7 @@ def register(c: Commands) -> None:
     sp = c.add("reset", cmd_reset, "bring the whole tree back to the baseline or a snapshot")
     sp.add_argument(
         "--to",
-        default=history.BASELINE,
+        default=BASELINE,
         metavar="baseline|SNAPSHOT",
         help="the state to bring back (default: the baseline)",
     )

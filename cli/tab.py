@@ -136,7 +136,8 @@ def cmd_new(args: argparse.Namespace) -> int:
         raise CLIError(f"{exc.filename}: permission denied") from None
     except (OSError, TabError) as exc:
         raise CLIError(str(exc)) from None
-    print(f"started a new tab; the previous one is kept as .tab/@old/{name}/")
+    called = "" if args.name is None else f" {args.name}"
+    print(f"started the tab{called}; the previous one is kept as .tab/@old/{name}/")
     return 0
 
 
@@ -159,8 +160,14 @@ def register(c: Commands) -> None:
     sp = c.add("tab", cmd_show, "the task's tab: requirements, reads, unopened files", None)
     sub = Commands(sp.add_subparsers(dest="tab_command", required=True, metavar="ACTION"))
     sub.add("check", cmd_check, "exit 1 and list the open requirements while any remain")
-    p = sub.add("new", cmd_new, "start a fresh tab; keep this one as .tab/@old/NAME/")
-    p.add_argument("name", metavar="NAME", nargs="?", help="default: its start time")
+    p = sub.add("new", cmd_new, "start a fresh tab called NAME; keep this one under .tab/@old/")
+    p.add_argument(
+        "name",
+        metavar="NAME",
+        nargs="?",
+        help="the new tab's name, under which it is kept once the next one starts "
+        "(default: its start time)",
+    )
     p = sub.add("show", cmd_show, "the tab as text (TAB.md), or as one JSON object")
     p.add_argument("--json", action="store_true", help="everything as one JSON object")
     p.add_argument("--old", metavar="NAME", help="an earlier tab, by name")

@@ -270,6 +270,15 @@ class TabProvider(GeneratedProvider):
             await self.tab.truncate(node.spath, attr.st_size)
         return await self.attr(node)  # times and modes of the tab are its own
 
+    async def setxattr(self, node: Node, name: str, value: bytes) -> None:
+        # An editor saving requirements.md copies the old file's ACL onto its
+        # scratch file (sed -i: "preserving permissions"): a file system
+        # without xattrs says ENOTSUP, which such tools take in their stride.
+        raise fail(errno.ENOTSUP if self.tab.writable(node.spath) else errno.EROFS)
+
+    async def removexattr(self, node: Node, name: str) -> None:
+        raise fail(errno.ENOTSUP if self.tab.writable(node.spath) else errno.EROFS)
+
     async def unlink(self, parent: Node, name: str, ctx: pyfuse3.RequestContext) -> None:
         await self.tab.unlink(join(parent.spath, name))
 

@@ -22,6 +22,7 @@ RelPath = NewType("RelPath", str)  # '/'-separated, relative to the workspace ro
 
 XATTR_PREFIX = "user.sw."
 STORE_NAME = ".swfs"  # a workspace's store, inside SRC unless --store says otherwise
+BASELINE = "baseline"  # the name of the present baseline wherever a snapshot is named
 
 
 def world_of(path: str | os.PathLike[str]) -> str | None:

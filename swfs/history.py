@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import lmdb
 
-from . import permissions
+from . import api, permissions
 from .api import Access, Cause, ChangeStatus, RelPath
 from .blobs import HashMismatch
 from .fsutil import copy_fd, open_dir_noatime, open_to_read
@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-BASELINE = "baseline"  # the name of the present baseline wherever a snapshot is named
+BASELINE = api.BASELINE
 KIND_SNAPSHOT = "snapshot"
 KIND_SUBMISSION = "submission"
 KIND_BASELINE = "baseline"

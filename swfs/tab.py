@@ -235,26 +235,33 @@ class TabStore:
         save_file(self.dir / REQUIREMENTS, data)
 
     def new(self, name: str | None = None) -> tuple[str, TabInfo]:
-        """Keep the current tab as ``old/NAME`` and start an empty one; the
-        name it was kept under (default: its start time) and the new tab."""
+        """Start an empty tab, called ``name`` if given, and keep the current
+        one as ``old/<its name>`` (the name it was started with, else its
+        start time); returns that name and the new tab."""
         cur = self.current()
-        if name is None:
-            name = time.strftime("%Y-%m-%dT%H-%M-%S", time.gmtime(cur.started or time.time()))
-            base, k = name, 2
-            while (self.dir / OLD / name).exists():
-                name, k = f"{base}-{k}", k + 1
-        _valid_name(name)
-        dest = self.dir / OLD / name
-        if dest.exists():
-            raise TabError(f"{name}: an earlier tab has that name already")
+        meta = self._meta(self.dir)
+        if name is not None:
+            _valid_name(name)
+            if name == meta.get("name") or (self.dir / OLD / name).exists():
+                raise TabError(f"{name}: a tab has that name already")
+        kept = str(meta.get("name") or "") or time.strftime(
+            "%Y-%m-%dT%H-%M-%S", time.gmtime(cur.started or time.time())
+        )
+        base, k = kept, 2
+        while (self.dir / OLD / kept).exists():
+            kept, k = f"{base}-{k}", k + 1
         now = time.time()
         (self.dir / OLD).mkdir(mode=0o700, exist_ok=True)
+        dest = self.dir / OLD / kept
         dest.mkdir(mode=0o700)
         save_file(dest / REQUIREMENTS, cur.requirements())
         save_file(dest / META, json.dumps({"started": cur.started, "ended": now}).encode())
         save_file(self.dir / REQUIREMENTS, b"")
-        save_file(self.dir / META, json.dumps({"started": now}).encode())
-        return name, self.current()
+        fresh: dict[str, object] = {"started": now}
+        if name is not None:
+            fresh["name"] = name
+        save_file(self.dir / META, json.dumps(fresh).encode())
+        return kept, self.current()
 
 
 # -- the report

@@ -134,8 +134,12 @@ class Workspace(BlobReads):
         try:
             self.store = Store(self.store_dir)
         except OSError as exc:
+            what = "open" if self.store_dir.exists() else "create"
+            hint = ""
+            if what == "open" and exc.errno in (errno.EACCES, errno.EPERM):
+                hint = " (it belongs to another user: run this as its owner, or through the mount)"
             raise WorkspaceError(
-                f"{self.store_dir}: cannot create the store: {exc.strerror}"
+                f"{self.store_dir}: cannot {what} the store: {exc.strerror}{hint}"
             ) from exc
         self.blobs = BlobStore(self.store_dir / "blobs")
         self.ignore = IgnoreRules.load(src)

@@ -47,22 +47,32 @@ def test_store_new_keeps_the_old_tab(tmp_path: Path) -> None:
     first = store.current()
     assert (tmp_path / "tab").stat().st_mode & 0o077 == 0
     store.save_requirements(b"- [ ] one\n")
-    name, cur = store.new("task-1")
-    assert name == "task-1"
+    # NAME names the new tab; the unnamed first one is kept under its start time.
+    first_kept, cur = store.new("task-1")
+    assert first_kept != "task-1"
     assert cur.started >= first.started
     assert store.requirements() == b""
-    old = store.get_old("task-1")
+    old = store.get_old(first_kept)
     assert old is not None
     assert old.requirements() == b"- [ ] one\n"
     assert old.ended is not None
     assert old.started == first.started
     with pytest.raises(TabError, match="task-1"):
-        store.new("task-1")
+        store.new("task-1")  # the current tab has that name
     for bad in ("", "..", "a/b"):
         with pytest.raises(TabError):
             store.new(bad)
+    store.save_requirements(b"- [ ] two\n")
+    kept, _ = store.new("task-2")
+    assert kept == "task-1"
+    task1 = store.get_old("task-1")
+    assert task1 is not None
+    assert task1.requirements() == b"- [ ] two\n"
+    with pytest.raises(TabError, match="task-1"):
+        store.new("task-1")  # an earlier tab has that name
     auto, _ = store.new()
-    assert [t.name for t in store.old()] == ["task-1", auto]
+    assert auto == "task-2"
+    assert [t.name for t in store.old()] == [first_kept, "task-1", "task-2"]
 
 
 def _swfs(*args: str | Path) -> subprocess.CompletedProcess[str]:

@@ -177,12 +177,14 @@ def test_check_fails_until_resolved_or_set_aside(fresh: Path) -> None:
     assert failed.returncode == 1
     assert "Q3 revenue by region" in failed.stdout
     assert "headcount in 2024" in failed.stdout
-    # sed -i writes a temp file in .tab/ and renames it over requirements.md.
-    sh(
+    # sed -i writes a temp file in .tab/ and renames it over requirements.md,
+    # quietly (it said "preserving permissions ...: Read-only file system").
+    edited = sh(
         "sed -i 's/^- \\[ \\] Q3 revenue by region$/- [x] Q3 revenue by region"
         " -- report.pdf#page=17/' .tab/requirements.md",
         mnt,
     )
+    assert edited.stderr == ""
     still = swfs("tab", "check", mnt, check=False)
     assert still.returncode == 1
     assert "headcount in 2024" in still.stdout
@@ -282,9 +284,11 @@ def test_only_requirements_is_writable(fresh: Path) -> None:
 
 def test_new_keeps_the_old_tab(fresh: Path) -> None:
     mnt = fresh
+    swfs("tab", "new", mnt, "first-task")  # NAME names the tab it starts
     sh("echo '- [ ] first task item' >> .tab/requirements.md", mnt)
     sh("cat .parsed/report.pdf/page-0003.md > /dev/null", mnt)
-    out = swfs("tab", "new", mnt, "first-task").stdout
+    out = swfs("tab", "new", mnt, "second-task").stdout
+    assert "started the tab second-task" in out
     assert ".tab/@old/first-task/" in out
     old = mnt / ".tab" / "@old" / "first-task"
     assert (old / "requirements.md").read_text() == "- [ ] first task item\n"
@@ -293,9 +297,10 @@ def test_new_keeps_the_old_tab(fresh: Path) -> None:
     assert tab_file(mnt, "requirements.md") == ""
     assert "report.pdf#page=3" not in tab_file(mnt, "reads.md")
     assert swfs("tab", "check", mnt).returncode == 0
-    again = swfs("tab", "new", mnt, "first-task", check=False)
-    assert again.returncode != 0
-    assert "first-task" in again.stderr
+    for taken in ("first-task", "second-task"):  # an earlier tab's name, the current one's
+        again = swfs("tab", "new", mnt, taken, check=False)
+        assert again.returncode != 0
+        assert taken in again.stderr
     shown = json.loads(swfs("tab", "show", mnt, "--json", "--old", "first-task").stdout)
     assert shown["open"] == ["first task item"]
 
