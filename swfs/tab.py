@@ -698,15 +698,17 @@ class Builder:
             cands: list[Candidate] = []
             for h in result.hits:
                 if (h.rel, h.unit) in read_units or h.rel in read_files:
-                    if len(ev) < TOP_EVIDENCE:
-                        ev.append(h)
+                    ev.append(h)
                 elif r.open and h.rel in pending:
                     c = Candidate(h.rel, h.score, h.unit, h.locator, h.snippet, r.text)
                     if len(cands) < TOP_CANDIDATES and all(x.rel != h.rel for x in cands):
                         cands.append(c)
                     if h.rel not in best or best[h.rel].score < h.score:
                         best[h.rel] = c
-            rep.evidence[r.line] = ev
+            # The sources the agent read before its own outputs (which hold
+            # the same words, copied), each group in rank order.
+            ev.sort(key=lambda h: h.rel in self._touched)
+            rep.evidence[r.line] = ev[:TOP_EVIDENCE]
             rep.candidates[r.line] = cands
         rep.unopened = sorted(
             (best.get(rel) or Candidate(rel, 0.0) for rel in unopened),
