@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import errno
 import json
-import logging
 import os
 import stat
 
@@ -35,8 +34,6 @@ from mountd.provider import (
     read_only,
 )
 from swfs.api import XATTR_PREFIX, RelPath
-
-log = logging.getLogger(__name__)
 
 
 def _creds(ctx: pyfuse3.RequestContext) -> Creds:
@@ -509,30 +506,7 @@ class NativeProvider:
             node.xattrs = None  # a chown drops security.capability, a chmod may change an ACL
         if change.mode is not None or change.uid is not None or change.gid is not None:
             self._access_changed(rel)
-        if change.size is None:
-            await self._recheck(rel)
         return self.attributes(node, st)
-
-    async def _recheck(self, rel: str) -> None:
-        """A change of metadata only (mode, owner, times, xattrs) moves the
-        file's change time, and a view is current only while the file's stat
-        is the recorded one: check the file again now (its bytes are hashed
-        again only where they could have changed), so its views say current
-        at once rather than at the next scan.  A file the mount is writing
-        right now is its writer's to record."""
-        engine = self.mount.engine
-        check = getattr(engine, "check_file", None)  # a world has none: read-only
-        writes = getattr(engine, "writes", None)
-        if check is None or writes is None or not rel:
-            return
-
-        def run() -> None:
-            writes.check_behind(rel, check)
-
-        try:
-            await self.source.slow(run)
-        except Exception:  # never the request's failure: the next scan sees it
-            log.exception("%s: checking after a change of its attributes", rel)
 
     async def _setattr_open(
         self, node: Node, h: Handle | None, change: SetAttr
@@ -804,7 +778,6 @@ class NativeProvider:
                 os.setxattr(self._nameless_at(node, change=True), name, value)
             else:
                 self.source.setxattr(self.path(node), name, value)
-                await self._recheck(self.path(node))
         finally:
             node.xattrs = None
 
@@ -816,7 +789,6 @@ class NativeProvider:
                 os.removexattr(self._nameless_at(node, change=True), name)
             else:
                 self.source.removexattr(self.path(node), name)
-                await self._recheck(self.path(node))
         finally:
             node.xattrs = None
 
