@@ -624,6 +624,7 @@ class Child:
         prepare: Callable[[], None] | None = None,
     ) -> None:
         self.domain = domain
+        self.config = _config()
         self.jobs = 0
         self.level = ""
         self._status: int | None = None
@@ -775,6 +776,17 @@ def _children_of(ppid: int) -> list[int]:
     return out
 
 
+def _config() -> tuple[str | None, ...]:
+    """What a child was made with that the environment may change (in tests,
+    and through a worker's life never): a child made otherwise is replaced."""
+    return (
+        mode(),
+        os.environ.get(BIND_ENV),
+        os.environ.get("SWFS_EXTRA_PARSERS"),
+        os.environ.get("SWFS_SOFFICE"),
+    )
+
+
 def file_domain(st: os.stat_result) -> object:
     """Which files may share a child: those of one owner that only the owner
     may write.  None: a child of its own."""
@@ -797,7 +809,10 @@ class Children:
     def get(self, domain: object, memory_bytes: int) -> Child:
         child = self.child
         if child is not None and (
-            domain is None or child.domain != domain or child.jobs >= MAX_JOBS
+            domain is None
+            or child.domain != domain
+            or child.jobs >= MAX_JOBS
+            or child.config != _config()
         ):
             self.drop()
             child = None
