@@ -8,6 +8,7 @@ running daemon); those that change or wait on the state use a client.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import sys
@@ -430,6 +431,12 @@ def cmd_check(args: argparse.Namespace) -> int:
     from swfs.check import run_checks
 
     t = resolve_target(args.target, args.store)
+    if t.mounted:
+        # The daemon may be recording writes that just closed (bytes stored,
+        # their version not yet): check the state once it has settled, or a
+        # blob of a version being recorded reads as an orphan.
+        with contextlib.suppress(ControlUnavailable, ControlError, OSError):
+            control.request(t.store, "sync", io_timeout=660, timeout=600)
     with open_engine(t, args) as engine:
         problems = run_checks(engine, repair=args.repair)
     for p in problems:
