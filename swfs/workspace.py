@@ -436,12 +436,19 @@ class Workspace(BlobReads):
         if versions and versions[-1][1] == h:
             return
         number = versions[-1][0] + 1 if versions else 1
-        if versions and self._windows.decide(
-            rel,
-            last_hash=versions[-1][1],
-            last_cause=versions[-1][3],
-            cause=cause,
-            interval=self.config.version_interval,
+        if (
+            versions
+            and self._windows.decide(
+                rel,
+                last_hash=versions[-1][1],
+                last_cause=versions[-1][3],
+                cause=cause,
+                interval=self.config.version_interval,
+            )
+            # Bytes kept already (an unlink inside the burst kept them, or a
+            # write the burst did not foresee): that version stays, or its
+            # bytes would be referenced by nothing.
+            and not self.blobs.has(versions[-1][1])
         ):
             # A rewrite in the same burst: this version replaces the last one
             # (a new number all the same: a number never names other bytes).

@@ -6,7 +6,7 @@ mount would have kept."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -463,3 +463,35 @@ def test_a_young_file_with_an_ordinary_name_keeps_its_history(engine: Engine) ->
     assert history.looks_temporary("notes.md~")
     assert not history.looks_temporary("report.md")
     assert not history.looks_temporary("templates.md")
+
+
+def test_a_file_deleted_and_written_again_in_one_burst_keeps_the_deleted_bytes(
+    src: Path,
+) -> None:
+    """git checkout deletes a file and writes it anew within a second: the
+    deleted version's bytes were kept, so that version stays (a burst may
+    replace only a version whose bytes it never kept) and no blob is left
+    that nothing refers to."""
+    from swfs.check import run_checks
+
+    # A burst an hour long: a busy machine cannot end it between two steps.
+    with Engine.open(src, config=Config(rescan_interval=0, version_interval=3600.0)) as engine:
+        engine.scan()
+        _burst_over_a_deletion(engine, run_checks)
+
+
+def _burst_over_a_deletion(engine: Engine, run_checks: Callable[[Engine], list[object]]) -> None:
+    write(engine, "report.md", b"first\n")
+    write(engine, "report.md", b"second\n")  # opens a burst
+    unlink(engine, "report.md")  # keeps the second version's bytes
+    write(engine, "report.md", b"third\n")  # inside the burst
+    versions = engine.versions(RelPath("report.md"))
+    assert [v.hash for v in versions][-2:] == [hash_bytes(b"second\n"), hash_bytes(b"third\n")]
+    assert versions[-2].available
+    assert run_checks(engine) == []
+    write(engine, "report.md", b"fourth\n")  # still inside the burst: replaces the third
+    assert [v.hash for v in engine.versions(RelPath("report.md"))][-2:] == [
+        hash_bytes(b"second\n"),
+        hash_bytes(b"fourth\n"),
+    ]
+    assert run_checks(engine) == []

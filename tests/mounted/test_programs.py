@@ -93,17 +93,6 @@ def inputs() -> Iterator[Inputs]:
         shutil.rmtree(base, ignore_errors=True)
 
 
-@pytest.fixture(autouse=True)
-def _staged_may_fail(request: pytest.FixtureRequest) -> None:
-    """Every --staged program failed in one full-suite run here (each passed in
-    a run of this module alone); not traced yet (issue 36)."""
-    callspec = getattr(request.node, "callspec", None)
-    if callspec is not None and callspec.params.get("mounted") == "staged":
-        request.applymarker(
-            pytest.mark.xfail(strict=False, reason="issue 36: --staged failures not traced")
-        )
-
-
 @pytest.fixture(scope="module", params=list(KINDS))
 def mounted(request: pytest.FixtureRequest) -> Iterator[RealMount]:
     with workspace(KINDS[request.param]) as m:
