@@ -31,7 +31,7 @@ from . import permissions
 from . import review as review_mod
 from .api import Access, Freshness, RelPath, ReviewEntry
 from .control import ControlServer
-from .parsework import ParsePool
+from .parsework import FAILED, INTERNAL, ParseOutcome, ParsePool
 from .scheduler import ParseScheduler
 from .search import Caller, SearchIndex, SearchResult
 from .store import FLUSH_INTERVAL
@@ -45,6 +45,11 @@ log = logging.getLogger(__name__)
 # and every FUSE request that comes in meanwhile waits for the GIL, so after a
 # scan that took T seconds the next waits at least RESCAN_DUTY * T.
 RESCAN_DUTY = 50
+# A parse whose machinery failed (``parsework.INTERNAL``) is tried this many
+# times, waiting INTERNAL_RETRY_DELAY seconds more each time, before the
+# file's view records the failure and names it.
+INTERNAL_TRIES = 3
+INTERNAL_RETRY_DELAY = 1.0
 
 
 class ParseQueue:
@@ -144,6 +149,8 @@ class Engine(Workspace):
         # rel -> set at its next change notice: readers waiting for a writer's record
         self._notices: dict[str, trio.Event] = {}
         self.add_listener(self._on_notice)
+        # (rel, hash) -> parses of it whose machinery failed (INTERNAL_TRIES)
+        self._internal_failures: dict[tuple[str, str], int] = {}
 
     @classmethod
     @contextmanager
@@ -336,7 +343,28 @@ class Engine(Workspace):
             # Another path with the same content was parsed meanwhile.
             await trio.to_thread.run_sync(self._adopt_cached, rel)
             return False
-        outcome = await pool.parse(self.abspath(rel), rel)
+        try:
+            outcome = await pool.parse(self.abspath(rel), rel)
+        except Exception as exc:  # the pool's machinery, not the parser
+            log.exception("%s: parse could not run", rel)
+            outcome = ParseOutcome(INTERNAL, error=f"{type(exc).__name__}: {exc}")
+        if outcome.status == INTERNAL:
+            tries = self._internal_failures.get((rel, h), 0) + 1
+            if tries < INTERNAL_TRIES:
+                self._internal_failures[(rel, h)] = tries
+                log.warning("%s: parse could not run (%s); trying again", rel, outcome.error)
+                await trio.sleep(INTERNAL_RETRY_DELAY * tries)
+                return True
+            self._internal_failures.pop((rel, h), None)
+            # Recorded as failed, naming the cause: a view pending forever
+            # would hide it.  The next change of the file parses it afresh.
+            outcome = ParseOutcome(
+                FAILED,
+                hash=h,
+                parser=parser,
+                error=f"swfs could not run its parser ({INTERNAL_TRIES} tries): {outcome.error}",
+            )
+        self._internal_failures.pop((rel, h), None)
         return await trio.to_thread.run_sync(
             lambda: self.apply_parse(
                 RelPath(rel), outcome, queued_hash=rec.hash, queued_parser=rec.parser or ""

@@ -50,6 +50,9 @@ FAILED = "failed"
 UNSUPPORTED = "unsupported"
 GONE = "gone"  # not a regular file any more: nothing to store
 CHANGED = "changed"  # modified while being parsed: the result is discarded
+# The worker's own machinery failed (not the parser, not the file): the
+# engine tries again a few times before it records a failure naming it.
+INTERNAL = "internal"
 
 
 # Seconds a worker may take to start (its imports: seconds on a loaded
@@ -150,6 +153,11 @@ def parse_job(
         signal.setitimer(signal.ITIMER_REAL, max(timeout, 0.001) + BACKSTOP)
     try:
         outcome = _parse_job(abs_path, rel, options, timeout)
+    except Exception as exc:
+        # A fork refused under load, a descriptor limit, a bug of ours: the
+        # file must not wait for a parse forever (its view said pending).
+        log.exception("%s: parse job failed", rel)
+        outcome = ParseOutcome(INTERNAL, error=_one_line(f"{type(exc).__name__}: {exc}"))
     finally:
         if timeout is not None:
             signal.setitimer(signal.ITIMER_REAL, 0)

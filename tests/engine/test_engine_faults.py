@@ -149,3 +149,77 @@ def test_check_finds_malformed_file_records(indexed: Engine) -> None:
     assert any(p.check == "files" for p in run_checks(indexed))
     run_checks(indexed, repair=True)
     assert run_checks(indexed) == []
+
+
+def _failing_pool(monkeypatch: pytest.MonkeyPatch, failures: int) -> list[str]:
+    """Make the pool's first ``failures`` parses fail in its own machinery
+    (as a fork refused under load would), not in a parser."""
+    from swfs import engine as engine_mod
+    from swfs.parsework import ParsePool
+
+    monkeypatch.setattr(engine_mod, "INTERNAL_RETRY_DELAY", 0.0)
+    real = ParsePool.parse
+    calls: list[str] = []
+
+    async def parse(self: ParsePool, abs_path: str, rel: str) -> object:
+        calls.append(rel)
+        if len(calls) <= failures:
+            raise OSError(errno.EAGAIN, "Resource temporarily unavailable")
+        return await real(self, abs_path, rel)
+
+    monkeypatch.setattr(ParsePool, "parse", parse)
+    return calls
+
+
+def test_a_parse_whose_machinery_fails_once_is_tried_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: the exception left the view pending forever."""
+    src = tmp_path / "ws"
+    src.mkdir()
+    (src / "notes.txt").write_text("parsed on the second try\n")
+    calls = _failing_pool(monkeypatch, failures=1)
+    with Engine.open(src, config=Config(rescan_interval=0)) as eng:
+        trio.run(eng.drain)
+        view = eng.parsed_view(RelPath("notes.txt"))
+        assert view is not None
+        assert view.freshness == Freshness.CURRENT
+    assert calls == ["notes.txt", "notes.txt"]
+
+
+def test_a_parse_whose_machinery_keeps_failing_fails_the_view_and_names_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from swfs import engine as engine_mod
+
+    src = tmp_path / "ws"
+    src.mkdir()
+    (src / "notes.txt").write_text("never parsed\n")
+    calls = _failing_pool(monkeypatch, failures=1000)
+    with Engine.open(src, config=Config(rescan_interval=0)) as eng:
+        trio.run(eng.drain)
+        view = eng.parsed_view(RelPath("notes.txt"))
+        assert view is not None
+        assert view.freshness == Freshness.FAILED
+        assert "could not run its parser" in (view.error or "")
+        assert "Resource temporarily unavailable" in (view.error or "")
+    assert len(calls) == engine_mod.INTERNAL_TRIES
+
+
+def test_a_parse_job_that_cannot_start_its_child_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In the worker: an error outside the parser is an INTERNAL outcome,
+    never an exception that leaves the file unparsed without a word."""
+    from swfs import parsework, sandbox
+
+    def refuse(*_args: object, **_kw: object) -> object:
+        raise OSError(errno.EAGAIN, "fork refused")
+
+    monkeypatch.setattr(parsework, "_children", None)
+    monkeypatch.setattr(sandbox, "Children", refuse)
+    path = tmp_path / "notes.txt"
+    path.write_text("x\n")
+    outcome = parsework.parse_job(str(path), "notes.txt", parsework.ParseOptions(), None)
+    assert outcome.status == parsework.INTERNAL
+    assert "fork refused" in (outcome.error or "")
