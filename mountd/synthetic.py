@@ -647,8 +647,41 @@ class ReviewTree(Base):
         return Entry(False, access, len(data), mtime, xattrs=xattrs, data=data)
 
     async def entry(self, path: str, *, wait: bool = True) -> Entry | None:
+        if wait:
+            await self._settle(path)
         # A diff of a large change takes seconds: never on the loop.
         return await self.call(self._entry, path)
+
+    async def _settle(self, path: str) -> None:
+        """A diff compares parsed texts: a read of ``<rel>.diff`` waits for the
+        current version's parse as a read of one of its units would (a just
+        written file's diff said "not parsed yet" instead), up to the
+        pending wait; ALL.diff waits for every changed file's, within the
+        stale wait.  stat never waits."""
+        if path == ALL_DIFF:
+            _, by_diff = await self._entries.aget(fresh=False)
+            rels: list[str] = [e.rel for e in by_diff.values() if e.current_hash]
+            brief = True
+        elif path.endswith(".diff") and path != STAGED_DIFF:
+            rels, brief = [path[: -len(".diff")]], False
+        else:
+            return
+        deadline = time.monotonic() + self.options.pending_wait
+        for rel in rels:
+            limit = min(
+                await self.call(self._settle_limit, rel, brief), deadline - time.monotonic()
+            )
+            if limit > 0:
+                await self.engine.wait_view(RelPath(rel), limit)
+
+    def _settle_limit(self, rel: str, brief: bool) -> float:
+        # A stale view is pending for a diff: the current version's text,
+        # which the diff compares, is not there yet; only the bound differs.
+        fresh = self.engine.freshness(RelPath(rel))
+        if fresh is Freshness.PENDING or fresh is Freshness.STALE:
+            wait = self.options.pending_wait
+            return min(wait, self.options.stale_wait) if brief else wait
+        return 0.0
 
     def _entry(self, path: str) -> Entry | None:
         if path == SUMMARY:
