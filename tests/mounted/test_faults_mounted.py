@@ -157,12 +157,6 @@ def read_journal(path: Path) -> list[dict[str, object]]:
 
 @pytest.mark.slow
 @pytest.mark.timeout(180)
-@pytest.mark.xfail(
-    strict=False,
-    reason="issue 36: a kill -9 between storing a version's bytes and recording the "
-    "version can leave a blob that swfs check reports as an orphan (seen in full-suite "
-    "runs, not alone); whether such a blob is a harmless leftover is not traced yet",
-)
 def test_kill_9_during_a_burst_of_writes_and_reparses(request: pytest.FixtureRequest) -> None:
     # Every version shown must survive: none may be folded into a later one
     # by the burst policy (swfs.versioning, tested on its own).
