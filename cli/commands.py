@@ -99,6 +99,25 @@ def _search_state(t: Target) -> dict[str, Any]:
     return dict(state)
 
 
+def journal_words(state: dict[str, Any]) -> str:
+    """The access journal's health in one line."""
+    if state.get("state") == "reopened":
+        kept = f"; the failed file is kept as {state['kept']}" if state.get("kept") else ""
+        return f"started afresh at {state.get('at')} after it failed ({state.get('reason')}){kept}"
+    return f"{state.get('state')}: {state.get('reason', '')}".rstrip(": ")
+
+
+def _journal_state(t: Target) -> dict[str, Any]:
+    """How the daemon's access journal is (it starts a failed one afresh)."""
+    if not t.mounted:
+        return {"state": "not served"}
+    try:
+        state = control.request(t.store, "journal_state", io_timeout=10)
+    except (ControlUnavailable, ControlError, OSError) as exc:
+        return {"state": "unknown", "reason": str(exc)}
+    return dict(state)
+
+
 def _sandbox_state(t: Target) -> str:
     """How the parsers that serve this workspace are confined: the daemon's
     when it is mounted (it may run as another user), else this process's."""
@@ -147,6 +166,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         "failures": [{"path": p, "error": e} for p, e in failed],
     }
     info["search"] = _search_state(t)
+    info["journal"] = _journal_state(t)
     info["sandbox"] = _sandbox_state(t)
     staged_info, staged_lines = staged.status_lines(status["staged"])
     if staged_info is not None:
@@ -168,6 +188,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     search = info["search"]
     if t.mounted and search["state"] != "ok":
         print(f"search index: {search['state']}: {search.get('reason', '')}".rstrip(": "))
+    journal = info["journal"]
+    if t.mounted and journal["state"] not in ("ok", "off"):
+        print(f"access journal: {journal_words(journal)}")
     for line in staged_lines:
         print(line)
     for p, e in failed:

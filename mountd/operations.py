@@ -117,6 +117,9 @@ class Operations(NowaitOps, pyfuse3.Operations):  # NowaitOps: mountd.nowait
             locate=getattr(engine, "abspath", None),  # a --staged mount's staged bytes
             callers=options.callers,
         )
+        attach = getattr(engine, "attach_journal", None)  # a world's engine keeps none
+        if attach is not None:
+            attach(self.journal.health, self.journal.acknowledge)
         # The generated trees, by top-level name (mountd.router).
         self.trees: dict[Tree, SyntheticTree] = dict(make_trees(engine, self.gen, options))
         self.trees[Tree.SEARCH] = SearchTree(engine, self.gen)

@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import stat
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -388,6 +389,68 @@ def check_search(ws: Workspace, repair: bool) -> list[Problem]:
     return [Problem("search", f"the search index is damaged: {'; '.join(rows[:3])}", repair)]
 
 
+def check_journal(ws: Workspace, repair: bool) -> list[Problem]:
+    """The access journal stores what it records.  A running daemon says how
+    its journal is (it starts a failed one afresh and keeps the old file);
+    without one, the file is checked read-only, and repair renames a damaged
+    one aside (never deletes it: it is the only record of those accesses)."""
+    from . import control
+    from .journal import DB_NAME
+
+    try:
+        health = control.request(ws.store_dir, "journal_state", io_timeout=10)
+    except control.ControlUnavailable:
+        health = None
+    except (control.ControlError, OSError) as exc:
+        return [Problem("journal", f"the daemon did not say how its access journal is: {exc}")]
+    if health is not None:
+        state = health.get("state")
+        if state == "failing":
+            why = health.get("reason") or "unknown"
+            return [
+                Problem(
+                    "journal",
+                    f"the access journal cannot store what it records ({why}); "
+                    "the daemon keeps it in memory and tries again",
+                )
+            ]
+        if state == "reopened":
+            kept = f"; the failed file is kept as {health['kept']}" if health.get("kept") else ""
+            if repair:
+                control.request(ws.store_dir, "journal_ack", io_timeout=10)
+            return [
+                Problem(
+                    "journal",
+                    f"the access journal failed ({health.get('reason')}) and was started "
+                    f"afresh at {health.get('at')}{kept}",
+                    repair,
+                )
+            ]
+        return []
+    db = ws.store_dir / DB_NAME
+    if not db.exists():
+        return []
+    import sqlite3
+
+    try:
+        con = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True, timeout=10)
+        try:
+            rows = [str(r[0]) for r in con.execute("PRAGMA quick_check")]
+        finally:
+            con.close()
+    except sqlite3.Error as exc:
+        rows = [str(exc)]
+    if rows == ["ok"]:
+        return []
+    if repair:
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        os.replace(db, db.with_name(f"{DB_NAME}.failed-{stamp}"))
+        for suffix in ("-wal", "-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(str(db) + suffix)
+    return [Problem("journal", f"the access journal is damaged: {'; '.join(rows[:3])}", repair)]
+
+
 CHECKS: list[Callable[[Workspace, bool], list[Problem]]] = [
     check_files,
     check_parses,
@@ -398,6 +461,7 @@ CHECKS: list[Callable[[Workspace, bool], list[Problem]]] = [
     check_orphans,
     check_staged_commit,
     check_search,
+    check_journal,
 ]
 
 

@@ -70,6 +70,13 @@ async def _handle(engine: Engine, request: dict[str, Any], peer: tuple[int, int]
         return await trio.to_thread.run_sync(engine.counts)
     if op == "search_state":
         return engine.search_index.health()
+    if op == "journal_state":  # the mount's access journal (swfs status, swfs check)
+        health = engine.journal_health
+        return {"state": "off", "reason": "not kept by this daemon"} if health is None else health()
+    if op == "journal_ack":  # swfs check --repair: a journal started afresh was seen
+        if engine.journal_ack is not None:
+            engine.journal_ack()
+        return {}
     if op == "sandbox":  # the parse sandbox this daemon's workers get
         from . import sandbox
 

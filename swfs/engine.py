@@ -149,6 +149,10 @@ class Engine(Workspace):
         # rel -> set at its next change notice: readers waiting for a writer's record
         self._notices: dict[str, trio.Event] = {}
         self.add_listener(self._on_notice)
+        # How the mount's access journal is (``swfs.journal.Journal.health``:
+        # the mount sets it; the control socket and swfs check ask).
+        self.journal_health: Callable[[], dict[str, Any]] | None = None
+        self.journal_ack: Callable[[], None] | None = None
         # (rel, hash) -> parses of it whose machinery failed (INTERNAL_TRIES)
         self._internal_failures: dict[tuple[str, str], int] = {}
 
@@ -415,6 +419,12 @@ class Engine(Workspace):
                     stats.changed,
                     stats.removed,
                 )
+
+    def attach_journal(
+        self, health: Callable[[], dict[str, Any]], acknowledge: Callable[[], None]
+    ) -> None:
+        """The mount's access journal, for the control socket to ask after."""
+        self.journal_health, self.journal_ack = health, acknowledge
 
     async def wait_view(self, rel: RelPath, limit: float) -> None:
         """Wait up to ``limit`` seconds for ``rel``'s view to be current: for

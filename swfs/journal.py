@@ -67,6 +67,7 @@ Tables (``access.sqlite``, ``journal_format`` 2 in ``meta``):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -243,6 +244,18 @@ def _connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
     return con
 
 
+def _file_ids(path: Path) -> tuple[tuple[int, int], ...] | None:
+    """(device, inode) of the database, its WAL and its shared memory; None
+    when one of them is gone."""
+    try:
+        return tuple(
+            (st.st_dev, st.st_ino)
+            for st in (os.stat(str(path) + suffix) for suffix in ("", "-wal", "-shm"))
+        )
+    except OSError:
+        return None
+
+
 class Journal:
     """Records accesses through one mount.  The ``on_*`` methods run on the
     daemon's loop and only touch memory; ``run`` stores them from a thread."""
@@ -315,6 +328,13 @@ class Journal:
         self._inputs_reader: sqlite3.Connection | None = None
         self._inputs_lock = threading.Lock()
         self._md: tuple[object, bytes] | None = None
+        # The store's health (``health``): the database file the connection
+        # opened (a file removed or replaced under the daemon would take
+        # every later event with it, silently), why storing fails now, and
+        # what the last reopen said.
+        self._file_ids: tuple[tuple[int, int], ...] | None = None  # after the first flush
+        self._failing: str | None = None
+        self._reopened: dict[str, Any] | None = None
 
     # -- the loop's side: memory only
 
@@ -586,6 +606,104 @@ class Journal:
                 self._inputs_reader.close()
                 self._inputs_reader = None
 
+    # -- the store's health (swfs status, swfs check)
+
+    def health(self) -> dict[str, Any]:
+        """``{"state": "ok"}``; ``"failing"`` with the reason while events
+        cannot be stored (they wait in memory); after the journal was started
+        afresh, ``"reopened"`` says why, when, and what the old file is now."""
+        if self._failing is not None:
+            return {"state": "failing", "reason": self._failing}
+        if self._reopened is not None:
+            return {"state": "reopened", **self._reopened}
+        return {"state": "ok"}
+
+    def acknowledge(self) -> None:
+        """``swfs check --repair``: the reopen was seen; health says ok again."""
+        self._reopened = None
+
+    def _check_file(self) -> None:
+        """JournalError when the files the connection writes are not the
+        journal's any more: removed, replaced or overwritten under the daemon
+        (the connection would go on writing into the removed ones, silently)."""
+        if self._file_ids is None:
+            self._file_ids = _file_ids(self.path)  # every one exists once it has written
+            return
+        now = _file_ids(self.path)
+        if now is None:
+            raise JournalError(f"{self.path}: its files were removed under the daemon")
+        if now != self._file_ids:
+            raise JournalError(f"{self.path}: its files were replaced under the daemon")
+        with open(self.path, "rb") as f:
+            if f.read(16) != b"SQLite format 3\x00":
+                raise JournalError(f"{self.path}: overwritten under the daemon")
+
+    def _store_failed(self, exc: BaseException) -> None:
+        """The journal thread could not store: a busy moment is tried again at
+        the next flush; a store that fails (removed, replaced, corrupt, a disk
+        error) is set aside and the journal started afresh, without a remount.
+        The events not stored yet wait in memory and go to the new file."""
+        reason = str(exc) or type(exc).__name__
+        busy = isinstance(exc, sqlite3.OperationalError) and (
+            "locked" in reason or "busy" in reason
+        )
+        if busy or not isinstance(exc, (sqlite3.DatabaseError, JournalError, OSError)):
+            if self._failing != reason:
+                log.exception("access journal: storing events failed")
+            self._failing = reason
+            return
+        self._failing = reason
+        log.error("%s: access journal failed (%s): starting it afresh", self.path, reason)
+        try:
+            kept = self._reopen()
+        except (OSError, sqlite3.Error) as again:
+            log.error("%s: the access journal cannot be started afresh: %s", self.path, again)
+            self._failing = f"{reason}; starting afresh failed: {again}"
+            return
+        self._failing = None
+        self._reopened = {
+            "reason": reason,
+            "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "kept": kept,
+        }
+        log.warning(
+            "%s: access journal started afresh%s",
+            self.path,
+            f"; the failed one is kept as {kept}" if kept else "",
+        )
+
+    def _reopen(self) -> str | None:
+        """*the journal thread*: a new, empty journal at ``path``; the old
+        file, if one is there, renamed aside.  Returns its new name."""
+        with contextlib.suppress(sqlite3.Error):
+            self._db.close()
+        kept = None
+        if self.path.exists():
+            stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+            aside = self.path.with_name(f"{DB_NAME}.failed-{stamp}")
+            os.replace(self.path, aside)
+            kept = aside.name
+        for suffix in ("-wal", "-shm", "-journal"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(str(self.path) + suffix)
+        old = os.umask(0o077)
+        try:
+            self._db = _connect(self.path)
+        finally:
+            os.umask(old)
+        self._file_ids = None
+        self._stored_procs.clear()  # the new file has none of them
+        self._md = None
+        # Readers made for the old file: dropped, not closed (the loop may be
+        # reading with one right now); later reads open the new file.
+        self._reader = None
+        with self._inputs_lock:
+            if self._inputs_reader is not None:
+                with contextlib.suppress(sqlite3.Error):
+                    self._inputs_reader.close()
+                self._inputs_reader = None
+        return kept
+
     def _run(self) -> None:
         request = self.store_dir / FLUSH_REQUEST
         flushes = 0
@@ -593,14 +711,16 @@ class Journal:
             self._wake.wait(self.flush_seconds)
             self._wake.clear()
             try:
+                self._check_file()
                 self.flush()
                 flushes += 1
                 if flushes % 600 == 0:
                     self.retain()
                 if request.exists():
                     request.unlink(missing_ok=True)  # the reader waits for this
-            except Exception:
-                log.exception("access journal: storing events failed")
+                self._failing = None
+            except Exception as exc:
+                self._store_failed(exc)
         try:
             self.flush()
         except Exception:
@@ -618,6 +738,17 @@ class Journal:
         self._links = []
         closed = self._closed
         self._closed = []
+        try:
+            return self._store(new, links, closed)
+        except BaseException:
+            # Kept for the next flush (into a reopened journal, if need be):
+            # the loop has only appended to the fresh lists meanwhile.
+            self._new[:0] = new
+            self._links[:0] = links
+            self._closed[:0] = closed
+            raise
+
+    def _store(self, new: list[Event], links: list[tuple[str, Link]], closed: list[Event]) -> int:
         reading = [h.event for h in list(self._open.values()) if h.event is not None]
         # A new event is stored as it is now; one stored before, when it
         # changed since (``Event.stored``: what its row says).
@@ -1022,6 +1153,15 @@ class NoJournal:
     enabled = False
     inputs_by_path: dict[str, tuple[str | None, str]] = {}
 
+    def __init__(self, why: str = "off (swfs mount --no-journal)") -> None:
+        self.why = why
+
+    def health(self) -> dict[str, Any]:
+        return {"state": "off", "reason": self.why}
+
+    def acknowledge(self) -> None:
+        pass
+
     def on_open(self, *args: Any, **kwargs: Any) -> None:
         pass
 
@@ -1288,6 +1428,6 @@ def open_journal(
         j = Journal(store_dir, file_hash=file_hash, src=src, locate=locate, callers=callers)
     except (OSError, sqlite3.Error) as exc:
         log.error("%s: access journal off: %s", Path(store_dir) / DB_NAME, exc)
-        return NoJournal()
+        return NoJournal(f"off: it could not be opened: {exc}")
     j.start()
     return j
