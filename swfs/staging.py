@@ -572,32 +572,39 @@ class Staging:
 
     def _rmtree_hidden(self, rel: str, *, keep_upper: bool) -> bool:
         """Remove what SRC's directory ``rel`` holds that the staged tree
-        does not show; with ``keep_upper`` False, the directory too."""
+        does not show; with ``keep_upper`` False, the directory too.  False
+        if a directory still held something (left in SRC, with a warning)."""
         ok = True
-        for name in self._listdir(LOWER, rel):
-            child = _join(rel, name)
-            lst = self.stat_or_none(LOWER, child)
-            if lst is None:
+        # (directory, whether the staged tree shows it), each after its
+        # parent: a loop, not recursion, whatever the depth.
+        todo = [(rel, keep_upper)]
+        for d, keep in todo:
+            for name in self._listdir(LOWER, d):
+                child = _join(d, name)
+                lst = self.stat_or_none(LOWER, child)
+                if lst is None:
+                    continue
+                if (
+                    child in self.whiteouts
+                    or not keep
+                    or not lexists_beneath(self.root_fd(UPPER), child)
+                ):
+                    if stat.S_ISDIR(lst.st_mode):
+                        todo.append((child, False))
+                    else:
+                        self._unlink(LOWER, child)
+                elif stat.S_ISDIR(lst.st_mode) and self._is_dir(UPPER, child):
+                    todo.append((child, True))
+        for d, keep in reversed(todo):
+            if keep:
                 continue
-            if (
-                child in self.whiteouts
-                or not keep_upper
-                or not lexists_beneath(self.root_fd(UPPER), child)
-            ):
-                if stat.S_ISDIR(lst.st_mode):
-                    ok = self._rmtree_hidden(child, keep_upper=False) and ok
-                else:
-                    self._unlink(LOWER, child)
-            elif stat.S_ISDIR(lst.st_mode) and self._is_dir(UPPER, child):
-                ok = self._rmtree_hidden(child, keep_upper=True) and ok
-        if not keep_upper:
             try:
-                self._rmdir(LOWER, rel)
+                self._rmdir(LOWER, d)
             except OSError as exc:
                 if exc.errno != errno.ENOTEMPTY:
                     raise
-                log.warning("%s: not removed from SRC on commit: not empty", rel)
-                return False
+                log.warning("%s: not removed from SRC on commit: not empty", d)
+                ok = False
         return ok
 
     def _make_lower_dirs(self, rel: str) -> None:

@@ -135,3 +135,31 @@ def test_a_symlink_in_src_is_never_followed(ws: Engine, tmp_path: Path) -> None:
     assert os.path.islink(st.upath("link"))
     assert not st.in_upper("link/secret.txt")
     assert (outside / "secret.txt").read_text() == "secret\n"
+
+
+def test_deep_folders_replaced_in_the_layer_are_replaced_in_src(ws: Engine) -> None:
+    """A folder of SRC's removed and made again (opaque), and one replaced by
+    a file, at depth: the commit removes what SRC held below them."""
+    st = layer(ws)
+    deep = "/".join(DEEP[:-1])
+    for name in ("again", "to-file"):
+        dp.makedirs(ws.src, [*DEEP[:-1], name, "sub"])
+        dp.write(ws.src, f"{deep}/{name}/sub/old.txt", b"old\n")
+        dp.write(ws.src, f"{deep}/{name}/top.txt", b"top\n")
+    before = dp.tree(ws.src, frozenset({".swfs"}))
+    st.copy_up(deep)
+    for name in ("again", "to-file"):
+        for rel in (f"{name}/sub/old.txt", f"{name}/sub", f"{name}/top.txt", name):
+            st.whiteout(f"{deep}/{rel}")
+    dp.makedirs(Path(st.upper), [*DEEP[:-1], "again"])
+    dp.write(Path(st.upper), f"{deep}/again/new.txt", b"new\n")
+    dp.write(Path(st.upper), f"{deep}/to-file", b"a file now\n")
+    assert sorted(st.names(f"{deep}/again")) == ["new.txt"]
+    staging.commit_ws(ws)
+    after = {k: v for k, v in before.items() if not k.startswith(f"{deep}/again/")}
+    after = {k: v for k, v in after.items() if not k.startswith(f"{deep}/to-file/")}
+    after[f"{deep}/again/new.txt"] = b"new\n"
+    after[f"{deep}/to-file"] = b"a file now\n"
+    assert dp.tree(ws.src, frozenset({".swfs"})) == after
+    assert st.changes() == []
+    assert st.whiteouts == set()
