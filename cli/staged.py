@@ -33,6 +33,7 @@ def prepare_mount(src: Path, store: Path, *, staged: bool) -> None:
             staging.recover_ws(engine)
     if not staged:
         count = len(layer.changes())
+        layer.close()
         if count:
             raise CLIError(
                 f"{src}: {count} staged change(s) not committed: mount it with --staged, "

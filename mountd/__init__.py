@@ -34,7 +34,8 @@ Modules, outermost first:
                 inode and ``st_ino`` survives renames and forgets; generated
                 nodes by path).
 ``options``     ``MountOptions``.
-``fsutil``      openat2, renameat2 and utimensat through ctypes.
+``fsutil``      renameat2 and utimensat through ctypes; openat2 beneath a
+                root fd (``swfs.beneath``, shared with the staged layer).
 
 Semantics worth knowing:
 

@@ -30,7 +30,7 @@ from mountd.passthrough import (
 )
 from mountd.poll import Poller
 from swfs.api import EngineAPI
-from swfs.staging import Staging
+from swfs.staging import LOWER, UPPER, Staging
 
 
 def native_tree(
@@ -125,7 +125,7 @@ class StagedPassthrough(Passthrough):
         if fh is None:
             return None
         try:
-            a, b = os.fstat(fh.fd), os.lstat(self.staging.upath(rel))
+            a, b = os.fstat(fh.fd), self.staging.lstat_in(UPPER, rel)
         except OSError:
             return None
         return fh if (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino) else None
@@ -145,10 +145,8 @@ class StagedPassthrough(Passthrough):
             child = join(rel, name)
             if self.is_hidden(child):
                 continue
-            path = self.staging.upath(child) if where == "upper" else self.staging.lpath(child)
-            try:
-                st = os.lstat(path)
-            except FileNotFoundError:
+            st = self.staging.stat_or_none(where, child)
+            if st is None:
                 continue
             out.append((name, self._mapped(st).st_ino))
         return out
@@ -184,7 +182,13 @@ class StagedPassthrough(Passthrough):
         """SRC's own file (open before it was copied up, then unlinked in the
         layer) is never changed: EROFS.  The layer's copy is."""
         upper = os.path.realpath(self.staging.upper) + "/"
-        if os.readlink(f"/proc/self/fd/{fh.fd}").startswith(upper):
+        try:
+            own = os.readlink(f"/proc/self/fd/{fh.fd}").startswith(upper)
+        except OSError:
+            # A name longer than the kernel can show: no name leads to SRC's
+            # own file (hidden by the layer, its link count stays).
+            own = os.fstat(fh.fd).st_nlink == 0
+        if own:
             return fh.fd
         raise _err(errno.EROFS)
 
@@ -292,7 +296,7 @@ class StagedPassthrough(Passthrough):
                     staging.forget_upper(st)
                     last = st.st_nlink <= 1
                 else:
-                    st = os.lstat(staging.lpath(rel))
+                    st = staging.lstat_in(LOWER, rel)
                     if stat.S_ISDIR(st.st_mode):
                         raise _err(errno.EISDIR)
                     last = st.st_nlink <= 1
@@ -312,8 +316,9 @@ class StagedPassthrough(Passthrough):
         staging = self.staging
         with staging.lock:
             if staging.in_upper(rel):
-                st = os.lstat(staging.upath(rel))
-                os.rmdir(staging.upath(rel))
+                with dir_fd(self.top.root_fd, parent) as pfd:
+                    st = os.stat(name, dir_fd=pfd, follow_symlinks=False)
+                    os.rmdir(name, dir_fd=pfd)
                 staging.origins.pop(st.st_ino, None)
             staging.whiteout(rel)
             staging.save()

@@ -208,7 +208,9 @@ def status_info(engine: Engine) -> dict[str, Any]:
     from . import gc, staging
 
     staged: dict[str, Any] | None = None
-    if staging.Staging.load(engine.src, engine.store_dir) is not None:
+    layer = staging.Staging.load(engine.src, engine.store_dir)
+    if layer is not None:
+        layer.close()
         r = staging.CONTROL_OPS["staged"](engine, {"paths": []})
         staged = {"paths": len(r["staged"]), "interrupted_commit": bool(r["commit"])}
     return {

@@ -42,7 +42,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from swfs.fsutil import copy_fd, fsync_dir, reflink, save_file
+from swfs.beneath import (
+    chmod_nofollow,
+    dir_fd,
+    fsync_beneath,
+    lexists_beneath,
+    listdir_beneath,
+    lstat_beneath,
+    open_beneath,
+    proc_path,
+    split,
+    user_xattrs,
+)
+from swfs.fsutil import copy_fd, fsync_dir, hash_bytes, hash_fd, reflink, save_file, without_atime
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +66,10 @@ INTENT = "commit.json"
 TMP_SUFFIX = ".swfs-commit"
 # Test hook: a commit stops (sleeps) after this many files, to be killed.
 PAUSE_ENV = "SWFS_TEST_COMMIT_PAUSE_AFTER"
+NAME_MAX = 255
+# The two trees of the layer (``Staging.root_fd``, ``Staging.names``).
+UPPER = "upper"
+LOWER = "lower"
 
 
 class StagingError(Exception):
@@ -92,7 +108,17 @@ def _kind(mode: int) -> str:
     return "other"
 
 
+def _gone(exc: OSError) -> bool:
+    """``exc`` says a path leads nowhere: absent, or through a non-directory
+    or a symlink (never followed)."""
+    return exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP)
+
+
 class Staging:
+    """The layer; every system call on SRC or the upper tree goes through a
+    descriptor of its root (``swfs.beneath``), never through a path string,
+    so paths near PATH_MAX below SRC work and no symlink is followed out."""
+
     def __init__(self, src: Path, store_dir: Path) -> None:
         self.src = str(src)
         self.dir = store_dir / STAGE_DIR
@@ -103,6 +129,10 @@ class Staging:
         # (rel, its lstat) -> the other names of that inode (the workspace's
         # ``other_names``); None: hard links are copied up one name at a time.
         self.other_names: Callable[[str, os.stat_result], list[str]] | None = None
+        # UPPER / LOWER -> an O_PATH descriptor of that tree's root, opened
+        # on first use (a Staging loaded only to ask whether one exists
+        # holds none) and kept until ``close``.
+        self._roots: dict[str, int] = {}
         self._load()
 
     # -- lifecycle
@@ -133,6 +163,12 @@ class Staging:
             staging.save()
         return staging
 
+    def close(self) -> None:
+        with self.lock:
+            for fd in self._roots.values():
+                os.close(fd)
+            self._roots.clear()
+
     def _load(self) -> None:
         try:
             raw = json.loads((self.dir / STATE).read_text())
@@ -151,16 +187,77 @@ class Staging:
             }
             save_file(self.dir / STATE, json.dumps(data, indent=1).encode())
 
+    # -- the two trees, through descriptors
+
+    def root_fd(self, where: str) -> int:
+        """An O_PATH descriptor of the upper tree's root (UPPER) or SRC (LOWER)."""
+        fd = self._roots.get(where)
+        if fd is None:
+            with self.lock:
+                fd = self._roots.get(where)
+                if fd is None:
+                    path = self.upper if where == UPPER else self.src
+                    fd = os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+                    self._roots[where] = fd
+        return fd
+
+    @contextlib.contextmanager
+    def _parent(self, where: str, rel: str) -> Iterator[tuple[int, str]]:
+        """(an O_PATH descriptor of ``rel``'s directory, ``rel``'s name)."""
+        parent, name = split(rel)
+        with dir_fd(self.root_fd(where), parent) as pfd:
+            yield pfd, name
+
+    def lstat_in(self, where: str, rel: str) -> os.stat_result:
+        """lstat of ``rel`` in one tree (UPPER or LOWER), whiteouts aside."""
+        return lstat_beneath(self.root_fd(where), rel)
+
+    def stat_or_none(self, where: str, rel: str) -> os.stat_result | None:
+        try:
+            return self.lstat_in(where, rel)
+        except OSError as exc:
+            if _gone(exc):
+                return None
+            raise
+
+    def _is_dir(self, where: str, rel: str) -> bool:
+        st = self.stat_or_none(where, rel)
+        return st is not None and stat.S_ISDIR(st.st_mode)
+
+    def _listdir(self, where: str, rel: str) -> list[str]:
+        """The names in directory ``rel`` of one tree; [] if it is none."""
+        try:
+            return listdir_beneath(self.root_fd(where), rel)
+        except OSError as exc:
+            if _gone(exc):
+                return []
+            raise
+
+    def hash_in(self, where: str, rel: str) -> str:
+        """blake3 of regular file ``rel`` in one tree, its access time left alone."""
+        root = self.root_fd(where)
+        fd = without_atime(
+            lambda f: open_beneath(root, rel, f), os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW
+        )
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise OSError(errno.EINVAL, "not a regular file", rel)
+            return hash_fd(fd)
+        finally:
+            os.close(fd)
+
     # -- resolution
 
     def upath(self, rel: str) -> str:
+        """``rel``'s upper path, for the engine's readers (``resolve``) and
+        messages; this module's own calls go through ``root_fd``."""
         return os.path.join(self.upper, rel) if rel else self.upper
 
     def lpath(self, rel: str) -> str:
         return os.path.join(self.src, rel) if rel else self.src
 
     def in_upper(self, rel: str) -> bool:
-        return not rel or os.path.lexists(self.upath(rel))
+        return not rel or lexists_beneath(self.root_fd(UPPER), rel)
 
     def lower_hidden(self, rel: str) -> bool:
         """SRC's ``rel`` is not part of the staged tree (it or a parent is whited out)."""
@@ -171,7 +268,7 @@ class Staging:
 
     def in_lower(self, rel: str) -> bool:
         """SRC has ``rel`` and the staged tree does not hide it."""
-        return not self.lower_hidden(rel) and os.path.lexists(self.lpath(rel))
+        return not self.lower_hidden(rel) and lexists_beneath(self.root_fd(LOWER), rel)
 
     def resolve(self, rel: str) -> str | None:
         """Where the staged tree's ``rel`` is: the upper copy, SRC's, or None."""
@@ -186,17 +283,15 @@ class Staging:
         return os.path.join(str(self.dir), "whiteout", rel)
 
     def names(self, rel: str) -> dict[str, str]:
-        """The entries of directory ``rel`` in the staged tree: name -> 'upper'|'lower'."""
+        """The entries of directory ``rel`` in the staged tree: name -> UPPER|LOWER."""
         out: dict[str, str] = {}
         if not self.lower_hidden(rel):
-            with contextlib.suppress(NotADirectoryError, FileNotFoundError):
-                for name in os.listdir(self.lpath(rel)):
-                    if _join(rel, name) not in self.whiteouts and not name.endswith(TMP_SUFFIX):
-                        out[name] = "lower"
-        with contextlib.suppress(NotADirectoryError, FileNotFoundError):
-            for name in os.listdir(self.upath(rel)):
-                if not name.endswith(TMP_SUFFIX):  # a copy-up under way
-                    out[name] = "upper"
+            for name in self._listdir(LOWER, rel):
+                if _join(rel, name) not in self.whiteouts and not name.endswith(TMP_SUFFIX):
+                    out[name] = LOWER
+        for name in self._listdir(UPPER, rel):
+            if not name.endswith(TMP_SUFFIX):  # a copy-up under way
+                out[name] = UPPER
         return out
 
     def identity(self, st: os.stat_result) -> tuple[int, int] | None:
@@ -215,8 +310,15 @@ class Staging:
                 return []
             if not self.in_lower(rel):
                 raise OSError(errno.ENOENT, os.strerror(errno.ENOENT), rel)
+            # ``rel`` and each parent the layer lacks, the topmost copied first
+            # (a loop, not recursion: a path may be 2,000 levels deep).
+            missing = [rel]
             parent = rel.rpartition("/")[0]
-            self.copy_up(parent)
+            while not self.in_upper(parent):
+                missing.append(parent)
+                parent = parent.rpartition("/")[0]
+            for each in reversed(missing[1:]):
+                self._copy_one(each)
             st = self._copy_one(rel)
             linked = self._link_others(rel, st)
             self.save()
@@ -231,49 +333,56 @@ class Staging:
         for other in self.other_names(rel, st):
             if self.in_upper(other) or not self.in_lower(other):
                 continue
-            try:
-                ost = os.lstat(self.lpath(other))
-            except FileNotFoundError:
-                continue
-            if (ost.st_dev, ost.st_ino) != (st.st_dev, st.st_ino):
+            ost = self.stat_or_none(LOWER, other)
+            if ost is None or (ost.st_dev, ost.st_ino) != (st.st_dev, st.st_ino):
                 continue
             self.copy_up(other.rpartition("/")[0])
-            os.link(self.upath(rel), self.upath(other))
+            with (
+                self._parent(UPPER, rel) as (rfd, rname),
+                self._parent(UPPER, other) as (ofd, oname),
+            ):
+                os.link(rname, oname, src_dir_fd=rfd, dst_dir_fd=ofd, follow_symlinks=False)
             out.append(other)
         return out
 
     def _copy_one(self, rel: str) -> os.stat_result:
-        """Copy ``rel`` up; returns SRC's lstat of it."""
-        lower, upper = self.lpath(rel), self.upath(rel)
-        st = os.lstat(lower)
-        if stat.S_ISDIR(st.st_mode):
-            os.mkdir(upper, 0o700)
-        elif stat.S_ISREG(st.st_mode):
-            tmp = upper + TMP_SUFFIX
-            src_fd = os.open(lower, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-            try:
-                dst_fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        """Copy ``rel`` up (its parent is up already); returns SRC's lstat of it."""
+        with self._parent(LOWER, rel) as (lfd, name), self._parent(UPPER, rel) as (ufd, _):
+            st = os.stat(name, dir_fd=lfd, follow_symlinks=False)
+            if stat.S_ISDIR(st.st_mode):
+                os.mkdir(name, 0o700, dir_fd=ufd)
+            elif stat.S_ISREG(st.st_mode):
+                tmp = _temp_name(name)
+                src_fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=lfd)
                 try:
-                    if not reflink(src_fd, dst_fd):
-                        copy_fd(src_fd, dst_fd)
-                    os.fsync(dst_fd)
+                    dst_fd = os.open(
+                        tmp,
+                        os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
+                        0o600,
+                        dir_fd=ufd,
+                    )
+                    try:
+                        if not reflink(src_fd, dst_fd):
+                            copy_fd(src_fd, dst_fd)
+                        os.fsync(dst_fd)
+                    finally:
+                        os.close(dst_fd)
                 finally:
-                    os.close(dst_fd)
-            finally:
-                os.close(src_fd)
-            os.rename(tmp, upper)
-        elif stat.S_ISLNK(st.st_mode):
-            os.symlink(os.readlink(lower), upper)
-        else:
-            os.mknod(upper, st.st_mode, st.st_rdev)
-        os.chown(upper, st.st_uid, st.st_gid, follow_symlinks=False)
-        if not stat.S_ISLNK(st.st_mode):
-            os.chmod(upper, stat.S_IMODE(st.st_mode))
-            for name in _xattrs(lower):
-                with contextlib.suppress(OSError):
-                    os.setxattr(upper, name, os.getxattr(lower, name))
-        os.utime(upper, ns=(st.st_atime_ns, st.st_mtime_ns), follow_symlinks=False)
-        self.origins[os.lstat(upper).st_ino] = (st.st_dev, st.st_ino)
+                    os.close(src_fd)
+                os.rename(tmp, name, src_dir_fd=ufd, dst_dir_fd=ufd)
+            elif stat.S_ISLNK(st.st_mode):
+                os.symlink(os.readlink(name, dir_fd=lfd), name, dir_fd=ufd)
+            else:
+                os.mknod(name, st.st_mode, st.st_rdev, dir_fd=ufd)
+            os.chown(name, st.st_uid, st.st_gid, dir_fd=ufd, follow_symlinks=False)
+            if not stat.S_ISLNK(st.st_mode):
+                chmod_nofollow(ufd, name, stat.S_IMODE(st.st_mode))
+                _copy_xattrs(lfd, name, proc_path(ufd, name))
+            os.utime(name, dir_fd=ufd, ns=(st.st_atime_ns, st.st_mtime_ns), follow_symlinks=False)
+            self.origins[os.stat(name, dir_fd=ufd, follow_symlinks=False).st_ino] = (
+                st.st_dev,
+                st.st_ino,
+            )
         return st
 
     # -- bookkeeping for the mount's name changes
@@ -281,7 +390,7 @@ class Staging:
     def whiteout(self, rel: str) -> None:
         """``rel`` was removed from the staged tree: hide SRC's, if SRC has one."""
         with self.lock:
-            if os.path.lexists(self.lpath(rel)) and not self.lower_hidden(rel):
+            if lexists_beneath(self.root_fd(LOWER), rel) and not self.lower_hidden(rel):
                 self.whiteouts.add(rel)
                 self.save()
 
@@ -291,22 +400,37 @@ class Staging:
 
     # -- what is staged
 
-    def _walk_upper(self, rel: str = "") -> Iterator[tuple[str, os.stat_result]]:
-        try:
-            names = sorted(os.listdir(self.upath(rel)))
-        except (NotADirectoryError, FileNotFoundError):
-            return
-        for name in names:
-            child = _join(rel, name)
-            if name.endswith(TMP_SUFFIX):
-                continue
+    def _walk_upper(self) -> Iterator[tuple[str, os.stat_result]]:
+        """Every node of the upper tree (no symlink followed), each directory's
+        entries in name order, a directory before what it holds."""
+        root = self.root_fd(UPPER)
+        stack = [""]
+        while stack:
+            rel = stack.pop()
             try:
-                st = os.lstat(self.upath(child))
-            except FileNotFoundError:
-                continue
-            yield child, st
-            if stat.S_ISDIR(st.st_mode):
-                yield from self._walk_upper(child)
+                fd = open_beneath(root, rel, os.O_RDONLY | os.O_DIRECTORY)
+            except OSError as exc:
+                if _gone(exc):
+                    continue
+                raise
+            found: list[tuple[str, os.stat_result]] = []
+            try:
+                for name in sorted(os.listdir(fd)):
+                    if name.endswith(TMP_SUFFIX):
+                        continue
+                    try:
+                        found.append((name, os.stat(name, dir_fd=fd, follow_symlinks=False)))
+                    except FileNotFoundError:
+                        continue
+            finally:
+                os.close(fd)
+            below = []
+            for name, st in found:
+                child = _join(rel, name)
+                yield child, st
+                if stat.S_ISDIR(st.st_mode):
+                    below.append(child)
+            stack.extend(reversed(below))
 
     def changes(self, paths: list[str] | None = None) -> list[Staged]:
         """Every staged change (at or below ``paths``, if given), sorted by path."""
@@ -318,7 +442,7 @@ class Staging:
                 kind = _kind(st.st_mode)
                 lower = self.in_lower(rel)
                 if kind == "dir":
-                    if lower and stat.S_ISDIR(os.lstat(self.lpath(rel)).st_mode):
+                    if lower and self._is_dir(LOWER, rel):
                         continue  # a parent of something staged
                     out[rel] = Staged(rel, "replaced" if rel in self.whiteouts else "added", kind)
                 elif lower:
@@ -329,11 +453,10 @@ class Staging:
             for rel in self.whiteouts:
                 if rel in out or not _under(rel, paths) or self.in_upper(rel):
                     continue
-                try:
-                    kind = _kind(os.lstat(self.lpath(rel)).st_mode)
-                except FileNotFoundError:
+                lst = self.stat_or_none(LOWER, rel)
+                if lst is None:
                     continue  # gone from SRC too
-                out[rel] = Staged(rel, "deleted", kind)
+                out[rel] = Staged(rel, "deleted", _kind(lst.st_mode))
         return [out[k] for k in sorted(out)]
 
     def empty(self) -> bool:
@@ -393,7 +516,8 @@ class Staging:
                 done.append(c.path)
                 changed(c.path)
             for d in sorted(dirs):
-                fsync_dir(d)  # each rename is durable before its upper copy goes
+                # each rename is durable before its upper copy goes
+                fsync_beneath(self.root_fd(LOWER), d)
             for c in writes:
                 self._drop_upper(c)
             for c in deletes:
@@ -417,121 +541,154 @@ class Staging:
 
     def _clean_temps(self, todo: list[str]) -> None:
         for rel in todo:
-            with contextlib.suppress(FileNotFoundError, NotADirectoryError):
-                os.unlink(_temp_name(self.lpath(rel)))
+            try:
+                with self._parent(LOWER, rel) as (pfd, name):
+                    os.unlink(_temp_name(name), dir_fd=pfd)
+            except OSError as exc:
+                if not _gone(exc):
+                    raise
+
+    def _unlink(self, where: str, rel: str) -> None:
+        with self._parent(where, rel) as (pfd, name):
+            os.unlink(name, dir_fd=pfd)
+
+    def _rmdir(self, where: str, rel: str) -> None:
+        with self._parent(where, rel) as (pfd, name):
+            os.rmdir(name, dir_fd=pfd)
 
     def _delete_lower(self, rel: str) -> bool:
         """Remove SRC's ``rel`` (what the staged tree deleted or replaced);
         False if a directory still holds something the staged tree never saw."""
-        lower = self.lpath(rel)
-        try:
-            st = os.lstat(lower)
-        except FileNotFoundError:
+        st = self.stat_or_none(LOWER, rel)
+        if st is None:
             return True
         if not stat.S_ISDIR(st.st_mode):
-            if os.path.lexists(self.upath(rel)):
+            if lexists_beneath(self.root_fd(UPPER), rel):
                 return True  # replaced by the rename of its new bytes over it
-            os.unlink(lower)
-            fsync_dir(os.path.dirname(lower))
+            self._unlink(LOWER, rel)
+            fsync_beneath(self.root_fd(LOWER), rel.rpartition("/")[0])
             return True
-        keep = self.upath(rel) if os.path.isdir(self.upath(rel)) else None
-        return self._rmtree_hidden(rel, keep)
+        return self._rmtree_hidden(rel, keep_upper=self._is_dir(UPPER, rel))
 
-    def _rmtree_hidden(self, rel: str, upper_dir: str | None) -> bool:
+    def _rmtree_hidden(self, rel: str, *, keep_upper: bool) -> bool:
+        """Remove what SRC's directory ``rel`` holds that the staged tree
+        does not show; with ``keep_upper`` False, the directory too.  False
+        if a directory still held something (left in SRC, with a warning)."""
         ok = True
-        for name in os.listdir(self.lpath(rel)):
-            child = _join(rel, name)
-            if (
-                child in self.whiteouts
-                or upper_dir is None
-                or not os.path.lexists(os.path.join(upper_dir, name))
-            ):
-                path = self.lpath(child)
-                if os.path.isdir(path) and not os.path.islink(path):
-                    ok = self._rmtree_hidden(child, None) and ok
-                else:
-                    os.unlink(path)
-            elif os.path.isdir(self.lpath(child)) and os.path.isdir(self.upath(child)):
-                ok = self._rmtree_hidden(child, self.upath(child)) and ok
-        if upper_dir is None:
+        # (directory, whether the staged tree shows it), each after its
+        # parent: a loop, not recursion, whatever the depth.
+        todo = [(rel, keep_upper)]
+        for d, keep in todo:
+            for name in self._listdir(LOWER, d):
+                child = _join(d, name)
+                lst = self.stat_or_none(LOWER, child)
+                if lst is None:
+                    continue
+                if (
+                    child in self.whiteouts
+                    or not keep
+                    or not lexists_beneath(self.root_fd(UPPER), child)
+                ):
+                    if stat.S_ISDIR(lst.st_mode):
+                        todo.append((child, False))
+                    else:
+                        self._unlink(LOWER, child)
+                elif stat.S_ISDIR(lst.st_mode) and self._is_dir(UPPER, child):
+                    todo.append((child, True))
+        for d, keep in reversed(todo):
+            if keep:
+                continue
             try:
-                os.rmdir(self.lpath(rel))
+                self._rmdir(LOWER, d)
             except OSError as exc:
                 if exc.errno != errno.ENOTEMPTY:
                     raise
-                log.warning("%s: not removed from SRC on commit: not empty", rel)
-                return False
+                log.warning("%s: not removed from SRC on commit: not empty", d)
+                ok = False
         return ok
 
     def _make_lower_dirs(self, rel: str) -> None:
+        """Make each parent of ``rel`` SRC lacks, as the layer has it."""
+        missing = []
         parent = rel.rpartition("/")[0]
-        if not parent or os.path.isdir(self.lpath(parent)):
-            return
-        self._make_lower_dirs(parent)
-        ust = os.lstat(self.upath(parent))
-        os.mkdir(self.lpath(parent), stat.S_IMODE(ust.st_mode))
-        os.chown(self.lpath(parent), ust.st_uid, ust.st_gid)
-        os.chmod(self.lpath(parent), stat.S_IMODE(ust.st_mode))
-        fsync_dir(os.path.dirname(self.lpath(parent)))
+        while parent and not self._is_dir(LOWER, parent):
+            missing.append(parent)
+            parent = parent.rpartition("/")[0]
+        for d in reversed(missing):
+            ust = self.lstat_in(UPPER, d)
+            mode = stat.S_IMODE(ust.st_mode)
+            with self._parent(LOWER, d) as (pfd, name):
+                os.mkdir(name, mode, dir_fd=pfd)
+                os.chown(name, ust.st_uid, ust.st_gid, dir_fd=pfd, follow_symlinks=False)
+                chmod_nofollow(pfd, name, mode)
+            fsync_beneath(self.root_fd(LOWER), d.rpartition("/")[0])
 
     def _write_lower(self, c: Staged, linked: dict[int, str], dirs: set[str]) -> None:
-        upper, lower = self.upath(c.path), self.lpath(c.path)
         self._make_lower_dirs(c.path)
-        ust = os.lstat(upper)
-        if stat.S_ISDIR(ust.st_mode):
-            if not os.path.isdir(lower):
-                os.mkdir(lower, 0o700)
-            os.chown(lower, ust.st_uid, ust.st_gid)
-            os.chmod(lower, stat.S_IMODE(ust.st_mode))
-            fsync_dir(os.path.dirname(lower))
-            return
-        tmp = _temp_name(lower)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        first = linked.get(ust.st_ino)
-        if first is not None and ust.st_nlink > 1:
-            os.link(self.lpath(first), tmp)  # hard links staged together stay one inode
-        elif stat.S_ISREG(ust.st_mode):
-            src_fd = os.open(upper, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-            try:
-                dst_fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        parent = c.path.rpartition("/")[0]
+        with self._parent(UPPER, c.path) as (ufd, name), self._parent(LOWER, c.path) as (lfd, _):
+            ust = os.stat(name, dir_fd=ufd, follow_symlinks=False)
+            mode = stat.S_IMODE(ust.st_mode)
+            if stat.S_ISDIR(ust.st_mode):
+                if not self._is_dir(LOWER, c.path):
+                    os.mkdir(name, 0o700, dir_fd=lfd)
+                os.chown(name, ust.st_uid, ust.st_gid, dir_fd=lfd, follow_symlinks=False)
+                chmod_nofollow(lfd, name, mode)
+                fsync_beneath(self.root_fd(LOWER), parent)
+                return
+            tmp = _temp_name(name)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp, dir_fd=lfd)
+            first = linked.get(ust.st_ino)
+            if first is not None and ust.st_nlink > 1:
+                # hard links staged together stay one inode
+                with self._parent(LOWER, first) as (ffd, fname):
+                    os.link(fname, tmp, src_dir_fd=ffd, dst_dir_fd=lfd, follow_symlinks=False)
+            elif stat.S_ISREG(ust.st_mode):
+                src_fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=ufd)
                 try:
-                    if not reflink(src_fd, dst_fd):
-                        copy_fd(src_fd, dst_fd)
-                    os.fchown(dst_fd, ust.st_uid, ust.st_gid)
-                    os.fchmod(dst_fd, stat.S_IMODE(ust.st_mode))
-                    for name in _xattrs(upper):
-                        with contextlib.suppress(OSError):
-                            os.setxattr(dst_fd, name, os.getxattr(upper, name))
-                    os.utime(dst_fd, ns=(ust.st_atime_ns, ust.st_mtime_ns))
-                    os.fsync(dst_fd)
+                    dst_fd = os.open(
+                        tmp,
+                        os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
+                        0o600,
+                        dir_fd=lfd,
+                    )
+                    try:
+                        if not reflink(src_fd, dst_fd):
+                            copy_fd(src_fd, dst_fd)
+                        os.fchown(dst_fd, ust.st_uid, ust.st_gid)
+                        os.fchmod(dst_fd, mode)
+                        _copy_xattrs(ufd, name, dst_fd)
+                        os.utime(dst_fd, ns=(ust.st_atime_ns, ust.st_mtime_ns))
+                        os.fsync(dst_fd)
+                    finally:
+                        os.close(dst_fd)
                 finally:
-                    os.close(dst_fd)
-            finally:
-                os.close(src_fd)
-        elif stat.S_ISLNK(ust.st_mode):
-            os.symlink(os.readlink(upper), tmp)
-            os.chown(tmp, ust.st_uid, ust.st_gid, follow_symlinks=False)
-        else:
-            os.mknod(tmp, ust.st_mode, ust.st_rdev)
-            os.chown(tmp, ust.st_uid, ust.st_gid)
-            os.chmod(tmp, stat.S_IMODE(ust.st_mode))  # the daemon's umask (077) must not matter
-        if os.path.isdir(lower) and not os.path.islink(lower):
-            self._rmtree_hidden(c.path, None)  # a directory the staged tree replaced
-        os.rename(tmp, lower)
-        dirs.add(os.path.dirname(lower))  # fsynced once, before the upper copy goes
+                    os.close(src_fd)
+            elif stat.S_ISLNK(ust.st_mode):
+                os.symlink(os.readlink(name, dir_fd=ufd), tmp, dir_fd=lfd)
+                os.chown(tmp, ust.st_uid, ust.st_gid, dir_fd=lfd, follow_symlinks=False)
+            else:
+                os.mknod(tmp, ust.st_mode, ust.st_rdev, dir_fd=lfd)
+                os.chown(tmp, ust.st_uid, ust.st_gid, dir_fd=lfd, follow_symlinks=False)
+                # the daemon's umask (077) must not matter
+                chmod_nofollow(lfd, tmp, mode)
+            if self._is_dir(LOWER, c.path):
+                self._rmtree_hidden(
+                    c.path, keep_upper=False
+                )  # a directory the staged tree replaced
+            os.rename(tmp, name, src_dir_fd=lfd, dst_dir_fd=lfd)
+        dirs.add(parent)  # fsynced once, before the upper copy goes
         if ust.st_nlink > 1:
             linked.setdefault(ust.st_ino, c.path)
 
     def _drop_upper(self, c: Staged) -> None:
-        upper = self.upath(c.path)
-        try:
-            st = os.lstat(upper)
-        except FileNotFoundError:
+        st = self.stat_or_none(UPPER, c.path)
+        if st is None:
             return
         if stat.S_ISDIR(st.st_mode):
             return  # emptied from below; pruned with its parents
-        os.unlink(upper)
+        self._unlink(UPPER, c.path)
         self.forget_upper(st)
         self.whiteouts.discard(c.path)
         self._prune(c.path.rpartition("/")[0])
@@ -539,23 +696,55 @@ class Staging:
     def _prune(self, rel: str) -> None:
         """Drop upper directories that hold nothing staged any more."""
         while rel:
-            upper = self.upath(rel)
             try:
-                st = os.lstat(upper)
-                if os.listdir(upper) or not self.in_lower(rel) or rel in self.whiteouts:
+                st = self.lstat_in(UPPER, rel)
+                if (
+                    listdir_beneath(self.root_fd(UPPER), rel)
+                    or not self.in_lower(rel)
+                    or rel in self.whiteouts
+                ):
                     return
-                lst = os.lstat(self.lpath(rel))
+                lst = self.lstat_in(LOWER, rel)
                 if (stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid) != (
                     stat.S_IMODE(lst.st_mode),
                     lst.st_uid,
                     lst.st_gid,
                 ):
                     return  # its own metadata is staged
-                os.rmdir(upper)
+                self._rmdir(UPPER, rel)
                 self.origins.pop(st.st_ino, None)
             except OSError:
                 return
             rel = rel.rpartition("/")[0]
+
+    def _rmtree_upper(self, rel: str) -> None:
+        """Remove directory ``rel`` of the upper tree and all it holds."""
+        dirs = [rel]  # each directory after its parent
+        for d in dirs:
+            fd = open_beneath(self.root_fd(UPPER), d, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                for name in os.listdir(fd):
+                    st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                    if stat.S_ISDIR(st.st_mode):
+                        dirs.append(_join(d, name))
+                    else:
+                        os.unlink(name, dir_fd=fd)
+                        self.forget_upper(st)
+            finally:
+                os.close(fd)
+        for d in reversed(dirs):
+            st = self.lstat_in(UPPER, d)
+            self._rmdir(UPPER, d)
+            self.origins.pop(st.st_ino, None)
+
+    def _lower_files(self, rel: str) -> Iterator[str]:
+        """``rel`` and every path below it in SRC."""
+        stack = [rel]
+        while stack:
+            each = stack.pop()
+            yield each
+            if self._is_dir(LOWER, each):
+                stack.extend(_join(each, name) for name in self._listdir(LOWER, each))
 
     def discard(
         self, paths: list[str] | None = None, *, changed: Callable[[str], None] = lambda _r: None
@@ -568,14 +757,13 @@ class Staging:
             selected = self.changes(paths)
             dropped: list[str] = []
             for c in sorted(selected, key=lambda c: c.path.count("/"), reverse=True):
-                upper = self.upath(c.path)
-                if os.path.lexists(upper):
-                    if os.path.isdir(upper) and not os.path.islink(upper):
-                        _rmtree(upper, self)
+                ust = self.stat_or_none(UPPER, c.path)
+                if ust is not None:
+                    if stat.S_ISDIR(ust.st_mode):
+                        self._rmtree_upper(c.path)
                     else:
-                        st = os.lstat(upper)
-                        os.unlink(upper)
-                        self.forget_upper(st)
+                        self._unlink(UPPER, c.path)
+                        self.forget_upper(ust)
                     changed(c.path)
                 if c.path in self.whiteouts or any(
                     w.startswith(c.path + "/") for w in self.whiteouts
@@ -584,7 +772,7 @@ class Staging:
                         w for w in self.whiteouts if w == c.path or w.startswith(c.path + "/")
                     ]:
                         self.whiteouts.discard(w)
-                    for rel in _lower_files(self.lpath(c.path), c.path):
+                    for rel in self._lower_files(c.path):
                         changed(rel)
                 dropped.append(c.path)
                 self._prune(c.path.rpartition("/")[0])
@@ -592,6 +780,24 @@ class Staging:
                 self.whiteouts.clear()
             self.save()
             return sorted(dropped)
+
+    def same_bytes(self, rel: str) -> bool:
+        """The upper copy of ``rel`` and SRC's hold the same (a symlink: the
+        same target)."""
+        try:
+            ust, lst = self.lstat_in(UPPER, rel), self.lstat_in(LOWER, rel)
+            if stat.S_ISLNK(ust.st_mode) or stat.S_ISLNK(lst.st_mode):
+                if not (stat.S_ISLNK(ust.st_mode) and stat.S_ISLNK(lst.st_mode)):
+                    return False
+                with self._parent(UPPER, rel) as (ufd, name), self._parent(LOWER, rel) as (lfd, _):
+                    return os.readlink(name, dir_fd=ufd) == os.readlink(name, dir_fd=lfd)
+            if not (stat.S_ISREG(ust.st_mode) and stat.S_ISREG(lst.st_mode)):
+                return stat.S_IFMT(ust.st_mode) == stat.S_IFMT(lst.st_mode) and (
+                    ust.st_rdev == lst.st_rdev
+                )
+            return self.hash_in(UPPER, rel) == self.hash_in(LOWER, rel)
+        except OSError:
+            return False
 
 
 def walk(staging: Staging, skip_top: frozenset[str]) -> Iterator[tuple[str, os.stat_result]]:
@@ -608,9 +814,8 @@ def walk(staging: Staging, skip_top: frozenset[str]) -> Iterator[tuple[str, os.s
             if not rel_dir and name in skip_top:
                 continue
             rel = _join(rel_dir, name)
-            path = staging.upath(rel) if where == "upper" else staging.lpath(rel)
             try:
-                st = os.lstat(path)
+                st = staging.lstat_in(where, rel)
             except OSError:
                 continue
             if stat.S_ISDIR(st.st_mode):
@@ -619,38 +824,23 @@ def walk(staging: Staging, skip_top: frozenset[str]) -> Iterator[tuple[str, os.s
                 yield rel, st
 
 
-def _temp_name(path: str) -> str:
-    head, tail = os.path.split(path)
-    return os.path.join(head, f".{tail}{TMP_SUFFIX}")
+def _temp_name(name: str) -> str:
+    """The temp name beside entry ``name`` (a copy-up's in the layer, a
+    commit's in SRC): fixed, so a re-run finds it, and within NAME_MAX
+    whatever the length of ``name``."""
+    tmp = f".{name}{TMP_SUFFIX}"
+    if len(os.fsencode(tmp)) <= NAME_MAX:
+        return tmp
+    return f".{hash_bytes(os.fsencode(name))[:32]}{TMP_SUFFIX}"
 
 
-def _xattrs(path: str) -> list[str]:
-    try:
-        return [n for n in os.listxattr(path, follow_symlinks=False) if n.startswith("user.")]
-    except OSError:
-        return []
-
-
-def _rmtree(path: str, staging: Staging) -> None:
-    for name in os.listdir(path):
-        child = os.path.join(path, name)
-        if os.path.isdir(child) and not os.path.islink(child):
-            _rmtree(child, staging)
-        else:
-            st = os.lstat(child)
-            os.unlink(child)
-            staging.forget_upper(st)
-    st = os.lstat(path)
-    os.rmdir(path)
-    staging.origins.pop(st.st_ino, None)
-
-
-def _lower_files(path: str, rel: str) -> Iterator[str]:
-    """``rel`` and every path below it in SRC."""
-    yield rel
-    if os.path.isdir(path) and not os.path.islink(path):
-        for name in os.listdir(path):
-            yield from _lower_files(os.path.join(path, name), _join(rel, name))
+def _copy_xattrs(pfd: int, name: str, dst: int | str) -> None:
+    """Copy entry ``name`` of directory ``pfd``'s user xattrs onto ``dst``
+    (a descriptor, or a path that is no symlink)."""
+    src = proc_path(pfd, name)
+    for attr in user_xattrs(pfd, name):
+        with contextlib.suppress(OSError):
+            os.setxattr(dst, attr, os.getxattr(src, attr, follow_symlinks=False))
 
 
 def committed_report(staging: Staging) -> list[tuple[str, str]]:
@@ -661,26 +851,15 @@ def committed_report(staging: Staging) -> list[tuple[str, str]]:
         return []
     out = []
     for rel in pending.get("todo", []):
-        upper, lower = staging.upath(rel), staging.lpath(rel)
-        if not os.path.lexists(upper):
+        ust = staging.stat_or_none(UPPER, rel)
+        if ust is None:
             state = "committed"
-        elif os.path.isdir(upper):
-            state = "committed" if os.path.isdir(lower) else "staged"
+        elif stat.S_ISDIR(ust.st_mode):
+            state = "committed" if staging._is_dir(LOWER, rel) else "staged"
         else:
-            state = "committed" if _same_bytes(upper, lower) else "staged"
+            state = "committed" if staging.same_bytes(rel) else "staged"
         out.append((rel, state))
     return out
-
-
-def _same_bytes(a: str, b: str) -> bool:
-    from swfs.fsutil import hash_file
-
-    try:
-        if os.path.islink(a) or os.path.islink(b):
-            return os.path.islink(a) and os.path.islink(b) and os.readlink(a) == os.readlink(b)
-        return hash_file(a, mmap=False) == hash_file(b, mmap=False)
-    except OSError:
-        return False
 
 
 # -- the engine's operations (the CLI's, locally or through the daemon)
@@ -760,22 +939,19 @@ CONTROL_OPS: dict[str, Callable[[Any, dict[str, Any]], Any]] = {
 
 
 def _sides(ws: Any, st: Staging, c: Staged) -> tuple[list[Any] | None, list[Any] | None]:
-    from swfs.fsutil import hash_file
-
     new = None
     if c.status != "deleted":
         rec = ws.get_record(c.path)
         new = rec.manifest_entry() if rec is not None else None
     old = None
-    lower = st.lpath(c.path)
-    if c.status != "added" and os.path.isfile(lower) and not os.path.islink(lower):
-        lst = os.lstat(lower)
+    lst = None if c.status == "added" else st.stat_or_none(LOWER, c.path)
+    if lst is not None and stat.S_ISREG(lst.st_mode):
         parser = new[5] if new is not None else None
         if parser is None:
             base = ws.baseline_manifest().get(c.path)
             parser = base[5] if base else None
         old = [
-            hash_file(lower, mmap=False),
+            st.hash_in(LOWER, c.path),
             lst.st_size,
             lst.st_mode,
             lst.st_uid,

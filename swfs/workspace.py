@@ -163,6 +163,8 @@ class Workspace(BlobReads):
         self.staging = staging.Staging.load(src, self.store_dir)
 
     def close(self) -> None:
+        if self.staging is not None:
+            self.staging.close()
         self.store.close()
 
     def __enter__(self) -> Workspace:
