@@ -336,6 +336,25 @@ class Operations(NowaitOps, pyfuse3.Operations):  # NowaitOps: mountd.nowait
         return await self.router.route(h.node).write(h, off, buf)
 
     @handler
+    async def fallocate(self, fh: int, mode: int, offset: int, length: int) -> None:
+        h = self._handle(fh)
+        if isinstance(h, DirHandle):
+            raise fail(errno.EBADF)
+        await self.router.route(h.node).fallocate(h, mode, offset, length)
+
+    @handler
+    async def lseek(self, fh: int, offset: int, whence: int) -> int:
+        h, provider = self._file(fh)
+        return await provider.lseek(h, offset, whence)
+
+    @handler
+    async def tmpfile(
+        self, parent_inode: int, mode: int, flags: int, ctx: pyfuse3.RequestContext
+    ) -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes]:
+        parent = self._node(parent_inode)
+        return await self.router.route(parent).tmpfile(parent, mode, flags, ctx)
+
+    @handler
     async def flush(self, fh: int) -> None:
         h = self._handle(fh)
         if not isinstance(h, DirHandle):
