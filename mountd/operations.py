@@ -53,6 +53,12 @@ F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
 # (mountd.provider.NOFLUSH).  Stock pyfuse3 works too, with a request more
 # per close and four per listing.
 KERNEL_DIR_CACHE = hasattr(pyfuse3.FileInfo, "cache_readdir")
+# It also hands FALLOCATE, LSEEK and (built against libfuse 3.17 or newer)
+# TMPFILE requests to the handlers of those names.  Stock pyfuse3 answers
+# them ENOSYS itself: the kernel then answers fallocate(2) and O_TMPFILE with
+# EOPNOTSUPP and takes every file for data up to its size (SEEK_DATA/HOLE).
+FILE_OPS = hasattr(pyfuse3, "fallocate_available") and hasattr(pyfuse3, "lseek_available")
+TMPFILE = FILE_OPS and bool(getattr(pyfuse3, "tmpfile_available", lambda: False)())
 
 
 def handler(fn: F) -> F:
@@ -101,6 +107,10 @@ class Operations(NowaitOps, pyfuse3.Operations):  # NowaitOps: mountd.nowait
         self.poller = Poller(options.poll_window)
         self.fastpath = FastPath(options.passthrough, journal=options.journal)  # mountd.fastpath
         self.fastpath.prepare(self, options.poll_window)
+        if not FILE_OPS:
+            log.info("fallocate, SEEK_DATA/SEEK_HOLE and O_TMPFILE: not served (stock pyfuse3)")
+        elif not TMPFILE:
+            log.info("O_TMPFILE: not served (pyfuse3 was built against a libfuse before 3.17)")
         # The native source: the one object that touches native files
         # (mountd.native.NativeProvider wraps whatever sits here): SRC, its
         # staged layer (mount --staged) or a snapshot's world (mount --at).
