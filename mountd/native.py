@@ -402,8 +402,10 @@ class NativeProvider:
         fi.direct_io = direct
         if self.mount.fastpath.wanted:
             self.mount.fastpath.created(fi, fi.fh, node.ino)
-        # What it writes is journaled under the name a link gives it.
-        self.mount.journal.on_open(fi.fh, ctx.pid, pdir, flags=flags)
+        # What it writes is journaled under the name a link gives it; a read
+        # back of its own bytes is no evidence of anything (so: write-only).
+        write_only = (flags & ~os.O_ACCMODE) | os.O_WRONLY
+        self.mount.journal.on_open(fi.fh, ctx.pid, pdir, flags=write_only)
         return fi, attr
 
     async def read(self, h: FileHandle, off: int, size: int) -> bytes:
