@@ -37,6 +37,7 @@ from swfs.fsutil import (
     FALLOC_FL_ZERO_RANGE,
     hash_bytes,
 )
+from tests.mounted.test_walk_requests import _counts, _delta
 from tests.mountutil import workdir
 from tests.realmount import RealMount, needs_fuse, swfs, workspace
 from tests.sparseutil import SLACK, MiB, allocated, data_ranges, read_hash
@@ -238,16 +239,21 @@ def test_seek_hole_and_data_serve_sparse_copies(mounted: RealMount, plain: Path)
     # (auto) only where SEEK_HOLE says the source has them.
     for how in ("--sparse=always", "--sparse=auto"):
         copy = plain / f"copy{how}.img"
+        before = _counts(m)
         subprocess.run(["cp", how, str(mine), str(copy)], check=True, timeout=120)
         assert read_hash(copy) == read_hash(theirs), how
         assert allocated(copy) < SLACK, how
+        assert _delta(before, _counts(m)).get("lseek", 0) > 0, f"cp {how} asked no SEEK_DATA"
 
-    # tar -S: the archive holds the data, not 64 MiB of zeros.
+    # tar -S: the archive holds the data, not 64 MiB of zeros; it found the
+    # holes by SEEK_HOLE.
     archive = plain / "disk.tar"
+    before = _counts(m)
     subprocess.run(
         ["tar", "-S", "-cf", str(archive), "-C", str(m.mnt), "disk.img"], check=True, timeout=120
     )
     assert archive.stat().st_size < SLACK
+    assert _delta(before, _counts(m)).get("lseek", 0) > 0, "tar -S asked no SEEK_HOLE"
     out = plain / "out"
     out.mkdir()
     with tarfile.open(archive) as tar:
@@ -358,7 +364,6 @@ def test_passthrough_writer_fallocate_and_seek_reach_the_daemon() -> None:
     (the kernel has no passthrough of either), so a punched hole is kept in
     history like any write."""
     from tests.mounted.test_passthrough_mounted import BIG, mounted, passthrough_state
-    from tests.mounted.test_walk_requests import _counts, _delta
 
     with mounted("--passthrough", "on") as m:
         state = passthrough_state(m)
