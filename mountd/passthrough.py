@@ -35,7 +35,7 @@ from mountd.fsutil import (
 )
 from mountd.poll import Poller
 from swfs.api import EngineAPI, RelPath, WriteSession
-from swfs.fsutil import without_atime
+from swfs.fsutil import FALLOC_FL_ZERO_RANGE, without_atime
 
 log = logging.getLogger(__name__)
 
@@ -458,9 +458,14 @@ class Passthrough:
             raise _err(errno.EBADF)  # not open for writing (the kernel checks first)
         if session.needs_preserve and session.fallocate_changes(mode, off, length):
             await self.slow(session.preserve)
-        # Zeroing a range may write it (a file system without unwritten
-        # extents): not on the loop.
-        await self.slow(session.fallocate, mode, off, length)
+        if mode & FALLOC_FL_ZERO_RANGE:
+            # Zeroing a range may write it (a file system without unwritten
+            # extents): not on the loop.
+            await self.slow(session.fallocate, mode, off, length)
+        else:
+            # Changes of extents only, like a write's system call on the loop
+            # (a thread hop costs more: 0.4 ms against the call's 4 us).
+            session.fallocate(mode, off, length)
 
     @staticmethod
     def lseek(fh: NativeHandle, off: int, whence: int) -> int:
