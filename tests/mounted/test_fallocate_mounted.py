@@ -276,9 +276,14 @@ def test_seek_hole_and_data_serve_sparse_copies(mounted: RealMount, plain: Path)
 def test_tmpfile_linked_in_is_recorded_and_one_never_linked_leaves_nothing(
     mounted: RealMount, plain: Path
 ) -> None:
-    if not pyfuse3.tmpfile_available():
-        pytest.skip("pyfuse3 built against a libfuse without tmpfile (3.17 needed)")
     m = mounted
+    if not pyfuse3.tmpfile_available():
+        # Built against a libfuse before 3.17: refused, as by a file system
+        # without O_TMPFILE (programs then fall back to a named temp file).
+        with pytest.raises(OSError, match="not supported") as exc:
+            os.close(os.open(m.mnt / "notes", os.O_TMPFILE | os.O_WRONLY, 0o600))
+        assert exc.value.errno == errno.EOPNOTSUPP
+        pytest.skip("pyfuse3 built against a libfuse without tmpfile (3.17 needed)")
     staged = "--staged" in m.args
     folder = m.mnt / "notes"
     before = sorted(os.listdir(m.src / "notes"))
