@@ -11,11 +11,11 @@ behalf) holds no policy; it calls these objects and does what they say:
   nothing is recorded of it unless ``named(session, rel)`` says it was
   linked in, after which it is recorded like a new file.
 - ``session.write`` / ``session.truncate`` / ``session.fallocate`` (one
-  that punches a hole, zeroes a range or grows the file): before the first in-place change
-  since the last recorded version, the recorded bytes are preserved.  The
-  change goes through ``swfs.treecache``, which notes the 1 MiB leaves it
-  touched, so the record rehashes those only.  If
-  they cannot be (disk full, a file that never holds still), OSError ENOSPC
+  that punches a hole, zeroes a range or grows the file): before the first
+  in-place change since the last recorded version, the recorded bytes are
+  preserved.  The change goes through ``swfs.treecache``, which notes the
+  1 MiB leaves it touched, so the record rehashes those only.  If they
+  cannot be (disk full, a file that never holds still), OSError ENOSPC
   or EIO is raised and nothing is written: history is never lost silently.
   ``needs_preserve`` / ``preserve()`` let an async caller do that slow step
   in a worker thread before a write.
