@@ -415,12 +415,7 @@ class NativeProvider:
     async def fallocate(self, h: FileHandle, mode: int, off: int, length: int) -> None:
         if not isinstance(h, NativeOpen):
             raise fail(errno.EBADF)
-        try:
-            await self.source.fallocate(h.fh, mode, off, length)
-        except OSError as exc:
-            if exc.errno == errno.ENOSYS:  # the kernel would stop asking for good
-                raise fail(errno.EOPNOTSUPP) from None
-            raise
+        await self.source.fallocate(h.fh, mode, off, length)
 
     async def lseek(self, h: FileHandle, off: int, whence: int) -> int:
         if not isinstance(h, NativeOpen):
