@@ -1,6 +1,7 @@
 """Linux system calls Python's ``os`` module lacks: renameat2, utimensat with
-UTIME_OMIT; openat2 beneath a root descriptor lives in ``swfs.beneath`` (the
-staged layer's engine code needs it too) and is re-exported here."""
+UTIME_OMIT, linkat with AT_EMPTY_PATH; openat2 beneath a root descriptor
+lives in ``swfs.beneath`` (the staged layer's engine code needs it too) and
+is re-exported here."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ RENAME_EXCHANGE = 2
 
 AT_FDCWD = -100
 AT_SYMLINK_NOFOLLOW = 0x100
+AT_EMPTY_PATH = 0x1000
 UTIME_OMIT = (1 << 30) - 2
 
 
@@ -47,6 +49,17 @@ def renameat2(old_dir: int, old: str, new_dir: int, new: str, flags: int) -> Non
     ret = _libc.renameat2(old_dir, os.fsencode(old), new_dir, os.fsencode(new), flags)
     if ret != 0:
         _raise_errno("renameat2", new)
+
+
+def link_fd(fd: int, dst_dir: int, name: str) -> None:
+    """Give the file open as ``fd`` (an O_TMPFILE file, say) the name ``name``
+    in directory ``dst_dir``: linkat(fd, "", AT_EMPTY_PATH), which needs
+    CAP_DAC_READ_SEARCH; without it, through its /proc/self/fd link."""
+    if _libc.linkat(fd, b"", dst_dir, os.fsencode(name), AT_EMPTY_PATH) == 0:
+        return
+    if ctypes.get_errno() not in (errno.ENOENT, errno.EPERM):
+        _raise_errno("linkat", name)
+    os.link(f"/proc/self/fd/{fd}", name, dst_dir_fd=dst_dir, follow_symlinks=True)
 
 
 def utimensat(dirfd: int, name: str | None, atime_ns: int | None, mtime_ns: int | None) -> None:

@@ -30,6 +30,7 @@ from mountd.provider import (
     fail,
     is_write,
     read_only,
+    seek_in,
 )
 from mountd.synthetic import Entry, SyntheticTree
 from mountd.tabtree import TabTree
@@ -255,6 +256,16 @@ class TabProvider(GeneratedProvider):
         if not isinstance(h, TabHandle):
             raise fail(errno.EBADF)
         return await self.tab.write(h.node.spath, off, buf, append=h.append)
+
+    async def fallocate(self, h: FileHandle, mode: int, off: int, length: int) -> None:
+        if not isinstance(h, TabHandle):
+            raise fail(errno.EBADF)
+        raise fail(errno.EOPNOTSUPP)  # a few lines of text: nothing to allocate
+
+    async def lseek(self, h: FileHandle, off: int, whence: int) -> int:
+        if isinstance(h, TabHandle):
+            return seek_in(len(self.tab.content(h.node.spath)), off, whence)
+        return await super().lseek(h, off, whence)
 
     async def setattr(
         self,

@@ -385,9 +385,42 @@ class NativeProvider:
         self.mount.journal.on_open(fi.fh, ctx.pid, join(pdir, name), flags=flags)
         return fi, attr
 
+    async def tmpfile(
+        self, parent: Node, mode: int, flags: int, ctx: pyfuse3.RequestContext
+    ) -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes]:
+        """open(dir, O_TMPFILE): a node without a name, open for writing
+        (never passed through, like a created file: mountd.fastpath)."""
+        pdir = self._writable_parent(parent)
+        fh, st = await self.source.tmpfile(pdir, mode, flags, _creds(ctx))
+        node = self.table.unnamed((st.st_dev, st.st_ino))
+        self.table.remember(node)  # the reply is the kernel's reference, as a create's
+        attr = self.attributes(node, st)
+        node.cache_sig = None
+        self.table.opened(node)
+        direct = bool(flags & os.O_DIRECT)
+        fi = pyfuse3.FileInfo(fh=self.mount.add_handle(NativeOpen(node, fh, direct)))
+        fi.direct_io = direct
+        if self.mount.fastpath.wanted:
+            self.mount.fastpath.created(fi, fi.fh, node.ino)
+        # What it writes is journaled under the name a link gives it; a read
+        # back of its own bytes is no evidence of anything (so: write-only).
+        write_only = (flags & ~os.O_ACCMODE) | os.O_WRONLY
+        self.mount.journal.on_open(fi.fh, ctx.pid, pdir, flags=write_only)
+        return fi, attr
+
     async def read(self, h: FileHandle, off: int, size: int) -> bytes:
         assert isinstance(h, NativeOpen)
         return os.pread(h.fh.fd, size, off)
+
+    async def fallocate(self, h: FileHandle, mode: int, off: int, length: int) -> None:
+        if not isinstance(h, NativeOpen):
+            raise fail(errno.EBADF)
+        await self.source.fallocate(h.fh, mode, off, length)
+
+    async def lseek(self, h: FileHandle, off: int, whence: int) -> int:
+        if not isinstance(h, NativeOpen):
+            raise fail(errno.EBADF)
+        return self.source.lseek(h.fh, off, whence)
 
     async def write(self, h: FileHandle, off: int, buf: bytes) -> int:
         if not isinstance(h, NativeOpen):
@@ -560,6 +593,15 @@ class NativeProvider:
         return self._created(parent, name, st)
 
     async def link(self, node: Node, parent: Node, name: str) -> pyfuse3.EntryAttributes:
+        if self.table.path(node) is None:
+            # No name leads to it: the kernel links only an O_TMPFILE file
+            # so (linkat of /proc/self/fd/N); through a descriptor open on it.
+            fh = self._open_handle(node)
+            if fh is None:
+                raise fail(_nameless(node))
+            pdir = self._writable_parent(parent, name)
+            st = await self.source.link_unnamed(fh, pdir, name)
+            return self._created(parent, name, st)
         st = await self.source.link(self.path(node), self._writable_parent(parent), name)
         return self._created(parent, name, st)
 

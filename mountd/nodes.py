@@ -178,6 +178,18 @@ class InodeTable:
         self.add_link(node, link)
         return node
 
+    def unnamed(self, key: Hashable) -> Node:
+        """The node for backing file ``key``, made without a name (an O_TMPFILE
+        file): it has none until a link gives it one."""
+        node = self._by_key.get((Tree.NATIVE, key))
+        if node is None:
+            node = Node(self._native_ino(key), Tree.NATIVE, key)
+            self._add(node)
+        elif node.gone:
+            node.gone = False
+            node.generation += 1
+        return node
+
     def add_link(self, node: Node, link: Link) -> None:
         old = self._by_link.get(link)
         if old is node:

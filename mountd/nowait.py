@@ -7,8 +7,8 @@ needs to wait: a system call or two, an LMDB read, memory.  Our patched
 pyfuse3 (scripts/pyfuse3-dircache.patch, ``nowait_available``) calls the
 adapter's ``lookup_nowait``, ``getattr_nowait``, ``open_nowait``,
 ``release_nowait``, ``getxattr_nowait``, ``write_nowait``,
-``create_nowait`` and ``flush_nowait`` before it makes a coroutine of such
-a request; each answers what it can at once and
+``create_nowait``, ``flush_nowait`` and ``lseek_nowait`` before it makes
+a coroutine of such a request; each answers what it can at once and
 returns None (False for a release) for anything else, which pyfuse3 then
 hands to the async handler as before.
 That skips, per request, the coroutine and its container, the handler's
@@ -43,6 +43,9 @@ Only these answer here (the native tree, and units of ``.parsed``):
 * a CREATE of a new file in a native folder (not of a name that exists,
   which opens it: the open may wait; not in a staged mount, whose layer
   may be copied up first);
+* an LSEEK (SEEK_DATA or SEEK_HOLE) of a native file: the backing file's
+  own answer (GNU grep asks SEEK_HOLE of every file larger than its first
+  read);
 * a FLUSH of a native handle with nothing to record, or with a small
   file's record where no other thread holds the store's writer lock
   (``InPlaceSession.flush_now``): a create's close records its version
@@ -224,6 +227,13 @@ class NowaitOps:
     def write_nowait(self, fh: int, off: int, buf: bytes) -> int | None:
         h = self._native_open(fh)
         return None if h is None else self.native_provider.write_nowait(h, off, buf)
+
+    @nowait
+    def lseek_nowait(self, fh: int, offset: int, whence: int) -> int | None:
+        """SEEK_DATA / SEEK_HOLE of a native file: one system call.  GNU grep
+        asks SEEK_HOLE of every file larger than its first read."""
+        h = self._native_open(fh)
+        return None if h is None else self.native_provider.source.lseek(h.fh, offset, whence)
 
     @nowait
     def release_nowait(self, fh: int) -> bool:

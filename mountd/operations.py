@@ -53,6 +53,12 @@ F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
 # (mountd.provider.NOFLUSH).  Stock pyfuse3 works too, with a request more
 # per close and four per listing.
 KERNEL_DIR_CACHE = hasattr(pyfuse3.FileInfo, "cache_readdir")
+# It also hands FALLOCATE, LSEEK and (built against libfuse 3.17 or newer)
+# TMPFILE requests to the handlers of those names.  Stock pyfuse3 answers
+# them ENOSYS itself: the kernel then answers fallocate(2) and O_TMPFILE with
+# EOPNOTSUPP and takes every file for data up to its size (SEEK_DATA/HOLE).
+FILE_OPS = hasattr(pyfuse3, "fallocate_available") and hasattr(pyfuse3, "lseek_available")
+TMPFILE = FILE_OPS and bool(getattr(pyfuse3, "tmpfile_available", lambda: False)())
 
 
 def handler(fn: F) -> F:
@@ -101,6 +107,10 @@ class Operations(NowaitOps, pyfuse3.Operations):  # NowaitOps: mountd.nowait
         self.poller = Poller(options.poll_window)
         self.fastpath = FastPath(options.passthrough, journal=options.journal)  # mountd.fastpath
         self.fastpath.prepare(self, options.poll_window)
+        if not FILE_OPS:
+            log.info("fallocate, SEEK_DATA/SEEK_HOLE and O_TMPFILE: not served (stock pyfuse3)")
+        elif not TMPFILE:
+            log.info("O_TMPFILE: not served (pyfuse3 was built against a libfuse before 3.17)")
         # The native source: the one object that touches native files
         # (mountd.native.NativeProvider wraps whatever sits here): SRC, its
         # staged layer (mount --staged) or a snapshot's world (mount --at).
@@ -337,6 +347,25 @@ class Operations(NowaitOps, pyfuse3.Operations):  # NowaitOps: mountd.nowait
         if isinstance(h, DirHandle):
             raise fail(errno.EBADF)
         return await self.router.route(h.node).write(h, off, buf)
+
+    @handler
+    async def fallocate(self, fh: int, mode: int, offset: int, length: int) -> None:
+        h = self._handle(fh)
+        if isinstance(h, DirHandle):
+            raise fail(errno.EBADF)
+        await self.router.route(h.node).fallocate(h, mode, offset, length)
+
+    @handler
+    async def lseek(self, fh: int, offset: int, whence: int) -> int:
+        h, provider = self._file(fh)
+        return await provider.lseek(h, offset, whence)
+
+    @handler
+    async def tmpfile(
+        self, parent_inode: int, mode: int, flags: int, ctx: pyfuse3.RequestContext
+    ) -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes]:
+        parent = self._node(parent_inode)
+        return await self.router.route(parent).tmpfile(parent, mode, flags, ctx)
 
     @handler
     async def flush(self, fh: int) -> None:

@@ -170,6 +170,12 @@ class NativeSource(Protocol):
         must wait (bytes to keep first)."""
         ...
 
+    async def fallocate(self, fh: NativeHandle, mode: int, off: int, length: int) -> None: ...
+    def lseek(self, fh: NativeHandle, off: int, whence: int) -> int: ...
+    async def tmpfile(
+        self, parent: str, mode: int, flags: int, creds: Creds
+    ) -> tuple[NativeHandle, os.stat_result]: ...
+    async def link_unnamed(self, fh: NativeHandle, parent: str, name: str) -> os.stat_result: ...
     async def flush(self, fh: NativeHandle) -> None: ...
     def flush_now(self, fh: NativeHandle) -> bool:
         """``flush`` without waiting; False, having done nothing, where the
@@ -285,6 +291,11 @@ class Provider(Protocol):
 
     async def read(self, h: FileHandle, off: int, size: int) -> bytes: ...
     async def write(self, h: FileHandle, off: int, buf: bytes) -> int: ...
+    async def fallocate(self, h: FileHandle, mode: int, off: int, length: int) -> None: ...
+    async def lseek(self, h: FileHandle, off: int, whence: int) -> int:
+        """SEEK_DATA / SEEK_HOLE: the offset found (ENXIO: none)."""
+        ...
+
     async def flush(self, h: FileHandle, fh: int) -> None: ...
     async def fsync(self, h: FileHandle, fh: int, datasync: bool) -> None: ...
     async def release(self, h: FileHandle, fh: int) -> None: ...
@@ -308,6 +319,12 @@ class Provider(Protocol):
     async def create(
         self, parent: Node, name: str, mode: int, flags: int, ctx: pyfuse3.RequestContext
     ) -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes]: ...
+
+    async def tmpfile(
+        self, parent: Node, mode: int, flags: int, ctx: pyfuse3.RequestContext
+    ) -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes]:
+        """open(parent, O_TMPFILE): a file without a name, open."""
+        ...
 
     async def mknod(
         self, parent: Node, name: str, mode: int, rdev: int, ctx: pyfuse3.RequestContext
@@ -350,6 +367,21 @@ class ReadOnly:
 
     async def write(self, h: FileHandle, off: int, buf: bytes) -> int:
         raise fail(errno.EBADF)
+
+    async def fallocate(self, h: FileHandle, mode: int, off: int, length: int) -> None:
+        raise fail(errno.EBADF)
+
+    async def lseek(self, h: FileHandle, off: int, whence: int) -> int:
+        if isinstance(h, FdHandle):
+            return os.lseek(h.fd, off, whence)
+        if isinstance(h, DataHandle):
+            return seek_in(len(h.data), off, whence)
+        raise fail(errno.EBADF)
+
+    async def tmpfile(
+        self, parent: Node, mode: int, flags: int, ctx: pyfuse3.RequestContext
+    ) -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes]:
+        raise fail(errno.EROFS)
 
     async def flush(self, h: FileHandle, fh: int) -> None:
         return None
@@ -412,6 +444,16 @@ class ReadOnly:
         ctx: pyfuse3.RequestContext,
     ) -> None:
         raise fail(errno.EROFS)
+
+
+def seek_in(size: int, off: int, whence: int) -> int:
+    """SEEK_DATA / SEEK_HOLE in ``size`` bytes without holes (a generated
+    file's): data from ``off`` on, the one hole at the end."""
+    if whence not in (os.SEEK_DATA, os.SEEK_HOLE):
+        raise fail(errno.EINVAL)
+    if off < 0 or off >= size:
+        raise fail(errno.ENXIO)
+    return off if whence == os.SEEK_DATA else size
 
 
 def absent(name: str) -> int:

@@ -250,6 +250,19 @@ class StagedPassthrough(Passthrough):
         handle, st = await self.top.create(parent, name, mode, flags, creds)
         return handle, self._fresh(st)
 
+    async def tmpfile(
+        self, parent: str, mode: int, flags: int, creds: Creds
+    ) -> tuple[NativeHandle, os.stat_result]:
+        if not self._exists(parent):
+            raise _err(errno.ENOENT)
+        await self._copy_up(parent)  # where it may be linked in later
+        handle, st = await self.top.tmpfile(parent, mode, flags, creds)
+        return handle, self._fresh(st)
+
+    async def link_unnamed(self, fh: NativeHandle, parent: str, name: str) -> os.stat_result:
+        await self._new_entry(parent, name)
+        return self._mapped(await self.top.link_unnamed(fh, parent, name))
+
     # -- directory entries
 
     async def _new_entry(self, parent: str, name: str) -> None:

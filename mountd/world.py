@@ -193,6 +193,21 @@ class WorldNative:
     ) -> tuple[NativeHandle, os.stat_result] | None:
         _erofs()
 
+    async def fallocate(self, fh: NativeHandle, mode: int, off: int, length: int) -> None:
+        _erofs()
+
+    @staticmethod
+    def lseek(fh: NativeHandle, off: int, whence: int) -> int:
+        return os.lseek(fh.fd, off, whence)
+
+    async def tmpfile(
+        self, parent: str, mode: int, flags: int, creds: Creds
+    ) -> tuple[NativeHandle, os.stat_result]:
+        _erofs()
+
+    async def link_unnamed(self, fh: NativeHandle, parent: str, name: str) -> os.stat_result:
+        _erofs()
+
     async def mkdir(self, parent: str, name: str, mode: int, creds: Creds) -> os.stat_result:
         _erofs()
 

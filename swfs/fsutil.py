@@ -7,6 +7,7 @@ the store.  Functions are blocking; async callers run them in a thread.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import fcntl
 import logging
@@ -117,6 +118,34 @@ def reflink(src_fd: int, dst_fd: int) -> bool:
             return False
         raise
     return True
+
+
+# linux/falloc.h: the fallocate(2) modes the mount serves (mode 0 allocates).
+FALLOC_FL_KEEP_SIZE = 0x01
+FALLOC_FL_PUNCH_HOLE = 0x02
+FALLOC_FL_ZERO_RANGE = 0x10
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.fallocate.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
+_libc.fallocate.restype = ctypes.c_int
+
+
+def fallocate(fd: int, mode: int, offset: int, length: int) -> None:
+    """fallocate(2) with its ``mode`` (``os.posix_fallocate`` has none)."""
+    while _libc.fallocate(fd, mode, offset, length) != 0:
+        err = ctypes.get_errno()
+        if err != errno.EINTR:
+            raise OSError(err, f"fallocate: {os.strerror(err)}")
+
+
+def fallocate_changes(mode: int, offset: int, length: int, size: int) -> bool:
+    """Whether fallocate(2) with ``mode`` over ``[offset, offset + length)`` of
+    a file of ``size`` bytes changes what it reads as: a hole punched or a
+    range zeroed (bytes), or the size grown.  An allocation within the size
+    changes nothing a read sees."""
+    if mode & (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE):
+        return True
+    return not mode & FALLOC_FL_KEEP_SIZE and offset + length > size
 
 
 def data_extents(fd: int, size: int) -> Iterator[tuple[int, int]]:

@@ -52,6 +52,8 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from . import b3tree
+from .fsutil import FALLOC_FL_PUNCH_HOLE, FALLOC_FL_ZERO_RANGE
+from .fsutil import fallocate as _fallocate
 from .fsutil import hash_fd as hash_whole
 
 log = logging.getLogger(__name__)
@@ -150,6 +152,26 @@ class TreeCache:
             raise
         old = before[0] if before is not None else size
         self._end(key, entry, before, (after, min(old, size), max(old, size)))
+
+    def fallocate(self, key: Key, fd: int, mode: int, off: int, length: int) -> None:
+        """fallocate(2) of ``fd`` with ``mode``, tracked: a hole punched or a
+        range zeroed changes those bytes, a grown size the tail."""
+        entry, before = self._begin(key, fd)
+        try:
+            _fallocate(fd, mode, off, length)
+            after = os.fstat(fd)
+        except BaseException:
+            self._end(key, entry, None, None)
+            raise
+        old = before[0] if before is not None else after.st_size
+        new = after.st_size
+        start, end = min(old, new), max(old, new)
+        if mode & (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE):
+            if end <= start:  # no change of size: the range alone
+                start, end = off, min(off + length, new)
+            else:
+                start, end = min(start, off), max(end, min(off + length, new))
+        self._end(key, entry, before, (after, start, end))
 
     def forget(self, key: Key) -> None:
         """Drop what is known of ``key``: the next hash is whole."""

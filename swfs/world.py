@@ -153,7 +153,7 @@ class _Writes:
     def _refuse(*_: Any, **__: Any) -> Any:
         raise OSError(errno.EROFS, os.strerror(errno.EROFS))
 
-    begin_write = adopt_new = unlink = rename = truncate = _refuse
+    begin_write = adopt_new = adopt_unnamed = named = unlink = rename = truncate = _refuse
 
     @contextmanager
     def changing(self, rel: str) -> Iterator[None]:

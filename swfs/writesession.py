@@ -7,11 +7,15 @@ behalf) holds no policy; it calls these objects and does what they say:
   change made behind the mount first, preserves the recorded bytes before an
   O_TRUNC, then opens.  ``adopt_new(rel, fd)`` for a file the caller has just
   created (nothing recorded to keep).
-- ``session.write`` / ``session.truncate``: before the first in-place change
-  since the last recorded version, the recorded bytes are preserved.  The
-  change goes through ``swfs.treecache``, which notes the 1 MiB leaves it
-  touched, so the record rehashes those only.  If
-  they cannot be (disk full, a file that never holds still), OSError ENOSPC
+- ``adopt_unnamed(fd)`` for a file created without a name (O_TMPFILE):
+  nothing is recorded of it unless ``named(session, rel)`` says it was
+  linked in, after which it is recorded like a new file.
+- ``session.write`` / ``session.truncate`` / ``session.fallocate`` (one
+  that punches a hole, zeroes a range or grows the file): before the first
+  in-place change since the last recorded version, the recorded bytes are
+  preserved.  The change goes through ``swfs.treecache``, which notes the
+  1 MiB leaves it touched, so the record rehashes those only.  If they
+  cannot be (disk full, a file that never holds still), OSError ENOSPC
   or EIO is raised and nothing is written: history is never lost silently.
   ``needs_preserve`` / ``preserve()`` let an async caller do that slow step
   in a worker thread before a write.
@@ -54,7 +58,8 @@ from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 from . import treecache
-from .api import FileState, RelPath
+from .api import FileState, RelPath, WriteSession
+from .fsutil import fallocate, fallocate_changes
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +121,7 @@ class InPlaceSession:
     def __init__(
         self,
         writes: InPlaceWrites,
-        rel: str,
+        rel: str | None,
         fd: int,
         key: tuple[int, int],
         kept: _Kept,
@@ -163,6 +168,24 @@ class InPlaceSession:
         self._dirty()
         treecache.CACHE.truncate(self.key, self.fd, size)
         self.wrote = True  # recorded on close (flush), release or fsync
+
+    def fallocate_changes(self, mode: int, off: int, length: int) -> bool:
+        """Cheap (one fstat): whether ``fallocate(mode, off, length)`` would
+        change what the file reads as, so that it is a write to history."""
+        return fallocate_changes(mode, off, length, os.fstat(self.fd).st_size)
+
+    def fallocate(self, mode: int, off: int, length: int) -> None:
+        """fallocate(2).  One that changes what the file reads as (a hole
+        punched, a range zeroed, the size grown) is a write: the recorded
+        bytes are kept first and a version is recorded at close.  An
+        allocation within the size is none."""
+        if not self.fallocate_changes(mode, off, length):
+            fallocate(self.fd, mode, off, length)
+            return
+        self.preserve()
+        self._dirty()
+        treecache.CACHE.fallocate(self.key, self.fd, mode, off, length)
+        self.wrote = True
 
     def _dirty(self) -> None:
         """Busy from before the first byte changes: a check of a change behind
@@ -353,7 +376,24 @@ class InPlaceWrites:
         """A file the caller has just created: nothing recorded to keep."""
         return self._session(rel, fd, preserved=True, dirty=True)
 
-    def _session(self, rel: str, fd: int, *, preserved: bool, dirty: bool) -> InPlaceSession:
+    def adopt_unnamed(self, fd: int) -> InPlaceSession:
+        """A file without a name the caller has just created (O_TMPFILE):
+        nothing recorded to keep, and nothing to record until ``named``."""
+        return self._session(None, fd, preserved=True, dirty=False)
+
+    def named(self, session: WriteSession, rel: str) -> None:
+        """The unnamed file of ``session`` was linked in as ``rel``
+        (linkat of an O_TMPFILE file): from now on it is an ordinary new
+        file, recorded at the writer's next close, fsync or release.  What
+        it holds is new under that name: there is nothing to keep first."""
+        assert isinstance(session, InPlaceSession)
+        with self.stripe(rel):
+            session.rel = rel
+            session.dirty = session.wrote = True
+        with self._lock:
+            session._kept.preserved, session._kept.hash = True, None
+
+    def _session(self, rel: str | None, fd: int, *, preserved: bool, dirty: bool) -> InPlaceSession:
         st = os.fstat(fd)
         key = (st.st_dev, st.st_ino)
         with self._lock:

@@ -254,6 +254,59 @@ def test_operations_without_a_kernel(engine: Any) -> None:
     run(main)
 
 
+def test_fallocate_seek_and_tmpfile_without_a_kernel(engine: Any) -> None:
+    """FALLOCATE, LSEEK and TMPFILE as the patched pyfuse3 hands them over:
+    a punched hole is kept and recorded like a write, SEEK_HOLE answers the
+    backing file's holes (a generated file's: its end), an O_TMPFILE file
+    is recorded only once a LINK names it."""
+    from swfs.fsutil import FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE
+
+    ctx: Any = Ctx()
+    big = os.urandom(2 * 1024 * 1024)
+    (engine.src / "big.bin").write_bytes(big)
+    engine.check_file(RelPath("big.bin"))
+
+    async def main() -> None:
+        ops = Operations(engine, str(engine.src), str(engine.store_dir), MountOptions())
+        try:
+            root = pyfuse3.ROOT_INODE
+            b = await ops.lookup(root, b"big.bin", ctx)
+            fi = await ops.open(b.st_ino, os.O_RDWR, ctx)
+            await ops.fallocate(fi.fh, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, 1 << 20)
+            assert engine.calls[-1] == ["preserve", "big.bin"]
+            assert await ops.lseek(fi.fh, 0, os.SEEK_DATA) == 1 << 20
+            with pytest.raises(pyfuse3.FUSEError) as exc:
+                await ops.lseek(fi.fh, len(big), os.SEEK_DATA)
+            assert exc.value.errno == errno.ENXIO
+            await ops.flush(fi.fh)
+            await ops.release(fi.fh)
+            assert engine.calls[-1] == ["record_write", "big.bin"]
+
+            d = await ops.lookup(root, b"d", ctx)
+            fi, attr = await ops.tmpfile(d.st_ino, 0o100640, os.O_RDWR, ctx)
+            assert attr.st_nlink == 0
+            assert await ops.write(fi.fh, 0, b"no name yet\n") == 12
+            linked = await ops.link(attr.st_ino, d.st_ino, b"t.txt", ctx)
+            assert linked.st_ino == attr.st_ino
+            await ops.flush(fi.fh)
+            await ops.release(fi.fh)
+            assert (engine.src / "d/t.txt").read_bytes() == b"no name yet\n"
+            assert engine.calls[-1] == ["record_write", "d/t.txt"]
+            fi, attr = await ops.tmpfile(d.st_ino, 0o100600, os.O_WRONLY, ctx)
+            await ops.write(fi.fh, 0, b"gone\n")
+            await ops.release(fi.fh)
+            assert sorted(os.listdir(engine.src / "d")) == ["a.txt", "t.txt"]
+
+            parsed = await ops.lookup(root, b".parsed", ctx)
+            with pytest.raises(pyfuse3.FUSEError) as exc:
+                await ops.tmpfile(parsed.st_ino, 0o100600, os.O_WRONLY, ctx)
+            assert exc.value.errno == errno.EROFS
+        finally:
+            ops.close()
+
+    run(main)
+
+
 def test_a_view_is_loaded_once_per_listing(engine: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """``ls -l`` of a view stats every unit: the view's state and its names
     are asked once, each unit on its own."""

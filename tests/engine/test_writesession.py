@@ -450,3 +450,74 @@ def test_flush_now_leaves_to_a_thread_what_would_wait(engine: Engine) -> None:
     assert not linked.flush_now()
     linked.release()
     assert engine.writes.busy_paths() == set()
+
+
+def test_fallocate_is_a_write_only_where_it_changes_what_the_file_reads_as(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from swfs.fsutil import FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE
+
+    calls: list[str] = []
+    real = engine.preserve
+    monkeypatch.setattr(engine, "preserve", lambda rel: (calls.append(rel), real(rel))[1])
+    before = versions(engine, "a.txt")
+    s = engine.begin_write("a.txt", opener(engine, "a.txt"), truncate=False)
+    # An allocation within the size (or past it, keeping the size): nothing
+    # to keep, nothing to record.
+    assert not s.fallocate_changes(0, 0, len(OLD))
+    s.fallocate(0, 0, len(OLD))
+    s.fallocate(FALLOC_FL_KEEP_SIZE, 0, 1 << 20)
+    assert (calls, s.dirty) == ([], False)
+    # A punched hole changes bytes: kept first, recorded at release.
+    assert s.fallocate_changes(FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 4, 3)
+    s.fallocate(FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 4, 3)
+    assert calls == ["a.txt"]
+    assert s.dirty
+    s.release()
+    assert (engine.src / "a.txt").read_bytes() == OLD[:4] + bytes(3) + OLD[7:]
+    assert len(versions(engine, "a.txt")) == len(before) + 1
+    blob = engine.version_file(RelPath("a.txt"), 1)
+    assert blob is not None
+    assert Path(blob).read_bytes() == OLD
+    # Growing the file is a write too (one burst with the last: it replaces
+    # that version, as a write would: swfs.versioning).
+    s = engine.begin_write("a.txt", opener(engine, "a.txt"), truncate=False)
+    assert s.fallocate_changes(0, 0, 4096)
+    s.fallocate(0, 0, 4096)
+    s.release()
+    data = OLD[:4] + bytes(3) + OLD[7:] + bytes(4096 - len(OLD))
+    assert versions(engine, "a.txt")[-1] == blake3.blake3(data).hexdigest()
+
+
+def test_an_unnamed_file_records_nothing_until_it_is_linked_in(engine: Engine) -> None:
+    fd = os.open(engine.src, os.O_TMPFILE | os.O_RDWR | os.O_CLOEXEC, 0o644)
+    s = engine.writes.adopt_unnamed(fd)
+    assert s.rel is None
+    assert not s.needs_preserve
+    s.write(0, b"no name yet\n")
+    s.sync(False)
+    assert engine.writes.busy_paths() == set()
+    libc_link(fd, engine.src / "named.txt")
+    engine.writes.named(s, "named.txt")
+    assert engine.writes.busy_paths() == {"named.txt"}  # the session records it
+    s.write(12, b"and a name\n")
+    s.release()
+    data = b"no name yet\nand a name\n"
+    assert versions(engine, "named.txt") == [blake3.blake3(data).hexdigest()]
+    # One never linked: nothing recorded, nothing left.
+    fd = os.open(engine.src, os.O_TMPFILE | os.O_RDWR | os.O_CLOEXEC, 0o644)
+    s = engine.writes.adopt_unnamed(fd)
+    s.write(0, b"gone at close\n")
+    s.release()
+    assert sorted(p.name for p in engine.src.iterdir()) == ["a.txt", "b.txt", "named.txt"]
+
+
+def libc_link(fd: int, path: Path) -> None:
+    """linkat(fd, "", AT_EMPTY_PATH), else through /proc/self/fd."""
+    from mountd.fsutil import link_fd
+
+    dfd = os.open(path.parent, os.O_PATH | os.O_CLOEXEC)
+    try:
+        link_fd(fd, dfd, path.name)
+    finally:
+        os.close(dfd)

@@ -1,7 +1,8 @@
 """A data-integrity exerciser in the spirit of fsx: long random mixes (fixed
 seeds) of pread/pwrite at random offsets, growing and shrinking truncates,
-mmap reads and MAP_SHARED writes with msync, O_DIRECT reads and writes, fsync
-and close/reopen, on files in the mount.  After every step the whole file,
+mmap reads and MAP_SHARED writes with msync, O_DIRECT reads and writes,
+fallocate (allocate, keep size, punch a hole, zero a range), SEEK_DATA and
+SEEK_HOLE, fsync and close/reopen, on files in the mount.  After every step the whole file,
 read through the mount, must equal an in-memory model; every few steps, and
 at the end, the file in the backing SRC must equal it too; after every close,
 ``user.sw.hash`` must be the model's blake3.
@@ -13,6 +14,7 @@ SIGBUS from an mmap beyond a wrongly reported EOF fails the test, not pytest.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import errno
 import json
 import mmap
@@ -22,6 +24,7 @@ import subprocess
 import sys
 import time
 
+import pyfuse3
 import pytest
 
 from tests.realmount import REPO, needs_fuse, report_count, swfs, workspace
@@ -29,6 +32,11 @@ from tests.realmount import REPO, needs_fuse, report_count, swfs, workspace
 MAX_LEN = 192 * 1024
 MAX_IO = 48 * 1024
 BLOCK = 4096
+# linux/falloc.h
+KEEP_SIZE, PUNCH_HOLE, ZERO_RANGE = 0x01, 0x02, 0x10
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.fallocate.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
 
 
 def blake3_hex(data: bytes) -> str:
@@ -46,6 +54,7 @@ class Exerciser:
         self.fd = -1
         self.counts: dict[str, int] = {}
         self.direct_ok = True
+        self.falloc_ok = True  # a stock pyfuse3's mount answers EOPNOTSUPP
         self.step = 0
         self.history: list[str] = []
 
@@ -205,6 +214,65 @@ class Exerciser:
             self.fail(f"O_DIRECT read at {off} differs")
         self.note("direct_read")
 
+    def _fallocate(self, mode: int, off: int, length: int) -> bool:
+        if not self.falloc_ok:
+            return False
+        if _libc.fallocate(self.fd, mode, off, length) != 0:
+            err = ctypes.get_errno()
+            if err == errno.EOPNOTSUPP:
+                self.falloc_ok = False
+                return False
+            self.fail(f"fallocate({mode:#x}, {off}, {length}): {os.strerror(err)}")
+        return True
+
+    def op_fallocate(self) -> None:
+        off, length = self.span()
+        mode = self.rng.choice([0, KEEP_SIZE])
+        if self._fallocate(mode, off, length):
+            if not mode & KEEP_SIZE and off + length > len(self.model):
+                self.model.extend(bytes(off + length - len(self.model)))
+            self.note("fallocate" if mode == 0 else "fallocate_keep")
+
+    def op_punch(self) -> None:
+        off, length = self.span()
+        if self._fallocate(PUNCH_HOLE | KEEP_SIZE, off, length):
+            end = min(off + length, len(self.model))
+            if off < end:
+                self.model[off:end] = bytes(end - off)
+            self.note("punch_hole")
+
+    def op_zero(self) -> None:
+        off, length = self.span()
+        mode = ZERO_RANGE | self.rng.choice([0, KEEP_SIZE])
+        if self._fallocate(mode, off, length):
+            end = off + length if not mode & KEEP_SIZE else min(off + length, len(self.model))
+            if end > len(self.model):
+                self.model.extend(bytes(end - len(self.model)))
+            if off < end:
+                self.model[off:end] = bytes(end - off)
+            self.note("zero_range")
+
+    def op_seek(self) -> None:
+        """SEEK_DATA / SEEK_HOLE from a random offset: what they skip reads
+        as zeros, and neither goes past the end."""
+        size = len(self.model)
+        if not size:
+            return
+        off = self.rng.randrange(size)
+        try:
+            data = os.lseek(self.fd, off, os.SEEK_DATA)
+        except OSError as exc:
+            if exc.errno != errno.ENXIO:
+                raise
+            data = size  # no data after ``off``
+        if not off <= data <= size or any(self.model[off:data]):
+            self.fail(f"SEEK_DATA from {off} answered {data} (size {size})")
+        if data < size:
+            hole = os.lseek(self.fd, data, os.SEEK_HOLE)
+            if not data < hole <= size:
+                self.fail(f"SEEK_HOLE from {data} answered {hole} (size {size})")
+        self.note("seek_data_hole")
+
     def op_fsync(self) -> None:
         os.fsync(self.fd)
         self.note("fsync")
@@ -223,6 +291,10 @@ class Exerciser:
             (self.op_mmap_write, 10),
             (self.op_direct_write, 6),
             (self.op_direct_read, 5),
+            (self.op_fallocate, 3),
+            (self.op_punch, 4),
+            (self.op_zero, 3),
+            (self.op_seek, 4),
             (self.op_fsync, 3),
             (self.op_reopen, 5),
         ]
@@ -236,7 +308,7 @@ class Exerciser:
                 self.check_src()
         self.close()
         self.check_src()
-        return {"counts": self.counts, "direct": self.direct_ok}
+        return {"counts": self.counts, "direct": self.direct_ok, "falloc": self.falloc_ok}
 
 
 def first_diff(a: bytes | bytearray, b: bytes | bytearray) -> str:
@@ -294,7 +366,7 @@ def test_change_is_recorded_when_a_dup_closes(change: str) -> None:
 def test_fsx_random_io_matches_model(request: pytest.FixtureRequest) -> None:
     ops = int(os.environ.get("SWFS_FSX_OPS", "1500"))
     total = 0
-    direct = True
+    direct = falloc = True
     with workspace() as m:
         procs = []
         for seed in SEEDS:
@@ -330,12 +402,15 @@ def test_fsx_random_io_matches_model(request: pytest.FixtureRequest) -> None:
             result = json.loads(out)
             total += sum(result["counts"].values())
             direct = direct and result["direct"]
+            falloc = falloc and result["falloc"]
         report_count(request.config, "fsx operations", total)
         assert failures == [], "\n".join(failures)
         assert m.alive()
         swfs("check", m.mnt)
     if not direct:
         report_count(request.config, "fsx O_DIRECT unsupported (EINVAL), skipped", 1)
+    # The pyfuse3 `make install` builds serves fallocate; a stock one does not.
+    assert falloc or not hasattr(pyfuse3, "fallocate_available")
 
 
 if __name__ == "__main__":

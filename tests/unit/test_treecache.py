@@ -16,6 +16,7 @@ import blake3
 import pytest
 
 from swfs import b3tree, treecache
+from swfs.fsutil import FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, FALLOC_FL_ZERO_RANGE
 from tests.b3lib import library_path, using
 from tests.sparseutil import make_sparse
 
@@ -54,6 +55,9 @@ class File:
 
     def truncate(self, size: int) -> None:
         self.cache.truncate(self.key, self.fd, size)
+
+    def fallocate(self, mode: int, off: int, length: int) -> None:
+        self.cache.fallocate(self.key, self.fd, mode, off, length)
 
     def hash(self) -> str:
         return self.cache.hash_fd(self.fd)
@@ -130,6 +134,33 @@ def test_random_writes_and_truncates_hash_to_blake3_of_the_bytes(
             f.close()
     # Most of those hashes reused leaves: the test exercised the cache.
     assert cache.stats["incremental"] > 40
+
+
+def test_fallocate_punch_zero_and_grow_hash_to_blake3_of_the_bytes(
+    tmp_path: Path, cache: treecache.TreeCache
+) -> None:
+    """fallocate through the cache (the write session's, for fallocate(2) on
+    the mount): holes punched, ranges zeroed, the size grown or kept; each
+    hash reuses the leaves it did not touch."""
+    keep, punch, zero = FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, FALLOC_FL_ZERO_RANGE
+    modes = [0, keep, punch | keep, zero, zero | keep]
+    rng = random.Random(20261205)
+    f = opened(tmp_path, cache, 9 * MiB + 77, seed=5)
+    try:
+        assert f.hash() == f.truth()
+        for _ in range(30):
+            size = os.fstat(f.fd).st_size
+            mode = rng.choice(modes)
+            off = rng.randrange(size + 2 * LEAF)
+            length = rng.choice([1, 4096, LEAF, rng.randrange(1, 3 * MiB)])
+            try:
+                f.fallocate(mode, off, length)
+            except OSError as exc:  # a mode this file system lacks
+                pytest.skip(f"fallocate mode {mode:#x}: {exc}")
+            assert f.hash() == f.truth()
+    finally:
+        f.close()
+    assert cache.stats["incremental"] > 20
 
 
 def test_a_write_behind_the_cache_is_seen(tmp_path: Path, cache: treecache.TreeCache) -> None:
