@@ -68,6 +68,7 @@ Tables (``access.sqlite``, ``journal_format`` 2 in ``meta``):
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import os
@@ -93,6 +94,9 @@ DB_NAME = "access.sqlite"
 FLUSH_REQUEST = "access.flush-request"
 FORMAT = 2
 FLUSH_SECONDS = 0.5
+# Events kept in memory while the journal cannot store them (a full disk):
+# beyond it the oldest are dropped, and counted.
+MAX_WAITING = 200_000
 MAX_EVENTS = 1_000_000
 MAX_OUTPUTS = 200_000
 MAX_JOBS = 64  # jobs whose reads the thread keeps (the rest: read back at a write)
@@ -335,6 +339,7 @@ class Journal:
         self._file_ids: tuple[tuple[int, int], ...] | None = None  # after the first flush
         self._failing: str | None = None
         self._reopened: dict[str, Any] | None = None
+        self._dropped = 0  # events not stored because too many waited (MAX_WAITING)
 
     # -- the loop's side: memory only
 
@@ -613,7 +618,10 @@ class Journal:
         cannot be stored (they wait in memory); after the journal was started
         afresh, ``"reopened"`` says why, when, and what the old file is now."""
         if self._failing is not None:
-            return {"state": "failing", "reason": self._failing}
+            out: dict[str, Any] = {"state": "failing", "reason": self._failing}
+            if self._dropped:
+                out["dropped"] = self._dropped
+            return out
         if self._reopened is not None:
             return {"state": "reopened", **self._reopened}
         return {"state": "ok"}
@@ -644,13 +652,17 @@ class Journal:
         error) is set aside and the journal started afresh, without a remount.
         The events not stored yet wait in memory and go to the new file."""
         reason = str(exc) or type(exc).__name__
-        busy = isinstance(exc, sqlite3.OperationalError) and (
-            "locked" in reason or "busy" in reason
-        )
-        if busy or not isinstance(exc, (sqlite3.DatabaseError, JournalError, OSError)):
+        # A busy moment, or a full disk: the store is sound, only the write
+        # waits (the events wait in memory, up to MAX_WAITING).
+        transient = (
+            isinstance(exc, sqlite3.OperationalError)
+            and any(w in reason for w in ("locked", "busy", "disk is full"))
+        ) or (isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT))
+        if transient or not isinstance(exc, (sqlite3.DatabaseError, JournalError, OSError)):
             if self._failing != reason:
                 log.exception("access journal: storing events failed")
             self._failing = reason
+            self._bound_waiting()
             return
         self._failing = reason
         log.error("%s: access journal failed (%s): starting it afresh", self.path, reason)
@@ -671,6 +683,15 @@ class Journal:
             self.path,
             f"; the failed one is kept as {kept}" if kept else "",
         )
+
+    def _bound_waiting(self) -> None:
+        """While events cannot be stored, keep at most MAX_WAITING of them
+        (the newest); say how many were dropped."""
+        extra = len(self._new) - MAX_WAITING
+        if extra > 0:
+            del self._new[:extra]
+            self._dropped += extra
+            log.error("access journal: %d events dropped while it could not store", extra)
 
     def _reopen(self) -> str | None:
         """*the journal thread*: a new, empty journal at ``path``; the old

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
@@ -428,3 +429,71 @@ def test_a_listing_of_a_name_that_is_not_utf8_stays_valid_json(tmp_path: Path) -
     assert listing["path"] == "data"
     assert len(_events(j)) == 2
     j.close()
+
+
+# -- the journal's store failing
+
+
+def _fill(path: Path) -> Path:
+    """Fill the file system of ``path`` with one file; returns it."""
+    filler = path / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        for size in (64 * 1024, 512):  # then the last few blocks
+            with contextlib.suppress(OSError):
+                while True:
+                    os.write(fd, b"\0" * size)
+    finally:
+        os.close(fd)
+    return filler
+
+
+def test_a_full_disk_keeps_the_events_waiting_and_the_journal_in_place(tmp_path: Path) -> None:
+    """A full disk is no damaged store: nothing is set aside or started
+    afresh; the events wait in memory and are stored once there is room."""
+    from tests.tmpfs import small_tmpfs
+
+    with small_tmpfs(tmp_path, "2m"):
+        j = _journal(tmp_path)
+        try:
+            j.on_list(os.getpid(), "before", [])
+            j.flush()
+            filler = _fill(tmp_path / "store")
+            for i in range(2000):  # more than the WAL's free pages take
+                j.on_list(os.getpid(), f"while-full-{i:04d}-" + "x" * 200, [])
+            with pytest.raises(sqlite3.OperationalError) as exc:
+                j.flush()
+            j._store_failed(exc.value)
+            assert j.health()["state"] == "failing"
+            assert "full" in str(j.health()["reason"])
+            assert not list((tmp_path / "store").glob("*.failed-*"))
+            filler.unlink()
+            j.flush()
+            j._failing = None
+            assert j.health() == {"state": "ok"}
+            paths = [e["path"] for e in _events(j, "list")]
+            assert paths[0] == "before"
+            assert len(paths) == 2001
+        finally:
+            j.close()
+
+
+def test_a_damaged_journal_is_set_aside_and_recording_goes_on(tmp_path: Path) -> None:
+    j = _journal(tmp_path)
+    try:
+        j.on_list(os.getpid(), "old", [])
+        j.flush()
+        j._check_file()  # notes the files it writes
+        with open(j.path, "r+b") as f:
+            f.write(b"not a database at all")
+        j.on_list(os.getpid(), "new", [])
+        with pytest.raises(jmod.JournalError) as exc:
+            j._check_file()
+        j._store_failed(exc.value)
+        state = j.health()
+        assert state["state"] == "reopened"
+        assert (tmp_path / "store" / str(state["kept"])).exists()  # set aside, never deleted
+        j.flush()
+        assert [e["path"] for e in _events(j, "list")] == ["new"]
+    finally:
+        j.close()
