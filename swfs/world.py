@@ -438,10 +438,11 @@ class World(BlobReads):
         rec = self.records.get(rel)
         return None if rec is None else str(rec.hash)
 
-    def _refuse(self, *_: Any) -> Any:
+    def _refuse(self, *_: Any, **__: Any) -> Any:
         raise OSError(errno.EROFS, os.strerror(errno.EROFS))
 
     preserve = preserve_inode = record_write = record_rename = record_unlink = _refuse
+    preserve_freeing = _refuse
 
     def pin_version(self, rel: RelPath) -> None:
         pass
