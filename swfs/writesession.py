@@ -55,6 +55,7 @@ from typing import Protocol, TypeVar
 
 from . import treecache
 from .api import FileState, RelPath
+from .reserve import NO_SPACE
 
 log = logging.getLogger(__name__)
 
@@ -161,7 +162,7 @@ class InPlaceSession:
         history = self._writes.history
         with self._writes.changing(rel):
             if freeing:
-                kept = history.preserve_freeing(RelPath(rel), link=False)
+                kept = _keep_freeing(history, RelPath(rel), link=False)
             else:
                 kept = history.preserve(RelPath(rel))
         self._writes.kept(self._kept, rel, kept)
@@ -357,7 +358,7 @@ class InPlaceWrites:
                 # Advisory: a failure here must not keep anyone from their file.
                 log.exception("check_file(%r) failed", rel)
             # An O_TRUNC frees space: it goes on even on a full disk.
-            kept = self.history.preserve_freeing(RelPath(rel), link=False) if truncate else None
+            kept = _keep_freeing(self.history, RelPath(rel), link=False) if truncate else None
             fd = opener()
             try:
                 # check_file above may just have recorded a change made behind
@@ -446,7 +447,7 @@ class InPlaceWrites:
             self._renamed(rel, None)
 
         def prepare() -> None:
-            self.history.preserve_freeing(r, link=True)
+            _keep_freeing(self.history, r, link=True)
 
         return Change(self, [rel], prepare, commit)
 
@@ -485,7 +486,7 @@ class InPlaceWrites:
 
         def prepare() -> None:
             if size is not None and self._shrinks(rel, size):
-                self.history.preserve_freeing(r, link=False)
+                _keep_freeing(self.history, r, link=False)
             else:
                 self.history.preserve(r)
 
@@ -625,6 +626,22 @@ class InPlaceWrites:
             ]
         lines.append(treecache.CACHE.report())
         return lines
+
+
+def _keep_freeing(history: History, rel: RelPath, *, link: bool) -> str | None:
+    """Keep ``rel``'s bytes before a change that frees space (an unlink with
+    ``link``, a truncate that shrinks): as any other change would, and on a
+    full disk through ``preserve_freeing``, which never fails for want of
+    space (it spends the store's reserve, or records the bytes as not kept)."""
+    try:
+        if link:
+            history.preserve_inode(rel)
+            return None
+        return history.preserve(rel)
+    except OSError as exc:
+        if exc.errno not in NO_SPACE:
+            raise
+    return history.preserve_freeing(rel, link=link)
 
 
 class _Changing:
