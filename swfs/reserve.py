@@ -10,7 +10,8 @@ filled again from whatever the change freed.  Writes that only add bytes
 never use it: they fail with ENOSPC while the reserve is still held.
 
 The size is 1/32 of the file system (as ZFS's slop), at least
-``RESERVE_MIN`` and at most ``RESERVE_MAX``.  Filling is best effort: on a
+``RESERVE_MIN`` (but at most 1/8 of a tiny file system) and at most
+``RESERVE_MAX``.  Filling is best effort: on a
 disk already full the reserve holds what could be had.  Where a file system
 cannot allocate ahead (no ``fallocate``, copy-on-write ones that do not
 honour it) the reserve is only as good as the file system makes it.
@@ -45,12 +46,14 @@ def is_no_space(exc: BaseException) -> bool:
 
 
 def default_size(path: Path) -> int:
-    """1/32 of the file system that holds ``path``, within the bounds."""
+    """1/32 of the file system that holds ``path``, within the bounds (and
+    never more than 1/8 of a tiny one)."""
     try:
         st = os.statvfs(path)
     except OSError:
         return RESERVE_MIN
-    return max(RESERVE_MIN, min(RESERVE_MAX, st.f_blocks * st.f_frsize // 32))
+    total = st.f_blocks * st.f_frsize
+    return min(max(RESERVE_MIN, min(RESERVE_MAX, total // 32)), total // 8)
 
 
 class Reserve:
