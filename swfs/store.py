@@ -6,6 +6,8 @@ Layout of a store directory (``SRC/.swfs/`` by default)::
     blobs/         content-addressed preserved bytes (see swfs.blobs)
     daemon.log     the daemon's log when it runs in the background
     control.sock   the running daemon's control socket
+    reserve        allocated blocks held back for deletes, truncates and gc
+                   on a full disk (swfs.reserve); no content
     access.sqlite  the access journal and lineage, mode 0600 (SQLite, WAL; see swfs.journal)
     search.sqlite  the search index: which parses are indexed, their units and
     search.tantivy/  the paths that show them (SQLite, WAL), and the units' text
