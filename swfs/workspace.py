@@ -689,7 +689,7 @@ class Workspace(BlobReads):
         except OSError as exc:
             if not is_no_space(exc):
                 raise
-        with self.reserve.spent():
+        with self.room():
             try:
                 return self._preserve(rel, link=link)
             except OSError as exc:
@@ -730,14 +730,25 @@ class Workspace(BlobReads):
 
     def spending_reserve(self, fn: Callable[[], T]) -> T:
         """``fn()``, a store write for a change that freed space; on a full
-        disk again with the store's reserve spent."""
+        disk again with room made (``room``)."""
         try:
             return fn()
         except lmdb.Error as exc:
             if not is_no_space(exc):
                 raise
-        with self.reserve.spent():
+        with self.room():
             return fn()
+
+    @contextlib.contextmanager
+    def room(self) -> Iterator[None]:
+        """For a change that frees space on a full disk: the store's
+        reserve spent (filled again after the block) and its disposable
+        cache of reassembled blobs dropped."""
+        with self.reserve.spent():
+            freed = self.blobs.clear_cache()
+            if freed:
+                log.warning("disk full: dropped %d bytes of reassembled versions", freed)
+            yield
 
     def begin_write(self, rel: str, opener: Callable[[], int], *, truncate: bool) -> WriteSession:
         """*slow*: ``swfs.writesession.InPlaceWrites.begin_write``."""

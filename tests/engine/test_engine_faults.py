@@ -145,6 +145,33 @@ def test_a_full_disk_spends_the_reserve_to_delete_and_records_what_it_could_not_
             assert not run_checks(eng)
 
 
+def test_a_full_disk_without_a_reserve_drops_reassembled_versions_first(tmp_path: Path) -> None:
+    src = tmp_path / "ws"
+    src.mkdir()
+    with small_tmpfs(src, "16m"):
+        old = os.urandom(512 << 10)
+        (src / "doc.bin").write_bytes(old)
+        (src / "other.bin").write_bytes(os.urandom(256 << 10))
+        with Engine.open(src, config=Config(rescan_interval=0, reserve_bytes=0)) as eng:
+            eng.scan()
+            eng.preserve(RelPath("doc.bin"))
+            (src / "doc.bin").write_bytes(b"new")
+            eng.record_write(RelPath("doc.bin"))
+            path = eng.version_file(RelPath("doc.bin"), 1)  # reassembled into the cache
+            assert path is not None
+            assert Path(path).read_bytes() == old
+            _fill(src / "filler")
+            # No reserve at all: the cache of reassembled versions makes the room.
+            assert eng.preserve_freeing(RelPath("other.bin"), link=True) is not None
+            assert not Path(path).exists()
+            assert eng.versions(RelPath("other.bin"))[0].not_kept is None
+            ref = eng.version_ref(RelPath("doc.bin"), 1)
+            assert ref is not None
+            reader = eng.open_blob_reading(ref)  # no room to reassemble it again
+            assert not isinstance(reader, int)
+            assert reader.pread(len(old) + 1, 0) == old
+
+
 @pytest.fixture
 def indexed(tmp_path: Path) -> Iterator[Engine]:
     src = tmp_path / "ws"
