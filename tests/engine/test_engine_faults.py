@@ -17,7 +17,7 @@ from swfs.check import run_checks
 from swfs.engine import Engine
 from swfs.fsutil import hash_file
 from swfs.parsework import WorkerLimits
-from swfs.reserve import Reserve
+from swfs.reserve import Reserve, default_size
 from swfs.store import dumps
 from swfs.workspace import Config
 from tests import evilparsers
@@ -91,6 +91,24 @@ def test_the_reserve_is_held_spent_and_filled_again(tmp_path: Path) -> None:
         assert freed >= 1 << 20
         assert reserve.held() == 0
     assert reserve.held() >= 1 << 20
+
+
+@pytest.mark.parametrize(
+    ("total", "size"),
+    [(4 << 20, 512 << 10), (48 << 20, 1536 << 10), (1 << 30, 32 << 20), (1 << 40, 64 << 20)],
+)
+def test_the_reserve_is_a_32nd_of_the_disk_within_bounds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, total: int, size: int
+) -> None:
+    real = os.statvfs(tmp_path)
+
+    class Fake:
+        f_frsize = 4096
+        f_blocks = total // 4096
+        f_bavail = real.f_bavail
+
+    monkeypatch.setattr(os, "statvfs", lambda _: Fake)
+    assert default_size(tmp_path) == size
 
 
 def _fill(path: Path) -> None:
