@@ -13,6 +13,10 @@ behalf) holds no policy; it calls these objects and does what they say:
   touched, so the record rehashes those only.  If
   they cannot be (disk full, a file that never holds still), OSError ENOSPC
   or EIO is raised and nothing is written: history is never lost silently.
+  A change that frees space (an unlink, an O_TRUNC, a truncate that
+  shrinks) is the exception: it always goes on, so that a full disk can be
+  freed; the engine spends its reserve to keep the bytes and, where even
+  that is not enough, records them as not kept (``preserve_freeing``).
   ``needs_preserve`` / ``preserve()`` let an async caller do that slow step
   in a worker thread before a write.
 - ``session.flush`` (close(2) of one of the writer's descriptors),
