@@ -1264,7 +1264,10 @@ class Workspace(BlobReads):
             raise WorkspaceError(f"{rel}: no version {number}")
         source = self.version_ref(rel, number)
         if source is None:
-            raise WorkspaceError(f"{rel}@{number}: its bytes were not kept")
+            why = versions[number].not_kept
+            raise WorkspaceError(
+                f"{rel}@{number}: its bytes were not kept" + (f": {why}" if why else "")
+            )
         dest = self.abspath(rel)
         os.makedirs(os.path.dirname(dest) or ".", exist_ok=True)
         if os.path.lexists(dest):

@@ -16,7 +16,7 @@ import pytest
 from swfs.api import RelPath, WriteSession
 from swfs.engine import Engine
 from swfs.parsework import CHANGED, OK, ParseOutcome
-from swfs.workspace import Config
+from swfs.workspace import Config, WorkspaceError
 
 OLD = b"the recorded bytes\n"
 
@@ -114,6 +114,8 @@ def test_a_truncate_on_a_full_disk_goes_on_and_records_the_loss(
     assert not vs[0].available
     events = [e for _, e in engine.store.iter_journal() if e["ev"] == "not-kept"]
     assert [(e["path"], e["version"], e["why"]) for e in events] == [("a.txt", 1, "disk full")]
+    with pytest.raises(WorkspaceError, match="not kept: disk full"):
+        engine.restore(RelPath("a.txt"), 1)
     # An O_TRUNC open goes on too; so does an unlink.
     fd = engine.begin_write("b.txt", opener(engine, "b.txt", os.O_RDWR | os.O_TRUNC), truncate=True)
     fd.release()
