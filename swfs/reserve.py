@@ -93,6 +93,9 @@ class Reserve:
             return 0
         try:
             have = os.fstat(fd).st_size
+            if have > want:  # sized down since (mount --reserve)
+                os.ftruncate(fd, want)
+                have = want
             while have < want:
                 step = min(_STEP, want - have)
                 try:

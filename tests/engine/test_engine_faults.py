@@ -91,6 +91,7 @@ def test_the_reserve_is_held_spent_and_filled_again(tmp_path: Path) -> None:
         assert freed >= 1 << 20
         assert reserve.held() == 0
     assert reserve.held() >= 1 << 20
+    assert Reserve(tmp_path, 0).fill() == 0  # sized down: the blocks go
 
 
 @pytest.mark.parametrize(
