@@ -360,6 +360,7 @@ def cmd_versions(args: argparse.Namespace) -> int:
                         "cause": v.cause.value,
                         "size": v.size,
                         "available": v.available,
+                        "not_kept": v.not_kept,
                         "baseline": v.number == base_n,
                     }
                 )
@@ -370,6 +371,8 @@ def cmd_versions(args: argparse.Namespace) -> int:
     for v in versions:
         at = when(v.recorded_at)
         kept = "" if v.available else "  (hash only: bytes not kept)"
+        if v.not_kept is not None:
+            kept = f"  (bytes not kept: {v.not_kept})"
         kept += "  <- the baseline" if v.number == base_n else ""
         print(
             f"{v.number:4d}  {hashform.label(v.hash)}  {at:<20}  {v.cause.value:<8} "

@@ -45,12 +45,15 @@ def mount_workspace(args: argparse.Namespace, config: Config) -> int:
     if mnt == src or src in mnt.parents:
         raise MountError(f"{args.mountpoint}: the mount point must not be inside {src}")
     store = Path(args.store).resolve() if args.store else src / STORE_NAME
+    if args.reserve is not None and args.reserve < 0:
+        raise MountError(f"--reserve {args.reserve:g}: must be 0 or more MiB")
     config = dataclasses.replace(
         config,
         rescan_interval=args.rescan_interval,
         embed_model=args.embed_model,
         temp_lifetime=args.temp_lifetime,
         version_interval=args.version_interval,
+        reserve_bytes=None if args.reserve is None else int(args.reserve * (1 << 20)),
     )
     timeouts = {}
     if args.cache_timeout is not None:
@@ -221,6 +224,14 @@ def register(c: Commands) -> None:
         metavar="SECONDS",
         help="a new file deleted or renamed over another within this time keeps no "
         "history of its own (an editor's temp file; default 60)",
+    )
+    sp.add_argument(
+        "--reserve",
+        type=float,
+        default=None,
+        metavar="MIB",
+        help="space the store holds back so that deletes, truncates and gc work on a "
+        "full disk (default 1/32 of the file system, 1 to 64 MiB; 0: none)",
     )
     sp.add_argument(
         "--version-interval",

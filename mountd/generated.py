@@ -24,6 +24,7 @@ from mountd.provider import (
     FileHandle,
     Handle,
     Mount,
+    ReaderHandle,
     ReadOnly,
     TabHandle,
     absent,
@@ -167,7 +168,13 @@ class GeneratedProvider(ReadOnly):
         native = self.mount.native
         if e.blob is not None:
             # A chunked blob is reassembled on first open: not on the loop.
-            fd = await native.slow(self.mount.engine.open_blob, e.blob)
+            got = await native.slow(self.mount.engine.open_blob_reading, e.blob)
+            if not isinstance(got, int):  # no room to reassemble it: read the chunks
+                self.table.opened(node)
+                return read_only(
+                    pyfuse3.FileInfo(fh=self.mount.add_handle(ReaderHandle(node, got)))
+                )
+            fd = got
         elif e.native is not None:
             fd = native.open_read(e.native)
         else:
@@ -182,6 +189,8 @@ class GeneratedProvider(ReadOnly):
             return h.data[off : off + size]
         if isinstance(h, FdHandle):
             return os.pread(h.fd, size, off)
+        if isinstance(h, ReaderHandle):
+            return await self.mount.native.slow(h.reader.pread, size, off)
         raise fail(errno.EBADF)
 
     async def release(self, h: FileHandle, fh: int) -> None:

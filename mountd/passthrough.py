@@ -211,8 +211,9 @@ class Passthrough:
             if fh is not None and fh.session is not None:
                 session = fh.session
                 if session.needs_preserve:
-                    await self.slow(session.preserve)
-                session.truncate(size)
+                    await self.slow(session.truncate, size)  # keeps the bytes first
+                else:
+                    session.truncate(size)
             elif fh is not None:
                 os.ftruncate(fh.fd, size)  # a read-only handle: EBADF or EINVAL
             else:
@@ -225,7 +226,7 @@ class Passthrough:
                     finally:
                         os.close(fd)
 
-                await self.slow(self.writes.truncate(rel).run, truncate)
+                await self.slow(self.writes.truncate(rel, size).run, truncate)
         with dir_fd(self.root_fd, parent) as pfd:
             target = name if rel else "."
             if change.mode is not None:

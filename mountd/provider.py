@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from mountd.options import MountOptions
     from mountd.router import Router
     from mountd.synthetic import Generation
-    from swfs.api import EngineAPI
+    from swfs.api import BlobBytes, EngineAPI
     from swfs.changefeed import ChangeFeed
 
 T = TypeVar("T")
@@ -82,6 +82,18 @@ class FdHandle:
 
 
 @dataclass
+class ReaderHandle:
+    """A blob read straight from its chunks: the disk was too full to
+    reassemble it into a file (reading history never needs free space)."""
+
+    node: Node
+    reader: BlobBytes
+
+    def descriptor(self) -> int | None:
+        return None
+
+
+@dataclass
 class NativeOpen:
     node: Node
     fh: NativeHandle
@@ -116,8 +128,8 @@ class TabHandle:
         return None
 
 
-Handle = DataHandle | FdHandle | NativeOpen | DirHandle | TabHandle
-FileHandle = DataHandle | FdHandle | NativeOpen | TabHandle
+Handle = DataHandle | FdHandle | ReaderHandle | NativeOpen | DirHandle | TabHandle
+FileHandle = DataHandle | FdHandle | ReaderHandle | NativeOpen | TabHandle
 
 
 class NativeSource(Protocol):

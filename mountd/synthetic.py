@@ -749,6 +749,9 @@ class ReviewTree(Base):
 # -- .versions
 
 
+NOT_KEPT_SUFFIX = ".not-kept"  # a version whose bytes were not kept: why, as text
+
+
 def version_name(rel: str, v: Version) -> str:
     ext = posixpath.splitext(posixpath.basename(rel))[1]
     return f"{v.number:04d}-{hashform.short(v.hash)}{ext}"
@@ -795,9 +798,35 @@ class VersionsTree(Base):
         return self._snaps.get()
 
     def _versions(self, rel: str) -> dict[str, Version]:
-        return {version_name(rel, v): v for v in self.engine.versions(RelPath(rel)) if v.available}
+        """The entries of ``rel``'s folder: each version whose bytes are
+        kept, and a ``.not-kept`` note for each whose bytes a delete or
+        truncate on a full disk destroyed unkept (other versions without
+        bytes, such as files too large to keep, are left out)."""
+        out = {}
+        for v in self.engine.versions(RelPath(rel)):
+            if v.available:
+                out[version_name(rel, v)] = v
+            elif v.not_kept is not None:
+                out[version_name(rel, v) + NOT_KEPT_SUFFIX] = v
+        return out
 
     def _version_entry(self, rel: str, v: Version) -> Entry | None:
+        now = self.access(rel)
+        access = now if v.access is None else permissions.then_and_now(v.access, now)
+        xattrs = {"hash": v.hash, "recorded_at": iso(v.recorded_at), "cause": str(v.cause)}
+        if not v.available:
+            note = (
+                f"{rel}: version {v.number} (b3:{v.hash}, {v.size or 0} bytes, "
+                f"recorded {iso(v.recorded_at)}): bytes not kept: {v.not_kept}\n"
+            ).encode("utf-8", "surrogateescape")
+            return Entry(
+                False,
+                access,
+                size=len(note),
+                mtime_ns=int(v.recorded_at * 1e9),
+                xattrs={**xattrs, "not_kept": v.not_kept or ""},
+                data=note,
+            )
         blob = self.engine.version_ref(RelPath(rel), v.number)
         native = None
         if blob is None:
@@ -808,13 +837,12 @@ class VersionsTree(Base):
         size = v.size
         if size is None:
             size = (self.engine.blob_size(v.hash) or 0) if blob is not None else 0
-        now = self.access(rel)
         return Entry(
             False,
-            now if v.access is None else permissions.then_and_now(v.access, now),
+            access,
             size=size,
             mtime_ns=int(v.recorded_at * 1e9),
-            xattrs={"hash": v.hash, "recorded_at": iso(v.recorded_at), "cause": str(v.cause)},
+            xattrs=xattrs,
             blob=blob,
             native=native,
         )

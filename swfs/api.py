@@ -140,6 +140,18 @@ class Version:
     # The file's owner, group and mode when this version was recorded
     # (owner-only when the record kept none: swfs.permissions).
     access: Access | None = None
+    # Why its bytes were not kept, when a change that frees space (a delete
+    # or truncate on a full disk) went on without them: "disk full".
+    not_kept: str | None = None
+
+
+class BlobBytes(Protocol):
+    """Random access to a blob's bytes without a file of them
+    (``swfs.blobs.BlobReader``)."""
+
+    size: int
+
+    def pread(self, size: int, offset: int) -> bytes: ...
 
 
 class WriteSession(Protocol):
@@ -218,7 +230,11 @@ class WriteProtocol(Protocol):
     def rename(
         self, old: str, new: str, *, replaces_file: bool, exchange: bool = False
     ) -> Change: ...
-    def truncate(self, rel: str) -> Change: ...
+    def truncate(self, rel: str, size: int | None = None) -> Change:
+        """A truncate by path to ``size`` (None: not known): one that
+        shrinks the file always succeeds (``preserve_freeing``)."""
+        ...
+
     def changing(self, rel: str) -> AbstractContextManager[None]:
         """Marks ``rel`` as being changed for a block (the change feed and the
         rescan leave it to the caller's record)."""
@@ -293,6 +309,14 @@ class WorkspaceAPI(Protocol):
 
     def recorded_hash(self, rel: RelPath) -> str | None:
         """The hash ``rel``'s record names now (cheap: one store lookup)."""
+        ...
+
+    def preserve_freeing(self, rel: RelPath, *, link: bool) -> str | None:
+        """*slow*: ``preserve`` (``link``: ``preserve_inode``) before a change
+        that frees space (a delete, a truncate), which always goes on: on a
+        full disk the store's reserve is spent to keep the bytes, and when
+        even that is not enough the version is recorded as not kept (disk
+        full) instead of failing.  The hash of the version dealt with."""
         ...
 
     def preserve_inode(self, rel: RelPath) -> None:
@@ -416,6 +440,12 @@ class WorkspaceAPI(Protocol):
     def open_blob(self, path: str) -> int:
         """*slow*: a read-only descriptor on a path ``version_ref`` or
         ``blob_ref`` gave (a chunked blob is reassembled on first use)."""
+        ...
+
+    def open_blob_reading(self, path: str) -> int | BlobBytes:
+        """*slow*: ``open_blob``, or on a disk too full to reassemble the
+        blob, a reader of its chunks (``pread(size, offset)``): reading
+        history never needs free space."""
         ...
 
 

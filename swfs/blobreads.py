@@ -3,8 +3,11 @@ a live workspace and a read-only world answer the same way."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from swfs.api import Hash
-from swfs.blobs import BlobStore
+from swfs.blobs import BlobReader, BlobStore
+from swfs.reserve import is_no_space
 
 
 class BlobReads:
@@ -31,3 +34,14 @@ class BlobReads:
         """*slow*: open a path from ``version_ref`` or ``blob_ref`` read-only
         (a chunked blob is reassembled on first use)."""
         return self.blobs.open_path(path)
+
+    def open_blob_reading(self, path: str) -> int | BlobReader:
+        """*slow*: ``open_blob``, or where reassembling a chunked blob would
+        need space the disk lacks, a reader straight from its chunks:
+        reading history never needs free space."""
+        try:
+            return self.open_blob(path)
+        except OSError as exc:
+            if not is_no_space(exc):
+                raise
+            return self.blobs.reader(Path(path).name)

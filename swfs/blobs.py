@@ -910,6 +910,20 @@ class BlobStore:
             _reraise_naming(exc, tmp)
             raise
 
+    def clear_cache(self) -> int:
+        """Drop every reassembled blob from ``cache/`` (disposable: an open
+        descriptor keeps reading, the next open reassembles again); the
+        bytes freed.  What a full disk gives up first."""
+        freed = 0
+        with self._cache_lock:
+            for entry in os.scandir(self.cache):
+                with contextlib.suppress(FileNotFoundError):
+                    st = entry.stat(follow_symlinks=False)
+                    os.unlink(entry.path)
+                    freed += st.st_blocks * 512
+            self._cache_used = 0
+        return freed
+
     def _trim_cache(self, *, keep: str, added: Path | None = None) -> None:
         """Drop the least recently used reassembled blobs beyond
         ``CACHE_BYTES``, sparing any used in the last ``CACHE_KEEP_SECS``

@@ -312,6 +312,10 @@ class Engine(Workspace):
             if drain and not scan and not await trio.to_thread.run_sync(self.needs_parse):
                 return  # nothing to parse: no worker processes to start
             async with ParsePool.open(limits) as pool, trio.open_nursery() as nursery:
+                if not drain:
+                    # Before anything is written: space for deletes, truncates
+                    # and gc should the disk fill up (swfs.reserve).
+                    await trio.to_thread.run_sync(self.reserve.fill)
                 if scan:
                     await trio.to_thread.run_sync(self.scan)
                 for rel in await trio.to_thread.run_sync(self.needs_parse):

@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING, Any
 from . import history
 
 if TYPE_CHECKING:
+    import lmdb
+
     from .workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -70,65 +72,30 @@ def pinned_hashes(ws: Workspace) -> set[str]:
 
 
 def collect(ws: Workspace, *, keep_days: float = 7.0, dry_run: bool = False) -> GCReport:
-    """*slow*: reclaim; returns what was (or, dry, would be) freed."""
+    """*slow*: reclaim; returns what was (or, dry, would be) freed.
+
+    On a full disk the store's reserve is spent for the two transactions
+    (the drops before any blob goes, the journal line after): gc must be
+    able to free a disk that is full (swfs.reserve)."""
     if keep_days < 0:
         raise ValueError("--keep must be 0 or more days")
     t0 = time.monotonic()
-    report = GCReport(keep_days=keep_days, dry_run=dry_run)
     listed = list(ws.blobs.iter_hashes())  # before the live set: see the docstring
     cutoff = time.time() - keep_days * DAY
     pinned = pinned_hashes(ws)
-    live = set(pinned)
-    view_hashes: set[str] = set()
     store = ws.store
     reclaim = history.reclaimable(ws)
-    if not dry_run:
+    if dry_run:
+        with store.read() as txn:
+            report, live = _drop(ws, txn, keep_days, cutoff, pinned, reclaim, dry_run=True)
+    else:
         store.ensure_room(1 << 20)
-    with store.read() if dry_run else store.write() as txn:
-        present = set()
-        for rel, rec in store.iter_files(txn):
-            present.add(rel)
-            if rec.view_hash:
-                view_hashes.add(rec.view_hash)
-        changes: list[tuple[str, list[list[Any]]]] = []
-        for rel, versions in store.iter_versions(txn):
-            kept = [
-                v
-                for i, v in enumerate(versions)
-                if v[2] >= cutoff or v[1] in pinned or (rel in present and i == len(versions) - 1)
-            ]
-            live.update(v[1] for v in kept)
-            if len(kept) != len(versions):
-                report.versions_dropped += len(versions) - len(kept)
-                if not kept:
-                    report.histories_dropped += 1
-                changes.append((rel, kept))
-        # Parses and diffs: a parse of a hash nothing keeps cannot be shown.
-        parse_live = live | view_hashes
-        dead_parses: list[bytes] = []
-        for key, raw in txn.cursor(db=store.dbs["parses"]):
-            h = bytes(key).split(b"|", 1)[0].decode("ascii", "replace")
-            if h not in parse_live:
-                dead_parses.append(bytes(key))
-                report.parse_bytes += len(raw)
-        # Cached diffs are keyed by a digest that names no hash: all of them
-        # go (the review renders again on demand).
-        dead_diffs: list[bytes] = []
-        for key, raw in txn.cursor(db=store.dbs["diffs"]):
-            dead_diffs.append(bytes(key))
-            report.diff_bytes += len(raw)
-        report.parses_dropped = len(dead_parses)
-        report.diffs_dropped = len(dead_diffs)
-        if not dry_run:
-            meta = store.dbs["meta"]
-            for h in reclaim:  # decided on below like any other blob
-                txn.delete(history.RECLAIM + h.encode(), db=meta)
-            for rel, kept in changes:
-                store.put_versions(txn, rel, kept)
-            for key in dead_parses:
-                store.delete_parse(txn, key)  # and its units
-            for key in dead_diffs:
-                txn.delete(key, db=store.dbs["diffs"])
+
+        def drop() -> tuple[GCReport, set[str]]:
+            with store.write() as txn:
+                return _drop(ws, txn, keep_days, cutoff, pinned, reclaim, dry_run=False)
+
+        report, live = ws.spending_reserve(drop)
     for h in listed:
         if h in live:
             report.blobs_kept += 1
@@ -147,11 +114,78 @@ def collect(ws: Workspace, *, keep_days: float = 7.0, dry_run: bool = False) -> 
         report.chunks_removed, report.chunk_bytes = swept.chunks_removed, swept.bytes_removed
     report.secs = round(time.monotonic() - t0, 4)
     if not dry_run:
-        with store.write() as txn:
-            store.append_journal(txn, "gc", **report.as_json())
-            ws._bump(txn)
+
+        def journal() -> None:
+            with store.write() as txn:
+                store.append_journal(txn, "gc", **report.as_json())
+                ws._bump(txn)
+
+        ws.spending_reserve(journal)
         store.flush()
     return report
+
+
+def _drop(
+    ws: Workspace,
+    txn: lmdb.Transaction,
+    keep_days: float,
+    cutoff: float,
+    pinned: set[str],
+    reclaim: set[str],
+    *,
+    dry_run: bool,
+) -> tuple[GCReport, set[str]]:
+    """Decide (and unless ``dry_run`` drop, in ``txn``) the versions, parses
+    and diffs nothing needs; the report so far and the live hashes."""
+    store = ws.store
+    report = GCReport(keep_days=keep_days, dry_run=dry_run)
+    live = set(pinned)
+    view_hashes: set[str] = set()
+    present = set()
+    for rel, rec in store.iter_files(txn):
+        present.add(rel)
+        if rec.view_hash:
+            view_hashes.add(rec.view_hash)
+    changes: list[tuple[str, list[list[Any]]]] = []
+    for rel, versions in store.iter_versions(txn):
+        kept = [
+            v
+            for i, v in enumerate(versions)
+            if v[2] >= cutoff or v[1] in pinned or (rel in present and i == len(versions) - 1)
+        ]
+        live.update(v[1] for v in kept)
+        if len(kept) != len(versions):
+            report.versions_dropped += len(versions) - len(kept)
+            if not kept:
+                report.histories_dropped += 1
+            changes.append((rel, kept))
+    # Parses and diffs: a parse of a hash nothing keeps cannot be shown.
+    parse_live = live | view_hashes
+    dead_parses: list[bytes] = []
+    for key, raw in txn.cursor(db=store.dbs["parses"]):
+        h = bytes(key).split(b"|", 1)[0].decode("ascii", "replace")
+        if h not in parse_live:
+            dead_parses.append(bytes(key))
+            report.parse_bytes += len(raw)
+    # Cached diffs are keyed by a digest that names no hash: all of them
+    # go (the review renders again on demand).
+    dead_diffs: list[bytes] = []
+    for key, raw in txn.cursor(db=store.dbs["diffs"]):
+        dead_diffs.append(bytes(key))
+        report.diff_bytes += len(raw)
+    report.parses_dropped = len(dead_parses)
+    report.diffs_dropped = len(dead_diffs)
+    if not dry_run:
+        meta = store.dbs["meta"]
+        for h in reclaim:  # decided on below like any other blob
+            txn.delete(history.RECLAIM + h.encode(), db=meta)
+        for rel, kept in changes:
+            store.put_versions(txn, rel, kept)
+        for key in dead_parses:
+            store.delete_parse(txn, key)  # and its units
+        for key in dead_diffs:
+            txn.delete(key, db=store.dbs["diffs"])
+    return report, live
 
 
 def store_bytes(ws: Workspace) -> int:

@@ -6,6 +6,8 @@ Layout of a store directory (``SRC/.swfs/`` by default)::
     blobs/         content-addressed preserved bytes (see swfs.blobs)
     daemon.log     the daemon's log when it runs in the background
     control.sock   the running daemon's control socket
+    reserve        allocated blocks held back for deletes, truncates and gc
+                   on a full disk (swfs.reserve); no content
     access.sqlite  the access journal and lineage, mode 0600 (SQLite, WAL; see swfs.journal)
     search.sqlite  the search index: which parses are indexed, their units and
     search.tantivy/  the paths that show them (SQLite, WAL), and the units' text
@@ -64,8 +66,10 @@ digest, and its value then carries the path (``"path"`` in a file record;
     gid], ...]``: ``mode`` (``st_mode``), ``uid`` and ``gid`` are the file's
     when that version was recorded (swfs.permissions: a version is readable
     only by who could read the file then and now).  A version recorded before
-    these fields (five items) is owner-only.  Numbers start at 1 and strictly
-    increase.  Kept for deleted paths too.
+    these fields (five items) is owner-only.  A ninth item, when present, is
+    why the version's bytes were not kept (``"disk full"``: a delete or
+    truncate on a full disk went on without them; ``version_not_kept``).
+    Numbers start at 1 and strictly increase.  Kept for deleted paths too.
 ``snapshots``  name -> manifest
 ``snapinfo``  snapshot name -> ``{"at": float, "kind": "snapshot"|"submission"|
     "baseline", "dirs": [directories that held no file then, ...],
@@ -104,6 +108,8 @@ Format changelog:
        Added within format 3: a version's ``mode, uid, gid``; ``dir_modes``
        in ``snapinfo`` and meta ``baseline_dir_modes``.  Older records lack
        them and read as owner-only.
+       Added within format 3: a version's ninth item, why its bytes were
+       not kept.  Older swfs ignores it (it reads the first eight).
 """
 
 from __future__ import annotations
@@ -384,6 +390,22 @@ def stat_signature(st: os.stat_result) -> tuple[int, int, int, int]:
 def signature_bytes(size: int, mtime_ns: int, ctime_ns: int, ino: int) -> bytes:
     """The stat signature as it prefixes a file record."""
     return b"%d,%d,%d,%d" % (size, mtime_ns, ctime_ns, ino)
+
+
+def version_not_kept(v: Sequence[Any]) -> str | None:
+    """Why the bytes of version entry ``v`` were not kept, if that was
+    recorded (its ninth item; see ``versions`` above)."""
+    return v[8] if len(v) > 8 and isinstance(v[8], str) else None
+
+
+def mark_not_kept(v: list[Any], why: str, access: tuple[int, int, int]) -> None:
+    """Record on version entry ``v`` that its bytes were not kept, and why.
+    An entry of five items gains ``access`` (mode, uid, gid) first: the
+    file's, the best known for that version."""
+    if len(v) < 8:
+        v[5:] = list(access)
+    del v[8:]
+    v.append(why)
 
 
 class Store:

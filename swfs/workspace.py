@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import lmdb
 
@@ -47,22 +47,28 @@ from .blobs import BlobStore, HashMismatch
 from .fsutil import open_dir_noatime, open_to_read
 from .ignore import IgnoreRules
 from .parsework import FAILED, OK, UNSUPPORTED, ParseOutcome, WorkerLimits
+from .reserve import Reserve, is_no_space
 from .store import (
     FileRecord,
     ParseRecord,
     Store,
     dumps,
+    mark_not_kept,
     signature_bytes,
     stat_signature,
+    version_not_kept,
 )
 from .writesession import InPlaceWrites
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 STORE_NAME = api.STORE_NAME
 RESERVED_ROOTS = frozenset({".parsed", ".review", ".versions", ".search", ".render", ".tab"})
 _HASH_THREADS = 4
 _PRESERVE_TRIES = 5  # a file that changes under every try fails the write (EIO)
+NOT_KEPT_DISK_FULL = "disk full"  # why a version's bytes were not kept (Version.not_kept)
 
 
 _FRESHNESS_OF = {
@@ -98,6 +104,9 @@ class Config:
     # A path that lived less than this (seconds) and is then deleted or
     # renamed over another keeps no history of its own: an editor's temp file.
     temp_lifetime: float = 60.0
+    # Bytes the store holds back for deletes, truncates and gc on a full
+    # disk (swfs.reserve); None: 1/32 of the file system, 1 to 64 MiB.
+    reserve_bytes: int | None = None
 
 
 @dataclass
@@ -142,6 +151,9 @@ class Workspace(BlobReads):
                 f"{self.store_dir}: cannot {what} the store: {exc.strerror}{hint}"
             ) from exc
         self.blobs = BlobStore(self.store_dir / "blobs")
+        # Filled by the daemon as it starts (Engine), spent by the changes
+        # that free space when the disk is full (preserve_freeing, gc).
+        self.reserve = Reserve(self.store_dir, self.config.reserve_bytes)
         self.ignore = IgnoreRules.load(src)
         self._listeners: list[Callable[[RelPath], None]] = []
         self._parse_requests: list[Callable[[RelPath, bool], None]] = []
@@ -451,6 +463,8 @@ class Workspace(BlobReads):
             # write the burst did not foresee): that version stays, or its
             # bytes would be referenced by nothing.
             and not self.blobs.has(versions[-1][1])
+            # Nor one whose bytes were lost (disk full): its history says so.
+            and version_not_kept(versions[-1]) is None
         ):
             # A rewrite in the same burst: this version replaces the last one
             # (a new number all the same: a number never names other bytes).
@@ -663,6 +677,81 @@ class Workspace(BlobReads):
         (a temp file's only if ``keep_temp``: see ``history.is_ephemeral``)."""
         self._preserve(rel, link=True, keep_temp=keep_temp)
 
+    def preserve_freeing(self, rel: RelPath, *, link: bool) -> str | None:
+        """*slow*: keep ``rel``'s bytes before a change that frees space (an
+        unlink with ``link``, a truncate without), which must go on even on
+        a full disk: then the store's reserve is spent to keep them, and
+        when even that is not enough, their version is recorded as not kept
+        (``Version.not_kept``, a "not-kept" journal event) and the change
+        goes on without them.  Never ENOSPC; EIO as ``preserve``.  The hash
+        of the version kept or recorded as lost, None when none needed
+        keeping."""
+        try:
+            return self._preserve(rel, link=link)
+        except OSError as exc:
+            if not is_no_space(exc):
+                raise
+        with self.room():
+            try:
+                return self._preserve(rel, link=link)
+            except OSError as exc:
+                if not is_no_space(exc):
+                    raise
+            return self._record_not_kept(rel, NOT_KEPT_DISK_FULL)
+
+    def _record_not_kept(self, rel: str, why: str) -> str | None:
+        """Record that the bytes of ``rel``'s present version are about to be
+        destroyed unkept (``why``).  A store that cannot take even that is
+        logged, never raised: the delete or truncate goes on regardless."""
+        rec = self.store.get_file(rel)
+        if rec is None:
+            return None
+        log.warning("%s: its bytes (b3:%s) are not kept: %s", rel, rec.hash[:16], why)
+        access = (rec.mode, rec.uid, rec.gid)
+        try:
+            with self.store.write() as txn:
+                versions = self.store.get_versions(rel, txn)
+                marked = [v for v in versions if v[1] == rec.hash]
+                for v in marked:
+                    mark_not_kept(v, why, access)
+                if marked:
+                    self.store.put_versions(txn, rel, versions)
+                self.store.append_journal(
+                    txn,
+                    "not-kept",
+                    path=rel,
+                    version=marked[-1][0] if marked else None,
+                    hash=rec.hash,
+                    why=why,
+                )
+                self._bump(txn)
+        except lmdb.Error as exc:
+            log.error("%s: the store could not record that its bytes were not kept: %s", rel, exc)
+        self._changed(rel)
+        return rec.hash
+
+    def spending_reserve(self, fn: Callable[[], T]) -> T:
+        """``fn()``, a store write for a change that freed space; on a full
+        disk again with room made (``room``)."""
+        try:
+            return fn()
+        except lmdb.Error as exc:
+            if not is_no_space(exc):
+                raise
+        with self.room():
+            return fn()
+
+    @contextlib.contextmanager
+    def room(self) -> Iterator[None]:
+        """For a change that frees space on a full disk: the store's
+        reserve spent (filled again after the block) and its disposable
+        cache of reassembled blobs dropped."""
+        with self.reserve.spent():
+            freed = self.blobs.clear_cache()
+            if freed:
+                log.warning("disk full: dropped %d bytes of reassembled versions", freed)
+            yield
+
     def begin_write(self, rel: str, opener: Callable[[], int], *, truncate: bool) -> WriteSession:
         """*slow*: ``swfs.writesession.InPlaceWrites.begin_write``."""
         return self.writes.begin_write(rel, opener, truncate=truncate)
@@ -833,6 +922,11 @@ class Workspace(BlobReads):
         self._index_inode(dst, rec.ino)
 
     def record_unlink(self, rel: RelPath) -> None:
+        """After ``rel`` was unlinked (its space freed: a full disk spends
+        the store's reserve to record it)."""
+        self.spending_reserve(lambda: self._record_unlink(rel))
+
+    def _record_unlink(self, rel: RelPath) -> None:
         with self.store.write() as txn:
             if self.store.get_file(rel, txn) is None:
                 return
@@ -1075,11 +1169,13 @@ class Workspace(BlobReads):
     def versions(self, rel: RelPath) -> Sequence[Version]:
         rec = self.store.get_file(rel)
         out = []
-        for number, h, at, cause, size, *kept in self.store.get_versions(rel):
+        for v in self.store.get_versions(rel):
+            number, h, at, cause, size, *kept = v
             available = self.blobs.has(h) or (rec is not None and rec.hash == h)
             then = permissions.recorded(*kept[:3]) if len(kept) >= 3 else None
             then = then or permissions.owner_only(self.store_dir)
-            out.append(Version(number, Hash(h), at, Cause(cause), available, size, then))
+            not_kept = None if available else version_not_kept(v)
+            out.append(Version(number, Hash(h), at, Cause(cause), available, size, then, not_kept))
         return out
 
     def content_access(self, rel: RelPath, h: str | None) -> Access:
@@ -1170,7 +1266,10 @@ class Workspace(BlobReads):
             raise WorkspaceError(f"{rel}: no version {number}")
         source = self.version_ref(rel, number)
         if source is None:
-            raise WorkspaceError(f"{rel}@{number}: its bytes were not kept")
+            why = versions[number].not_kept
+            raise WorkspaceError(
+                f"{rel}@{number}: its bytes were not kept" + (f": {why}" if why else "")
+            )
         dest = self.abspath(rel)
         os.makedirs(os.path.dirname(dest) or ".", exist_ok=True)
         if os.path.lexists(dest):

@@ -57,6 +57,7 @@ from .blobs import BlobStore, Manifest
 from .fsutil import hash_fd, open_to_read, write_all_at
 from .hashform import label as short_hash
 from .parsework import FAILED, OK, ParseOutcome, ParsePool
+from .reserve import is_no_space
 from .store import _DBS, FORMAT_VERSION, FileRecord, Store, StoreError, stat_signature
 from .workspace import Config, WorkspaceError
 
@@ -368,7 +369,14 @@ class World(BlobReads):
             return fd
         manifest = self.blobs.manifest(h)
         if manifest is None or size > MEMORY_FILE_MAX:
-            return self.blobs.open(h)
+            try:
+                return self.blobs.open(h)
+            except OSError as exc:
+                if manifest is None or not is_no_space(exc):
+                    raise
+            # No room on the disk to reassemble it: in memory for this open
+            # only (reading history never needs free space).
+            return self._reassemble(h, manifest)
         return self.memory.put(h, manifest.size, self._reassemble(h, manifest))
 
     def _reassemble(self, h: str, manifest: Manifest) -> int:
@@ -438,10 +446,11 @@ class World(BlobReads):
         rec = self.records.get(rel)
         return None if rec is None else str(rec.hash)
 
-    def _refuse(self, *_: Any) -> Any:
+    def _refuse(self, *_: Any, **__: Any) -> Any:
         raise OSError(errno.EROFS, os.strerror(errno.EROFS))
 
     preserve = preserve_inode = record_write = record_rename = record_unlink = _refuse
+    preserve_freeing = _refuse
 
     def pin_version(self, rel: RelPath) -> None:
         pass

@@ -17,6 +17,10 @@ behalf) holds no policy; it calls these objects and does what they say:
   1 MiB leaves it touched, so the record rehashes those only.  If they
   cannot be (disk full, a file that never holds still), OSError ENOSPC
   or EIO is raised and nothing is written: history is never lost silently.
+  A change that frees space (an unlink, an O_TRUNC, a truncate that
+  shrinks) is the exception: it always goes on, so that a full disk can be
+  freed; the engine spends its reserve to keep the bytes and, where even
+  that is not enough, records them as not kept (``preserve_freeing``).
   ``needs_preserve`` / ``preserve()`` let an async caller do that slow step
   in a worker thread before a write.
 - ``session.flush`` (close(2) of one of the writer's descriptors),
@@ -60,6 +64,7 @@ from typing import Protocol, TypeVar
 from . import treecache
 from .api import FileState, RelPath, WriteSession
 from .fsutil import fallocate, fallocate_changes
+from .reserve import NO_SPACE
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +74,10 @@ T = TypeVar("T")
 class History(Protocol):
     """What the write protocol needs of the engine."""
 
+    def abspath(self, rel: str) -> str:
+        """Where ``rel`` lives now."""
+        ...
+
     def check_file(self, rel: RelPath) -> FileState | None: ...
     def preserve(self, rel: RelPath) -> str | None:
         """The hash of the recorded version whose bytes are kept now, or None
@@ -77,6 +86,12 @@ class History(Protocol):
 
     def recorded_hash(self, rel: RelPath) -> str | None:
         """Cheap: the hash the record of ``rel`` names now."""
+        ...
+
+    def preserve_freeing(self, rel: RelPath, *, link: bool) -> str | None:
+        """``preserve`` (``link``: ``preserve_inode``) before a change that
+        frees space: never ENOSPC; on a full disk the version is recorded as
+        not kept instead.  The hash of the version dealt with."""
         ...
 
     def preserve_inode(self, rel: RelPath) -> None: ...
@@ -144,14 +159,21 @@ class InPlaceSession:
         """Cheap: the next in-place change would first have to keep bytes."""
         return not self._kept.preserved and self.rel is not None
 
-    def preserve(self) -> None:
+    def preserve(self, *, freeing: bool = False) -> None:
         """*slow*: keep the recorded bytes before they are changed in place.
-        OSError (ENOSPC, EIO) when they cannot be kept: do not write then."""
+        OSError (ENOSPC, EIO) when they cannot be kept: do not write then.
+        ``freeing``: for a change that frees space (a truncate that
+        shrinks), which goes on without them on a full disk (never ENOSPC;
+        ``History.preserve_freeing``)."""
         rel = self.rel
         if self._kept.preserved or rel is None:
             return
+        history = self._writes.history
         with self._writes.changing(rel):
-            kept = self._writes.history.preserve(RelPath(rel))
+            if freeing:
+                kept = _keep_freeing(history, RelPath(rel), link=False)
+            else:
+                kept = history.preserve(RelPath(rel))
         self._writes.kept(self._kept, rel, kept)
 
     def write(self, off: int, buf: bytes) -> int:
@@ -164,7 +186,10 @@ class InPlaceSession:
         return n
 
     def truncate(self, size: int) -> None:
-        self.preserve()
+        """*slow* when ``needs_preserve``.  One that shrinks the file always
+        succeeds: it frees space (``preserve(freeing=True)``)."""
+        if self.needs_preserve:
+            self.preserve(freeing=size < os.fstat(self.fd).st_size)
         self._dirty()
         treecache.CACHE.truncate(self.key, self.fd, size)
         self.wrote = True  # recorded on close (flush), release or fsync
@@ -359,7 +384,8 @@ class InPlaceWrites:
             except Exception:
                 # Advisory: a failure here must not keep anyone from their file.
                 log.exception("check_file(%r) failed", rel)
-            kept = self.history.preserve(RelPath(rel)) if truncate else None
+            # An O_TRUNC frees space: it goes on even on a full disk.
+            kept = _keep_freeing(self.history, RelPath(rel), link=False) if truncate else None
             fd = opener()
             try:
                 # check_file above may just have recorded a change made behind
@@ -456,13 +482,18 @@ class InPlaceWrites:
     # -- changes of names
 
     def unlink(self, rel: str) -> Change:
+        """An unlink frees space: it goes on even on a full disk, its bytes
+        recorded as not kept when they cannot be (``preserve_freeing``)."""
         r = RelPath(rel)
 
         def commit() -> None:
             self.history.record_unlink(r)
             self._renamed(rel, None)
 
-        return Change(self, [rel], lambda: self.history.preserve_inode(r), commit)
+        def prepare() -> None:
+            _keep_freeing(self.history, r, link=True)
+
+        return Change(self, [rel], prepare, commit)
 
     def rename(self, old: str, new: str, *, replaces_file: bool, exchange: bool = False) -> Change:
         """``replaces_file``: ``new`` is a file (not a directory) the rename
@@ -492,18 +523,33 @@ class InPlaceWrites:
 
         return Change(self, [old, new], prepare, commit)
 
-    def truncate(self, rel: str) -> Change:
-        """A truncate by path (no open descriptor)."""
+    def truncate(self, rel: str, size: int | None = None) -> Change:
+        """A truncate by path (no open descriptor) to ``size``: one that
+        shrinks the file frees space and goes on even on a full disk."""
         r = RelPath(rel)
 
         def prepare() -> None:
-            self.history.preserve(r)
+            if size is not None and self._shrinks(rel, size):
+                _keep_freeing(self.history, r, link=False)
+            else:
+                self.history.preserve(r)
 
         def commit() -> None:
             self.changed(rel)
-            self.history.record_write(r)
+            try:
+                self.history.record_write(r)
+            except Exception:
+                # Truncated whatever happens here (a store that cannot take
+                # the record now): the rescan records it.
+                log.exception("record_write(%r) after a truncate failed", rel)
 
         return Change(self, [rel], prepare, commit)
+
+    def _shrinks(self, rel: str, size: int) -> bool:
+        try:
+            return size < os.lstat(self.history.abspath(rel)).st_size
+        except OSError:
+            return False
 
     def _dirty_sessions(self, *rels: str) -> list[InPlaceSession]:
         with self._lock:
@@ -624,6 +670,22 @@ class InPlaceWrites:
             ]
         lines.append(treecache.CACHE.report())
         return lines
+
+
+def _keep_freeing(history: History, rel: RelPath, *, link: bool) -> str | None:
+    """Keep ``rel``'s bytes before a change that frees space (an unlink with
+    ``link``, a truncate that shrinks): as any other change would, and on a
+    full disk through ``preserve_freeing``, which never fails for want of
+    space (it spends the store's reserve, or records the bytes as not kept)."""
+    try:
+        if link:
+            history.preserve_inode(rel)
+            return None
+        return history.preserve(rel)
+    except OSError as exc:
+        if exc.errno not in NO_SPACE:
+            raise
+    return history.preserve_freeing(rel, link=link)
 
 
 class _Changing:

@@ -38,6 +38,7 @@ HOOKS = frozenset(
         "check_file",
         "preserve",
         "preserve_inode",
+        "preserve_freeing",
         "record_write",
         "record_rename",
         "record_unlink",

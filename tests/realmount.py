@@ -7,6 +7,7 @@ SIGKILL, then a lazy unmount, whatever state the daemon is in.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import random
 import shutil
@@ -175,6 +176,65 @@ def full_store_mount(seed: int) -> Iterator[tuple[RealMount, bytes]]:
     finally:
         if not mounted_swfs(mnt):
             shutil.rmtree(root, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def full_src_mount(size: str, *extra: str) -> Iterator[RealMount]:
+    """A mount of a SRC that is a tmpfs of ``size`` (``48m``), its store in
+    it (``SRC/.swfs``, the default): filling SRC fills the store's disk
+    too.  ``small.txt`` is in SRC at the mount.  Needs root."""
+    from tests.tmpfs import small_tmpfs
+
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    root = workdir()
+    src, mnt = root / "src", root / "mnt"
+    for d in (src, mnt):
+        d.mkdir()
+    m: RealMount | None = None
+    try:
+        with small_tmpfs(src, size, mode="0755"):
+            (src / "small.txt").write_text("small\n")
+            try:
+                m = start_mount(src, mnt, *extra)
+                swfs("sync", mnt)
+                yield m
+            finally:
+                if m is not None:
+                    m.stop()
+                lazy_unmount(mnt)
+    finally:
+        if not mounted_swfs(mnt):
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def fill_disk(directory: Path, name: str) -> int:
+    """Write ``directory/name`` (random bytes, 1 MiB at a time, so that
+    nothing compresses) until the disk is full; the bytes written."""
+    r = random.Random(name)
+    written = 0
+    fd = os.open(directory / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+    try:
+        while True:
+            block = r.randbytes(1 << 20)
+            try:
+                n = os.write(fd, block)
+            except OSError as exc:
+                if exc.errno != errno.ENOSPC:
+                    raise
+                break
+            written += n
+            if n < len(block):
+                break
+    finally:
+        with contextlib.suppress(OSError):  # the close of a full disk's file may fail too
+            os.close(fd)
+    return written
+
+
+def free_bytes(path: Path) -> int:
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
 
 
 def vm_rss_kib(pid: int) -> int:

@@ -17,6 +17,7 @@ from swfs.check import run_checks
 from swfs.engine import Engine
 from swfs.fsutil import hash_file
 from swfs.parsework import WorkerLimits
+from swfs.reserve import Reserve, default_size
 from swfs.store import dumps
 from swfs.workspace import Config
 from tests import evilparsers
@@ -81,6 +82,113 @@ def test_preserve_on_a_full_disk_fails_with_enospc_and_keeps_the_store(tmp_path:
             assert eng.version_file(RelPath("small.txt"), 1) is not None
             assert not run_checks(eng)
             assert eng.blobs.verify(hash_file(src / "small.txt"))
+
+
+def test_the_reserve_is_held_spent_and_filled_again(tmp_path: Path) -> None:
+    reserve = Reserve(tmp_path, 1 << 20)
+    assert reserve.fill() >= 1 << 20
+    with reserve.spent() as freed:
+        assert freed >= 1 << 20
+        assert reserve.held() == 0
+    assert reserve.held() >= 1 << 20
+    assert Reserve(tmp_path, 0).fill() == 0  # sized down: the blocks go
+
+
+@pytest.mark.parametrize(
+    ("total", "size"),
+    [(4 << 20, 512 << 10), (48 << 20, 1536 << 10), (1 << 30, 32 << 20), (1 << 40, 64 << 20)],
+)
+def test_the_reserve_is_a_32nd_of_the_disk_within_bounds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, total: int, size: int
+) -> None:
+    real = os.statvfs(tmp_path)
+
+    class Fake:
+        f_frsize = 4096
+        f_blocks = total // 4096
+        f_bavail = real.f_bavail
+
+    monkeypatch.setattr(os, "statvfs", lambda _: Fake)
+    assert default_size(tmp_path) == size
+
+
+def _fill(path: Path) -> None:
+    """Write ``path`` until the disk is full."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        while os.write(fd, os.urandom(1 << 16)):
+            pass
+    except OSError as exc:
+        if exc.errno != errno.ENOSPC:
+            raise
+    finally:
+        os.close(fd)
+
+
+def test_a_full_disk_spends_the_reserve_to_delete_and_records_what_it_could_not_keep(
+    tmp_path: Path,
+) -> None:
+    src = tmp_path / "ws"
+    src.mkdir()
+    with small_tmpfs(src, "16m"):
+        (src / "small.bin").write_bytes(os.urandom(64 << 10))
+        (src / "big.bin").write_bytes(os.urandom(3 << 20))
+        config = Config(rescan_interval=0, reserve_bytes=1 << 20)
+        with Engine.open(src, config=config) as eng:
+            eng.scan()
+            eng.reserve.fill()
+            _fill(src / "filler")
+            # An in-place write cannot keep the bytes: ENOSPC, the reserve untouched.
+            with pytest.raises(OSError, match="No space left") as info:
+                eng.preserve(RelPath("big.bin"))
+            assert info.value.errno == errno.ENOSPC
+            assert eng.reserve.held() >= 1 << 20
+            # A delete keeps what the reserve allows ...
+            assert eng.preserve_freeing(RelPath("small.bin"), link=True) is not None
+            os.unlink(src / "small.bin")
+            eng.record_unlink(RelPath("small.bin"))
+            (small,) = eng.versions(RelPath("small.bin"))
+            assert small.available
+            assert small.not_kept is None
+            # ... and records what it could not keep.
+            eng.preserve_freeing(RelPath("big.bin"), link=True)
+            os.unlink(src / "big.bin")
+            eng.record_unlink(RelPath("big.bin"))
+            (big,) = eng.versions(RelPath("big.bin"))
+            assert not big.available
+            assert big.not_kept == "disk full"
+            events = [e for _, e in eng.store.iter_journal() if e["ev"] == "not-kept"]
+            assert [e["path"] for e in events] == ["big.bin"]
+            os.unlink(src / "filler")
+            eng.scan()
+            assert not run_checks(eng)
+
+
+def test_a_full_disk_without_a_reserve_drops_reassembled_versions_first(tmp_path: Path) -> None:
+    src = tmp_path / "ws"
+    src.mkdir()
+    with small_tmpfs(src, "16m"):
+        old = os.urandom(512 << 10)
+        (src / "doc.bin").write_bytes(old)
+        (src / "other.bin").write_bytes(os.urandom(256 << 10))
+        with Engine.open(src, config=Config(rescan_interval=0, reserve_bytes=0)) as eng:
+            eng.scan()
+            eng.preserve(RelPath("doc.bin"))
+            (src / "doc.bin").write_bytes(b"new")
+            eng.record_write(RelPath("doc.bin"))
+            path = eng.version_file(RelPath("doc.bin"), 1)  # reassembled into the cache
+            assert path is not None
+            assert Path(path).read_bytes() == old
+            _fill(src / "filler")
+            # No reserve at all: the cache of reassembled versions makes the room.
+            assert eng.preserve_freeing(RelPath("other.bin"), link=True) is not None
+            assert not Path(path).exists()
+            assert eng.versions(RelPath("other.bin"))[0].not_kept is None
+            ref = eng.version_ref(RelPath("doc.bin"), 1)
+            assert ref is not None
+            reader = eng.open_blob_reading(ref)  # no room to reassemble it again
+            assert not isinstance(reader, int)
+            assert reader.pread(len(old) + 1, 0) == old
 
 
 @pytest.fixture

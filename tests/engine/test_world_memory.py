@@ -5,6 +5,7 @@ descriptor of the same bytes."""
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
@@ -91,3 +92,27 @@ def test_memory_files_keep_to_their_limit() -> None:
     cache.close()
     assert cache.used == 0
     assert world_mod.MEMORY_CACHE_BYTES >= world_mod.MEMORY_FILE_MAX
+
+
+def test_a_large_file_of_a_world_reads_on_a_full_disk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Too large for a kept memory file, it is reassembled into the blob
+    store's cache, unless the disk has no room: then into memory, for that
+    open (reading history never needs free space)."""
+    src = tmp_path / "src"
+    src.mkdir()
+    data = os.urandom(300 << 10)
+    (src / "big.bin").write_bytes(data)
+    with Engine.open(src) as ws:
+        ws.scan()
+        history.take_snapshot(ws, "then")
+    monkeypatch.setattr(world_mod, "MEMORY_FILE_MAX", 64 << 10)
+    with open_world(src, src / ".swfs", "then") as world:
+
+        def full(*_: object) -> None:
+            raise OSError(errno.ENOSPC, "No space left on device (writing blob)")
+
+        monkeypatch.setattr(world.blobs, "_materialise", full)
+        assert _read(world.open_file("big.bin")) == data[: 1 << 20]
+        assert world.memory.used == 0  # not kept: it may be large

@@ -16,7 +16,7 @@ import pytest
 from swfs.api import RelPath, WriteSession
 from swfs.engine import Engine
 from swfs.parsework import CHANGED, OK, ParseOutcome
-from swfs.workspace import Config
+from swfs.workspace import Config, WorkspaceError
 
 OLD = b"the recorded bytes\n"
 
@@ -69,26 +69,61 @@ def test_first_write_preserves_and_release_records(
     assert len(versions(engine, "a.txt")) == len(after)  # nothing written: no version
 
 
+def _disk_full(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every attempt to keep bytes fails as on a full disk."""
+
+    def full(rel: RelPath, **_: object) -> None:
+        raise OSError(errno.ENOSPC, f"{rel}: no space left in the store")
+
+    monkeypatch.setattr(engine, "_preserve", full)
+
+
+def not_kept(engine: Engine, rel: str) -> list[str | None]:
+    return [v.not_kept for v in engine.versions(RelPath(rel))]
+
+
 def test_a_write_whose_bytes_cannot_be_kept_fails_and_leaves_the_file(
     engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def full(rel: RelPath) -> None:
-        raise OSError(errno.ENOSPC, f"{rel}: no space left in the store")
-
     s = engine.begin_write("a.txt", opener(engine, "a.txt"), truncate=False)
-    monkeypatch.setattr(engine, "preserve", full)
+    _disk_full(engine, monkeypatch)
     with pytest.raises(OSError, match="no space") as info:
         s.write(0, b"XXXX")
     assert info.value.errno == errno.ENOSPC
+    # Nor may it grow the file: only a truncate that frees space goes on.
     with pytest.raises(OSError, match="no space"):
-        s.truncate(0)
+        s.truncate(len(OLD) + 10)
     assert (engine.src / "a.txt").read_bytes() == OLD
     assert not s.dirty
     s.release()
-    # An O_TRUNC open is refused before anything is truncated.
-    with pytest.raises(OSError, match="no space"):
-        engine.begin_write("a.txt", opener(engine, "a.txt", os.O_RDWR | os.O_TRUNC), truncate=True)
-    assert (engine.src / "a.txt").read_bytes() == OLD
+    assert not_kept(engine, "a.txt") == [None]
+    assert engine.writes.busy_paths() == set()
+
+
+def test_a_truncate_on_a_full_disk_goes_on_and_records_the_loss(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s = engine.begin_write("a.txt", opener(engine, "a.txt"), truncate=False)
+    _disk_full(engine, monkeypatch)
+    s.truncate(4)  # frees space: never ENOSPC
+    assert (engine.src / "a.txt").read_bytes() == OLD[:4]
+    s.write(0, b"more")  # the bytes to keep are gone already: nothing to keep
+    s.release()
+    vs = engine.versions(RelPath("a.txt"))
+    assert [v.not_kept for v in vs] == ["disk full", None]
+    assert not vs[0].available
+    events = [e for _, e in engine.store.iter_journal() if e["ev"] == "not-kept"]
+    assert [(e["path"], e["version"], e["why"]) for e in events] == [("a.txt", 1, "disk full")]
+    with pytest.raises(WorkspaceError, match="not kept: disk full"):
+        engine.restore(RelPath("a.txt"), 1)
+    # An O_TRUNC open goes on too; so does an unlink.
+    fd = engine.begin_write("b.txt", opener(engine, "b.txt", os.O_RDWR | os.O_TRUNC), truncate=True)
+    fd.release()
+    assert (engine.src / "b.txt").read_bytes() == b""
+    assert not_kept(engine, "b.txt") == ["disk full", None]
+    engine.writes.unlink("a.txt").run(lambda: os.unlink(engine.src / "a.txt"))
+    assert not_kept(engine, "a.txt") == ["disk full", "disk full"]
+    assert engine.store.get_file("a.txt") is None
     assert engine.writes.busy_paths() == set()
 
 

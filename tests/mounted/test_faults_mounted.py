@@ -23,11 +23,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.mountutil import lazy_unmount
+from tests.mountutil import errno_of, lazy_unmount
 from tests.realmount import (
     REPO,
     RealMount,
     descendants,
+    fill_disk,
+    free_bytes,
+    full_src_mount,
     full_store_mount,
     needs_fuse,
     report_count,
@@ -267,6 +270,110 @@ def test_store_on_a_full_filesystem_fails_writes_loudly(request: pytest.FixtureR
         assert (mnt / "small.txt").read_text() == "small\n"
         (mnt / "other.txt").write_text("still writable\n")
         assert os.listdir(mnt / ".versions")
+        swfs("check", mnt)
+
+
+@pytest.mark.timeout(300)
+def test_a_full_disk_can_be_freed_through_the_mount(request: pytest.FixtureRequest) -> None:
+    """SRC's own disk full (the store on it): deleting and truncating go on,
+    keeping the bytes where the store's reserve allows and recording the
+    loss where not; history reads with no free space; gc frees space; an
+    in-place write that cannot keep the old bytes still fails."""
+    r = random.Random(36)
+    big1, big2, big3 = r.randbytes(4 << 20), r.randbytes(4 << 20), r.randbytes(2 << 20)
+    small_kept, old_v1, old_v2 = (
+        r.randbytes(128 << 10),
+        r.randbytes(100 << 10),
+        r.randbytes(90 << 10),
+    )
+    # Every close a version (no bursts folded): old.bin's first bytes are a blob.
+    with full_src_mount("48m", "--version-interval", "0") as m:
+        src, mnt = m.src, m.mnt
+        for name, data in (
+            ("big1.bin", big1),
+            ("big2.bin", big2),
+            ("big3.bin", big3),
+            ("kept.bin", small_kept),
+        ):
+            (mnt / name).write_bytes(data)
+        (mnt / "old.bin").write_bytes(old_v1)
+        (mnt / "old.bin").write_bytes(old_v2)
+        swfs("sync", mnt)
+        old_dir = mnt / ".versions" / "old.bin"
+        first = next(p for p in old_dir.iterdir() if p.name.startswith("0001-"))
+
+        fill_disk(mnt, "filler1")
+        full = free_bytes(src)
+        report_count(request.config, "full SRC: free bytes after filling", full)
+        assert full < 1 << 20
+
+        # History reads with no free space (the chunked blob is not reassembled
+        # into a file first).
+        assert first.read_bytes() == old_v1
+
+        # An in-place edit that cannot keep the old bytes fails; the file is intact.
+        fd = os.open(mnt / "big1.bin", os.O_WRONLY)
+        try:
+            failed = errno_of(lambda: os.pwrite(fd, b"overwritten in place" * 1000, 4096))
+        finally:
+            os.close(fd)
+        assert failed == errno.ENOSPC, errno.errorcode.get(failed)
+        assert (src / "big1.bin").read_bytes() == big1
+
+        # A delete whose bytes fit in the reserve keeps them.
+        subprocess.run(["rm", str(mnt / "kept.bin")], check=True, timeout=60)
+        kept = list((mnt / ".versions" / "kept.bin").iterdir())
+        assert [p.read_bytes() for p in kept] == [small_kept], kept
+
+        # A truncate whose bytes cannot be kept goes on and says so.
+        before = free_bytes(src)
+        subprocess.run(["truncate", "-s", "0", str(mnt / "big1.bin")], check=True, timeout=60)
+        assert (src / "big1.bin").stat().st_size == 0
+        freed = free_bytes(src) - before
+        report_count(request.config, "full SRC: bytes freed by truncate -s 0 of 4 MiB", freed)
+        assert freed > 2 << 20
+        out = swfs("versions", mnt, "big1.bin").stdout
+        assert "bytes not kept: disk full" in out, out + m.log()[-3000:]
+        notes = [p for p in (mnt / ".versions" / "big1.bin").iterdir() if p.suffix == ".not-kept"]
+        assert len(notes) == 1, notes
+        assert "bytes not kept: disk full" in notes[0].read_text()
+        assert os.getxattr(notes[0], "user.sw.not_kept") == b"disk full"
+
+        # So does a shell's truncating redirection (an O_TRUNC open).
+        fill_disk(mnt, "filler1b")
+        subprocess.run(["sh", "-c", f": > '{mnt}/big3.bin'"], check=True, timeout=60)
+        assert (src / "big3.bin").stat().st_size == 0
+        assert "bytes not kept: disk full" in swfs("versions", mnt, "big3.bin").stdout
+
+        # A delete whose bytes cannot be kept goes on and says so.
+        fill_disk(mnt, "filler2")
+        before = free_bytes(src)
+        subprocess.run(["rm", str(mnt / "big2.bin")], check=True, timeout=60)
+        assert not (src / "big2.bin").exists()
+        freed = free_bytes(src) - before
+        report_count(request.config, "full SRC: bytes freed by rm of 4 MiB", freed)
+        assert freed > 2 << 20
+        log = swfs("log", mnt, "--kind", "state").stdout
+        lost = [line for line in log.splitlines() if "not-kept" in line]
+        assert any("path=big1.bin" in line for line in lost), log
+        assert any("path=big2.bin" in line and "disk full" in line for line in lost), log
+        assert "bytes not kept: disk full" in swfs("versions", mnt, "big2.bin").stdout
+
+        # gc frees space on a full disk: kept.bin's and old.bin's old bytes.
+        fill_disk(mnt, "filler3")
+
+        def free_and_reserve() -> int:  # gc may top the reserve up from what it frees
+            return free_bytes(src) + (src / ".swfs" / "reserve").stat().st_blocks * 512
+
+        before = free_and_reserve()
+        swfs("gc", "--keep", "0", mnt)
+        freed = free_and_reserve() - before
+        report_count(request.config, "full SRC: bytes freed by swfs gc --keep 0", freed)
+        assert freed >= len(small_kept) + len(old_v1), freed
+
+        assert m.alive(), m.log()[-2000:]
+        for name in ("filler1", "filler1b", "filler2", "filler3"):
+            os.unlink(mnt / name)
         swfs("check", mnt)
 
 
