@@ -12,6 +12,9 @@ no parse is reused) into the mount, then times from its close:
 * ``whole_parse_s``: until the folder says ``current`` (every page parsed).
 * ``first_page_share``: ``first_page_s / whole_parse_s``.
 
+The same files are then written into a mount that parses every file whole
+(``--range-pages 0``, as before issue 37): ``whole_*`` are its times, and
+``first_page_vs_whole`` is ``first_page_s / whole_first_page_s``.
 ``info.raw_parse_s`` is the PDF parser alone on the same file, in this
 process, for scale.
 """
@@ -65,46 +68,77 @@ def _raw_parse_s(path: Path) -> float:
 def long_pdf(ctx: Ctx, result: WorkloadResult) -> None:
     if not isinstance(ctx.mounter, SwfsMounter):
         raise Unsupported("needs --mounter swfs")
-    sw = ctx.mounter
     pages = 600 if ctx.quick else 2500
-    late = pages - 10
     src = ctx.scratch("longpdf-src")
     (src / "warmup.txt").write_text("warm up the parse workers\n")
-    names = ("first_listing_s", "first_page_s", "late_page_s", "whole_parse_s")
-    metrics = {name: result.metric(name, "s", kind=ABSOLUTE) for name in names}
+    rng = random.Random(37)
+    # The same files on both sides: made up front, new text each round.
+    files = [(f"round{r}-{rng.random()}", r) for r in range(ctx.rounds)]
+    made = {tag: make_pdf(random.Random(r), pages, tag) for tag, r in files}
+    sides: dict[str, dict[str, list[float]]] = {}
+    for side, options in (("ranged", ()), ("whole", ("--range-pages", "0"))):
+        sw = ctx.mounter.with_options(*options) if options else ctx.mounter
+        times: dict[str, list[float]] = {name: [] for name in _STEPS}
+        with sw.mounted(src, ctx.mountpoint(f"longpdf-{side}")) as m:
+            sw.settle(m)
+            for tag, r in files:
+                step = _round(m.mountpoint, f"{side}-{r}.pdf", tag, made[tag], pages)
+                for name, value in step.items():
+                    times[name].append(value)
+                sw.settle(m)
+        sides[side] = times
+    for name in _STEPS:
+        metric = result.metric(name, "s", kind=ABSOLUTE)
+        metric.values = sides["ranged"][name]
+        before = result.metric(f"whole_{name}", "s", kind=ABSOLUTE)
+        before.note = "parsed whole (--range-pages 0)"
+        before.values = sides["whole"][name]
     share = result.metric("first_page_share", "x", kind=ABSOLUTE)
     share.note = "first_page_s / whole_parse_s"
-    rng = random.Random(37)
-    with sw.mounted(src, ctx.mountpoint("longpdf")) as m:
-        sw.settle(m)
-        mnt = m.mountpoint
-        for r in range(ctx.rounds):
-            tag = f"round{r}-{time.time_ns()}"
-            data = make_pdf(rng, pages, tag)
-            name = f"long-{r}.pdf"
-            with open(mnt / name, "wb") as f:
-                f.write(data)
-            t0 = time.perf_counter()
-            view = mnt / ".parsed" / name
-            t_list = _until(f"{view} listed by page", lambda v=view: _listed(v))
-            metrics["first_listing_s"].values.append(t_list - t0)
-            _read(view / "page-0001.md", f"{tag} page 1\n".encode())
-            t_first = time.perf_counter()
-            metrics["first_page_s"].values.append(t_first - t0)
-            metrics["late_page_s"].values.append(
-                _read(view / f"page-{late:04d}.md", f"{tag} page {late}\n".encode())
-            )
-            t_all = _until(
-                f"{view} current",
-                lambda v=view: os.getxattr(v, "user.sw.freshness") == b"current",
-            )
-            metrics["whole_parse_s"].values.append(t_all - t0)
-            share.values.append((t_first - t0) / (t_all - t0))
-            if r == 0:
-                result.info["pdf_bytes"] = len(data)
-                result.info["raw_parse_s"] = round(_raw_parse_s(src / name), 3)
-            sw.settle(m)
-    result.info["pages"] = pages
+    share.values = [
+        first / whole
+        for first, whole in zip(
+            sides["ranged"]["first_page_s"], sides["ranged"]["whole_parse_s"], strict=True
+        )
+    ]
+    gain = result.metric("first_page_vs_whole", "x", kind=ABSOLUTE)
+    gain.note = "first_page_s / whole_first_page_s, same file"
+    gain.values = [
+        a / b
+        for a, b in zip(
+            sides["ranged"]["first_page_s"], sides["whole"]["first_page_s"], strict=True
+        )
+    ]
+    data = made[files[0][0]]
+    path = src / "raw.pdf"
+    path.write_bytes(data)
+    result.info.update(pages=pages, pdf_bytes=len(data), raw_parse_s=round(_raw_parse_s(path), 3))
+    path.unlink()
+
+
+_STEPS = ("first_listing_s", "first_page_s", "late_page_s", "whole_parse_s")
+
+
+def _round(mnt: Path, name: str, tag: str, data: bytes, pages: int) -> dict[str, float]:
+    """Write ``data`` as ``name`` and time its view from the close."""
+    late = pages - 10
+    with open(mnt / name, "wb") as f:
+        f.write(data)
+    t0 = time.perf_counter()
+    view = mnt / ".parsed" / name
+    t_list = _until(f"{view} listed by page", lambda: _listed(view))
+    _read(view / "page-0001.md", f"{tag} page 1\n".encode())
+    t_first = time.perf_counter()
+    t_late0 = time.perf_counter()
+    _read(view / f"page-{late:04d}.md", f"{tag} page {late}\n".encode())
+    t_late = time.perf_counter() - t_late0
+    t_all = _until(f"{view} current", lambda: os.getxattr(view, "user.sw.freshness") == b"current")
+    return {
+        "first_listing_s": t_list - t0,
+        "first_page_s": t_first - t0,
+        "late_page_s": t_late,
+        "whole_parse_s": t_all - t0,
+    }
 
 
 def _listed(view: Path) -> bool:

@@ -222,3 +222,23 @@ def test_a_page_a_reader_waits_for_is_parsed_next() -> None:
     # Ranges cover every page once.
     covered = sorted(k for start, stop in pool.asked for k in range(start, stop))
     assert covered == list(range(1000))
+
+
+@pytest.mark.timeout(300)
+def test_range_pages_0_parses_every_file_whole(tmp_path: Path) -> None:
+    import argparse
+
+    from cli.base import config_from
+
+    config = config_from(argparse.Namespace(range_pages=0, workers=1))
+    assert config.limits.range_threshold == 0
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "long.pdf").write_bytes(docgen.pdf_bytes(PAGES))
+    (src / "short.pdf").write_bytes(docgen.pdf_bytes(12))
+    with Engine.open(src, config=config) as eng:
+        notices: list[str] = []
+        eng.add_listener(notices.append)
+        trio.run(eng.drain)
+        assert stored(eng, "long.pdf") == whole_parse(src / "long.pdf")
+        assert notices.count("long.pdf") == notices.count("short.pdf")
