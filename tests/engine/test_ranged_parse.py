@@ -242,3 +242,39 @@ def test_range_pages_0_parses_every_file_whole(tmp_path: Path) -> None:
         trio.run(eng.drain)
         assert stored(eng, "long.pdf") == whole_parse(src / "long.pdf")
         assert notices.count("long.pdf") == notices.count("short.pdf")
+
+
+@pytest.mark.timeout(300)
+def test_a_file_changed_while_its_ranges_come_in_shows_none_of_them(gated: Path) -> None:
+    """Freshness stays derived from hashes: once the file's record names new
+    bytes, the ranges of the old ones are not shown; the new bytes are parsed."""
+    rel = RelPath("long.gpdf")
+    (gated / rel).write_bytes(docgen.pdf_bytes(PAGES, fact_page=2))
+    with Engine.open(gated, config=CONFIG) as eng:
+
+        async def main() -> None:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(eng.run_background)
+                await eng.wait_view(rel, 120)
+                view = eng.view_state(rel)
+                assert view is not None
+                assert view.partial
+                (gated / rel).write_bytes(docgen.pdf_bytes(PAGES + 20, fact_page=PAGES + 5))
+                await trio.to_thread.run_sync(lambda: eng.check_file(rel, force=True))
+                view = eng.view_state(rel)
+                assert view is not None
+                assert not view.partial
+                assert view.source_hash is None
+                assert list(eng.view_unit_names(view)) == ["pending.md"]
+                (gated / f"{rel}.go").touch()
+                for _ in range(2400):  # up to 120 s
+                    if eng.freshness(rel) is Freshness.CURRENT:
+                        break
+                    await trio.sleep(0.05)
+                nursery.cancel_scope.cancel()
+
+        trio.run(main)
+        assert eng.freshness(rel) is Freshness.CURRENT
+        assert stored(eng, rel) == whole_parse(gated / rel)
+        assert len(stored(eng, rel)) == PAGES + 20
+        assert run_checks(eng) == []
