@@ -314,7 +314,11 @@ def test_a_long_pdf_lists_and_reads_its_pages_while_it_is_parsed(
     names = [f"page-{n:04d}.md" for n in range(1, pages + 1)]
     # The listing shows the real units once the first range is in.
     poll(lambda: sorted(os.listdir(view)) == names, what="listed by page", timeout=120)
-    first = (view / "page-0003.md").read_text()
+    listed = subprocess.run(["ls", str(view)], capture_output=True, text=True, check=True)
+    assert listed.stdout.split() == names
+    first = subprocess.run(
+        ["cat", str(view / "page-0003.md")], capture_output=True, text=True, check=True
+    ).stdout
     head, _, body = first.partition("\n")
     assert 'freshness="current"' in head
     assert f'hash="b3:{h(data)[:16]}"' in head
