@@ -97,12 +97,14 @@ class PartialParse:
         with self._lock:
             while wanted and wanted[0] in self.units:
                 wanted.pop(0)
+            first = next((k for k in range(self.total) if k not in self.units), -1)
+            if first < 0:
+                return None
+            start = first
             if wanted:
-                start, size = wanted.pop(0), min(size, WANTED_RANGE)
-            else:
-                start = next((k for k in range(self.total) if k not in self.units), -1)
-                if start < 0:
-                    return None
+                start = wanted.pop(0)
+                if start != first:  # a reader ahead of the parse: a short range
+                    size = min(size, WANTED_RANGE)
             stop = start
             while stop < min(self.total, start + size) and stop not in self.units:
                 stop += 1

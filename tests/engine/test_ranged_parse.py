@@ -278,3 +278,17 @@ def test_a_file_changed_while_its_ranges_come_in_shows_none_of_them(gated: Path)
         assert stored(eng, rel) == whole_parse(gated / rel)
         assert len(stored(eng, rel)) == PAGES + 20
         assert run_checks(eng) == []
+
+
+def test_a_reader_ahead_of_the_parse_gets_a_short_range_one_at_its_heels_a_long_one() -> None:
+    from swfs.ranged import WANTED_RANGE, PartialParse
+
+    names = tuple((f"p{k}", f"page={k + 1}") for k in range(1000))
+    partial = PartialParse(names)
+    units = tuple((f"p{k}", f"page={k + 1}", "t\n") for k in range(8))
+    partial.add(Part(names, 0, (False,) * 8, 8), units)
+    assert partial.next_range(128, [500]) == (500, 500 + WANTED_RANGE)
+    assert partial.next_range(128, [8]) == (8, 136)  # a reader of the next page (grep -r)
+    assert partial.next_range(128, []) == (8, 136)
+    partial.add(Part(names, 20, (False,), 1), (("p20", "page=21", "t\n"),))
+    assert partial.next_range(128, []) == (8, 20)  # up to the next page parsed
