@@ -69,16 +69,19 @@ def long_pdf(ctx: Ctx, result: WorkloadResult) -> None:
     if not isinstance(ctx.mounter, SwfsMounter):
         raise Unsupported("needs --mounter swfs")
     pages = 600 if ctx.quick else 2500
-    src = ctx.scratch("longpdf-src")
-    (src / "warmup.txt").write_text("warm up the parse workers\n")
     rng = random.Random(37)
-    # The same files on both sides: made up front, new text each round.
+    # The same files on both sides (each its own store): made up front, new
+    # text each round.
     files = [(f"round{r}-{rng.random()}", r) for r in range(ctx.rounds)]
     made = {tag: make_pdf(random.Random(r), pages, tag) for tag, r in files}
     sides: dict[str, dict[str, list[float]]] = {}
     for side, options in (("ranged", ()), ("whole", ("--range-pages", "0"))):
         sw = ctx.mounter.with_options(*options) if options else ctx.mounter
         times: dict[str, list[float]] = {name: [] for name in _STEPS}
+        # A workspace (and store) per side: the same bytes must be parsed
+        # on both, not found in the other's parse cache.
+        src = ctx.scratch(f"longpdf-{side}")
+        (src / "warmup.txt").write_text("warm up the parse workers\n")
         with sw.mounted(src, ctx.mountpoint(f"longpdf-{side}")) as m:
             sw.settle(m)
             for tag, r in files:
