@@ -17,6 +17,12 @@ and newlines become ``&amp;`` ``&quot;`` ``&lt;`` ``&gt;`` ``&#10;``.
 ``unrecorded`` while the file holds bytes that are not recorded yet (a writer
 has written and not closed or fsynced it, or it changed behind the mount):
 then no view is current, whatever its hash (``Workspace.settled``).
+
+A pending view parsed range by range (swfs.ranged) lists every unit once
+its first range is in: a unit parsed already is rendered ``current`` (its
+text is made from the file's present hash, and is what the stored parse
+will hold), one not parsed yet is a note rendered ``pending`` with
+``hash="none"``; the view itself stays ``pending`` until every unit is in.
 """
 
 from __future__ import annotations
