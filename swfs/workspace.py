@@ -848,6 +848,10 @@ class Workspace(BlobReads):
     ) -> bool:
         """Store a worker's outcome.  Returns True when ``rel`` needs another
         parse (it changed meanwhile)."""
+        if outcome.part is not None:
+            # Ranges live in memory until they add up to the whole parse
+            # (swfs.ranged): one stored as a parse would hide the rest.
+            raise ValueError(f"{rel}: a range of units offered as a whole parse")
         if outcome.status == UNSUPPORTED and outcome.hash == queued_hash:
             # Selected by extension and magic, declined after a closer look.
             outcome = ParseOutcome(

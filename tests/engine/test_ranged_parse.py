@@ -292,3 +292,27 @@ def test_a_reader_ahead_of_the_parse_gets_a_short_range_one_at_its_heels_a_long_
     assert partial.next_range(128, []) == (8, 136)
     partial.add(Part(names, 20, (False,), 1), (("p20", "page=21", "t\n"),))
     assert partial.next_range(128, []) == (8, 20)  # up to the next page parsed
+
+
+def test_a_range_is_never_stored_as_a_parse(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "long.pdf").write_bytes(docgen.pdf_bytes(PAGES))
+    with Engine.open(src, config=CONFIG) as eng:
+        eng.scan()
+        rec = eng.store.get_file("long.pdf")
+        assert rec is not None
+        assert rec.parser is not None
+        names = tuple((f"page-{n:04d}.md", f"page={n}") for n in range(1, PAGES + 1))
+        outcome = ParseOutcome(
+            OK,
+            hash=rec.hash,
+            parser=rec.parser,
+            units=(("page-0001.md", "page=1", "text\n"),),
+            part=Part(names, 0, (False,), 5),
+        )
+        with pytest.raises(ValueError, match="a range of units"):
+            eng.apply_parse(
+                RelPath("long.pdf"), outcome, queued_hash=rec.hash, queued_parser=rec.parser
+            )
+        assert eng.store.get_parse(rec.hash, rec.parser) is None
