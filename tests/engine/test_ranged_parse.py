@@ -64,13 +64,16 @@ def test_a_long_pdf_is_stored_as_a_whole_parse_would_be(tmp_path: Path) -> None:
         (src / name).write_bytes(docgen.pdf_bytes(pages, fact_page=pages - 1))
     # A page without text, in a file that has some: its own note, as a whole parse says.
     (src / "blank.pdf").write_bytes(_with_blank_pages(PAGES, blank={5, 250}))
+    # No text at all: every page says so for the whole file (parsed whole at the end).
+    (src / "scan.pdf").write_bytes(_with_blank_pages(PAGES, blank=set(range(1, PAGES + 1))))
     with Engine.open(src, config=CONFIG) as eng:
         notices: list[str] = []
         eng.add_listener(notices.append)
         trio.run(eng.drain)
-        for name in ("long.pdf", "short.pdf", "blank.pdf"):
+        for name in ("long.pdf", "short.pdf", "blank.pdf", "scan.pdf"):
             assert stored(eng, name) == whole_parse(src / name), name
-        assert eng.counts()["current"] == 3
+        assert "no text found" in stored(eng, "scan.pdf")[0][2]
+        assert eng.counts()["current"] == 4
         # Ranges came one by one (each a change notice), the short file whole.
         assert notices.count("long.pdf") >= notices.count("short.pdf") + 3
         assert run_checks(eng) == []
@@ -316,3 +319,18 @@ def test_a_range_is_never_stored_as_a_parse(tmp_path: Path) -> None:
                 RelPath("long.pdf"), outcome, queued_hash=rec.hash, queued_parser=rec.parser
             )
         assert eng.store.get_parse(rec.hash, rec.parser) is None
+
+
+def test_a_page_without_text_waits_until_the_file_is_known_to_hold_text() -> None:
+    """Its note depends on the whole file ("no text on this page" or, in a
+    file of no text, "no text found" on every page): it is not shown before."""
+    from swfs.ranged import PartialParse
+
+    names = tuple((f"p{k}", f"page={k + 1}") for k in range(200))
+    partial = PartialParse(names)
+    partial.add(Part(names, 0, (True, True), 0), (("p0", "page=1", "n\n"), ("p1", "page=2", "n\n")))
+    assert not partial.ready(0)
+    assert partial.unit("p0") is None
+    partial.add(Part(names, 2, (False,), 2), (("p2", "page=3", "t\n"),))
+    assert partial.ready(0)
+    assert partial.unit("p0") == ("p0", "page=1", "n\n")
