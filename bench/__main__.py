@@ -21,6 +21,7 @@ from typing import Any
 from bench import (
     historyloads,
     journalcost,
+    longpdf,
     passthrough,
     renderload,
     reqcost,
@@ -59,6 +60,7 @@ _SWFS_MODULES = (
     storage,
     stagedloads,
     reqcost,
+    longpdf,
 )
 WORKLOADS: dict[str, Workload] = dict(passthrough.WORKLOADS)
 for _module in _SWFS_MODULES:

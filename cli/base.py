@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import os
 import sys
@@ -89,6 +90,11 @@ def config_from(args: argparse.Namespace) -> Config:
         memory_mb=getattr(args, "parse_memory", None) or WorkerLimits.memory_mb,
         workers=getattr(args, "workers", None) or WorkerLimits().workers,
     )
+    range_pages = getattr(args, "range_pages", None)
+    if range_pages is not None:
+        if range_pages < 0:
+            raise CLIError("--range-pages: a number of pages, 0 or more")
+        limits = dataclasses.replace(limits, range_threshold=range_pages)
     return Config(limits=limits)
 
 
@@ -185,6 +191,12 @@ class Commands:
         sp.add_argument("--workers", type=int, help="parse worker processes (default: cores)")
         sp.add_argument("--parse-timeout", type=float, help="seconds per file (default 120)")
         sp.add_argument("--parse-memory", type=int, help="MiB per parse worker (default 3072)")
+        sp.add_argument(
+            "--range-pages",
+            type=int,
+            help="PDFs of more pages are parsed range by range, their pages readable as "
+            "they come (default 100; 0: always whole)",
+        )
 
 
 def log_field(value: Any) -> Any:

@@ -44,8 +44,8 @@ in the background, a read waits briefly for it), pending or failed.
     (
         "When a view is missing or incomplete",
         """\
-- .parsed/<path>/pending.md: not parsed yet; it says whether the file is
-  queued or how long it has been parsing.  Read it again, or `swfs sync .`.
+- .parsed/<path>/pending.md: not parsed yet, says how far; a long PDF lists
+  its pages at once, unparsed ones say pending.  Re-read, or `swfs sync .`.
 - .parsed/<path>/error.md: the parse failed; it says why (e.g. encrypted,
   damaged).  The native file is still there, byte for byte.
 - No .parsed/<path>/ at all: an unsupported format (images, archives, ...).

@@ -432,11 +432,14 @@ class ParsedTree(Base):
             return self.options.stale_wait
         return 0.0
 
-    async def settle(self, rel: str, *, pending: bool = True, brief: bool = False) -> None:
-        """Wait for the view of ``rel`` as ``_settle_limit`` says."""
+    async def settle(
+        self, rel: str, *, pending: bool = True, brief: bool = False, unit: str | None = None
+    ) -> None:
+        """Wait for the view of ``rel`` as ``_settle_limit`` says (with
+        ``unit``: of a view parsed range by range, for that unit only)."""
         limit = self._settle_limit(rel, pending=pending, brief=brief)
         if limit:
-            await self.engine.wait_view(RelPath(rel), limit)
+            await self.engine.wait_view(RelPath(rel), limit, unit)
             self._forget(rel)
 
     async def view(self, rel: str, *, wait: bool = True) -> ViewState | None:
@@ -465,7 +468,7 @@ class ParsedTree(Base):
             self._view_access(rel, view),
             size=len(unit.content),
             mtime_ns=self.gen.changed_ns(rel),
-            xattrs=view_xattrs(view, unit.locator),
+            xattrs=view_xattrs(unit.state or view, unit.locator),
             data=unit.content,
         )
 
@@ -493,7 +496,7 @@ class ParsedTree(Base):
             return Entry(True, access, mtime_ns=self.gen.changed_ns(rel), listing_kept=True)
         if wait and unit_name != PENDING:
             # pending.md answers at once: it says how far the parse has got.
-            await self.settle(rel)
+            await self.settle(rel, unit=unit_name)
         view, unit = await self._unit(rel, unit_name)
         if view is not None and unit is None and unit_name == PENDING:
             unit = await self._listed_pending(rel, view)
@@ -559,7 +562,7 @@ class ParsedTree(Base):
             view = self.cached_view(rel)
             return {} if view is None else view_xattrs(view)
         view, unit = await self._unit(rel, unit_name)
-        return {} if view is None or unit is None else view_xattrs(view, unit.locator)
+        return {} if view is None or unit is None else view_xattrs(unit.state or view, unit.locator)
 
     def dir_stays(self, path: str, rels: AbstractSet[str]) -> bool:
         """Cheap, from the loop (mountd.invalidator): folder ``path`` (a

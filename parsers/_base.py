@@ -51,6 +51,22 @@ class ParseOptions:
     max_zip_ratio: int = 200  # a member whose uncompressed/compressed ratio exceeds this fails
 
 
+@dataclass(frozen=True)
+class UnitRange:
+    """Some units of a document parsed on their own (``Parser.parse_range``):
+    the names of all its units are known at once, the text of these only.
+
+    Each unit's text is what a parse of the whole document gives it, provided
+    some unit of the document has text (``blank`` marks those without: a
+    document without any text says so on every unit instead)."""
+
+    names: tuple[tuple[str, str], ...]  # (name, locator) of every unit of the document
+    start: int  # ordinal of the first of ``units``
+    units: tuple[Unit, ...]
+    blank: tuple[bool, ...]  # per unit of ``units``: no text of its own
+    chars: int  # text counted against ``ParseOptions.max_text_bytes``
+
+
 class ParseFailed(Exception):
     """The parser recognised the format but could not extract text.
 
@@ -103,3 +119,20 @@ class Parser(ABC):
     @abstractmethod
     def parse(self, path: str, info: FileInfo, options: ParseOptions) -> list[Unit]:
         """Return the units in document order, or raise ParseFailed."""
+
+    def parse_range(
+        self,
+        path: str,
+        info: FileInfo,
+        options: ParseOptions,
+        *,
+        start: int,
+        stop: int,
+        threshold: int,
+    ) -> UnitRange | None:
+        """Units ``start`` to ``stop`` (0-based, ``stop`` excluded) of a
+        document of more than ``threshold`` units, or None where the document
+        is to be parsed whole (``parse``): the format has no ranges, the
+        document is small, or its units depend on each other beyond what
+        ``UnitRange`` says."""
+        return None

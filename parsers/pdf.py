@@ -37,7 +37,15 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from parsers._base import EncryptedDocument, FileInfo, ParseFailed, ParseOptions, Parser, Unit
+from parsers._base import (
+    EncryptedDocument,
+    FileInfo,
+    ParseFailed,
+    ParseOptions,
+    Parser,
+    Unit,
+    UnitRange,
+)
 from parsers._common import TextBudget, describe, no_text_note, one_line, quiet
 
 if TYPE_CHECKING:
@@ -167,21 +175,81 @@ class PdfParser(Parser):
         if count > options.max_pages:
             raise ParseFailed(f"too many pages (>{options.max_pages})")
         budget = TextBudget(options.max_text_bytes)
-        pages: list[_Page] = []
-        for number in range(1, count + 1):
-            # A page that cannot be loaded means a broken page tree (the page
-            # numbers after it cannot be trusted): that fails the document.  A
-            # page whose content cannot be read only loses its own text.
-            page = doc.load_page(number - 1)
-            try:
-                text = _page_text(page)
-            except Exception as exc:
-                text = f"[swfs: page {number} could not be read: {_reason(exc)}]\n"
-            budget.add(text)
-            images = 0 if text.strip() else _image_count(page)
-            pages.append(_Page(text, images))
+        pages = [_read_page(doc, number, budget) for number in range(1, count + 1)]
         log.debug("pdf: %d pages", count)
         return _units(pages, partial=partial)
+
+    def parse_range(
+        self,
+        path: str,
+        info: FileInfo,
+        options: ParseOptions,
+        *,
+        start: int,
+        stop: int,
+        threshold: int,
+    ) -> UnitRange | None:
+        """Pages ``start + 1`` to ``stop`` of a PDF of more than ``threshold``
+        pages that MuPDF reads as sound (opened without repair, no password):
+        each such page's unit is what ``parse`` gives it when some page has
+        text.  Anything else (the second reader, a partial file, a file of no
+        text) is left to ``parse``, which alone knows the whole file."""
+        if info.size == 0:
+            return None
+        mupdf = _mupdf()
+        mupdf.TOOLS.reset_mupdf_warnings()
+        try:
+            doc = mupdf.open(path, filetype="pdf")
+        except Exception:  # parse() says why, or reads it with pdfminer
+            return None
+        try:
+            count = doc.page_count
+            if doc.needs_pass or doc.is_repaired or not threshold < count <= options.max_pages:
+                return None
+            start, stop = max(0, start), min(stop, count)
+            budget = TextBudget(options.max_text_bytes)
+            pages = [_read_page(doc, number, budget) for number in range(start + 1, stop + 1)]
+            if doc.is_repaired:  # repaired while its pages were read: parse() decides
+                return None
+        finally:
+            doc.close()
+        return UnitRange(
+            names=tuple((_page_name(n), f"page={n}") for n in range(1, count + 1)),
+            start=start,
+            units=tuple(
+                _page_unit(number, page, "") for number, page in enumerate(pages, start + 1)
+            ),
+            blank=tuple(not p.text.strip() for p in pages),
+            chars=budget.used,
+        )
+
+
+def _read_page(doc: pymupdf.Document, number: int, budget: TextBudget) -> _Page:
+    """Page ``number`` (1-based): its text and, when it has none, its image count."""
+    # A page that cannot be loaded means a broken page tree (the page
+    # numbers after it cannot be trusted): that fails the document.  A
+    # page whose content cannot be read only loses its own text.
+    page = doc.load_page(number - 1)
+    try:
+        text = _page_text(page)
+    except Exception as exc:
+        text = f"[swfs: page {number} could not be read: {_reason(exc)}]\n"
+    budget.add(text)
+    images = 0 if text.strip() else _image_count(page)
+    return _Page(text, images)
+
+
+def _page_name(number: int) -> str:
+    return f"page-{number:04d}.md"
+
+
+def _page_unit(number: int, page: _Page, head: str) -> Unit:
+    """A page's unit in a file where some page has text."""
+    text = page.text
+    if not text.strip():
+        what = f"{_count(page.images, 'image')}" if page.images else "blank page"
+        text = f"[swfs: no text on this page ({what})]\n"
+    return Unit(_page_name(number), head + text, f"page={number}")
 
 
 def _units(pages: list[_Page], *, partial: str = "", reader: str = "") -> list[Unit]:
@@ -196,17 +264,8 @@ def _units(pages: list[_Page], *, partial: str = "", reader: str = "") -> list[U
     if not any(p.text.strip() for p in pages):
         images = sum(p.images for p in pages)
         note = no_text_note(f"{_count(len(pages), 'page')}, {_count(images, 'image')}")
-        return [
-            Unit(f"page-{n:04d}.md", head + note, f"page={n}") for n in range(1, len(pages) + 1)
-        ]
-    units = []
-    for number, page in enumerate(pages, start=1):
-        text = page.text
-        if not text.strip():
-            what = f"{_count(page.images, 'image')}" if page.images else "blank page"
-            text = f"[swfs: no text on this page ({what})]\n"
-        units.append(Unit(f"page-{number:04d}.md", head + text, f"page={number}"))
-    return units
+        return [Unit(_page_name(n), head + note, f"page={n}") for n in range(1, len(pages) + 1)]
+    return [_page_unit(number, page, head) for number, page in enumerate(pages, start=1)]
 
 
 def _count(n: int, word: str) -> str:

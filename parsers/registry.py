@@ -21,6 +21,7 @@ from parsers._base import (
     Parser,
     ToolMissing,
     Unit,
+    UnitRange,
     UnsupportedFormat,
 )
 from parsers._common import describe, no_text_note
@@ -173,6 +174,25 @@ def parse(path: str, info: FileInfo, options: ParseOptions) -> tuple[Parser, lis
     if declined:
         raise UnsupportedFormat("; ".join(declined))
     raise UnsupportedFormat(f"no parser for {info.extension or 'files without extension'}")
+
+
+def parse_range(
+    path: str, info: FileInfo, options: ParseOptions, *, start: int, stop: int, threshold: int
+) -> UnitRange | None:
+    """Units ``start`` to ``stop`` of ``path`` from the parser ``parse``
+    would try first (``Parser.parse_range``), or None: parse it whole."""
+    parser = select(info)
+    if parser is None:
+        return None
+    try:
+        return parser.parse_range(path, info, options, start=start, stop=stop, threshold=threshold)
+    except ParseFailed:
+        raise
+    except (RecursionError, MemoryError, UnsupportedFormat):
+        return None  # parse() has its own words for these
+    except Exception as exc:
+        log.debug("parser %s failed on %s", parser.key(), info.name, exc_info=True)
+        raise ParseFailed(f"{parser.id}: {describe(exc)}") from exc
 
 
 # Units whose format shows the file byte for byte: an empty file is an empty view.

@@ -91,6 +91,10 @@ class RenderedUnit:
     name: str
     locator: str  # '<rel>#page=7'
     content: bytes
+    # The state the unit was rendered with, where it is not its view's: a
+    # unit of a view parsed range by range is current once parsed, pending
+    # before (swfs.ranged); its header and xattrs say so.
+    state: ViewState | None = None
 
 
 @dataclass(frozen=True)
@@ -118,6 +122,9 @@ class ViewState:
     source_hash: Hash | None  # the hash the units were made from (None: no view)
     parser: str | None  # the parser key of that parse
     error: str | None  # the one-line reason when failed
+    # Pending, parsed range by range and some ranges in (swfs.ranged): its
+    # units are listed, each current once parsed.
+    partial: bool = False
 
 
 @dataclass(frozen=True)
@@ -476,7 +483,9 @@ class EngineAPI(WorkspaceAPI, Protocol):
         """*slow*: bring the file table up to date with SRC (the rescan)."""
         ...
 
-    async def wait_view(self, rel: RelPath, limit: float) -> None:
+    async def wait_view(self, rel: RelPath, limit: float, unit: str | None = None) -> None:
         """Move ``rel`` to the front of the parse queue and wait, at most
-        ``limit`` seconds, until its view is neither pending nor stale."""
+        ``limit`` seconds, until its view is neither pending nor stale; or
+        for a view parsed range by range, until its units are listed and,
+        with ``unit``, that one is parsed."""
         ...

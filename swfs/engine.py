@@ -27,7 +27,7 @@ from typing import Any
 
 import trio
 
-from . import permissions
+from . import permissions, ranged
 from . import review as review_mod
 from .api import Access, Freshness, RelPath, ReviewEntry
 from .control import ControlServer
@@ -107,6 +107,13 @@ class ParseQueue:
             self._done[rel] = trio.Event()
         return self._done[rel]
 
+    def wake(self, rel: str) -> None:
+        """Wake who waits for ``rel``'s parse (``event``): it made progress
+        (a range of a long document is in, swfs.ranged) without ending."""
+        event = self._done.pop(rel, None)
+        if event is not None:
+            event.set()
+
     def idle(self) -> bool:
         return not (self._front or self._back or self._busy)
 
@@ -155,6 +162,8 @@ class Engine(Workspace):
         self.journal_ack: Callable[[], None] | None = None
         # (rel, hash) -> parses of it whose machinery failed (INTERNAL_TRIES)
         self._internal_failures: dict[tuple[str, str], int] = {}
+        # rel -> ordinals of units readers wait for, of its ranged parse under way
+        self._wanted: dict[str, list[int]] = {}
 
     @classmethod
     @contextmanager
@@ -352,7 +361,15 @@ class Engine(Workspace):
             await trio.to_thread.run_sync(self._adopt_cached, rel)
             return False
         try:
-            outcome = await pool.parse(self.abspath(rel), rel)
+            return await self._parse_and_apply(pool, rel, h, parser)
+        finally:
+            if self.partials.get(h, parser) is not None:
+                self.partials.drop(h, parser)
+                self._changed(rel)  # its view turns back to pending.md, or on to the parse
+
+    async def _parse_and_apply(self, pool: ParsePool, rel: str, h: str, parser: str) -> bool:
+        try:
+            outcome = await self._parse_file(pool, rel, h, parser)
         except Exception as exc:  # the pool's machinery, not the parser
             log.exception("%s: parse could not run", rel)
             outcome = ParseOutcome(INTERNAL, error=f"{type(exc).__name__}: {exc}")
@@ -374,10 +391,35 @@ class Engine(Workspace):
             )
         self._internal_failures.pop((rel, h), None)
         return await trio.to_thread.run_sync(
-            lambda: self.apply_parse(
-                RelPath(rel), outcome, queued_hash=rec.hash, queued_parser=rec.parser or ""
-            )
+            lambda: self.apply_parse(RelPath(rel), outcome, queued_hash=h, queued_parser=parser)
         )
+
+    async def _parse_file(self, pool: ParsePool, rel: str, h: str, parser: str) -> ParseOutcome:
+        """The outcome of parsing ``rel`` (recorded as ``h``): range by range
+        where its parser can (swfs.ranged), its ranges shown as they come."""
+        if not pool.limits.range_threshold:
+            return await pool.parse(self.abspath(rel), rel)
+        wanted = self._wanted.setdefault(rel, [])
+        queue = self.queue
+
+        def publish() -> None:
+            self._changed(rel)
+            if queue is not None:
+                queue.wake(rel)
+
+        try:
+            return await ranged.parse_ranged(
+                pool,
+                self.abspath(rel),
+                rel,
+                h=h,
+                parser=parser,
+                partials=self.partials,
+                wanted=wanted,
+                publish=publish,
+            )
+        finally:
+            self._wanted.pop(rel, None)
 
     def _adopt_cached(self, rel: str) -> None:
         """The parse for ``rel``'s content exists (another path had the same
@@ -430,11 +472,13 @@ class Engine(Workspace):
         """The mount's access journal, for the control socket to ask after."""
         self.journal_health, self.journal_ack = health, acknowledge
 
-    async def wait_view(self, rel: RelPath, limit: float) -> None:
+    async def wait_view(self, rel: RelPath, limit: float, unit: str | None = None) -> None:
         """Wait up to ``limit`` seconds for ``rel``'s view to be current: for
         its parse, and first for its record when the file holds bytes not
         recorded yet (a writer's: its close or fsync records them; a change
-        behind the mount: recorded here)."""
+        behind the mount: recorded here).  A pending view parsed range by
+        range (swfs.ranged) is waited for until its units are known, and
+        with ``unit``, until that unit is parsed (its range goes first)."""
         queue = self.queue
         if queue is None:
             return
@@ -444,7 +488,7 @@ class Engine(Workspace):
                 notice = self._notice(rel)  # before the look: a record after it sets it
                 # Store reads and an lstat: in a thread, like every engine
                 # call from the loop.
-                fresh, settled = await trio.to_thread.run_sync(self._fresh_settled, rel)
+                fresh, settled, partial = await trio.to_thread.run_sync(self._fresh_settled, rel)
                 if fresh not in (Freshness.PENDING, Freshness.STALE):
                     return
                 if not settled:
@@ -455,12 +499,26 @@ class Engine(Workspace):
                         await notice.wait()
                     checked = True
                     continue
+                if partial is not None and fresh is Freshness.PENDING:
+                    k = None if unit is None else partial.ordinals.get(unit)
+                    if k is None or partial.ready(k):
+                        return
+                    wanted = self._wanted.get(rel)
+                    if wanted is not None and k not in wanted:
+                        wanted.append(k)
                 event = queue.event(rel)
-                queue.submit(rel, front=True)
+                if partial is None:  # else its parse is under way: no second one after it
+                    queue.submit(rel, front=True)
                 await event.wait()
 
-    def _fresh_settled(self, rel: RelPath) -> tuple[Freshness | None, bool]:
-        return self.freshness(rel), self.settled(rel)
+    def _fresh_settled(
+        self, rel: RelPath
+    ) -> tuple[Freshness | None, bool, ranged.PartialParse | None]:
+        rec = self.store.get_file(rel)
+        if rec is None:
+            return None, self.settled(rel), None
+        partial = self.partials.get(rec.hash, rec.parser) if rec.parser else None
+        return self._freshness_now(rel, rec), self.settled(rel), partial
 
     def _check_unsettled(self, rel: RelPath) -> bool:
         """*slow*: record ``rel`` as it is now, unless the mount is changing

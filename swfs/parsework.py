@@ -38,7 +38,7 @@ import trio
 import trio_parallel
 
 from parsers import registry
-from parsers._base import FileInfo, ParseFailed, ParseOptions, Unit, UnsupportedFormat
+from parsers._base import FileInfo, ParseFailed, ParseOptions, Unit, UnitRange, UnsupportedFormat
 
 from . import sandbox
 from .fsutil import hash_fd, open_to_read
@@ -65,12 +65,41 @@ SNAPSHOT_LIMIT = 64 * 1024 * 1024
 _COPY_BLOCK = 1024 * 1024
 
 
+# PDFs of more pages than this are parsed range by range (swfs.ranged).
+RANGE_PAGES = 100
+
+
 @dataclass(frozen=True)
 class WorkerLimits:
     timeout: float = 120.0  # seconds of wall-clock time per file
     memory_mb: int = 3072  # address-space cap per worker process
     workers: int = max(1, os.cpu_count() or 1)
     options: ParseOptions = field(default_factory=ParseOptions)
+    # Documents of more units than this are parsed range by range where
+    # their format allows (PDF, swfs.ranged); 0: always whole.
+    range_threshold: int = RANGE_PAGES
+
+
+@dataclass(frozen=True)
+class Pages:
+    """A range of units to parse (``parse_job``): ``start`` to ``stop``
+    (0-based, ``stop`` excluded), of a document of more than ``threshold``
+    units; ``expect`` the hash the earlier ranges were parsed from."""
+
+    start: int
+    stop: int
+    threshold: int
+    expect: str | None = None
+
+
+@dataclass(frozen=True)
+class Part:
+    """What a ranged parse adds to its units (``parsers._base.UnitRange``)."""
+
+    names: tuple[tuple[str, str], ...]  # (name, locator) of every unit of the document
+    start: int  # ordinal of the first unit of the outcome
+    blank: tuple[bool, ...]
+    chars: int
 
 
 @dataclass(frozen=True)
@@ -81,6 +110,8 @@ class ParseOutcome:
     units: tuple[tuple[str, str, str], ...] = ()  # (name, locator, text)
     error: str | None = None
     secs: float = 0.0
+    # Set when ``units`` are a range of the document (``Pages``), not all of it.
+    part: Part | None = None
 
 
 def file_info_from_fd(fd: int, rel: str, size: int) -> FileInfo:
@@ -138,7 +169,11 @@ def _ran_out_of_memory(outcome: ParseOutcome) -> bool:
 
 
 def parse_job(
-    abs_path: str, rel: str, options: ParseOptions, timeout: float | None = None
+    abs_path: str,
+    rel: str,
+    options: ParseOptions,
+    timeout: float | None = None,
+    pages: Pages | None = None,
 ) -> ParseOutcome:
     """Runs in a worker process: open, hash, have a confined child parse,
     check nothing moved.
@@ -146,13 +181,16 @@ def parse_job(
     ``timeout``: seconds the parse may take, counted from the job's start
     (a worker still starting up uses none of it).  Past it the child and
     everything it started are killed; the worker lives on.  A backstop
-    alarm, later, ends the worker itself should it hang reading the file."""
+    alarm, later, ends the worker itself should it hang reading the file.
+
+    ``pages``: parse that range only where the parser can (the outcome's
+    ``part`` says so), else the whole file."""
     global _out_of_memory
     if timeout is not None:
         signal.signal(signal.SIGALRM, signal.SIG_DFL)
         signal.setitimer(signal.ITIMER_REAL, max(timeout, 0.001) + BACKSTOP)
     try:
-        outcome = _parse_job(abs_path, rel, options, timeout)
+        outcome = _parse_job(abs_path, rel, options, timeout, pages)
     except Exception as exc:
         # A fork refused under load, a descriptor limit, a bug of ours: the
         # file must not wait for a parse forever (its view said pending).
@@ -171,7 +209,11 @@ BACKSTOP = 30.0
 
 
 def _parse_job(
-    abs_path: str, rel: str, options: ParseOptions, timeout: float | None = None
+    abs_path: str,
+    rel: str,
+    options: ParseOptions,
+    timeout: float | None = None,
+    pages: Pages | None = None,
 ) -> ParseOutcome:
     t0 = time.monotonic()
     try:
@@ -193,12 +235,14 @@ def _parse_job(
             copy = _private_copy(fd, st.st_size)
         read_fd = fd if copy is None else copy
         h = hash_fd(read_fd)
+        if pages is not None and pages.expect is not None and h != pages.expect:
+            return ParseOutcome(CHANGED, hash=h)
         info = file_info_from_fd(read_fd, rel, st.st_size)
         parser = registry.select(info)
         if parser is None:
             return ParseOutcome(UNSUPPORTED, hash=h)
         key = parser.cache_key(info)
-        status, units, error = _parse_confined(read_fd, st, info, options, timeout, t0)
+        status, units, error, part = _parse_confined(read_fd, st, info, options, timeout, t0, pages)
         if status == UNSUPPORTED:
             return ParseOutcome(UNSUPPORTED, hash=h, error=error)
         if _moved(st, os.fstat(fd)):
@@ -210,6 +254,7 @@ def _parse_job(
             units=units,
             error=error,
             secs=time.monotonic() - t0,
+            part=part,
         )
     finally:
         os.close(fd)
@@ -219,6 +264,8 @@ def _parse_job(
 
 _children: sandbox.Children | None = None
 
+Reply = tuple[str, tuple[tuple[str, str, str], ...], str | None, Part | None]
+
 
 def _parse_confined(
     fd: int,
@@ -227,53 +274,55 @@ def _parse_confined(
     options: ParseOptions,
     timeout: float | None,
     t0: float,
-) -> tuple[str, tuple[tuple[str, str, str], ...], str | None]:
-    """(status, units, error) of parsing ``fd`` in a confined child."""
+    pages: Pages | None = None,
+) -> Reply:
+    """(status, units, error, part) of parsing ``fd`` in a confined child."""
     global _children
     if _children is None:
         _children = sandbox.Children({"parse": _child_parse}, _child_ready)
     try:
         child = _children.get(sandbox.file_domain(st), _cap_bytes)
     except sandbox.SandboxError as exc:
-        return FAILED, (), _one_line(str(exc))
-    request = {
+        return FAILED, (), _one_line(str(exc)), None
+    request: dict[str, object] = {
         "op": "parse",
         "rel": info.name,
         "ext": info.extension,
         "size": info.size,
         "options": dataclasses.asdict(options),
     }
+    if pages is not None:
+        request["pages"] = [pages.start, pages.stop, pages.threshold]
     deadline = None if timeout is None else t0 + timeout
-    limit = options.max_text_bytes * 4 + (1 << 20)  # UTF-8, and names and locators
+    # UTF-8, and names and locators (a range names every unit of the document)
+    limit = options.max_text_bytes * 4 + (1 << 20) + 128 * options.max_pages
     try:
         reply, blobs = child.call(request, [fd], deadline, limit)
     except TimeoutError:
         _children.drop()
         log.warning("%s: parse timed out after %g s", info.name, timeout or 0)
-        return FAILED, (), f"parse timed out after {timeout:g} s"
+        return FAILED, (), f"parse timed out after {timeout:g} s", None
     except EOFError:
         reason = child.exit_reason() or "ended without an answer"
         _children.drop()
         log.warning("%s: parser process died: %s", info.name, reason)
-        return FAILED, (), f"parser process died ({reason})"
+        return FAILED, (), f"parser process died ({reason})", None
     except (OSError, sandbox.SandboxError) as exc:
         _children.drop()
         log.warning("%s: parse sandbox: %s", info.name, exc)
-        return FAILED, (), _one_line(f"parse sandbox: {exc}")
+        return FAILED, (), _one_line(f"parse sandbox: {exc}"), None
     outcome = _checked_reply(reply, blobs)
     _children.after(child, reply if outcome is not None else None)
     if outcome is None:
         log.warning("%s: the parser's answer was out of protocol; discarded", info.name)
-        return FAILED, (), "the parser's answer was out of protocol"
+        return FAILED, (), "the parser's answer was out of protocol", None
     return outcome
 
 
 _STATUSES = frozenset({OK, FAILED, UNSUPPORTED})
 
 
-def _checked_reply(
-    reply: dict[str, object], blobs: list[bytes]
-) -> tuple[str, tuple[tuple[str, str, str], ...], str | None] | None:
+def _checked_reply(reply: dict[str, object], blobs: list[bytes]) -> Reply | None:
     """The reply of a child, checked field by field; None if malformed."""
     status, error, names = reply.get("status"), reply.get("error"), reply.get("units", [])
     if status not in _STATUSES or not (error is None or isinstance(error, str)):
@@ -294,7 +343,51 @@ def _checked_reply(
         except UnicodeDecodeError:
             return None
         units.append((pair[0], pair[1], text))
-    return str(status), tuple(units), None if error is None else _one_line(error)
+    part: Part | None = None
+    if "part" in reply:
+        part = _checked_part(reply["part"], units)
+        if part is None or status != OK:
+            return None
+    return str(status), tuple(units), None if error is None else _one_line(error), part
+
+
+def _checked_part(raw: object, units: list[tuple[str, str, str]]) -> Part | None:
+    """The ``part`` of a ranged reply, checked: its units are where its
+    names say; None if malformed."""
+    if not isinstance(raw, dict):
+        return None
+    names, start, blank, chars = (
+        raw.get("names"),
+        raw.get("start"),
+        raw.get("blank"),
+        raw.get("chars"),
+    )
+    if not (
+        isinstance(names, list)
+        and isinstance(start, int)
+        and isinstance(blank, list)
+        and isinstance(chars, int)
+        and chars >= 0
+        and len(blank) == len(units)
+        and all(isinstance(b, bool) for b in blank)
+        and 0 <= start <= start + len(units) <= len(names)
+    ):
+        return None
+    pairs: list[tuple[str, str]] = []
+    for pair in names:
+        if not (
+            isinstance(pair, list)
+            and len(pair) == 2
+            and isinstance(pair[0], str)
+            and isinstance(pair[1], str)
+        ):
+            return None
+        pairs.append((pair[0], pair[1]))
+    if len(set(n for n, _ in pairs)) != len(pairs):
+        return None
+    if any(pairs[start + i] != (u[0], u[1]) for i, u in enumerate(units)):
+        return None
+    return Part(names=tuple(pairs), start=start, blank=tuple(blank), chars=chars)
 
 
 def _child_ready() -> None:
@@ -318,7 +411,23 @@ def _child_parse(req: dict[str, object], fds: list[int]) -> tuple[dict[str, obje
     units: list[Unit] = []
     error: str | None = None
     retire = False
+    pages = req.get("pages")
     try:
+        if isinstance(pages, list) and len(pages) == 3 and all(isinstance(n, int) for n in pages):
+            try:
+                ranged = registry.parse_range(
+                    f"/proc/self/fd/{fd}",
+                    info,
+                    options,
+                    start=pages[0],
+                    stop=pages[1],
+                    threshold=pages[2],
+                )
+            except Exception as exc:  # the whole file's parse has the last word
+                log.debug("%s: range %s: %s; parsing it whole", info.name, pages, exc)
+                ranged = None
+            if ranged is not None:
+                return _range_reply(ranged)
         _, units = registry.parse(f"/proc/self/fd/{fd}", info, options)
     except UnsupportedFormat as exc:
         return {"status": UNSUPPORTED, "error": _one_line(str(exc))}, []
@@ -342,6 +451,23 @@ def _child_parse(req: dict[str, object], fds: list[int]) -> tuple[dict[str, obje
         },
         [u.text.encode("utf-8", "surrogatepass") for u in units],
     )
+
+
+def _range_reply(ranged: UnitRange) -> tuple[dict[str, object], list[bytes]]:
+    part = {
+        "names": [list(pair) for pair in ranged.names],
+        "start": ranged.start,
+        "blank": list(ranged.blank),
+        "chars": ranged.chars,
+    }
+    reply: dict[str, object] = {
+        "status": OK,
+        "error": None,
+        "units": [[u.name, u.locator] for u in ranged.units],
+        "part": part,
+        "retire": _retire_worker(),
+    }
+    return reply, [u.text.encode("utf-8", "surrogatepass") for u in ranged.units]
 
 
 def _private_copy(fd: int, size: int) -> int | None:
@@ -447,31 +573,50 @@ class ParsePool:
         ):
             yield cls(ctx, limits, fresh)
 
-    async def parse(self, abs_path: str, rel: str) -> ParseOutcome:
+    async def parse(
+        self,
+        abs_path: str,
+        rel: str,
+        *,
+        pages: Pages | None = None,
+        budget: float | None = None,
+    ) -> ParseOutcome:
+        """Parse ``rel`` (``pages``: a range of it, ``parse_job``) within
+        ``budget`` seconds (the limits' timeout by default)."""
         # The timeout counts the parse only, not the wait for a free worker.
         async with self._limiter:
-            outcome = await self._parse_now(abs_path, rel)
+            outcome = await self._parse_now(abs_path, rel, pages=pages, budget=budget)
             if _ran_out_of_memory(outcome):
                 # The worker retired: the file gets one try in a fresh process,
                 # so a heap grown by earlier files does not fail it.
                 log.info("%s: out of memory in a used worker; trying a fresh one", rel)
-                outcome = await self._parse_now(abs_path, rel, self._fresh)
+                outcome = await self._parse_now(
+                    abs_path, rel, self._fresh, pages=pages, budget=budget
+                )
             return outcome
 
     async def _parse_now(
-        self, abs_path: str, rel: str, ctx: trio_parallel.WorkerContext | None = None
+        self,
+        abs_path: str,
+        rel: str,
+        ctx: trio_parallel.WorkerContext | None = None,
+        *,
+        pages: Pages | None = None,
+        budget: float | None = None,
     ) -> ParseOutcome:
         t0 = time.monotonic()
+        timeout = self.limits.timeout if budget is None else budget
         # The worker times the parse itself (``parse_job``); this bound only
         # catches a worker that never starts or never answers.
-        with trio.move_on_after(self.limits.timeout + STARTUP_GRACE) as scope:
+        with trio.move_on_after(timeout + STARTUP_GRACE) as scope:
             try:
                 return await (ctx or self._ctx).run_sync(
                     parse_job,
                     abs_path,
                     rel,
                     self.limits.options,
-                    self.limits.timeout,
+                    timeout,
+                    pages,
                     kill_on_cancel=True,
                     limiter=self._unbounded,
                 )

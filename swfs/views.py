@@ -17,16 +17,26 @@ and newlines become ``&amp;`` ``&quot;`` ``&lt;`` ``&gt;`` ``&#10;``.
 ``unrecorded`` while the file holds bytes that are not recorded yet (a writer
 has written and not closed or fsynced it, or it changed behind the mount):
 then no view is current, whatever its hash (``Workspace.settled``).
+
+A pending view parsed range by range (swfs.ranged) lists every unit once
+its first range is in: a unit parsed already is rendered ``current`` (its
+text is made from the file's present hash, and is what the stored parse
+will hold), one not parsed yet is a note rendered ``pending`` with
+``hash="none"``; the view itself stays ``pending`` until every unit is in.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from . import hashform
 from .api import Freshness, Hash, RelPath, RenderedUnit, UnitTooLarge, ViewState
 from .store import FileRecord, Store
+
+if TYPE_CHECKING:
+    from .ranged import PartialParse
 
 short_hash = hashform.label
 # ``current`` of a view whose file holds bytes not recorded yet: a writer
@@ -142,6 +152,47 @@ def view_state(
         parser=parser,
         error=error,
     )
+
+
+def partial_state(rel: str, rec: FileRecord) -> ViewState:
+    """The state of a pending view parsed range by range, some ranges in
+    (swfs.ranged): its units come from the file's present hash."""
+    return ViewState(
+        rel=RelPath(rel),
+        freshness=Freshness.PENDING,
+        current_hash=Hash(rec.hash),
+        source_hash=Hash(rec.hash),
+        parser=rec.parser,
+        error=None,
+        partial=True,
+    )
+
+
+def partial_unit_names(view: ViewState, partial: PartialParse, *, limit: int | None) -> list[str]:
+    if limit is not None and partial.total > limit:
+        raise UnitTooLarge(f"{view.rel}: {partial.total} units")
+    return [name for name, _ in partial.names]
+
+
+def partial_unit(
+    view: ViewState, partial: PartialParse, name: str, progress: Progress
+) -> RenderedUnit | None:
+    """Unit ``name`` of a view parsed range by range: its text, current,
+    once its range is in; until then a note saying it is pending."""
+    k = partial.ordinals.get(name)
+    if k is None:
+        return None
+    found = partial.unit(name)
+    if found is not None:
+        state = dataclasses.replace(view, freshness=Freshness.CURRENT, partial=False)
+        return dataclasses.replace(render(state, *found), state=state)
+    state = dataclasses.replace(view, source_hash=None)
+    text = (
+        f"swfs has not parsed {name} of {view.rel} yet ({partial.done()} of "
+        f"{partial.total} parsed; {progress(view.rel)}).\n"
+        "`swfs sync` waits for it; reading it by name waits for it too.\n"
+    )
+    return dataclasses.replace(render(state, name, partial.names[k][1], text), state=state)
 
 
 def _pending(view: ViewState) -> bool:

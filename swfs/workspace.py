@@ -28,7 +28,7 @@ from parsers import registry
 from parsers._base import FileInfo
 from parsers.cells import count_cells
 
-from . import api, history, permissions, staging, treecache, versioning, views
+from . import api, history, permissions, ranged, staging, treecache, versioning, views
 from .api import (
     Access,
     Cause,
@@ -171,6 +171,8 @@ class Workspace(BlobReads):
         # (entries are confirmed by lstat before use), so deletes need no care.
         self._names_by_ino: dict[int, set[str]] | None = None
         self._ino_lock = threading.Lock()
+        # Parses under way range by range, shown until stored (swfs.ranged).
+        self.partials = ranged.Partials()
         # A --staged mount's layer over SRC: every path is read through it.
         self.staging = staging.Staging.load(src, self.store_dir)
 
@@ -942,6 +944,10 @@ class Workspace(BlobReads):
     ) -> bool:
         """Store a worker's outcome.  Returns True when ``rel`` needs another
         parse (it changed meanwhile)."""
+        if outcome.part is not None:
+            # Ranges live in memory until they add up to the whole parse
+            # (swfs.ranged): one stored as a parse would hide the rest.
+            raise ValueError(f"{rel}: a range of units offered as a whole parse")
         if outcome.status == UNSUPPORTED and outcome.hash == queued_hash:
             # Selected by extension and magic, declined after a closer look.
             outcome = ParseOutcome(
@@ -1022,8 +1028,14 @@ class Workspace(BlobReads):
             source_hash=state.source_hash,
             parser=state.parser,
             error=state.error,
-            units=views.all_units(self.store, state, self.parse_progress),
+            units=self._all_units(state),
         )
+
+    def _all_units(self, state: ViewState) -> tuple[RenderedUnit, ...]:
+        if self._partial_of(state) is None:
+            return views.all_units(self.store, state, self.parse_progress)
+        found = (self.view_unit(state, name) for name in self.view_unit_names(state))
+        return tuple(u for u in found if u is not None)
 
     def view_state(self, rel: RelPath) -> ViewState | None:
         rec = self.store.get_file(rel)
@@ -1033,14 +1045,38 @@ class Workspace(BlobReads):
         if freshness == Freshness.UNSUPPORTED:
             return None
         settled = self._settled(rel, signature_bytes(*rec.signature()))
+        # Parsed range by range, some ranges in: what the file holds now.
+        if (
+            freshness is Freshness.PENDING
+            and settled
+            and self.partials.get(rec.hash, rec.parser) is not None
+        ):
+            return views.partial_state(rel, rec)
         return views.view_state(self.store, rel, rec, freshness, settled=settled)
 
+    def _partial_of(self, view: ViewState) -> ranged.PartialParse | None:
+        if not view.partial or view.source_hash is None or view.parser is None:
+            return None
+        return self.partials.get(view.source_hash, view.parser)
+
     def view_unit_names(self, view: ViewState, *, limit: int | None = None) -> Sequence[str]:
+        partial = self._partial_of(view)
+        if partial is not None:
+            return views.partial_unit_names(view, partial, limit=limit)
         return views.unit_names(self.store, view, limit=limit)
 
     def view_unit(
         self, view: ViewState, name: str, *, limit: int | None = None
     ) -> RenderedUnit | None:
+        partial = self._partial_of(view)
+        if partial is not None:
+            return views.partial_unit(view, partial, name, self.parse_progress)
+        if view.partial:
+            # Its parse ended since the state was read: the stored units
+            # (current ones) or none (a change event brings the new state).
+            state = dataclasses.replace(view, freshness=Freshness.CURRENT, partial=False)
+            found = views.unit(self.store, state, name, self.parse_progress, limit=limit)
+            return None if found is None else dataclasses.replace(found, state=state)
         return views.unit(self.store, view, name, self.parse_progress, limit=limit)
 
     def parse_progress(self, rel: str) -> str:

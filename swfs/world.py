@@ -696,7 +696,7 @@ class World(BlobReads):
         if event is not None:
             event.set()
 
-    async def wait_view(self, rel: RelPath, limit: float) -> None:
+    async def wait_view(self, rel: RelPath, limit: float, unit: str | None = None) -> None:
         rec = self.records.get(rel)
         if rec is None or self._send is None or not self.blobs.has(rec.hash):
             return

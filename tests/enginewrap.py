@@ -100,9 +100,9 @@ class Watched:
             return attr
         if name == "wait_view":
 
-            async def waiting(rel: Any, limit: float) -> None:
+            async def waiting(rel: Any, limit: float, unit: str | None = None) -> None:
                 self._log([name, _rel(rel)])
-                await attr(rel, limit)
+                await attr(rel, limit, unit)
 
             return waiting
 

@@ -9,7 +9,8 @@ import signal
 import socket
 import time
 
-from parsers._base import FileInfo, ParseOptions, Parser, Unit
+from parsers._base import FileInfo, ParseOptions, Parser, Unit, UnitRange
+from parsers.pdf import PdfParser
 
 # A worker that takes long to start, as on a loaded machine: its imports
 # (this module among them) delay its first job by this many seconds.
@@ -89,12 +90,44 @@ class GatedParser(_Evil):
     ext = ".gated"
 
     def parse(self, path: str, info: FileInfo, options: ParseOptions) -> list[Unit]:
-        gates = os.environ.get(GATES_ENV)
-        go = os.path.join(gates, info.name) + ".go" if gates else _source_of(info) + ".go"
-        while not os.path.exists(go):
-            time.sleep(0.05)
+        _wait_for_gate(info)
         with open(path, encoding="utf-8", errors="replace") as f:
             return [Unit("content.txt", f.read(), "content")]
+
+
+class GatedPdfParser(PdfParser):
+    """The PDF parser, range by range (swfs.ranged), for ``.gpdf`` files: a
+    range after the first is parsed only once ``<name>.go`` exists beside
+    the input, so a test sees a view whose first pages are in and whose
+    others are not.  A whole parse is not gated."""
+
+    id = "gated-pdf"
+    version = 1
+    priority = 100.0
+
+    def accepts(self, info: FileInfo) -> bool:
+        return info.extension == ".gpdf"
+
+    def parse_range(
+        self,
+        path: str,
+        info: FileInfo,
+        options: ParseOptions,
+        *,
+        start: int,
+        stop: int,
+        threshold: int,
+    ) -> UnitRange | None:
+        if start > 0:
+            _wait_for_gate(info)
+        return super().parse_range(path, info, options, start=start, stop=stop, threshold=threshold)
+
+
+def _wait_for_gate(info: FileInfo) -> None:
+    gates = os.environ.get(GATES_ENV)
+    go = os.path.join(gates, info.name) + ".go" if gates else _source_of(info) + ".go"
+    while not os.path.exists(go):
+        time.sleep(0.05)
 
 
 # The folder holding the gates (SRC, shown read-only to the parse sandbox):
@@ -171,6 +204,7 @@ SPEC = ",".join(
         BuggyParser,
         SlowParser,
         GatedParser,
+        GatedPdfParser,
         ProbeParser,
     )
 )

@@ -196,16 +196,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--stale", choices=("serve", "wait"), default="serve")
     p.add_argument("--debug", action="store_true")
     p.add_argument("--crash-after", type=float, help="background work crashes after N seconds")
+    p.add_argument("--wait-timeout", type=float, help="seconds a read of a pending unit waits")
     a = p.parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if a.debug else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    waits = {} if a.wait_timeout is None else {"pending_wait": a.wait_timeout}
     mount(
         lambda: _engine_factory(a.src, a.calls, a.crash_after),
         a.src,
         a.mnt,
-        MountOptions(stale=a.stale, debug=a.debug),
+        MountOptions(stale=a.stale, debug=a.debug, **waits),
         foreground=True,
         log_file=None,
     )

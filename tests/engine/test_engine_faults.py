@@ -7,6 +7,7 @@ import errno
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -269,11 +270,11 @@ def _failing_pool(monkeypatch: pytest.MonkeyPatch, failures: int) -> list[str]:
     real = ParsePool.parse
     calls: list[str] = []
 
-    async def parse(self: ParsePool, abs_path: str, rel: str) -> object:
+    async def parse(self: ParsePool, abs_path: str, rel: str, **kwargs: Any) -> object:
         calls.append(rel)
         if len(calls) <= failures:
             raise OSError(errno.EAGAIN, "Resource temporarily unavailable")
-        return await real(self, abs_path, rel)
+        return await real(self, abs_path, rel, **kwargs)
 
     monkeypatch.setattr(ParsePool, "parse", parse)
     return calls

@@ -302,3 +302,59 @@ def test_preserve_failure_fails_the_write(mount_tree: MountFactory) -> None:
     ]
     first = sorted((m.mnt / ".versions" / "nospace.txt").iterdir())[0]
     assert first.read_text() == "keep me\n"
+
+
+def test_a_long_pdf_lists_and_reads_its_pages_while_it_is_parsed(
+    mount_tree: MountFactory,
+) -> None:
+    """A long PDF is parsed range by range (swfs.ranged); its ranges after
+    the first are held by tests/evilparsers.py's GatedPdfParser (``.gpdf``)."""
+    from parsers import registry
+    from parsers._base import ParseOptions
+    from parsers.pdf import PdfParser
+    from tests import docgen
+
+    pages = 300
+    m = mount_tree({"b.txt": "b\n"}, args=["--wait-timeout", "1"])
+    data = docgen.pdf_bytes(pages, fact_page=3)
+    (m.mnt / "long.gpdf").write_bytes(data)
+    view = m.mnt / ".parsed/long.gpdf"
+    names = [f"page-{n:04d}.md" for n in range(1, pages + 1)]
+    # The listing shows the real units once the first range is in.
+    poll(lambda: sorted(os.listdir(view)) == names, what="listed by page", timeout=120)
+    listed = subprocess.run(["ls", str(view)], capture_output=True, text=True, check=True)
+    assert listed.stdout.split() == names
+    first = subprocess.run(
+        ["cat", str(view / "page-0003.md")], capture_output=True, text=True, check=True
+    ).stdout
+    head, _, body = first.partition("\n")
+    assert 'freshness="current"' in head
+    assert f'hash="b3:{h(data)[:16]}"' in head
+    assert docgen.FACT in body
+    assert os.getxattr(view / "page-0003.md", "user.sw.freshness") == b"current"
+    # A page whose range is held: read after --wait-timeout, saying it is pending.
+    last = (view / f"page-{pages:04d}.md").read_text()
+    head, _, body = last.partition("\n")
+    assert 'freshness="pending"' in head
+    assert 'hash="none"' in head
+    assert "has not parsed" in body
+    assert os.getxattr(view / f"page-{pages:04d}.md", "user.sw.freshness") == b"pending"
+    assert os.getxattr(view, "user.sw.freshness") == b"pending"
+    _gated(m.src, "long.gpdf", go=True)
+    poll(
+        lambda: os.getxattr(view, "user.sw.freshness") == b"current",
+        what="parsed",
+        timeout=120,
+    )
+    assert sorted(os.listdir(view)) == names
+    whole = PdfParser().parse(
+        str(m.src / "long.gpdf"),
+        registry.file_info(str(m.src / "long.gpdf"), "long.gpdf"),
+        ParseOptions(),
+    )
+    for unit in whole:
+        text = (view / unit.name).read_text()
+        head, _, body = text.partition("\n")
+        assert 'freshness="current"' in head, unit.name
+        assert body == unit.text, unit.name
+    swfs("check", m.mnt)

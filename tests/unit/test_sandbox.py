@@ -127,7 +127,13 @@ def test_the_worker_refuses_replies_out_of_protocol() -> None:
         "ok",
         (("a.txt", "a", "text"),),
         None,
+        None,
     )
+    names = [["p1", "page=1"], ["p2", "page=2"], ["p3", "page=3"]]
+    part = {"names": names, "start": 1, "blank": [False], "chars": 4}
+    got = check({"status": "ok", "units": [["p2", "page=2"]], "part": part}, [b"text"])
+    assert got is not None
+    assert got[3] == parsework.Part(tuple(map(tuple, names)), 1, (False,), 4)
     pickled = b"\x80\x04\x95\x00cos\nsystem\n."
     for reply, blobs in [
         ({"status": "pwned"}, []),
@@ -137,8 +143,27 @@ def test_the_worker_refuses_replies_out_of_protocol() -> None:
         ({"status": "ok", "units": "not a list"}, []),
         ({"status": "ok", "error": {"a": 1}}, []),
         ({"status": "ok", "units": [["a.txt", "a"]]}, [b"\xff\xfe" + pickled]),  # not UTF-8
+        # A range whose units are not where its names say, or out of the document.
+        (_ranged("p1", start=1), [b"x"]),
+        (_ranged("p3", start=2), [b"x"]),
+        (_ranged("p2", start=1, blank=[]), [b"x"]),
+        (_ranged("p2", start=1, names=[["p1", "page=1"], ["p1", "page=1"]]), [b"x"]),
+        ({**_ranged("p2", start=1), "status": "failed"}, [b"x"]),
     ]:
         assert check(reply, blobs) is None, reply
+
+
+def _ranged(
+    name: str, *, start: int, blank: list[bool] | None = None, names: list[list[str]] | None = None
+) -> dict[str, object]:
+    names = names or [["p1", "page=1"], ["p2", "page=2"]]
+    part = {
+        "names": names,
+        "start": start,
+        "blank": [False] if blank is None else blank,
+        "chars": 1,
+    }
+    return {"status": "ok", "units": [[name, f"page={name[1:]}"]], "part": part}
 
 
 def test_a_header_that_is_not_json_is_refused() -> None:
