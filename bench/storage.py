@@ -73,6 +73,9 @@ def _store_bytes(src: Path) -> int:
     cache = store / "blobs" / "cache"
     if cache.is_dir():
         total -= _allocated(cache)
+    reserve = store / "reserve"  # held back for a full disk, not history's cost
+    if reserve.exists():
+        total -= reserve.stat().st_blocks * 512
     return total
 
 

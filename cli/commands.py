@@ -162,6 +162,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         "content": content,
         "blob_bytes": blob_bytes,
         "store_bytes": store_size,
+        "reserve_bytes": int(status.get("reserve_bytes", 0)),
         "not_preserved": not_kept,
         "failures": [{"path": p, "error": e} for p, e in failed],
     }
@@ -182,6 +183,11 @@ def cmd_status(args: argparse.Namespace) -> int:
     )
     print(f"queue: {info['queue']} to parse; preserved bytes: {blob_bytes} in the blob store")
     print(f"store size: {human_bytes(store_size)} on disk (`swfs gc` reclaims what nothing needs)")
+    if status.get("reserve_bytes"):
+        print(
+            f"reserve: {human_bytes(int(status['reserve_bytes']))} held back so that "
+            "deletes can free a full disk (`swfs mount --reserve`)"
+        )
     if not_kept:
         print(f"{not_kept} files keep hashes only (too large or in .swfsignore)")
     print(f"parse sandbox: {info['sandbox']}")

@@ -219,6 +219,7 @@ def status_info(engine: Engine) -> dict[str, Any]:
         "failures": [[p, e] for p, e in engine.failures()],
         "blob_bytes": engine.blobs.total_bytes(),
         "store_bytes": gc.store_bytes(engine),
+        "reserve_bytes": gc.reserve_bytes(engine),
         "not_preserved": engine.not_preserved(),
         "staged": staged,
     }

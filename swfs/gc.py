@@ -188,10 +188,24 @@ def _drop(
     return report, live
 
 
+def reserve_bytes(ws: Workspace) -> int:
+    """Space the store holds back for a full disk (``swfs.reserve``)."""
+    from .reserve import RESERVE_NAME
+
+    try:
+        return os.stat(ws.store_dir / RESERVE_NAME).st_blocks * 512
+    except OSError:
+        return 0
+
+
 def store_bytes(ws: Workspace) -> int:
-    """Space the store takes on disk (database and blobs), whatever its layout."""
+    """Space the store takes on disk (database and blobs), whatever its
+    layout; not its reserve for a full disk (``reserve_bytes``)."""
+    from .reserve import RESERVE_NAME
+
     total = 0
     stack = [str(ws.store_dir)]
+    reserve = str(ws.store_dir / RESERVE_NAME)
     seen: set[tuple[int, int]] = set()
     while stack:
         try:
@@ -206,7 +220,7 @@ def store_bytes(ws: Workspace) -> int:
                     continue
                 if e.is_dir(follow_symlinks=False):
                     stack.append(e.path)
-                elif (st.st_dev, st.st_ino) not in seen:
+                elif e.path != reserve and (st.st_dev, st.st_ino) not in seen:
                     seen.add((st.st_dev, st.st_ino))
                     total += st.st_blocks * 512
     return total

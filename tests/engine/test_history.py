@@ -407,6 +407,12 @@ def test_gc_rejects_a_negative_window(engine: Engine) -> None:
 def test_store_bytes_counts_the_store(engine: Engine) -> None:
     db = engine.store_dir / "db" / "data.mdb"
     assert gc.store_bytes(engine) >= db.stat().st_blocks * 512 > 0
+    # The reserve for a full disk is said apart: it is no cost of history.
+    before = gc.store_bytes(engine)
+    with open(engine.store_dir / "reserve", "wb") as f:
+        f.write(b"\1" * (1 << 20))
+    assert gc.store_bytes(engine) == before
+    assert gc.reserve_bytes(engine) >= 1 << 20
 
 
 def test_reset_where_files_and_directories_swapped_places(engine: Engine) -> None:
