@@ -439,6 +439,12 @@ def _child_parse(req: dict[str, object], fds: list[int]) -> tuple[dict[str, obje
         status, error, retire = FAILED, "document structure nested too deeply", True
     except Exception as exc:  # a parser bug or a library's surprise: fail this file only
         status, error, retire = FAILED, _one_line(f"{type(exc).__name__}: {exc}"), True
+    except (KeyboardInterrupt, SystemExit, GeneratorExit):
+        raise
+    except BaseException as exc:
+        # A native library's panic (pyo3's PanicException is no Exception):
+        # this file fails, named, and the child is not trusted further.
+        status, error, retire = FAILED, _one_line(f"{type(exc).__name__}: {exc}"), True
     else:
         status = OK
     retire = retire or _retire_worker()

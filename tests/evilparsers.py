@@ -70,6 +70,34 @@ class BuggyParser(_Evil):
         raise KeyError("a parser bug")
 
 
+class PanicException(BaseException):  # noqa: N818 (pyo3's own name)
+    """Like pyo3's: no Exception, and holding what pickle cannot take."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.hook = lambda: None  # unpicklable, as a native library's state is
+
+
+class PanicParser(_Evil):
+    """Panics through a native binding, as python-calamine did on .xlsb files."""
+
+    id = "evil-panic"
+    ext = ".panic"
+
+    def parse(self, path: str, info: FileInfo, options: ParseOptions) -> list[Unit]:
+        raise PanicException("called `Option::unwrap()` on a `None` value")
+
+
+class AbortParser(_Evil):
+    """Aborts the process, as a C library's failed assertion does."""
+
+    id = "evil-abort"
+    ext = ".abort"
+
+    def parse(self, path: str, info: FileInfo, options: ParseOptions) -> list[Unit]:
+        os.abort()
+
+
 class SlowParser(_Evil):
     """A correct text parser that takes two seconds: makes staleness observable."""
 
@@ -202,6 +230,8 @@ SPEC = ",".join(
         HangParser,
         HogParser,
         BuggyParser,
+        PanicParser,
+        AbortParser,
         SlowParser,
         GatedParser,
         GatedPdfParser,

@@ -39,7 +39,7 @@ def evil_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 def test_crash_hang_and_memory_blowup_fail_only_their_file(tmp_path: Path) -> None:
     src = tmp_path / "ws"
     src.mkdir()
-    for name in ("a.crash", "b.hang", "c.hog", "d.bug"):
+    for name in ("a.crash", "b.hang", "c.hog", "d.bug", "e.panic", "f.abort"):
         (src / name).write_text("x")
     (src / "fine.txt").write_text("still parsed\n")
     # A generous parse timeout: on a loaded machine a niced worker can take
@@ -49,17 +49,19 @@ def test_crash_hang_and_memory_blowup_fail_only_their_file(tmp_path: Path) -> No
         trio.run(eng.drain)
         states = {
             rel: eng.parsed_view(RelPath(rel))
-            for rel in ("a.crash", "b.hang", "c.hog", "d.bug", "fine.txt")
+            for rel in ("a.crash", "b.hang", "c.hog", "d.bug", "e.panic", "f.abort", "fine.txt")
         }
         errors = {rel: v.error for rel, v in states.items() if v is not None}
         assert all(v is not None for v in states.values())
         assert states["fine.txt"].freshness == Freshness.CURRENT  # type: ignore[union-attr]
-        for rel in ("a.crash", "b.hang", "c.hog", "d.bug"):
+        for rel in ("a.crash", "b.hang", "c.hog", "d.bug", "e.panic", "f.abort"):
             assert states[rel].freshness == Freshness.FAILED, rel  # type: ignore[union-attr]
         assert "SIGSEGV" in (errors["a.crash"] or "")
         assert "timed out" in (errors["b.hang"] or "")
         assert "memory" in (errors["c.hog"] or "")
         assert "a parser bug" in (errors["d.bug"] or "")
+        assert "PanicException" in (errors["e.panic"] or "")
+        assert "SIGABRT" in (errors["f.abort"] or "")
         # The failure is readable in the view itself.
         unit = states["b.hang"].units[0]  # type: ignore[union-attr]
         assert unit.name == "error.md"
