@@ -304,7 +304,9 @@ class ConvertedDocumentParser(Parser):
         route = _RTF if info.extension in (".doc", ".dot") else ROUTES[info.extension]
         if info.extension in _ODF:
             # The zip guard first: LibreOffice must never meet a bomb.
-            check_container(path, info, options)
+            # ODF writers may declare a public DOCTYPE in a part, as EPUB's
+            # do: allowed without an internal subset or a local DTD.
+            check_container(path, info, options, public_doctypes=True)
             try:
                 encrypted = _odf_encrypted(path)
             except (zipfile.BadZipFile, OSError) as exc:

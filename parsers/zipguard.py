@@ -161,9 +161,11 @@ def _check_xml_prolog(
     parser.EntityDeclHandler = on_entity
     parser.StartElementHandler = on_start
     seen = 0
+    blank = True  # nothing but white space so far
     try:
         with archive.open(member) as stream:
             while chunk := stream.read(_CHUNK):
+                blank = blank and not chunk.strip()
                 parser.Parse(chunk, False)
                 seen += len(chunk)
                 if seen > _MAX_PROLOG:
@@ -176,4 +178,9 @@ def _check_xml_prolog(
     except expat.ExpatError as exc:
         if html:
             return  # HTML parsers are lenient; only declarations matter here
+        if blank:
+            # An empty part (OpenOffice and LibreOffice leave an empty
+            # Configurations2/accelerator/current.xml in most ODF files):
+            # it declares nothing, so it can expand nothing.
+            return
         raise ParseFailed(f"malformed XML part {member.filename!r}: {describe(exc)}") from exc

@@ -249,3 +249,35 @@ def test_deep_nesting(tmp_path: pathlib.Path, make: Maker) -> None:
 def test_moderate_nesting_still_parses(tmp_path: pathlib.Path) -> None:
     units = parse(docgen.deep_docx(tmp_path, depth=5))
     assert "core" in units[0].text
+
+
+def _zip(path: pathlib.Path, parts: dict[str, str]) -> pathlib.Path:
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        for name, text in parts.items():
+            z.writestr(name, text)
+    return path
+
+
+@pytest.mark.parametrize("empty", ["", "\n", "  \r\n\t"])
+def test_an_empty_xml_part_is_no_malformed_one(tmp_path: pathlib.Path, empty: str) -> None:
+    """OpenOffice and LibreOffice leave an empty
+    Configurations2/accelerator/current.xml in most ODF files: 12 real ODF
+    files were refused for it.  It declares nothing; a part that does, or
+    that is not XML at all, is still refused."""
+    content = '<?xml version="1.0"?><office:document-content xmlns:office="urn:x"/>'
+    path = _zip(
+        tmp_path / "doc.odt",
+        {"content.xml": content, "Configurations2/accelerator/current.xml": empty},
+    )
+    info = registry.file_info(str(path), path.name)
+    zipguard.check_container(str(path), info, ParseOptions())
+    bad = _zip(tmp_path / "bad.odt", {"content.xml": content, "styles.xml": "not xml <"})
+    with pytest.raises(ParseFailed, match="malformed XML part 'styles.xml'"):
+        zipguard.check_container(str(bad), registry.file_info(str(bad), bad.name), ParseOptions())
+    bomb = _zip(
+        tmp_path / "bomb.odt",
+        {"content.xml": '<!DOCTYPE x [<!ENTITY a "aaaa">]><x>&a;</x>', "empty.xml": empty},
+    )
+    info = registry.file_info(str(bomb), bomb.name)
+    with pytest.raises(ParseFailed, match="internal subset"):
+        zipguard.check_container(str(bomb), info, ParseOptions(), public_doctypes=True)
