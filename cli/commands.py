@@ -87,13 +87,14 @@ def _daemon_counts(t: Target) -> dict[str, int] | None:
         return None
 
 
-def _search_state(t: Target) -> dict[str, Any]:
-    """How the daemon's search index is (it rebuilds a broken one itself);
-    without a daemon nobody keeps it up to date: ``not served``."""
+def _store_state(t: Target, op: str) -> dict[str, Any]:
+    """How one of the daemon's stores is (``search_state``: its index, which
+    it rebuilds; ``journal_state``: its access journal, which it starts
+    afresh); without a daemon nobody keeps it: ``not served``."""
     if not t.mounted:
         return {"state": "not served"}
     try:
-        state = control.request(t.store, "search_state", io_timeout=10)
+        state = control.request(t.store, op, io_timeout=10)
     except (ControlUnavailable, ControlError, OSError) as exc:
         return {"state": "unknown", "reason": str(exc)}
     return dict(state)
@@ -105,17 +106,6 @@ def journal_words(state: dict[str, Any]) -> str:
         kept = f"; the failed file is kept as {state['kept']}" if state.get("kept") else ""
         return f"started afresh at {state.get('at')} after it failed ({state.get('reason')}){kept}"
     return f"{state.get('state')}: {state.get('reason', '')}".rstrip(": ")
-
-
-def _journal_state(t: Target) -> dict[str, Any]:
-    """How the daemon's access journal is (it starts a failed one afresh)."""
-    if not t.mounted:
-        return {"state": "not served"}
-    try:
-        state = control.request(t.store, "journal_state", io_timeout=10)
-    except (ControlUnavailable, ControlError, OSError) as exc:
-        return {"state": "unknown", "reason": str(exc)}
-    return dict(state)
 
 
 def _sandbox_state(t: Target) -> str:
@@ -166,8 +156,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         "not_preserved": not_kept,
         "failures": [{"path": p, "error": e} for p, e in failed],
     }
-    info["search"] = _search_state(t)
-    info["journal"] = _journal_state(t)
+    info["search"] = _store_state(t, "search_state")
+    info["journal"] = _store_state(t, "journal_state")
     info["sandbox"] = _sandbox_state(t)
     staged_info, staged_lines = staged.status_lines(status["staged"])
     if staged_info is not None:

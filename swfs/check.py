@@ -17,6 +17,7 @@ import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from . import history, staging
@@ -344,6 +345,21 @@ def check_staged_commit(ws: Workspace, repair: bool) -> list[Problem]:
     return out
 
 
+def _quick_check(db: Path) -> list[str]:
+    """SQLite's quick_check of ``db``, opened read-only (nothing of a live
+    daemon's WAL is touched): ``["ok"]``, or what is wrong."""
+    import sqlite3
+
+    try:
+        con = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True, timeout=10)
+        try:
+            return [str(r[0]) for r in con.execute("PRAGMA quick_check")]
+        finally:
+            con.close()
+    except sqlite3.Error as exc:
+        return [str(exc)]
+
+
 def check_search(ws: Workspace, repair: bool) -> list[Problem]:
     """The search index answers.  A running daemon says how its index is
     (it rebuilds a broken one itself); without one, the index is checked
@@ -369,16 +385,7 @@ def check_search(ws: Workspace, repair: bool) -> list[Problem]:
     db = ws.store_dir / DB_NAME
     if not db.exists():
         return []
-    import sqlite3
-
-    try:
-        con = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True, timeout=10)
-        try:
-            rows = [str(r[0]) for r in con.execute("PRAGMA quick_check")]
-        finally:
-            con.close()
-    except sqlite3.Error as exc:
-        rows = [str(exc)]
+    rows = _quick_check(db)
     if rows == ["ok"]:
         return []
     if repair:  # the full-text half names units of this database: it goes too
@@ -430,16 +437,7 @@ def check_journal(ws: Workspace, repair: bool) -> list[Problem]:
     db = ws.store_dir / DB_NAME
     if not db.exists():
         return []
-    import sqlite3
-
-    try:
-        con = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True, timeout=10)
-        try:
-            rows = [str(r[0]) for r in con.execute("PRAGMA quick_check")]
-        finally:
-            con.close()
-    except sqlite3.Error as exc:
-        rows = [str(exc)]
+    rows = _quick_check(db)
     if rows == ["ok"]:
         return []
     if repair:
