@@ -28,8 +28,8 @@ from bench import gen
 from bench.common import Ctx, run_tool
 from bench.mounter import BenchError, Mount, SwfsMounter, Unsupported, fuse_daemon_pid
 from bench.report import ABSOLUTE, Target, WorkloadResult
-from swfs.journal import Journal, hash_lookup, request_flush
-from swfs.store import FileRecord, Store
+from swfs.evidence.access import Journal, hash_lookup, request_flush
+from swfs.store.records import FileRecord, Store
 
 log = logging.getLogger(__name__)
 

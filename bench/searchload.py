@@ -31,7 +31,7 @@ from bench.common import STORE, Ctx, run_tool, timed
 from bench.mounter import BenchError, SwfsMounter, Unsupported
 from bench.report import ABSOLUTE, Target, WorkloadResult
 from swfs.engine import Engine
-from swfs.search import Caller
+from swfs.find.search import Caller
 
 log = logging.getLogger(__name__)
 

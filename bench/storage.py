@@ -98,7 +98,7 @@ def _after_gc(ctx: Ctx, sw: SwfsMounter, src: Path, m: Mount) -> int:
     """The store's size once unreferenced blobs and chunks are collected:
     the daemon is stopped, the engine's orphan check repairs, the daemon
     is started again for the caller's unmount."""
-    from swfs.check import check_orphans
+    from swfs.store.check import check_orphans
     from swfs.workspace import Workspace
 
     sw.unmount(m)
@@ -325,7 +325,7 @@ def dense_edit_close(ctx: Ctx, result: WorkloadResult) -> None:
 
 def _close_hash() -> str:
     """How the daemon (same environment) hashes at close."""
-    from swfs import b3tree
+    from swfs.store import b3tree
 
     why = b3tree.why_not()
     return "by 1 MiB leaves (swfs.b3tree)" if why is None else f"whole files: {why}"

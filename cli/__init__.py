@@ -97,7 +97,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             _is(exc, module, name)
             for module, name in (
                 ("swfs.workspace", "WorkspaceError"),
-                ("swfs.store", "StoreError"),
+                ("swfs.store.records", "StoreError"),
                 ("swfs.control", "ControlError"),
             )
         ):

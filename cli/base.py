@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from swfs import hashform
 from swfs.api import STORE_NAME, XATTR_PREFIX, RelPath
+from swfs.store import hashform
 
 # The engine's modules (trio, the store, the parsers) are imported where a
 # command needs them: `swfs --version`, `swfs search` and `swfs status` of a
@@ -36,8 +36,8 @@ class CLIError(Exception):
 def check_name(name: str, what: str) -> str:
     """``name`` as a new or looked-up ``what`` name (snapshot, submission,
     world, tab): an empty one or one with a control character is refused
-    in one line (``swfs.names``)."""
-    from swfs import names
+    in one line (``swfs.history.names``)."""
+    from swfs.history import names
 
     bad = names.problem(name, what)
     if bad is not None:
@@ -82,7 +82,7 @@ def resolve_target(target: str, store: str | None = None) -> Target:
 
 
 def config_from(args: argparse.Namespace) -> Config:
-    from swfs.parsework import WorkerLimits
+    from swfs.views.parsework import WorkerLimits
     from swfs.workspace import Config
 
     limits = WorkerLimits(
@@ -101,7 +101,7 @@ def config_from(args: argparse.Namespace) -> Config:
 def require_workspace(t: Target) -> None:
     """Refuse a folder that is not a workspace yet: only ``index`` and
     ``mount`` make one, so no other command leaves a store behind."""
-    from swfs.store import Store
+    from swfs.store.records import Store
 
     if t.mounted or Store.exists(t.store):
         return

@@ -106,7 +106,7 @@ class LocalClient:
         return self.engine.set_baseline()
 
     def snapshot(self, name: str) -> int:
-        from swfs import history
+        from swfs.history import snapshots as history
 
         return history.take_snapshot(self.engine, name)
 
@@ -115,28 +115,28 @@ class LocalClient:
         return self.engine.restore(rel, number).number
 
     def restore_from(self, rel: RelPath, source: str) -> str:
-        from swfs import history
+        from swfs.history import snapshots as history
 
         return history.restore_from(self.engine, rel, source)
 
     def delete_snapshot(self, name: str) -> int:
-        from swfs import history
+        from swfs.history import snapshots as history
 
         return history.delete_snapshot(self.engine, name)
 
     def submit(self, name: str, paths: list[str]) -> dict[str, Any]:
-        from swfs import history
+        from swfs.history import snapshots as history
 
         return history.submit(self.engine, name, paths or None).as_json()
 
     def reset(self, to: str) -> dict[str, Any]:
-        from swfs import history
+        from swfs.history import snapshots as history
 
         self.engine.scan()  # no daemon saw the changes: find them first
         return history.reset(self.engine, to).as_json()
 
     def gc(self, keep_days: float, dry_run: bool) -> dict[str, Any]:
-        from swfs import gc
+        from swfs.store import gc
 
         self.engine.scan()
         return gc.collect(self.engine, keep_days=keep_days, dry_run=dry_run).as_json()

@@ -16,9 +16,10 @@ import time
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from swfs import control, hashform
+from swfs import control
 from swfs.api import Freshness, RelPath, ReviewEntry
 from swfs.control import ControlError, ControlUnavailable
+from swfs.store import hashform
 
 from . import staged
 from .base import (
@@ -111,7 +112,7 @@ def journal_words(state: dict[str, Any]) -> str:
 def _sandbox_state(t: Target) -> str:
     """How the parsers that serve this workspace are confined: the daemon's
     when it is mounted (it may run as another user), else this process's."""
-    from swfs import sandbox
+    from swfs.views import sandbox
 
     if not t.mounted:
         return sandbox.describe()
@@ -273,7 +274,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
 def _diff(args: argparse.Namespace) -> int:
     import trio
 
-    from swfs import review
+    from swfs.review import changes as review
 
     t = resolve_target(args.target, args.store)
     with open_engine(t, args) as engine:
@@ -314,7 +315,7 @@ def _known(engine: Engine, t: Target, rel: str) -> bool:
 
 
 def _diff_json(engine: Engine, entries: list[ReviewEntry], *, with_diffs: bool) -> str:
-    from swfs import review
+    from swfs.review import changes as review
 
     at = engine.store.get_meta("baseline_at")
     changes = []
@@ -334,7 +335,7 @@ def _diff_json(engine: Engine, entries: list[ReviewEntry], *, with_diffs: bool) 
 
 
 def cmd_versions(args: argparse.Namespace) -> int:
-    from swfs import history
+    from swfs.history import snapshots as history
 
     t = resolve_target(args.target, args.store)
     rel = workspace_rel(t, args.path)
@@ -450,7 +451,7 @@ def cmd_log(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from swfs.check import run_checks
+    from swfs.store.check import run_checks
 
     t = resolve_target(args.target, args.store)
     if t.mounted:

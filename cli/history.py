@@ -49,7 +49,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 
 def cmd_submissions(args: argparse.Namespace) -> int:
-    from swfs import history
+    from swfs.history import snapshots as history
 
     t = resolve_target(args.target, args.store)
     with open_engine(t, args) as engine:
@@ -90,7 +90,7 @@ def cmd_reset(args: argparse.Namespace) -> int:
 
 
 def cmd_snapshots(args: argparse.Namespace) -> int:
-    from swfs import history
+    from swfs.history import snapshots as history
 
     t = resolve_target(args.target, args.store)
     with open_engine(t, args) as engine:

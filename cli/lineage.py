@@ -2,7 +2,7 @@
 from; and the access half of ``swfs log`` (reads, listings, writes with
 their processes).
 
-Both read the access journal (``swfs.journal``) directly.  While the
+Both read the access journal (``swfs.evidence.access``) directly.  While the
 workspace is mounted they first ask the daemon to store what it holds, so
 what was done before the command is in what it prints.
 """
@@ -19,7 +19,7 @@ from .base import CLIError, Commands, Target, log_field, resolve_target, when, w
 
 
 def _open(t: Target) -> Any:
-    from swfs import journal
+    from swfs.evidence import access as journal
 
     db = t.store / journal.DB_NAME
     if t.mounted and db.exists():
@@ -34,7 +34,7 @@ def _open(t: Target) -> Any:
 
 def access_events(t: Target, kind: str | None) -> Iterator[dict[str, Any]]:
     """The access journal's events (none if nothing was ever recorded)."""
-    from swfs import journal
+    from swfs.evidence import access as journal
 
     if not (t.store / journal.DB_NAME).exists():
         return iter(())
@@ -88,7 +88,7 @@ def _access_line(ev: dict[str, Any]) -> str:
 
 
 def cmd_lineage(args: argparse.Namespace) -> int:
-    from swfs import lineage
+    from swfs.evidence import lineage
 
     t = resolve_target(args.target, args.store)
     path = str(workspace_rel(t, args.path)) if args.path else None

@@ -14,9 +14,9 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from swfs import versioning
 from swfs.api import STORE_NAME, XATTR_PREFIX, EngineAPI, world_of
-from swfs.procinfo import ancestry
+from swfs.evidence.procinfo import ancestry
+from swfs.history import versioning
 
 from .base import Commands, check_name, config_from
 from .staged import prepare_mount

@@ -16,7 +16,7 @@ import os
 import sys
 
 from swfs import control
-from swfs.searchquery import MAX_LIMIT, SYNTAX, Caller
+from swfs.find.query import MAX_LIMIT, SYNTAX, Caller
 
 from .base import CLIError, Commands, Progress, Target, config_from, resolve_target
 

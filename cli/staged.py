@@ -15,7 +15,7 @@ from .base import CLIError, Commands, Target, open_engine, resolve_target, works
 def prepare_mount(src: Path, store: Path, *, staged: bool) -> None:
     """Before a daemon starts: make (or finish) the staged layer of a
     ``--staged`` mount; refuse a plain mount over staged changes."""
-    from swfs import staging
+    from swfs.history import staging
 
     layer = staging.Staging.load(src, store)
     if layer is None:
@@ -43,7 +43,8 @@ def prepare_mount(src: Path, store: Path, *, staged: bool) -> None:
 
 
 def _call(t: Target, args: argparse.Namespace, op: str, paths: list[str] | None) -> Any:
-    from swfs import control, staging
+    from swfs import control
+    from swfs.history import staging
 
     if t.mounted:
         try:

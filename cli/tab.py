@@ -1,4 +1,4 @@
-"""``swfs tab``: the task's tab (``swfs.tab``) from the command line.
+"""``swfs tab``: the task's tab (``swfs.evidence.tab``) from the command line.
 
 ``check`` is the finish check (exit 1 while a requirement is open); ``new``
 keeps the current tab under ``.tab/@old/NAME/`` and starts an empty one;
@@ -26,18 +26,18 @@ from .base import (
 )
 
 if TYPE_CHECKING:
-    from swfs.search import Caller
-    from swfs.tab import Report, TabInfo, TabStore
+    from swfs.evidence.tab import Report, TabInfo, TabStore
+    from swfs.find.search import Caller
 
 
 def _caller() -> Caller:
-    from swfs.search import Caller
+    from swfs.find.search import Caller
 
     return Caller(os.geteuid(), frozenset({os.getegid(), *os.getgroups()}))
 
 
 def _store(t: Target) -> TabStore:
-    from swfs.tab import TabStore
+    from swfs.evidence.tab import TabStore
 
     if not os.access(t.store, os.X_OK):
         raise CLIError(f"{t.store}: permission denied")
@@ -45,7 +45,7 @@ def _store(t: Target) -> TabStore:
 
 
 def _tab(t: Target, name: str | None) -> TabInfo | None:
-    from swfs.tab import TabError
+    from swfs.evidence.tab import TabError
 
     if name is not None:
         check_name(name, "tab")
@@ -64,7 +64,7 @@ def _tab(t: Target, name: str | None) -> TabInfo | None:
 
 
 def _events(t: Target, tab: TabInfo) -> tuple[list[dict[str, Any]], str]:
-    from swfs import journal
+    from swfs.evidence import access as journal
 
     db = t.store / journal.DB_NAME
     if not db.exists():
@@ -82,7 +82,7 @@ def _events(t: Target, tab: TabInfo) -> tuple[list[dict[str, Any]], str]:
 
 
 def _report(t: Target, args: argparse.Namespace) -> Report:
-    from swfs.tab import Builder, TabInfo
+    from swfs.evidence.tab import Builder, TabInfo
 
     tab = _tab(t, args.old)
     if tab is None:
@@ -99,7 +99,7 @@ def _report(t: Target, args: argparse.Namespace) -> Report:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from swfs.tab import parse_requirements
+    from swfs.evidence.tab import parse_requirements
 
     t = resolve_target(args.target, args.store)
     tab = _tab(t, None)
@@ -124,7 +124,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_new(args: argparse.Namespace) -> int:
-    from swfs.tab import TabError
+    from swfs.evidence.tab import TabError
 
     if args.name is not None:
         check_name(args.name, "tab")

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 from swfs.api import world_of
 
 if TYPE_CHECKING:
+    from swfs.history.world import World
     from swfs.workspace import Config
-    from swfs.world import World
 
 from .base import CLIError, Target
 
@@ -25,9 +25,9 @@ def world_factory(
 ) -> tuple[Callable[[], AbstractContextManager[World]], Any]:
     """The engine factory and mount options of a world of ``name``; the name
     is checked here, so a bad one fails before anything is mounted."""
-    from swfs.store import Store
+    from swfs.history.world import open_world
+    from swfs.store.records import Store
     from swfs.workspace import WorkspaceError
-    from swfs.world import open_world
 
     if not Store.exists(store):
         raise CLIError(f"{src}: not an swfs workspace (no store at {store}): nothing to go back to")
@@ -47,7 +47,7 @@ def world_factory(
 
 def world_status(args: argparse.Namespace, name: str, src: Path, store: Path) -> int:
     """``swfs status MNT`` on a world: which state it shows, and how much of it."""
-    from swfs.world import open_world
+    from swfs.history.world import open_world
 
     with open_world(src, store, name) as world:
         info = world.info

@@ -17,7 +17,7 @@ Modules, outermost first:
 ``passthrough`` the native tree: ``*at`` calls through directory fds opened
                 beneath SRC without following symlinks.  Every change to a
                 native file goes through the engine's write protocol
-                (``engine.writes``, ``swfs.writesession``): a write session per
+                (``engine.writes``, ``swfs.history.writesession``): a write session per
                 open for writing (it preserves before the first in-place
                 change and records on flush, fsync and release) and a
                 ``Change`` per unlink, rename and truncate by path.  The daemon
@@ -35,7 +35,7 @@ Modules, outermost first:
                 nodes by path).
 ``options``     ``MountOptions``.
 ``fsutil``      renameat2 and utimensat through ctypes; openat2 beneath a
-                root fd (``swfs.beneath``, shared with the staged layer).
+                root fd (``swfs.store.beneath``, shared with the staged layer).
 
 Semantics worth knowing:
 

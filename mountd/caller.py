@@ -11,7 +11,7 @@ from __future__ import annotations
 from contextvars import ContextVar
 from typing import Any
 
-from swfs.search import Caller
+from swfs.find.search import Caller
 
 REQUEST: ContextVar[Any] = ContextVar("swfs_request", default=None)
 

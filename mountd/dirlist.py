@@ -89,7 +89,7 @@ import trio
 
 from mountd.nodes import Node
 from mountd.provider import DirHandle
-from swfs.tab import META, TAB_DIR
+from swfs.evidence.tab import META, TAB_DIR
 
 if TYPE_CHECKING:
     from mountd.operations import Operations

@@ -28,12 +28,12 @@ kernel does itself is worth more than that request.
 
 A write is not passed through by choice either, for it must reach the
 daemon: the write session keeps the recorded bytes before the first in-place
-change and records a version at close (``swfs.writesession``), and it can do
+change and records a version at close (``swfs.history.writesession``), and it can do
 neither for writes it never sees.  The access journal still records each
 passthrough open as a read of that file, but without the byte and line
 ranges read (the reads never reach the daemon).  So while the journal
 records, ``auto`` passes through binary files only (a NUL in the first
-8 KiB: ``swfs.fsutil.holds_binary``, the rule by which the journal gives
+8 KiB: ``swfs.store.fsutil.holds_binary``, the rule by which the journal gives
 text files line ranges and binary ones none): a text file's reads reach
 the daemon and keep their lines (``lines=1-200`` in the lineage), where a
 binary file's byte ranges say little a reader of the lineage can use, and
@@ -69,7 +69,7 @@ import pyfuse3
 
 from mountd.options import PassthroughMode
 from mountd.passthrough import NativeHandle
-from swfs.fsutil import holds_binary
+from swfs.store.fsutil import holds_binary
 
 log = logging.getLogger(__name__)
 

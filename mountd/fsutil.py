@@ -1,6 +1,6 @@
 """Linux system calls Python's ``os`` module lacks: renameat2, utimensat with
 UTIME_OMIT, linkat with AT_EMPTY_PATH; openat2 beneath a root descriptor
-lives in ``swfs.beneath`` (the staged layer's engine code needs it too) and
+lives in ``swfs.store.beneath`` (the staged layer's engine code needs it too) and
 is re-exported here."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import errno
 import os
 import resource
 
-from swfs.beneath import OPEN_FLAGS as OPEN_FLAGS
-from swfs.beneath import dir_fd as dir_fd
-from swfs.beneath import open_beneath as open_beneath
+from swfs.store.beneath import OPEN_FLAGS as OPEN_FLAGS
+from swfs.store.beneath import dir_fd as dir_fd
+from swfs.store.beneath import open_beneath as open_beneath
 
 _libc = ctypes.CDLL(None, use_errno=True)
 

@@ -42,7 +42,7 @@ from mountd.tabtree import TabTree
 from mountd.world import is_world, native_source
 from swfs.api import XATTR_PREFIX, EngineAPI
 from swfs.changefeed import ChangeFeed
-from swfs.journal import hash_lookup, open_journal
+from swfs.evidence.access import hash_lookup, open_journal
 
 log = logging.getLogger(__name__)
 

@@ -81,7 +81,7 @@ class MountOptions:
         ):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must not be negative")
-        from swfs.render import clamp_dpi
+        from swfs.find.render import clamp_dpi
 
         clamp_dpi(self.render_dpi)
 

@@ -1,6 +1,6 @@
 """The native tree: byte-for-byte passthrough to SRC.  Every change to a
 native file goes through the engine's write protocol (``engine.writes``, see
-``swfs.writesession``), which decides what to preserve and when to record;
+``swfs.history.writesession``), which decides what to preserve and when to record;
 this module only does the system calls and moves the protocol's slow steps
 to worker threads.
 
@@ -35,7 +35,7 @@ from mountd.fsutil import (
 )
 from mountd.poll import Poller
 from swfs.api import EngineAPI, RelPath, WriteSession
-from swfs.fsutil import FALLOC_FL_ZERO_RANGE, without_atime
+from swfs.store.fsutil import FALLOC_FL_ZERO_RANGE, without_atime
 
 log = logging.getLogger(__name__)
 

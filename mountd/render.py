@@ -2,7 +2,7 @@
 
 ``.render/<rel>/`` exists for every file the engine parses whose format
 renders (PDF, Word, PowerPoint, Excel, OpenDocument, RTF).  Its names come
-from the file's page count (``swfs.render.Layout``), so listing a
+from the file's page count (``swfs.find.render.Layout``), so listing a
 24,000-page PDF renders nothing.  Only opening a page (``open_entry``:
 ``cat``, ``cp``, ``open()``) renders it in a worker process, or takes it
 from the cache; a lookup or a listing (``stat``, ``ls -l``) reports a page
@@ -23,7 +23,7 @@ from mountd.nodes import Tree
 from mountd.options import MountOptions
 from mountd.synthetic import Base, Entry, Generation, _Cached, _Index
 from swfs.api import Access, EngineAPI, Freshness, Hash, RelPath
-from swfs.render import (
+from swfs.find.render import (
     ERROR_UNIT,
     RENDERER,
     Layout,
@@ -32,7 +32,7 @@ from swfs.render import (
     renderable,
     unit_number,
 )
-from swfs.views import header_line, render_unit
+from swfs.views.files import header_line, render_unit
 
 PENDING = "pending.md"
 

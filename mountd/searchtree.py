@@ -1,6 +1,6 @@
 """``.search/``: every name is a query, and reading it runs the query.
 
-A file's content is the caller's ranked hits (``swfs.search``), so it
+A file's content is the caller's ranked hits (``swfs.find.search``), so it
 depends on who asks: it is computed once per (query, caller) and kept a
 moment, so that the size a lookup reports and the bytes the open that
 follows serves are the same.  Listing the directory shows the caller's own
@@ -21,7 +21,7 @@ from mountd.caller import current_caller
 from mountd.nodes import Tree
 from mountd.synthetic import Entry, Generation
 from swfs.api import Access, RelPath
-from swfs.search import Caller, SearchResult
+from swfs.find.search import Caller, SearchResult
 
 log = logging.getLogger(__name__)
 

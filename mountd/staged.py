@@ -1,5 +1,5 @@
 """The native tree of a ``--staged`` mount: SRC with the store's staged layer
-over it (``swfs.staging``).  Reads go to the upper copy when there is one,
+over it (``swfs.history.staging``).  Reads go to the upper copy when there is one,
 else to SRC; every change copies the node up first (bytes, mode, owner,
 times), then runs the plain passthrough's code on the upper layer, so the
 engine's write protocol (preserve, record, settle) is the same one.
@@ -30,7 +30,7 @@ from mountd.passthrough import (
 )
 from mountd.poll import Poller
 from swfs.api import EngineAPI
-from swfs.staging import LOWER, UPPER, Staging
+from swfs.history.staging import LOWER, UPPER, Staging
 
 
 def native_tree(

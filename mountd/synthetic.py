@@ -31,7 +31,6 @@ import trio
 
 from mountd.nodes import Tree
 from mountd.options import MountOptions
-from swfs import hashform, permissions, staging
 from swfs.api import (
     Access,
     EngineAPI,
@@ -44,7 +43,9 @@ from swfs.api import (
     Version,
     ViewState,
 )
-from swfs.views import header_line, render_unit
+from swfs.history import permissions, staging
+from swfs.store import hashform
+from swfs.views.files import header_line, render_unit
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""``.tab/``: the task's tab (``swfs.tab``) in the mount.
+"""``.tab/``: the task's tab (``swfs.evidence.tab``) in the mount.
 
 ``requirements.md`` is the one writable file: each write goes straight to
 the store (``STORE/tab/requirements.md``), so ``swfs tab`` sees it without
@@ -32,10 +32,9 @@ import trio
 from mountd.caller import current_caller
 from mountd.nodes import Tree
 from mountd.synthetic import Entry, Generation
-from swfs import journal as journal_mod
 from swfs.api import Access
-from swfs.search import Caller
-from swfs.tab import (
+from swfs.evidence import access as journal_mod
+from swfs.evidence.tab import (
     MAX_REQUIREMENTS_BYTES,
     OLD,
     REQUIREMENTS,
@@ -45,6 +44,7 @@ from swfs.tab import (
     TabInfo,
     TabStore,
 )
+from swfs.find.search import Caller
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 snapshot, read-only, with the public methods of ``mountd.passthrough.Passthrough``.
 
 The names, sizes, modes, owners and times come from the snapshot's manifest
-(``swfs.world``), laid out once at mount as a *skeleton*: a private
+(``swfs.history.world``), laid out once at mount as a *skeleton*: a private
 directory tree of empty sparse files with those attributes, so that the
 directory descriptors, ``*at`` stats and inode numbers the adapter relies on
 are real and stable.  The bytes never go there: opening a file opens its
@@ -30,9 +30,9 @@ from mountd.fsutil import dir_fd, open_beneath
 from mountd.passthrough import RESERVED, Creds, NativeHandle, Passthrough, SetAttr, split
 from mountd.poll import Poller
 from mountd.staged import native_tree
-from swfs import permissions
 from swfs.api import Access, EngineAPI, RelPath
-from swfs.world import World
+from swfs.history import permissions
+from swfs.history.world import World
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """The parser contract: what every format module provides.
 
 A parser is pure: a path in, a list of units out.  It never touches the store
-or the mount.  Parsers run inside a worker process (see ``swfs.parsework``),
+or the mount.  Parsers run inside a worker process (see ``swfs.views.parsework``),
 which sets a wall-clock timeout and a memory cap around them, so a parser may
 assume it is allowed to fail hard; it should still fail *clearly*.
 """

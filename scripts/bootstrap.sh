@@ -34,7 +34,7 @@ if [ "$(id -u)" = 0 ] && [ "${SWFS_LIBFUSE:-auto}" != system ]; then
 fi
 # The BLAKE3 reference C sources (sources only: no Rust toolchain) and a C
 # compiler, for the library that hashes a written file by what changed
-# (swfs/b3tree.py).  Optional: without them files are hashed whole.
+# (swfs/store/b3tree.py).  Optional: without them files are hashed whole.
 if [ "$(id -u)" = 0 ]; then
     ls -d /usr/share/cargo/registry/blake3-*/c >/dev/null 2>&1 ||
         need_debs="$need_debs librust-blake3-dev"
@@ -153,12 +153,12 @@ if [ "$(cat .venv/.pyfuse3-patch 2>/dev/null)" != "$patch_sum" ]; then
     echo "$patch_sum" >.venv/.pyfuse3-patch
 fi
 .venv/bin/python -m pip install -q -e '.[dev]'
-# blake3 by subtrees (swfs/b3tree.py): a close rehashes what was written,
+# blake3 by subtrees (swfs/store/b3tree.py): a close rehashes what was written,
 # not the whole file.  Seconds to build; if it cannot be, swfs hashes whole
 # files as before (and its log says why).
-if ! .venv/bin/python -m swfs.b3tree check >/dev/null 2>&1; then
+if ! .venv/bin/python -m swfs.store.b3tree check >/dev/null 2>&1; then
     echo "bootstrap: building the blake3 subtree library"
-    .venv/bin/python -m swfs.b3tree build ||
+    .venv/bin/python -m swfs.store.b3tree build ||
         echo "bootstrap: no blake3 subtree library: written files are hashed whole" >&2
 fi
 touch .venv/.installed

@@ -133,7 +133,7 @@ def index(copy: Path, workers: int) -> tuple[dict[str, Row], float]:
     import trio
 
     from swfs.engine import Engine
-    from swfs.parsework import WorkerLimits
+    from swfs.views.parsework import WorkerLimits
     from swfs.workspace import Config
 
     config = Config(limits=WorkerLimits(workers=workers), rescan_interval=0)

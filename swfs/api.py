@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NewType, Protocol
 
 if TYPE_CHECKING:
-    from .control import ControlServer
+    from swfs.control import ControlServer
 
 Hash = NewType("Hash", str)  # lowercase hex blake3, 64 characters
 RelPath = NewType("RelPath", str)  # '/'-separated, relative to the workspace root, no '..'
@@ -154,7 +154,7 @@ class Version:
 
 class BlobBytes(Protocol):
     """Random access to a blob's bytes without a file of them
-    (``swfs.blobs.BlobReader``)."""
+    (``swfs.store.blobs.BlobReader``)."""
 
     size: int
 
@@ -162,7 +162,7 @@ class BlobBytes(Protocol):
 
 
 class WriteSession(Protocol):
-    """One open-for-writing of a native file (``swfs.writesession``): the
+    """One open-for-writing of a native file (``swfs.history.writesession``): the
     daemon calls it for every change and holds no history policy itself."""
 
     rel: str | None  # the file's present name (None once unlinked)
@@ -209,7 +209,7 @@ class WriteSession(Protocol):
 
 
 class Change(Protocol):
-    """An unlink, a rename or a truncate by path (``swfs.writesession.Change``)."""
+    """An unlink, a rename or a truncate by path (``swfs.history.writesession.Change``)."""
 
     def prepare(self) -> None: ...
     def commit(self) -> None: ...
@@ -274,7 +274,7 @@ class WorkspaceAPI(Protocol):
     @property
     def writes(self) -> WriteProtocol:
         """The write protocol: every change the daemon makes to a native file
-        goes through it (``swfs.writesession``)."""
+        goes through it (``swfs.history.writesession``)."""
         ...
 
     # -- native files
@@ -338,7 +338,7 @@ class WorkspaceAPI(Protocol):
 
     def pin_version(self, rel: RelPath) -> None:
         """After an fsync: keep ``rel``'s present version even if the same
-        burst of rewrites goes on (see ``swfs.versioning``)."""
+        burst of rewrites goes on (see ``swfs.history.versioning``)."""
         ...
 
     def record_rename(self, old: RelPath, new: RelPath) -> None: ...

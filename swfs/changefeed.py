@@ -42,8 +42,8 @@ from typing import Any, Protocol
 
 import trio
 
-from .api import RelPath, WriteProtocol
-from .fsutil import scan_dir
+from swfs.api import RelPath, WriteProtocol
+from swfs.store.fsutil import scan_dir
 
 log = logging.getLogger(__name__)
 

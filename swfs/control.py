@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import trio
 
-    from .engine import Engine
+    from swfs.engine import Engine
 
 # trio is imported where the server runs: the CLI's client side (``request``)
 # must start fast.
@@ -78,13 +78,15 @@ async def _handle(engine: Engine, request: dict[str, Any], peer: tuple[int, int]
             engine.journal_ack()
         return {}
     if op == "sandbox":  # the parse sandbox this daemon's workers get
-        from . import sandbox
+        from swfs.views import sandbox
 
         return {"sandbox": await trio.to_thread.run_sync(sandbox.describe_in_subprocess)}
     if op == "rescan":
         stats = await trio.to_thread.run_sync(engine.scan)
         return stats.__dict__
-    from . import gc, history, staging
+    from swfs.history import snapshots as history
+    from swfs.history import staging
+    from swfs.store import gc
 
     fn = {**history.CONTROL_OPS, **gc.CONTROL_OPS, **staging.CONTROL_OPS}.get(str(op))
     if fn is not None:
@@ -179,7 +181,7 @@ def _peer(conn: trio.SocketStream) -> tuple[int, int]:
 def _search(engine: Engine, query: str, n: int, peer: tuple[int, int]) -> dict[str, Any]:
     """A query run for the connecting process's user: hits, counts and
     snippets are those that user may see (its groups from /proc)."""
-    from .searchquery import Caller
+    from swfs.find.query import Caller
 
     pid, uid = peer
     if uid < 0:
@@ -205,7 +207,8 @@ def _search(engine: Engine, query: str, n: int, peer: tuple[int, int]) -> dict[s
 def status_info(engine: Engine) -> dict[str, Any]:
     """What ``swfs status`` shows of a workspace, from its engine: the
     daemon's while it is mounted (control op ``status``), else the CLI's."""
-    from . import gc, staging
+    from swfs.history import staging
+    from swfs.store import gc
 
     staged: dict[str, Any] | None = None
     layer = staging.Staging.load(engine.src, engine.store_dir)

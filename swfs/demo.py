@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from .samples import build_sample_workspace
+from swfs.samples import build_sample_workspace
 
 ROOT = Path("demo-workspace")
 

@@ -27,15 +27,16 @@ from typing import Any
 
 import trio
 
-from . import permissions, ranged
-from . import review as review_mod
-from .api import Access, Freshness, RelPath, ReviewEntry
-from .control import ControlServer
-from .parsework import FAILED, INTERNAL, ParseOutcome, ParsePool
-from .scheduler import ParseScheduler
-from .search import Caller, SearchIndex, SearchResult
-from .store import FLUSH_INTERVAL
-from .workspace import Config, Workspace, WorkspaceError
+from swfs.api import Access, Freshness, RelPath, ReviewEntry
+from swfs.control import ControlServer
+from swfs.find.search import Caller, SearchIndex, SearchResult
+from swfs.history import permissions
+from swfs.review import changes as review_mod
+from swfs.store.records import FLUSH_INTERVAL
+from swfs.views import ranged
+from swfs.views.parsework import FAILED, INTERNAL, ParseOutcome, ParsePool
+from swfs.views.scheduler import ParseScheduler
+from swfs.workspace import Config, Workspace, WorkspaceError
 
 log = logging.getLogger(__name__)
 
@@ -156,7 +157,7 @@ class Engine(Workspace):
         # rel -> set at its next change notice: readers waiting for a writer's record
         self._notices: dict[str, trio.Event] = {}
         self.add_listener(self._on_notice)
-        # How the mount's access journal is (``swfs.journal.Journal.health``:
+        # How the mount's access journal is (``swfs.evidence.access.Journal.health``:
         # the mount sets it; the control socket and swfs check ask).
         self.journal_health: Callable[[], dict[str, Any]] | None = None
         self.journal_ack: Callable[[], None] | None = None
@@ -181,7 +182,7 @@ class Engine(Workspace):
         super().close()
 
     def search(self, query: str, caller: Caller, limit: int = 20) -> SearchResult:
-        """*slow* (a thread): ranked hits ``caller`` may read (``swfs.search``)."""
+        """*slow* (a thread): ranked hits ``caller`` may read (``swfs.find.search``)."""
         return self.search_index.search(query, caller, limit)
 
     # -- listeners are called in the trio thread
@@ -565,7 +566,7 @@ def _embed_model(directory: str | None) -> Any:
     """The ``--embed-model`` directory, loaded (never fetched), or None."""
     if not directory:
         return None
-    from .embed import EmbedModel, ModelError
+    from swfs.find.embed import EmbedModel, ModelError
 
     try:
         return EmbedModel.load(directory)

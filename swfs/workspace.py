@@ -27,9 +27,8 @@ import lmdb
 from parsers import registry
 from parsers._base import FileInfo
 from parsers.cells import count_cells
-
-from . import api, history, permissions, ranged, staging, treecache, versioning, views
-from .api import (
+from swfs import api
+from swfs.api import (
     Access,
     Cause,
     FileState,
@@ -42,13 +41,15 @@ from .api import (
     ViewState,
     WriteSession,
 )
-from .blobreads import BlobReads
-from .blobs import BlobStore, HashMismatch
-from .fsutil import open_dir_noatime, open_to_read
-from .ignore import IgnoreRules
-from .parsework import FAILED, OK, UNSUPPORTED, ParseOutcome, WorkerLimits
-from .reserve import Reserve, is_no_space
-from .store import (
+from swfs.history import permissions, staging, versioning
+from swfs.history import snapshots as history
+from swfs.history.writesession import InPlaceWrites
+from swfs.ignore import IgnoreRules
+from swfs.store import treecache
+from swfs.store.blobreads import BlobReads
+from swfs.store.blobs import BlobStore, HashMismatch
+from swfs.store.fsutil import open_dir_noatime, open_to_read
+from swfs.store.records import (
     FileRecord,
     ParseRecord,
     Store,
@@ -58,7 +59,10 @@ from .store import (
     stat_signature,
     version_not_kept,
 )
-from .writesession import InPlaceWrites
+from swfs.store.reserve import Reserve, is_no_space
+from swfs.views import files as views
+from swfs.views import ranged
+from swfs.views.parsework import FAILED, OK, UNSUPPORTED, ParseOutcome, WorkerLimits
 
 log = logging.getLogger(__name__)
 
@@ -755,7 +759,7 @@ class Workspace(BlobReads):
             yield
 
     def begin_write(self, rel: str, opener: Callable[[], int], *, truncate: bool) -> WriteSession:
-        """*slow*: ``swfs.writesession.InPlaceWrites.begin_write``."""
+        """*slow*: ``swfs.history.writesession.InPlaceWrites.begin_write``."""
         return self.writes.begin_write(rel, opener, truncate=truncate)
 
     def _preserve(self, rel: RelPath, *, link: bool, keep_temp: bool = False) -> str | None:
@@ -1316,7 +1320,7 @@ class Workspace(BlobReads):
         except OSError as exc:
             raise WorkspaceError(f"{rel}@{number}: cannot read its bytes: {exc.strerror}") from exc
         try:
-            from .fsutil import copy_fd, fsync_dir
+            from swfs.store.fsutil import copy_fd, fsync_dir
 
             mode = 0o644
             old = self.store.get_file(rel)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from swfs import b3tree
+from swfs.store import b3tree
 
 
 def library_path(tmp_path_factory: pytest.TempPathFactory) -> Path:

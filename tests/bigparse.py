@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from swfs.store import ParseRecord
+from swfs.store.records import ParseRecord
 from swfs.workspace import Workspace
 
 PAGES = 12_000

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from mountd.launch import mounted_swfs
-from swfs import sandbox
+from swfs.views import sandbox
 from tests import evilparsers
 from tests.mountutil import lazy_unmount, wait_for_mount, workdir
 

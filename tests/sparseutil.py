@@ -8,7 +8,7 @@ from pathlib import Path
 
 import blake3
 
-from swfs import fsutil
+from swfs.store import fsutil
 
 MiB = 1024 * 1024
 # A file's allocation beyond its data: a filesystem block per extent end,

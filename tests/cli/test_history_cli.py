@@ -8,7 +8,7 @@ import json
 import os
 from pathlib import Path
 
-from swfs.fsutil import hash_bytes
+from swfs.store.fsutil import hash_bytes
 from tests.mounted.test_history_mounted import tree
 from tests.realmount import swfs
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from swfs import names
+from swfs.history import names
 
 SWFS = str(Path(sys.executable).with_name("swfs"))
 

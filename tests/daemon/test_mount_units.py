@@ -259,7 +259,7 @@ def test_fallocate_seek_and_tmpfile_without_a_kernel(engine: Any) -> None:
     a punched hole is kept and recorded like a write, SEEK_HOLE answers the
     backing file's holes (a generated file's: its end), an O_TMPFILE file
     is recorded only once a LINK names it."""
-    from swfs.fsutil import FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE
+    from swfs.store.fsutil import FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE
 
     ctx: Any = Ctx()
     big = os.urandom(2 * 1024 * 1024)

@@ -23,9 +23,9 @@ from mountd.operations import Operations
 from mountd.options import MountOptions
 from mountd.provider import NOFLUSH, NativeOpen
 from swfs.engine import Engine
-from swfs.journal import iter_events, open_readonly
+from swfs.evidence.access import iter_events, open_readonly
+from swfs.history.writesession import INLINE_RECORD_BYTES
 from swfs.workspace import Config
-from swfs.writesession import INLINE_RECORD_BYTES
 from tests.enginewrap import Watched
 
 

@@ -16,9 +16,9 @@ from pathlib import Path
 import blake3
 import pytest
 
-from swfs import b3tree, treecache
 from swfs.api import RelPath, WriteSession
 from swfs.engine import Engine
+from swfs.store import b3tree, treecache
 from swfs.workspace import Config
 from tests.b3lib import library_path, using
 

@@ -14,7 +14,7 @@ import trio
 
 from swfs.api import ChangeStatus, Freshness, RelPath
 from swfs.engine import Engine, rescan_wait
-from swfs.fsutil import hash_file
+from swfs.store.fsutil import hash_file
 from swfs.workspace import Config, ScanStats
 
 
@@ -269,7 +269,7 @@ def test_ignored_and_oversized_files_keep_hashes_but_no_bytes(tmp_path: Path) ->
 
 
 def test_format_1_store_is_upgraded_when_opened(tmp_path: Path) -> None:
-    from swfs.store import FORMAT_VERSION, Store, dumps
+    from swfs.store.records import FORMAT_VERSION, Store, dumps
 
     store = Store(tmp_path / "store")
     with store.write() as txn:

@@ -14,8 +14,8 @@ import trio
 
 from swfs.api import ChangeStatus, Freshness, RelPath
 from swfs.engine import Engine
-from swfs.parsework import WorkerLimits
 from swfs.samples import set_cached_values
+from swfs.views.parsework import WorkerLimits
 from swfs.workspace import Config
 from tests import docgen
 

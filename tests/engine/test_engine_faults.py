@@ -14,12 +14,12 @@ import trio
 
 from parsers import registry
 from swfs.api import Freshness, RelPath
-from swfs.check import run_checks
 from swfs.engine import Engine
-from swfs.fsutil import hash_file
-from swfs.parsework import WorkerLimits
-from swfs.reserve import Reserve, default_size
-from swfs.store import dumps
+from swfs.store.check import run_checks
+from swfs.store.fsutil import hash_file
+from swfs.store.records import dumps
+from swfs.store.reserve import Reserve, default_size
+from swfs.views.parsework import WorkerLimits
 from swfs.workspace import Config
 from tests import evilparsers
 from tests.tmpfs import small_tmpfs
@@ -266,7 +266,7 @@ def _failing_pool(monkeypatch: pytest.MonkeyPatch, failures: int) -> list[str]:
     """Make the pool's first ``failures`` parses fail in its own machinery
     (as a fork refused under load would), not in a parser."""
     from swfs import engine as engine_mod
-    from swfs.parsework import ParsePool
+    from swfs.views.parsework import ParsePool
 
     monkeypatch.setattr(engine_mod, "INTERNAL_RETRY_DELAY", 0.0)
     real = ParsePool.parse
@@ -322,7 +322,7 @@ def test_a_parse_job_that_cannot_start_its_child_says_so(
 ) -> None:
     """In the worker: an error outside the parser is an INTERNAL outcome,
     never an exception that leaves the file unparsed without a word."""
-    from swfs import parsework, sandbox
+    from swfs.views import parsework, sandbox
 
     def refuse(*_args: object, **_kw: object) -> object:
         raise OSError(errno.EAGAIN, "fork refused")

@@ -15,8 +15,8 @@ import trio
 
 from swfs.api import Freshness, RelPath, WriteSession
 from swfs.engine import Engine
-from swfs.fsutil import hash_file
-from swfs.search import Caller
+from swfs.find.search import Caller
+from swfs.store.fsutil import hash_file
 from swfs.workspace import Config
 
 REL = RelPath("notes.txt")
@@ -142,7 +142,7 @@ def test_a_read_records_a_change_behind_the_mount(engine: Engine) -> None:
 
 
 def test_renders_name_no_current_content_while_a_writer_holds_changes(engine: Engine) -> None:
-    from swfs.render import Renderer
+    from swfs.find.render import Renderer
 
     renderer = Renderer(engine)
     old = hash_file(engine.abspath(REL))

@@ -11,10 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from swfs import gc, history, review
 from swfs.api import RelPath
 from swfs.engine import Engine
-from swfs.fsutil import hash_bytes
+from swfs.history import snapshots as history
+from swfs.review import changes as review
+from swfs.store import gc
+from swfs.store.fsutil import hash_bytes
 from swfs.workspace import Config, WorkspaceError
 
 # -------------------------------------------------------------- helpers
@@ -364,7 +366,7 @@ def test_gc_frees_what_nothing_needs_and_keeps_snapshots(lasting: Engine) -> Non
     assert review.changes(engine) == []
     again = gc.collect(engine, keep_days=0)
     assert again.blobs_removed == 0 or again.blob_bytes > 0
-    from swfs.check import run_checks
+    from swfs.store.check import run_checks
 
     assert [p for p in run_checks(engine) if p.check == "blobs"] == []
 
@@ -430,7 +432,7 @@ def test_reset_where_files_and_directories_swapped_places(engine: Engine) -> Non
 
 
 def test_temp_files_leave_no_blob_behind_but_reset_keeps_young_work(engine: Engine) -> None:
-    from swfs.check import run_checks
+    from swfs.store.check import run_checks
 
     write(engine, ".draft.tmp", b"one\n")
     write(engine, ".draft.tmp", b"two\n")
@@ -478,7 +480,7 @@ def test_a_file_deleted_and_written_again_in_one_burst_keeps_the_deleted_bytes(
     deleted version's bytes were kept, so that version stays (a burst may
     replace only a version whose bytes it never kept) and no blob is left
     that nothing refers to."""
-    from swfs.check import run_checks
+    from swfs.store.check import run_checks
 
     # A burst an hour long: a busy machine cannot end it between two steps.
     with Engine.open(src, config=Config(rescan_interval=0, version_interval=3600.0)) as engine:

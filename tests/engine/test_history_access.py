@@ -7,11 +7,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from swfs import history
 from swfs.api import Access, RelPath
 from swfs.engine import Engine
-from swfs.permissions import then_and_now
-from swfs.world import open_world
+from swfs.history import snapshots as history
+from swfs.history.permissions import then_and_now
+from swfs.history.world import open_world
 
 UID, GID = os.geteuid(), os.getegid()
 

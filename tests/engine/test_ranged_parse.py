@@ -15,12 +15,12 @@ import trio.testing
 from parsers import registry
 from parsers._base import ParseOptions
 from parsers.pdf import PdfParser
-from swfs import sandbox
 from swfs.api import Freshness, RelPath
-from swfs.check import run_checks
 from swfs.engine import Engine
-from swfs.parsework import OK, Pages, ParseOutcome, Part, WorkerLimits
-from swfs.ranged import FIRST_RANGE, Partials, parse_ranged
+from swfs.store.check import run_checks
+from swfs.views import sandbox
+from swfs.views.parsework import OK, Pages, ParseOutcome, Part, WorkerLimits
+from swfs.views.ranged import FIRST_RANGE, Partials, parse_ranged
 from swfs.workspace import Config
 from tests import docgen, evilparsers
 
@@ -284,7 +284,7 @@ def test_a_file_changed_while_its_ranges_come_in_shows_none_of_them(gated: Path)
 
 
 def test_a_reader_ahead_of_the_parse_gets_a_short_range_one_at_its_heels_a_long_one() -> None:
-    from swfs.ranged import WANTED_RANGE, PartialParse
+    from swfs.views.ranged import WANTED_RANGE, PartialParse
 
     names = tuple((f"p{k}", f"page={k + 1}") for k in range(1000))
     partial = PartialParse(names)
@@ -324,7 +324,7 @@ def test_a_range_is_never_stored_as_a_parse(tmp_path: Path) -> None:
 def test_a_page_without_text_waits_until_the_file_is_known_to_hold_text() -> None:
     """Its note depends on the whole file ("no text on this page" or, in a
     file of no text, "no text found" on every page): it is not shown before."""
-    from swfs.ranged import PartialParse
+    from swfs.views.ranged import PartialParse
 
     names = tuple((f"p{k}", f"page={k + 1}") for k in range(200))
     partial = PartialParse(names)

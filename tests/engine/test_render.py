@@ -1,4 +1,4 @@
-"""``swfs.render`` and the ``.render`` provider without a kernel, on the real engine.
+"""``swfs.find.render`` and the ``.render`` provider without a kernel, on the real engine.
 
 * Names are the parsed units' names (``page-0017``, ``slide-003``).
 * The pixel cap: a page larger than it is rendered smaller, never past it,
@@ -27,9 +27,9 @@ from mountd.nodes import Tree
 from mountd.options import MountOptions
 from mountd.render import RenderTree
 from mountd.synthetic import Generation
-from swfs import render
 from swfs.api import RelPath
 from swfs.engine import Engine
+from swfs.find import render
 from swfs.workspace import Config
 from tests.docgen import _pdf_from_objects
 

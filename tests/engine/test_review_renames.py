@@ -7,9 +7,9 @@ from pathlib import Path
 
 import trio
 
-from swfs import review
 from swfs.api import ChangeStatus
 from swfs.engine import Engine
+from swfs.review import changes as review
 from swfs.workspace import Config
 
 

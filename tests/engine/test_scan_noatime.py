@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from swfs.engine import Engine
-from swfs.fsutil import scan_dir
+from swfs.store.fsutil import scan_dir
 
 
 def _old_atime(d: Path) -> int:
@@ -70,10 +70,10 @@ def test_the_engine_s_reads_of_a_file_keep_its_access_time(tmp_path: Path) -> No
     file in the background, racing the user's own utimens: none may move the
     access time the user set (seen as a flaky utimens in the conformance test)."""
     from parsers._base import ParseOptions
-    from swfs.blobs import BlobStore
-    from swfs.fsutil import hash_file
-    from swfs.journal import text_lines
-    from swfs.parsework import parse_job
+    from swfs.evidence.access import text_lines
+    from swfs.store.blobs import BlobStore
+    from swfs.store.fsutil import hash_file
+    from swfs.views.parsework import parse_job
 
     f, atime = _file_with_old_atime(tmp_path, "notes.txt", "alpha\nbeta\ngamma\n")
     outcome = parse_job(str(f), "notes.txt", ParseOptions())
@@ -90,7 +90,7 @@ def test_a_parse_without_a_memory_file_parses_in_place(
     """memfd refused (a sandbox, no memory): the parse still succeeds, from
     the file itself."""
     from parsers._base import ParseOptions
-    from swfs import parsework
+    from swfs.views import parsework
 
     def refuse(*_: object) -> int:
         raise OSError(errno.ENOSYS, "memfd_create refused")

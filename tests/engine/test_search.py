@@ -16,7 +16,7 @@ import pytest
 import trio
 
 from swfs.engine import Engine
-from swfs.search import Caller, QueryError, parse_query
+from swfs.find.search import Caller, QueryError, parse_query
 from swfs.workspace import Config
 from tests.embedgen import write_model
 

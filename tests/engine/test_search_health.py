@@ -14,7 +14,7 @@ import pytest
 import trio
 
 from swfs.engine import Engine
-from swfs.search import DB_NAME, Caller, SearchIndex
+from swfs.find.search import DB_NAME, Caller, SearchIndex
 
 ROOT = Caller(0)
 

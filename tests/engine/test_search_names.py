@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from swfs.engine import Engine
-from swfs.search import Caller
-from swfs.sqlitetext import escaped
+from swfs.find.search import Caller
+from swfs.store.sqlitetext import escaped
 from tests.engine.test_search import refresh
 
 ROOT = Caller(0)

@@ -11,7 +11,7 @@ from pathlib import Path
 import trio
 
 from swfs.engine import Engine
-from swfs.search import Caller, SearchResult
+from swfs.find.search import Caller, SearchResult
 from swfs.workspace import Config
 from tests.embedgen import write_model
 

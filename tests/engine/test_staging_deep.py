@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from swfs import staging
 from swfs.engine import Engine
+from swfs.history import staging
 from tests import deeppaths as dp
 
 # 4,095 bytes below SRC: the longest path the kernel passes.

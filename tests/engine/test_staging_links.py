@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from swfs import staging
 from swfs.engine import Engine
+from swfs.history import staging
 
 
 @pytest.fixture

@@ -9,7 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from swfs.tab import Builder, Read, TabError, TabStore, parse_requirements, requirement_query
+from swfs.evidence.tab import (
+    Builder,
+    Read,
+    TabError,
+    TabStore,
+    parse_requirements,
+    requirement_query,
+)
 from tests.realmount import SWFS
 
 
@@ -118,7 +125,7 @@ def test_reports_without_excerpts_say_the_same(tmp_path: Path) -> None:
     import trio
 
     from swfs.engine import Engine
-    from swfs.search import Caller
+    from swfs.find.search import Caller
 
     src = tmp_path / "ws"
     (src / "docs").mkdir(parents=True)

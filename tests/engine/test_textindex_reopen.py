@@ -1,4 +1,4 @@
-"""swfs.textindex: the writer and the tantivy index are dropped and opened
+"""swfs.find.textindex: the writer and the tantivy index are dropped and opened
 again every ``REOPEN_AFTER`` commits, so an index that takes commit after
 commit for days holds no more memory than a fresh one, and loses nothing."""
 
@@ -15,8 +15,8 @@ import pytest
 import tantivy
 
 from mountd import malloc
-from swfs import textindex
-from swfs.textindex import TextIndex
+from swfs.find import textindex
+from swfs.find.textindex import TextIndex
 
 
 def units(ti: TextIndex, word: str) -> set[int]:
@@ -51,7 +51,7 @@ PROBE = textwrap.dedent(
     import sys
     from pathlib import Path
     from mountd import malloc
-    from swfs import textindex
+    from swfs.find import textindex
     textindex.REOPEN_AFTER = int(sys.argv[2])
     ti = textindex.TextIndex(Path(sys.argv[1]))
     def one(i):

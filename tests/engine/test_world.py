@@ -1,4 +1,4 @@
-"""The engine side of a world (``swfs.world``) without FUSE: a snapshot
+"""The engine side of a world (``swfs.history.world``) without FUSE: a snapshot
 whose parses the cache lacks is parsed on demand without writing the store;
 the baseline of then; names that do not exist."""
 
@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 import trio
 
-from swfs import history
 from swfs.api import Freshness, RelPath
 from swfs.engine import Engine
-from swfs.fsutil import hash_bytes
+from swfs.history import snapshots as history
+from swfs.history.world import World, open_world
+from swfs.store.fsutil import hash_bytes
 from swfs.workspace import WorkspaceError
-from swfs.world import World, open_world
 
 
 def _digest(path: Path) -> str:

@@ -1,5 +1,5 @@
 """A world's files are reassembled into memory once, not on every open:
-the memory files are kept by hash (``swfs.world.MemoryFiles``), least
+the memory files are kept by hash (``swfs.history.world.MemoryFiles``), least
 recently used out beyond their limit, and each open gets its own
 descriptor of the same bytes."""
 
@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from swfs import history
-from swfs import world as world_mod
 from swfs.engine import Engine
-from swfs.world import MemoryFiles, open_world
+from swfs.history import snapshots as history
+from swfs.history import world as world_mod
+from swfs.history.world import MemoryFiles, open_world
 
 
 def _read(fd: int) -> bytes:

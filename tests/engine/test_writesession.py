@@ -15,7 +15,7 @@ import pytest
 
 from swfs.api import RelPath, WriteSession
 from swfs.engine import Engine
-from swfs.parsework import CHANGED, OK, ParseOutcome
+from swfs.views.parsework import CHANGED, OK, ParseOutcome
 from swfs.workspace import Config, WorkspaceError
 
 OLD = b"the recorded bytes\n"
@@ -475,7 +475,7 @@ def test_flush_now_leaves_to_a_thread_what_would_wait(engine: Engine) -> None:
     assert len(versions(engine, "a.txt")) == len(before) + 1
     s.release()
 
-    from swfs.writesession import INLINE_RECORD_BYTES
+    from swfs.history.writesession import INLINE_RECORD_BYTES
 
     big = _written(engine, "b.txt", b"x" * (INLINE_RECORD_BYTES + 1))
     assert not big.flush_now()
@@ -490,7 +490,7 @@ def test_flush_now_leaves_to_a_thread_what_would_wait(engine: Engine) -> None:
 def test_fallocate_is_a_write_only_where_it_changes_what_the_file_reads_as(
     engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from swfs.fsutil import FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE
+    from swfs.store.fsutil import FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE
 
     calls: list[str] = []
     real = engine.preserve

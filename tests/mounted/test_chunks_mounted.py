@@ -12,7 +12,7 @@ from pathlib import Path
 import blake3
 import pytest
 
-from swfs.blobs import BlobStore
+from swfs.store.blobs import BlobStore
 from swfs.workspace import STORE_NAME
 from tests.realmount import workspace
 

@@ -31,7 +31,7 @@ from pathlib import Path
 import pyfuse3
 import pytest
 
-from swfs.fsutil import (
+from swfs.store.fsutil import (
     FALLOC_FL_KEEP_SIZE,
     FALLOC_FL_PUNCH_HOLE,
     FALLOC_FL_ZERO_RANGE,

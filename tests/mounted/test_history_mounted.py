@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from swfs.fsutil import hash_bytes
+from swfs.store.fsutil import hash_bytes
 from tests.realmount import RealMount, needs_fuse, swfs, workspace
 from tests.sheetgen import excel_like_xlsx
 

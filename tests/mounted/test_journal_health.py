@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from swfs.journal import DB_NAME
+from swfs.evidence.access import DB_NAME
 from tests.realmount import RealMount, needs_fuse, swfs, workspace
 
 pytestmark = [pytest.mark.mount, needs_fuse, pytest.mark.timeout(300)]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from swfs.fsutil import hash_file
+from swfs.store.fsutil import hash_file
 from tests.mountutil import errno_of
 from tests.realmount import full_store_mount, needs_fuse, swfs, workspace
 

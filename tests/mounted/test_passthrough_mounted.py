@@ -24,7 +24,7 @@ import pytest
 from mountd.fastpath import FastPath, passthrough_unavailable
 from mountd.launch import mounted_swfs
 from mountd.options import MountOptions
-from swfs.fsutil import hash_file
+from swfs.store.fsutil import hash_file
 from tests import realmount
 from tests.mounted.test_walk_requests import _counts, _delta
 from tests.mountutil import lazy_unmount, wait_for_mount, workdir

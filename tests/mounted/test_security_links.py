@@ -49,7 +49,7 @@ from pathlib import Path
 import pytest
 
 from parsers import soffice
-from swfs import sandbox
+from swfs.views import sandbox
 from tests import linkdocs
 from tests.mountutil import cleanup_dir, start, workdir
 from tests.realmount import daemon_env, needs_fuse, swfs

@@ -24,9 +24,9 @@ import trio
 
 from parsers import registry
 from parsers._base import ParseOptions
-from swfs import parsework, sandbox
 from swfs.api import RelPath
 from swfs.engine import Engine
+from swfs.views import parsework, sandbox
 from swfs.workspace import Config
 from tests import evilparsers
 from tests.mountutil import cleanup_dir, start, workdir

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import pytest
 
-from swfs.blobs import BlobStore
+from swfs.store.blobs import BlobStore
 from swfs.workspace import STORE_NAME
 from tests.realmount import swfs, workspace
 from tests.sparseutil import SLACK, MiB, allocated, holds, read_hash, stream_hash

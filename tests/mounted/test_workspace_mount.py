@@ -19,8 +19,8 @@ import openpyxl
 import pymupdf
 import pytest
 
-from swfs.fsutil import hash_file
 from swfs.samples import build_sample_workspace
+from swfs.store.fsutil import hash_file
 from tests.mountutil import (
     as_user,
     ensure_test_user,

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from mountd.launch import mounted_swfs
-from swfs.fsutil import hash_bytes
+from swfs.store.fsutil import hash_bytes
 from tests.mountutil import errno_of, lazy_unmount
 from tests.realmount import RealMount, needs_fuse, start_mount, swfs, workspace
 

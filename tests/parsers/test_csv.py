@@ -18,9 +18,9 @@ import trio
 from parsers import registry
 from parsers._base import ParseOptions, Unit
 from parsers.delimited import SPLIT_ROWS, read_table
-from swfs import diffs
 from swfs.api import RelPath
 from swfs.engine import Engine
+from swfs.review import diffs
 from swfs.workspace import Config
 from tests import realmount
 from tests.realmount import needs_fuse

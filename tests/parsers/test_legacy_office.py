@@ -32,7 +32,7 @@ from parsers import registry, soffice
 from parsers._base import EncryptedDocument, ParseFailed, ParseOptions, ToolMissing, Unit
 from swfs.api import Freshness, RelPath
 from swfs.engine import Engine
-from swfs.parsework import WorkerLimits
+from swfs.views.parsework import WorkerLimits
 from swfs.workspace import Config
 from tests import docgen, realmount
 from tests.realmount import needs_fuse

@@ -8,7 +8,7 @@ import pytest
 import trio
 
 from parsers import registry
-from swfs.parsework import FAILED, OK, ParsePool, WorkerLimits
+from swfs.views.parsework import FAILED, OK, ParsePool, WorkerLimits
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -75,7 +75,7 @@ def test_the_retry_never_lands_on_another_used_worker(
 
 
 def test_a_worker_whose_heap_grew_retires(monkeypatch: pytest.MonkeyPatch) -> None:
-    from swfs import parsework
+    from swfs.views import parsework
 
     monkeypatch.setattr(parsework, "_out_of_memory", False)
     monkeypatch.setattr(parsework, "_cap_bytes", 1000 << 20)

@@ -18,7 +18,7 @@ import pytest
 
 from parsers import registry
 from parsers._base import ParseOptions, Unit
-from swfs.diffs import units_diff
+from swfs.review.diffs import units_diff
 from tests import officegen
 
 # (locator, must include, must not include)

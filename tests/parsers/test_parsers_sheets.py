@@ -13,7 +13,7 @@ import pytest
 
 from parsers import cells, registry
 from parsers._base import ParseFailed, ParseOptions, Unit
-from swfs import diffs
+from swfs.review import diffs
 from tests import sheetgen
 
 
@@ -297,7 +297,7 @@ def test_renamed_sheet_address_is_the_same_in_diff(tmp_path: pathlib.Path) -> No
     them (name, locator, text), uses the same address."""
     import openpyxl
 
-    from swfs import review
+    from swfs.review import changes as review
 
     def book(value: int) -> list[Unit]:
         wb = openpyxl.Workbook()

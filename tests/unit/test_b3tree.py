@@ -15,7 +15,7 @@ from pathlib import Path
 import blake3
 import pytest
 
-from swfs import b3tree, fsutil, treecache
+from swfs.store import b3tree, fsutil, treecache
 from tests.b3lib import library_path, using
 from tests.sparseutil import make_sparse
 
@@ -228,7 +228,7 @@ def test_a_missing_library_is_said_once_and_hashing_goes_on(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     with using(str(tmp_path / "absent.so")):
-        with caplog.at_level("INFO", logger="swfs.b3tree"):
+        with caplog.at_level("INFO", logger="swfs.store.b3tree"):
             assert b3tree.library() is None
             assert b3tree.library() is None
         said = [r for r in caplog.records if "blake3 subtrees unavailable" in r.getMessage()]

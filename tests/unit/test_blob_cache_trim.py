@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from swfs import blobs as blobs_mod
-from swfs.blobs import BlobStore
+from swfs.store import blobs as blobs_mod
+from swfs.store.blobs import BlobStore
 
 
 @pytest.fixture

@@ -11,8 +11,8 @@ from pathlib import Path
 import blake3
 import pytest
 
-from swfs import fsutil
-from swfs.blobs import BLOB_MODE, BlobStore, HashMismatch
+from swfs.store import fsutil
+from swfs.store.blobs import BLOB_MODE, BlobStore, HashMismatch
 from tests.tmpfs import small_tmpfs
 
 

@@ -13,11 +13,11 @@ from pathlib import Path
 import blake3
 import pytest
 
-from swfs import blobs as blobs_mod
-from swfs import versioning
 from swfs.api import Cause, RelPath
-from swfs.blobs import CHUNK_MAX, BlobStore, CorruptBlob, HashMismatch
-from swfs.check import run_checks
+from swfs.history import versioning
+from swfs.store import blobs as blobs_mod
+from swfs.store.blobs import CHUNK_MAX, BlobStore, CorruptBlob, HashMismatch
+from swfs.store.check import run_checks
 from swfs.workspace import Config, Workspace
 
 
@@ -188,7 +188,7 @@ def test_zero_runs_inside_data_are_not_stored(store: BlobStore) -> None:
 
 
 def test_hash_fd_hashes_holes_without_reading(tmp_path: Path) -> None:
-    from swfs.fsutil import hash_fd
+    from swfs.store.fsutil import hash_fd
 
     f = tmp_path / "sparse"
     sparse_file(

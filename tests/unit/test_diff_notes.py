@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from swfs import hashform
-from swfs.diffs import line_endings_only, text_diff
+from swfs.review.diffs import line_endings_only, text_diff
+from swfs.store import hashform
 
 FULL = "1a2b3c4d5e6f7081" + "9" * 48
 

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from swfs import diffs
-from swfs.diffs import (
+from swfs.review import diffs
+from swfs.review.diffs import (
     Cell,
     binary_diff,
     binary_line,

@@ -5,7 +5,7 @@ values, and the parser computes them)."""
 
 from __future__ import annotations
 
-from swfs.diffs import spreadsheet_diff
+from swfs.review.diffs import spreadsheet_diff
 from tests.unit.test_diffs import H_NEW, H_OLD, body
 
 NOTE = "with the same formula and value on both sides"

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from swfs import journal as jmod
-from swfs import lineage
-from swfs.procinfo import ProcCache, read_stat
+from swfs.evidence import access as jmod
+from swfs.evidence import lineage
+from swfs.evidence.procinfo import ProcCache, read_stat
 
 # -- /proc and the job rule
 
@@ -191,7 +191,7 @@ class FakeCaller:
         self.j = j
 
     def set(self, pid: int, job: str) -> None:
-        from swfs.procinfo import Caller, Proc
+        from swfs.evidence.procinfo import Caller, Proc
 
         p = Proc(pid, 1, f"p{pid}", 1, pid, pid)
         self.j.procs._callers[pid] = (float("inf"), Caller(p, (p,), job))  # noqa: SLF001

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from swfs import journal as jmod
-from swfs.store import FileRecord, Store
+from swfs.evidence import access as jmod
+from swfs.store.records import FileRecord, Store
 
 
 def _record(h: str | None) -> FileRecord:
@@ -41,7 +41,7 @@ def test_file_hash_of_a_record_written_otherwise_is_decoded(tmp_path: Path) -> N
     """A record whose body does not start with the hash (older writers,
     another key order) is decoded whole: never a wrong answer."""
     store = Store(tmp_path / "store")
-    from swfs.store import pkey
+    from swfs.store.records import pkey
 
     body = json.dumps(
         {"s": 3, "m": 1, "c": 2, "i": 3, "mode": 0o100644, "u": 0, "g": 0, "p": None, "h": "f" * 64}

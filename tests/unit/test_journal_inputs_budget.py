@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from swfs import journal as jmod
-from swfs.procinfo import Caller, Proc
+from swfs.evidence import access as jmod
+from swfs.evidence.procinfo import Caller, Proc
 
 
 def test_recent_inputs_keeps_a_character_budget() -> None:

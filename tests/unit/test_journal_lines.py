@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from swfs import journal as jmod
+from swfs.evidence import access as jmod
 
 
 def _lines(

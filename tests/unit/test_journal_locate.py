@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from swfs import journal as jmod
+from swfs.evidence import access as jmod
 
 
 def _read_lines(tmp_path: Path, locate: bool, reads: list[tuple[int, int]]) -> object:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from swfs import journal as jmod
-from swfs.procinfo import Caller, Proc
+from swfs.evidence import access as jmod
+from swfs.evidence.procinfo import Caller, Proc
 
 
 def _journal(tmp_path: Path) -> jmod.Journal:

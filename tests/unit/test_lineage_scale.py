@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from swfs import journal as jmod
-from swfs import lineage
-from swfs.procinfo import Caller, Link, Proc
+from swfs.evidence import access as jmod
+from swfs.evidence import lineage
+from swfs.evidence.procinfo import Caller, Link, Proc
 
 # -- the rule as a full scan of the job's reads and channels at each write
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from swfs.lineage import JobReads
-from swfs.procinfo import Link, ProcCache, job_links, read_stat
+from swfs.evidence.lineage import JobReads
+from swfs.evidence.procinfo import Link, ProcCache, job_links, read_stat
 
 pytestmark = pytest.mark.timeout(60)
 

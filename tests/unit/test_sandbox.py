@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from swfs import parsework, sandbox
+from swfs.views import parsework, sandbox
 from tests.mountutil import ensure_test_user, workdir
 
 REPO = Path(__file__).resolve().parents[2]
@@ -212,7 +212,7 @@ _AS_USER = """
 import json, os, sys, time
 sys.path.insert(0, sys.argv[1])
 import importlib.util
-spec = importlib.util.spec_from_file_location("sandbox", sys.argv[1] + "/swfs/sandbox.py")
+spec = importlib.util.spec_from_file_location("sandbox", sys.argv[1] + "/swfs/views/sandbox.py")
 sandbox = importlib.util.module_from_spec(spec)
 sys.modules["sandbox"] = sandbox
 spec.loader.exec_module(sandbox)
@@ -291,7 +291,7 @@ def test_sandbox_off_is_said(monkeypatch: pytest.MonkeyPatch) -> None:
         assert child.level == sandbox.OFF
     finally:
         child.kill()
-    assert sys.modules["swfs.sandbox"] is sandbox
+    assert sys.modules["swfs.views.sandbox"] is sandbox
 
 
 def _read_by_path(req: dict[str, Any], fds: list[int]) -> tuple[dict[str, Any], list[bytes]]:

@@ -8,7 +8,7 @@ import trio
 import trio.testing
 
 from swfs.engine import ParseQueue
-from swfs.scheduler import ParseScheduler
+from swfs.views.scheduler import ParseScheduler
 
 
 def test_workers_share_a_burst_survive_a_bug_and_stop() -> None:

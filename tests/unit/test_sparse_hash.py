@@ -12,8 +12,8 @@ from pathlib import Path
 import blake3
 import pytest
 
-from swfs import fsutil
-from swfs.blobs import BlobStore
+from swfs.store import fsutil
+from swfs.store.blobs import BlobStore
 from tests.sparseutil import make_sparse as make
 
 KiB = 1024

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from swfs import journal as jmod
-from swfs.sqlitetext import PathSafeConnection, escaped, in_list, pow2_chunks
+from swfs.evidence import access as jmod
+from swfs.store.sqlitetext import PathSafeConnection, escaped, in_list, pow2_chunks
 
 BAD = os.fsdecode(b"caf\xe9.txt")  # a Latin-1 name: lone surrogates once decoded
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import blake3
 import pytest
 
-from swfs import b3tree, treecache
-from swfs.fsutil import FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, FALLOC_FL_ZERO_RANGE
+from swfs.store import b3tree, treecache
+from swfs.store.fsutil import FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, FALLOC_FL_ZERO_RANGE
 from tests.b3lib import library_path, using
 from tests.sparseutil import make_sparse
 

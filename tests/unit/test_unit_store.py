@@ -14,8 +14,8 @@ import lmdb
 import pytest
 
 from swfs.api import Freshness, RelPath
-from swfs.check import check_parses
-from swfs.store import FORMAT_VERSION, ParseRecord, Store, dumps, parse_key, unit_prefix
+from swfs.store.check import check_parses
+from swfs.store.records import FORMAT_VERSION, ParseRecord, Store, dumps, parse_key, unit_prefix
 from swfs.workspace import Workspace
 from tests.bigparse import PAGE_TEXT, PAGES, big_parse, peak_bytes
 
@@ -218,7 +218,7 @@ def test_check_finds_missing_and_stray_units(tmp_path: Path) -> None:
 
 
 def test_a_record_head_gives_signature_and_hash_without_decoding(tmp_path: Path) -> None:
-    from swfs.store import FileRecord, signature_bytes
+    from swfs.store.records import FileRecord, signature_bytes
 
     store = Store(tmp_path / "store")
     try:

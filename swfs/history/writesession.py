@@ -1,0 +1,701 @@
+"""The write protocol: one owner for a native file's history while it changes.
+
+The daemon (or anything else that changes native files on the engine's
+behalf) holds no policy; it calls these objects and does what they say:
+
+- ``begin_write(rel, opener, truncate=)`` at an open for writing: notices a
+  change made behind the mount first, preserves the recorded bytes before an
+  O_TRUNC, then opens.  ``adopt_new(rel, fd)`` for a file the caller has just
+  created (nothing recorded to keep).
+- ``adopt_unnamed(fd)`` for a file created without a name (O_TMPFILE):
+  nothing is recorded of it unless ``named(session, rel)`` says it was
+  linked in, after which it is recorded like a new file.
+- ``session.write`` / ``session.truncate`` / ``session.fallocate`` (one
+  that punches a hole, zeroes a range or grows the file): before the first
+  in-place change since the last recorded version, the recorded bytes are
+  preserved.  The change goes through ``swfs.store.treecache``, which notes the
+  1 MiB leaves it touched, so the record rehashes those only.  If they
+  cannot be (disk full, a file that never holds still), OSError ENOSPC
+  or EIO is raised and nothing is written: history is never lost silently.
+  A change that frees space (an unlink, an O_TRUNC, a truncate that
+  shrinks) is the exception: it always goes on, so that a full disk can be
+  freed; the engine spends its reserve to keep the bytes and, where even
+  that is not enough, records them as not kept (``preserve_freeing``).
+  ``needs_preserve`` / ``preserve()`` let an async caller do that slow step
+  in a worker thread before a write.
+- ``session.flush`` (close(2) of one of the writer's descriptors),
+  ``session.sync`` (fsync) and ``session.release`` settle: the file is
+  rehashed, a version is recorded when the hash changed, its view turns
+  stale and a re-parse is queued (all by the engine's ``record_write``).
+- ``unlink(rel)``, ``rename(old, new)``, ``truncate(rel)``: a ``Change``
+  whose ``prepare`` keeps what the change destroys (the inode that goes, by
+  hard link; a file's bytes before a path truncate), whose ``commit`` records
+  it, and which tells the change feed and the rescan to leave the paths to
+  it meanwhile.
+- ``busy(rels)``: which paths a session or a change is changing right now
+  (written and not yet recorded, or in the middle of a change): the change
+  feed and the rescan skip them, since the session records them itself.
+  ``unrecorded(rel)`` asks the same of one path: no view of it is current
+  meanwhile, from the first write that reaches the daemon until its record.
+
+``InPlaceWrites`` is the implementation for a mount that writes through to
+SRC.  A staged mount (writes held in the store until commit) is another
+implementation of ``swfs.api.WriteProtocol`` / ``WriteSession``: its sessions
+would open a staged copy and never preserve.
+
+The protocol is built only on the history primitives of ``WorkspaceAPI``
+(``check_file``, ``preserve``, ``preserve_inode``, ``record_write``,
+``record_unlink``, ``record_rename``), so the real engine and a test double
+share it.  Its methods are synchronous; the ones marked *slow* hash or copy
+and belong in a worker thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Protocol, TypeVar
+
+from swfs.api import FileState, RelPath, WriteSession
+from swfs.store import treecache
+from swfs.store.fsutil import fallocate, fallocate_changes
+from swfs.store.reserve import NO_SPACE
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class History(Protocol):
+    """What the write protocol needs of the engine."""
+
+    def abspath(self, rel: str) -> str:
+        """Where ``rel`` lives now."""
+        ...
+
+    def check_file(self, rel: RelPath) -> FileState | None: ...
+    def preserve(self, rel: RelPath) -> str | None:
+        """The hash of the recorded version whose bytes are kept now, or None
+        when nothing needed keeping (or nothing can be said of it)."""
+        ...
+
+    def recorded_hash(self, rel: RelPath) -> str | None:
+        """Cheap: the hash the record of ``rel`` names now."""
+        ...
+
+    def preserve_freeing(self, rel: RelPath, *, link: bool) -> str | None:
+        """``preserve`` (``link``: ``preserve_inode``) before a change that
+        frees space: never ENOSPC; on a full disk the version is recorded as
+        not kept instead.  The hash of the version dealt with."""
+        ...
+
+    def preserve_inode(self, rel: RelPath) -> None: ...
+    def record_write(self, rel: RelPath) -> FileState | None: ...
+    def record_rename(self, old: RelPath, new: RelPath) -> None: ...
+    def record_unlink(self, rel: RelPath) -> None: ...
+    def pin_version(self, rel: RelPath) -> None: ...
+
+
+@dataclass
+class _Kept:
+    """Shared by every session on one inode: whether the bytes an in-place
+    change would destroy are kept.  A record of a new version resets it:
+    the engine's notice for the file finds the record naming another hash
+    than ``hash``, the version whose bytes were kept (notices for views, or
+    late ones for the very record that was kept, leave it alone)."""
+
+    preserved: bool = False
+    hash: str | None = None
+
+
+def _moved(rel: str, old: str, new: str) -> str | None:
+    """``rel`` after ``old`` was renamed to ``new`` (a file or a directory),
+    or None when the rename does not touch it."""
+    if rel == old:
+        return new
+    if rel.startswith(old + "/"):
+        return new + rel[len(old) :]
+    return None
+
+
+_STRIPES = 64
+
+# A file up to this size is recorded at close on the closing thread, when that
+# needs no waiting (``InPlaceSession.flush_now``): hashing it costs microseconds.
+INLINE_RECORD_BYTES = 64 * 1024
+
+
+class InPlaceSession:
+    """One open-for-writing of one native file, written in place in SRC."""
+
+    def __init__(
+        self,
+        writes: InPlaceWrites,
+        rel: str | None,
+        fd: int,
+        key: tuple[int, int],
+        kept: _Kept,
+        *,
+        dirty: bool,
+    ) -> None:
+        self._writes = writes
+        self.key = key  # (st_dev, st_ino): sessions on one inode share ``kept``
+        self.rel: str | None = rel  # its present name (renames through the protocol move it)
+        self.fd = fd
+        self._kept = kept
+        self.dirty = dirty  # changed (written or truncated) since the last record
+        self.wrote = False  # write() calls since the last record
+        self.closed = False
+
+    # -- changing bytes
+
+    @property
+    def needs_preserve(self) -> bool:
+        """Cheap: the next in-place change would first have to keep bytes."""
+        return not self._kept.preserved and self.rel is not None
+
+    def preserve(self, *, freeing: bool = False) -> None:
+        """*slow*: keep the recorded bytes before they are changed in place.
+        OSError (ENOSPC, EIO) when they cannot be kept: do not write then.
+        ``freeing``: for a change that frees space (a truncate that
+        shrinks), which goes on without them on a full disk (never ENOSPC;
+        ``History.preserve_freeing``)."""
+        rel = self.rel
+        if self._kept.preserved or rel is None:
+            return
+        history = self._writes.history
+        with self._writes.changing(rel):
+            if freeing:
+                kept = _keep_freeing(history, RelPath(rel), link=False)
+            else:
+                kept = history.preserve(RelPath(rel))
+        self._writes.kept(self._kept, rel, kept)
+
+    def write(self, off: int, buf: bytes) -> int:
+        self.preserve()  # a no-op unless a record came in since needs_preserve
+        self._dirty()
+        # Through the leaf cache, which notes what changed: the record at
+        # close rehashes only that (swfs.treecache).
+        n = treecache.CACHE.write(self.key, self.fd, off, buf)
+        self.wrote = True
+        return n
+
+    def truncate(self, size: int) -> None:
+        """*slow* when ``needs_preserve``.  One that shrinks the file always
+        succeeds: it frees space (``preserve(freeing=True)``)."""
+        if self.needs_preserve:
+            self.preserve(freeing=size < os.fstat(self.fd).st_size)
+        self._dirty()
+        treecache.CACHE.truncate(self.key, self.fd, size)
+        self.wrote = True  # recorded on close (flush), release or fsync
+
+    def fallocate_changes(self, mode: int, off: int, length: int) -> bool:
+        """Cheap (one fstat): whether ``fallocate(mode, off, length)`` would
+        change what the file reads as, so that it is a write to history."""
+        return fallocate_changes(mode, off, length, os.fstat(self.fd).st_size)
+
+    def fallocate(self, mode: int, off: int, length: int) -> None:
+        """fallocate(2).  One that changes what the file reads as (a hole
+        punched, a range zeroed, the size grown) is a write: the recorded
+        bytes are kept first and a version is recorded at close.  An
+        allocation within the size is none."""
+        if not self.fallocate_changes(mode, off, length):
+            fallocate(self.fd, mode, off, length)
+            return
+        self.preserve()
+        self._dirty()
+        treecache.CACHE.fallocate(self.key, self.fd, mode, off, length)
+        self.wrote = True
+
+    def _dirty(self) -> None:
+        """Busy from before the first byte changes: a check of a change behind
+        the mount either ends before it (and sees the old bytes) or skips the
+        file (``InPlaceWrites.check_behind``); it never hashes a torn state."""
+        if not self.dirty and self.rel is not None:
+            with self._writes.stripe(self.rel):
+                self.dirty = True
+        self.dirty = True
+
+    # -- settling
+
+    def flush(self) -> None:
+        """*slow*: close(2) of one of the writer's descriptors.  Unlike release,
+        the kernel waits for it, so recording here orders the write before
+        whatever the writer does next (an editor's rename of its temp file)."""
+        os.close(os.dup(self.fd))  # close() semantics of the backing fs (NFS write errors)
+        if self.wrote:
+            # Not after a mere O_TRUNC: a shell's `> f` closes its first fd
+            # before writing, and the empty file in between is no version.
+            self.settle()
+
+    def flush_now(self) -> bool:
+        """``flush`` where it cannot wait, on the caller's thread (the
+        daemon's loop): a small file with one name, whose record needs no
+        lock another thread holds.  False, with nothing done, where ``flush``
+        must run in a worker thread instead.
+
+        The thread hop costs more than the record: a 100-byte file's close
+        took 1.1-1.6 ms through the mount, of which the record itself
+        (hash, one LMDB transaction) was 150 us and the hop and the wait for
+        the interpreter the rest."""
+        rel = self.rel
+        free = getattr(self._writes.history, "writer_if_free", None)
+        if rel is None or free is None:
+            return False
+        st = os.fstat(self.fd)
+        if st.st_size > INLINE_RECORD_BYTES or st.st_nlink != 1:
+            return False  # hashing, or the other names' records: a thread's work
+        with free() as got:
+            if not got or not self._writes.try_enter(rel):
+                return False
+            try:
+                os.close(os.dup(self.fd))
+                if self.wrote:
+                    self._settle_busy(rel)
+            finally:
+                self._writes.leave([rel])
+        return True
+
+    def sync(self, datasync: bool) -> None:
+        """*slow*"""
+        (os.fdatasync if datasync else os.fsync)(self.fd)
+        self.settle()
+        if self.rel is not None:
+            # The writer asked for these bytes to last: a rewrite right after
+            # must not replace their version (swfs.versioning).
+            self._writes.history.pin_version(RelPath(self.rel))
+
+    def release(self) -> None:
+        """*slow*: the last descriptor is gone: record and end the session."""
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            os.close(self.fd)
+            self.settle()
+        finally:
+            self._writes.ended(self)
+
+    def settle(self) -> None:
+        """*slow*: record what this session changed since the last record."""
+        rel = self.rel
+        if not self.dirty:
+            return
+        if rel is None:
+            self._kept.preserved = False
+            self.dirty = self.wrote = False
+            return
+        with self._writes.changing(rel):
+            self._settle_busy(rel)
+
+    def _settle_busy(self, rel: str) -> None:
+        """``settle``, ``rel`` marked busy by the caller."""
+        if not self.dirty:
+            return
+        self._kept.preserved = False  # the bytes are a recorded version now: keep them first
+        try:
+            self._writes.history.record_write(RelPath(rel))
+        except Exception:
+            # The bytes are on disk whatever happens here: failing close()
+            # would only scare the writer.  The next flush, release or
+            # check_file records them.
+            log.exception("record_write(%r) failed", rel)
+            return
+        self.dirty = self.wrote = False
+
+
+class Change:
+    """One change of names (unlink, rename) or a path truncate: ``prepare``
+    keeps what it destroys, ``commit`` records it.  The paths are busy from
+    creation to commit or abort."""
+
+    def __init__(
+        self,
+        writes: InPlaceWrites,
+        rels: Iterable[str],
+        prepare: Callable[[], None],
+        commit: Callable[[], None],
+    ) -> None:
+        self._writes = writes
+        self._rels = list(rels)
+        self._prepare, self._commit = prepare, commit
+        self._done = False
+        writes.enter(self._rels)
+
+    def prepare(self) -> None:
+        """*slow*: OSError (ENOSPC, EIO) when what goes cannot be kept; the
+        change must not happen then (call ``abort``)."""
+        self._prepare()
+
+    def commit(self) -> None:
+        """*slow*: the change happened; record it."""
+        try:
+            self._commit()
+        finally:
+            self._finish()
+
+    def abort(self) -> None:
+        self._finish()
+
+    def _finish(self) -> None:
+        if not self._done:
+            self._done = True
+            self._writes.leave(self._rels)
+
+    def run(self, do: Callable[[], T]) -> T:
+        """*slow*: prepare, ``do`` the change, commit (one thread hop for all)."""
+        try:
+            self.prepare()
+            out = do()
+        except BaseException:
+            self.abort()
+            raise
+        self.commit()
+        return out
+
+
+class InPlaceWrites:
+    """The write protocol of a mount that writes through to SRC."""
+
+    def __init__(self, history: History) -> None:
+        self.history = history
+        self._lock = threading.Lock()
+        self._sessions: set[InPlaceSession] = set()
+        self._kept: dict[tuple[int, int], _Kept] = {}  # (st_dev, st_ino) -> shared state
+        self._inflight: Counter[str] = Counter()
+        # Per-path locks, striped: held by a check of a change behind the mount
+        # for as long as it reads the file, and taken by whatever is about to
+        # change a path's bytes (check_behind).
+        self._stripes = tuple(threading.Lock() for _ in range(_STRIPES))
+
+    # -- sessions
+
+    def begin_write(self, rel: str, opener: Callable[[], int], *, truncate: bool) -> InPlaceSession:
+        """*slow*: open ``rel`` for writing (``opener`` returns the descriptor;
+        with ``truncate`` it truncates, so the recorded bytes are kept first)."""
+        with self.changing(rel):
+            try:
+                self.history.check_file(RelPath(rel))
+            except Exception:
+                # Advisory: a failure here must not keep anyone from their file.
+                log.exception("check_file(%r) failed", rel)
+            # An O_TRUNC frees space: it goes on even on a full disk.
+            kept = _keep_freeing(self.history, RelPath(rel), link=False) if truncate else None
+            fd = opener()
+            try:
+                # check_file above may just have recorded a change made behind
+                # the mount: a write must keep that version first.
+                s = self._session(rel, fd, preserved=False, dirty=truncate)
+                if truncate:
+                    self.kept(s._kept, rel, kept)
+                return s
+            except BaseException:
+                os.close(fd)
+                raise
+
+    def adopt_new(self, rel: str, fd: int) -> InPlaceSession:
+        """A file the caller has just created: nothing recorded to keep."""
+        return self._session(rel, fd, preserved=True, dirty=True)
+
+    def adopt_unnamed(self, fd: int) -> InPlaceSession:
+        """A file without a name the caller has just created (O_TMPFILE):
+        nothing recorded to keep, and nothing to record until ``named``."""
+        return self._session(None, fd, preserved=True, dirty=False)
+
+    def named(self, session: WriteSession, rel: str) -> None:
+        """The unnamed file of ``session`` was linked in as ``rel``
+        (linkat of an O_TMPFILE file): from now on it is an ordinary new
+        file, recorded at the writer's next close, fsync or release.  What
+        it holds is new under that name: there is nothing to keep first."""
+        assert isinstance(session, InPlaceSession)
+        with self.stripe(rel):
+            session.rel = rel
+            session.dirty = session.wrote = True
+        with self._lock:
+            session._kept.preserved, session._kept.hash = True, None
+
+    def _session(self, rel: str | None, fd: int, *, preserved: bool, dirty: bool) -> InPlaceSession:
+        st = os.fstat(fd)
+        key = (st.st_dev, st.st_ino)
+        with self._lock:
+            kept = self._kept.get(key)
+            if kept is None:
+                kept = self._kept[key] = _Kept()
+            kept.preserved, kept.hash = preserved, None
+            s = InPlaceSession(self, rel, fd, key, kept, dirty=dirty)
+            self._sessions.add(s)
+        return s
+
+    def ended(self, session: InPlaceSession) -> None:
+        with self._lock:
+            self._sessions.discard(session)
+            if not any(s.key == session.key for s in self._sessions):
+                self._kept.pop(session.key, None)
+
+    def kept(self, kept: _Kept, rel: str, h: str | None) -> None:
+        """A preserve of ``rel`` kept the bytes of version ``h`` (None: nothing
+        needed keeping).  Kept for good only while the record still names
+        ``h``: a record that landed meanwhile sent its notice (``changed``)
+        before this check, so its bytes are kept by the next change's own
+        preserve.  Any record after the check sends a notice after it."""
+        with self._lock:
+            if h is None:
+                kept.preserved, kept.hash = True, None
+                return
+            now = self.history.recorded_hash(RelPath(rel))
+            kept.preserved = now == h
+            kept.hash = h if kept.preserved else None
+
+    def changed(self, rel: str) -> None:
+        """The engine recorded something new for ``rel`` (a listener, any
+        thread): the next in-place change must keep those bytes first,
+        unless they are the ones kept already."""
+        with self._lock:
+            if not any(s.rel == rel for s in self._sessions):
+                return
+        # Read before the lock, never under it: the record this notice is
+        # for is in the store already, and a later record sends its own.
+        try:
+            now = self.history.recorded_hash(RelPath(rel))
+        except Exception:
+            log.exception("recorded_hash(%r) failed", rel)
+            now = None
+        with self._lock:
+            sessions = [s for s in self._sessions if s.rel == rel]
+            # Not while the mount is changing the file (a session dirty since
+            # its last record): nobody else records it meanwhile, so what
+            # changed is a view (a parse landing, say), not the bytes.  Keeping
+            # "again" then would take the writer's own half-written state for
+            # a change behind the mount and record it (after an O_TRUNC, the
+            # empty file) as a version.
+            if any(s.dirty for s in sessions):
+                return
+            for s in sessions:
+                if now is None or s._kept.hash != now:
+                    s._kept.preserved = False
+
+    # -- changes of names
+
+    def unlink(self, rel: str) -> Change:
+        """An unlink frees space: it goes on even on a full disk, its bytes
+        recorded as not kept when they cannot be (``preserve_freeing``)."""
+        r = RelPath(rel)
+
+        def commit() -> None:
+            self.history.record_unlink(r)
+            self._renamed(rel, None)
+
+        def prepare() -> None:
+            _keep_freeing(self.history, r, link=True)
+
+        return Change(self, [rel], prepare, commit)
+
+    def rename(self, old: str, new: str, *, replaces_file: bool, exchange: bool = False) -> Change:
+        """``replaces_file``: ``new`` is a file (not a directory) the rename
+        replaces.  ``exchange``: RENAME_EXCHANGE (both names stay)."""
+
+        def prepare() -> None:
+            # What was written under either name must be recorded before the
+            # rename (a release may still be on its way from the kernel).
+            for s in self._dirty_sessions(old, new):
+                s.settle()
+            if replaces_file and not exchange:
+                self.history.preserve_inode(RelPath(new))
+
+        def commit() -> None:
+            if exchange:
+                self._exchanged(old, new)
+                # Both names still exist, each with the other's bytes.
+                for rel in (old, new):
+                    try:
+                        self.history.check_file(RelPath(rel))
+                    except Exception:
+                        log.exception("check_file(%r) failed", rel)
+                return
+            self._renamed(new, None)  # sessions on the replaced file lose their name
+            self._renamed(old, new)
+            self.history.record_rename(RelPath(old), RelPath(new))
+
+        return Change(self, [old, new], prepare, commit)
+
+    def truncate(self, rel: str, size: int | None = None) -> Change:
+        """A truncate by path (no open descriptor) to ``size``: one that
+        shrinks the file frees space and goes on even on a full disk."""
+        r = RelPath(rel)
+
+        def prepare() -> None:
+            if size is not None and self._shrinks(rel, size):
+                _keep_freeing(self.history, r, link=False)
+            else:
+                self.history.preserve(r)
+
+        def commit() -> None:
+            self.changed(rel)
+            try:
+                self.history.record_write(r)
+            except Exception:
+                # Truncated whatever happens here (a store that cannot take
+                # the record now): the rescan records it.
+                log.exception("record_write(%r) after a truncate failed", rel)
+
+        return Change(self, [rel], prepare, commit)
+
+    def _shrinks(self, rel: str, size: int) -> bool:
+        try:
+            return size < os.lstat(self.history.abspath(rel)).st_size
+        except OSError:
+            return False
+
+    def _dirty_sessions(self, *rels: str) -> list[InPlaceSession]:
+        with self._lock:
+            return [s for s in self._sessions if s.dirty and s.rel in rels]
+
+    def _renamed(self, old: str, new: str | None) -> None:
+        with self._lock:
+            for s in self._sessions:
+                if s.rel is None:
+                    continue
+                if new is None:
+                    if s.rel == old:
+                        s.rel = None
+                    continue
+                moved = _moved(s.rel, old, new)
+                if moved is not None:
+                    s.rel = moved
+
+    def _exchanged(self, a: str, b: str) -> None:
+        with self._lock:
+            for s in self._sessions:
+                if s.rel is None:
+                    continue
+                to_b, to_a = _moved(s.rel, a, b), _moved(s.rel, b, a)
+                s.rel = to_b if to_b is not None else (to_a if to_a is not None else s.rel)
+
+    # -- who is changing what
+
+    def stripe(self, rel: str) -> threading.Lock:
+        return self._stripes[hash(rel) % _STRIPES]
+
+    @contextlib.contextmanager
+    def quiet(self) -> Iterator[set[str]]:
+        """Every stripe held: nothing through the mount starts changing a file
+        (or records one) meanwhile.  Yields the paths being changed right now,
+        which the caller leaves alone.  For a short batch commit only."""
+        with contextlib.ExitStack() as stack:
+            for lock in self._stripes:  # in order, like every other taker
+                stack.enter_context(lock)
+            yield self.busy_paths()
+
+    def try_enter(self, rel: str) -> bool:
+        """``enter([rel])`` if its stripe is free now (no check of a change
+        behind the mount is reading a file of it); False, nothing done, if not."""
+        lock = self.stripe(rel)
+        if not lock.acquire(blocking=False):
+            return False
+        try:
+            self._busy(rel)
+        finally:
+            lock.release()
+        return True
+
+    def enter(self, rels: Iterable[str]) -> None:
+        for rel in rels:
+            with self.stripe(rel):  # waits out a check_behind of ``rel``
+                self._busy(rel)
+
+    def _busy(self, rel: str) -> None:
+        with self._lock:
+            self._inflight[rel] += 1
+
+    def check_behind(self, rel: str, check: Callable[[RelPath], object]) -> bool:
+        """*slow*: ``check(rel)`` for a change seen behind the mount, unless the
+        mount is changing ``rel`` right now (it records that itself).  Nothing
+        through the mount starts changing ``rel`` while the check reads it, so
+        the check never records a state that is half a write through the
+        mount.  Whether the check ran."""
+        with self.stripe(rel):
+            if rel in self.busy_paths():
+                return False
+            check(RelPath(rel))
+            return True
+
+    def leave(self, rels: Iterable[str]) -> None:
+        with self._lock:
+            self._inflight.subtract(rels)
+            for r in [r for r, n in self._inflight.items() if n <= 0]:
+                del self._inflight[r]
+
+    def changing(self, rel: str) -> _Changing:
+        return _Changing(self, rel)
+
+    def busy(self, rels: Iterable[str]) -> set[str]:
+        """Which of ``rels`` are being changed right now (the caller records
+        them when done): the change feed and the rescan leave them alone."""
+        now = self.busy_paths()
+        return {r for r in rels if r in now}
+
+    def busy_paths(self) -> set[str]:
+        with self._lock:
+            out = set(self._inflight)
+            out.update(s.rel for s in self._sessions if s.dirty and s.rel is not None)
+        return out
+
+    def unrecorded(self, rel: str) -> bool:
+        """Cheap: whether the mount holds changes to ``rel`` that are not
+        recorded yet (a session written since its last record, or a change
+        in the middle of being made).  A view of ``rel`` is not current
+        meanwhile (``Workspace.settled``)."""
+        with self._lock:
+            if self._inflight.get(rel, 0) > 0:
+                return True
+            return any(s.dirty and s.rel == rel for s in self._sessions)
+
+    def open_paths(self) -> set[str]:
+        """Paths open for writing now (written to or not)."""
+        with self._lock:
+            return {s.rel for s in self._sessions if s.rel is not None}
+
+    def report(self) -> list[str]:
+        """Open sessions, for the daemon's SIGUSR1 dump."""
+        with self._lock:
+            lines = [f"write sessions: {len(self._sessions)} open, {len(self._inflight)} changing"]
+            lines += [
+                f"  {s.rel} dirty={s.dirty} preserved={s._kept.preserved}"
+                for s in list(self._sessions)[:50]
+            ]
+        lines.append(treecache.CACHE.report())
+        return lines
+
+
+def _keep_freeing(history: History, rel: RelPath, *, link: bool) -> str | None:
+    """Keep ``rel``'s bytes before a change that frees space (an unlink with
+    ``link``, a truncate that shrinks): as any other change would, and on a
+    full disk through ``preserve_freeing``, which never fails for want of
+    space (it spends the store's reserve, or records the bytes as not kept)."""
+    try:
+        if link:
+            history.preserve_inode(rel)
+            return None
+        return history.preserve(rel)
+    except OSError as exc:
+        if exc.errno not in NO_SPACE:
+            raise
+    return history.preserve_freeing(rel, link=link)
+
+
+class _Changing:
+    """``with writes.changing(rel):`` marks ``rel`` busy for a block."""
+
+    def __init__(self, writes: InPlaceWrites, rel: str) -> None:
+        self._writes, self._rel = writes, rel
+
+    def __enter__(self) -> None:
+        self._writes.enter([self._rel])
+
+    def __exit__(self, *exc: object) -> None:
+        self._writes.leave([self._rel])

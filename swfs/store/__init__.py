@@ -1,0 +1,9 @@
+"""The store: what swfs keeps on disk, and the invariants over it.
+
+Owns the LMDB records (``records``), the content-addressed blobs and their
+chunks (``blobs``, ``blobreads``), hashing (``b3tree``, ``treecache``,
+``hashform``), durable file helpers (``fsutil``, ``beneath``), the full-disk
+reserve (``reserve``), collection (``gc``) and ``swfs check`` (``check``).
+
+Imports: the standard library, third-party libraries and ``swfs.api``.
+"""
