@@ -6,10 +6,16 @@ cells.  calamine (Rust) reads these formats' values, dates included, about
 ten times faster than openpyxl reads xlsx; it gives no formulas and no number
 formats, so cells show their values (a formula's cached result) in general
 format.  Chart sheets give a unit that says so.
+
+Excel 2.x to 4.0 files (BIFF2 to BIFF4: a bare BIFF stream, no OLE
+container) are refused by calamine; xlrd reads them, with the same units
+and lines.  xlrd is also tried on an ``.xls`` calamine cannot read.  Dates
+follow the workbook's date system (1900 or 1904) in both readers.
 """
 
 from __future__ import annotations
 
+import datetime
 import io
 import logging
 from typing import Any, ClassVar
@@ -22,6 +28,15 @@ log = logging.getLogger(__name__)
 
 _SCAN_FACTOR = 4
 _ZIPPED = frozenset({".xlsb", ".ods", ".ots"})
+_BINARY = frozenset({".xls", ".xlt"})
+# The BOF record that starts a bare BIFF stream (Excel 2.x to 5.0 saved
+# without an OLE container): record type 0x0009 (BIFF2), 0x0209 (BIFF3),
+# 0x0409 (BIFF4), 0x0809 (BIFF5), little-endian.
+_BIFF_BOF = (b"\x09\x00", b"\x09\x02", b"\x09\x04", b"\x09\x08")
+
+
+def _bare_biff(head: bytes) -> bool:
+    return head[:2] in _BIFF_BOF and 4 <= int.from_bytes(head[2:4], "little") <= 20
 
 
 def _col(n: int) -> str:
@@ -39,7 +54,7 @@ def _range(start: tuple[int, int], end: tuple[int, int]) -> str:
 
 class SpreadsheetParser(Parser):
     id = "spreadsheet"
-    version = 1
+    version = 2
     priority = 30.0  # after ole-office, which names encrypted .xls files
 
     extensions: ClassVar[frozenset[str]] = frozenset({".xls", ".xlt", ".xlsb", ".ods", ".ots"})
@@ -49,11 +64,15 @@ class SpreadsheetParser(Parser):
         # the text parsers read better than a "cannot detect" failure here.
         if info.extension in _ZIPPED:
             return info.head.startswith(zipguard.ZIP_MAGIC)
-        return info.extension in self.extensions and info.head.startswith(zipguard.OLE_MAGIC)
+        if info.extension not in self.extensions:
+            return False
+        return info.head.startswith(zipguard.OLE_MAGIC) or _bare_biff(info.head)
 
     def parse(self, path: str, info: FileInfo, options: ParseOptions) -> list[Unit]:
         if info.extension in _ZIPPED:
             zipguard.check_container(path, info, options)
+        elif not info.head.startswith(zipguard.OLE_MAGIC):
+            return _xlrd_units(path, options)
         try:
             import python_calamine
         except ImportError as exc:  # declared as a dependency; a broken install
@@ -70,7 +89,25 @@ class SpreadsheetParser(Parser):
         except python_calamine.PasswordError as exc:
             raise EncryptedDocument("encrypted or password-protected spreadsheet") from exc
         except Exception as exc:  # calamine raises its own errors, ValueError, ...
-            raise ParseFailed(f"unreadable spreadsheet: {describe(exc)}") from exc
+            reason = f"unreadable spreadsheet: {describe(exc)}"
+            if info.extension in _BINARY:
+                return _second_reader(path, options, reason, exc)
+            raise ParseFailed(reason) from exc
+
+
+def _second_reader(path: str, options: ParseOptions, reason: str, exc: Exception) -> list[Unit]:
+    """xlrd's units of an ``.xls`` calamine refused, else calamine's reason."""
+    try:
+        return _xlrd_units(path, options)
+    except (EncryptedDocument, MemoryError, RecursionError):
+        raise
+    except ParseFailed as second:
+        if "too many" in str(second):
+            raise
+        raise ParseFailed(reason) from exc
+    except Exception as second:
+        log.debug("spreadsheet: xlrd failed too: %s", describe(second))
+        raise ParseFailed(reason) from exc
 
 
 def _units(wb: Any, options: ParseOptions) -> list[Unit]:
@@ -116,3 +153,92 @@ def _units(wb: Any, options: ParseOptions) -> list[Unit]:
         raise ParseFailed("no sheets in the workbook")
     log.debug("spreadsheet: %d sheets, %d cells", len(units), count)
     return units
+
+
+# -- xlrd: Excel 2.x to 4.0 (BIFF2 to BIFF4), and what calamine refuses ----------------------
+
+
+def _xlrd_units(path: str, options: ParseOptions) -> list[Unit]:
+    try:
+        import xlrd
+    except ImportError as exc:  # declared as a dependency; a broken install
+        raise ParseFailed("xlrd is not installed") from exc
+    try:
+        with quiet():
+            book = xlrd.open_workbook(path, on_demand=True, logfile=io.StringIO())
+    except xlrd.biffh.XLRDError as exc:
+        text = str(exc)
+        if "encrypted" in text.lower():
+            raise EncryptedDocument("encrypted or password-protected spreadsheet") from exc
+        raise ParseFailed(f"not a valid Excel file: {describe(exc)}") from exc
+    except (MemoryError, RecursionError):
+        raise
+    except Exception as exc:  # xlrd's struct and index errors on a damaged stream
+        raise ParseFailed(f"not a valid Excel file: {describe(exc)}") from exc
+    try:
+        return _xlrd_sheets(xlrd, book, options)
+    finally:
+        book.release_resources()
+
+
+def _xlrd_sheets(xlrd: Any, book: Any, options: ParseOptions) -> list[Unit]:
+    if book.nsheets > cells.MAX_SHEETS:
+        raise ParseFailed(f"too many sheets ({book.nsheets} > {cells.MAX_SHEETS})")
+    budget = TextBudget(options.max_text_bytes)
+    limit = options.max_cells
+    count = 0
+    taken: set[str] = set()
+    units = []
+    for index in range(book.nsheets):
+        sheet = book.sheet_by_index(index)
+        name = sheet.name
+        ref = cells.sheet_ref(name)
+        out = io.StringIO()
+        if sheet.visibility == 1:
+            out.write(cells.hidden_line("hidden") + "\n")
+        elif sheet.visibility == 2:
+            out.write(cells.hidden_line("veryHidden") + "\n")
+        if sheet.nrows * sheet.ncols > limit * _SCAN_FACTOR:
+            raise ParseFailed(f"too many cells (>{limit})")
+        for r in range(sheet.nrows):
+            for c, cell in enumerate(sheet.row(r)):
+                value = _xlrd_value(xlrd, cell, book.datemode)
+                if value == "" or value is None:
+                    continue
+                count += 1
+                if count > limit:
+                    raise ParseFailed(f"too many cells (>{limit})")
+                out.write(budget.add(cells.value_line(ref, f"{_col(c)}{r + 1}", value)))
+                out.write("\n")
+        for r0, r1, c0, c1 in sheet.merged_cells or ():
+            out.write(cells.merged_line(ref, _range((r0, c0), (r1 - 1, c1 - 1))) + "\n")
+        book.unload_sheet(index)
+        text = out.getvalue() or cells.EMPTY_SHEET + "\n"
+        units.append(Unit(cells.sheet_unit_name(name, taken), text, cells.sheet_locator(name)))
+    if not units:
+        raise ParseFailed("no sheets in the workbook")
+    log.debug("spreadsheet (xlrd): %d sheets, %d cells", len(units), count)
+    return units
+
+
+def _xlrd_value(xlrd: Any, cell: Any, datemode: int) -> object:
+    """A cell's value as calamine gives it: dates by the workbook's date
+    system (``datemode`` 1: the 1904 one), errors by name."""
+    kind, value = cell.ctype, cell.value
+    if kind in (xlrd.XL_CELL_EMPTY, xlrd.XL_CELL_BLANK):
+        return None
+    if kind == xlrd.XL_CELL_BOOLEAN:
+        return bool(value)
+    if kind == xlrd.XL_CELL_ERROR:
+        return xlrd.error_text_from_code.get(value, f"#ERR{value}")
+    if kind == xlrd.XL_CELL_DATE:
+        try:
+            when = xlrd.xldate.xldate_as_datetime(value, datemode)
+        except (ValueError, OverflowError, xlrd.xldate.XLDateError):
+            return value
+        if 0 <= value < 1:
+            return when.time()
+        if when.time() == datetime.time(0):
+            return when.date()
+        return when
+    return value
