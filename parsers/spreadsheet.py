@@ -62,6 +62,10 @@ class SpreadsheetParser(Parser):
     def accepts(self, info: FileInfo) -> bool:
         # By magic too: web exports named .xls are often HTML or CSV, which
         # the text parsers read better than a "cannot detect" failure here.
+        if info.extension in zipguard.OLE_WHEN_ENCRYPTED and info.head.startswith(
+            zipguard.OLE_MAGIC
+        ):
+            return True  # encrypted, or not a workbook: the zip guard says which
         if info.extension in _ZIPPED:
             return info.head.startswith(zipguard.ZIP_MAGIC)
         if info.extension not in self.extensions:
