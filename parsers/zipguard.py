@@ -62,6 +62,9 @@ OOXML_EXTENSIONS = frozenset(
 # zip, so an OLE file without that package is no valid file of theirs.
 OLE_WHEN_ENCRYPTED = {".xlsb": "Excel binary workbook (.xlsb)"}
 
+# The package relationships of OOXML: tolerated when broken (see below).
+_PACKAGE_RELS = "_rels/.rels"
+
 # An OpenDocument package lists its encrypted parts in its manifest.
 _ODF_MANIFEST = "META-INF/manifest.xml"
 _ODF_ENCRYPTION = b"encryption-data"
@@ -223,6 +226,11 @@ def _check_xml_prolog(
     except expat.ExpatError as exc:
         if html:
             return  # HTML parsers are lenient; only declarations matter here
+        if member.filename == _PACKAGE_RELS:
+            # A broken _rels/.rels (no DOCTYPE or entity came before the
+            # error, or it was refused above): the readers find the main
+            # part by its content type, as openpyxl does.
+            return
         if blank:
             # An empty part (OpenOffice and LibreOffice leave an empty
             # Configurations2/accelerator/current.xml in most ODF files):
