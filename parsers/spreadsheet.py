@@ -97,9 +97,20 @@ class SpreadsheetParser(Parser):
             if info.extension in _BINARY:
                 return _second_reader(path, options, reason, exc)
             raise ParseFailed(reason) from exc
+        except (KeyboardInterrupt, SystemExit, GeneratorExit):
+            raise
+        except BaseException as exc:
+            if type(exc).__name__ != "PanicException":
+                raise
+            # A Rust panic in calamine, unwound through pyo3 (no Exception):
+            # a fuzzed .xls whose sheet offset points past its stream does it.
+            reason = f"unreadable spreadsheet: calamine panicked: {describe(exc)}"
+            if info.extension in _BINARY:
+                return _second_reader(path, options, reason, exc)
+            raise ParseFailed(reason) from exc
 
 
-def _second_reader(path: str, options: ParseOptions, reason: str, exc: Exception) -> list[Unit]:
+def _second_reader(path: str, options: ParseOptions, reason: str, exc: BaseException) -> list[Unit]:
     """xlrd's units of an ``.xls`` calamine refused, else calamine's reason."""
     try:
         return _xlrd_units(path, options)

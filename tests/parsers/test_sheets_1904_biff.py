@@ -163,3 +163,18 @@ def test_text_named_xls_is_not_taken_for_biff(tmp_path: pathlib.Path) -> None:
     path.write_text("a\tb\n1\t2\n")
     info = registry.file_info(str(path), path.name)
     assert not spreadsheet.SpreadsheetParser().accepts(info)
+
+
+# -- a file that makes calamine panic ---------------------------------------------------------
+
+
+def test_calamine_panic_fails_the_file_naming_it(tmp_path: pathlib.Path) -> None:
+    """Before: the panic (no Exception) went past the parser, and past the
+    engine's worker before 5d25e09: the file stayed pending."""
+    from tests import panicgen
+
+    path = panicgen.fuzzed_xls(tmp_path)
+    assert panicgen.panics_calamine(path)
+    with pytest.raises(ParseFailed, match="calamine panicked: range start index") as caught:
+        parse(path)
+    assert "\n" not in str(caught.value)
