@@ -10,7 +10,10 @@ format.  Chart sheets give a unit that says so.
 Excel 2.x to 4.0 files (BIFF2 to BIFF4: a bare BIFF stream, no OLE
 container) are refused by calamine; xlrd reads them, with the same units
 and lines.  xlrd is also tried on an ``.xls`` calamine cannot read.  Dates
-follow the workbook's date system (1900 or 1904) in both readers.
+follow the workbook's date system (1900 or 1904) in both readers.  An
+OpenDocument spreadsheet calamine cannot read (KOffice's KSpread wrote its
+content.xml indented, which calamine refuses) is read from its content.xml
+here, values only, after the zip guard has checked it.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import datetime
 import io
 import logging
+from collections.abc import Iterator
 from typing import Any, ClassVar
 
 from parsers import cells, zipguard
@@ -29,6 +33,7 @@ log = logging.getLogger(__name__)
 _SCAN_FACTOR = 4
 _ZIPPED = frozenset({".xlsb", ".ods", ".ots"})
 _BINARY = frozenset({".xls", ".xlt"})
+_OPENDOCUMENT = frozenset({".ods", ".ots"})
 # The BOF record that starts a bare BIFF stream (Excel 2.x to 5.0 saved
 # without an OLE container): record type 0x0009 (BIFF2), 0x0209 (BIFF3),
 # 0x0409 (BIFF4), 0x0809 (BIFF5), little-endian.
@@ -94,8 +99,8 @@ class SpreadsheetParser(Parser):
             raise EncryptedDocument("encrypted or password-protected spreadsheet") from exc
         except Exception as exc:  # calamine raises its own errors, ValueError, ...
             reason = f"unreadable spreadsheet: {describe(exc)}"
-            if info.extension in _BINARY:
-                return _second_reader(path, options, reason, exc)
+            if info.extension in _BINARY or info.extension in _OPENDOCUMENT:
+                return _second_reader(path, options, reason, exc, info.extension)
             raise ParseFailed(reason) from exc
         except (KeyboardInterrupt, SystemExit, GeneratorExit):
             raise
@@ -105,14 +110,19 @@ class SpreadsheetParser(Parser):
             # A Rust panic in calamine, unwound through pyo3 (no Exception):
             # a fuzzed .xls whose sheet offset points past its stream does it.
             reason = f"unreadable spreadsheet: calamine panicked: {describe(exc)}"
-            if info.extension in _BINARY:
-                return _second_reader(path, options, reason, exc)
+            if info.extension in _BINARY or info.extension in _OPENDOCUMENT:
+                return _second_reader(path, options, reason, exc, info.extension)
             raise ParseFailed(reason) from exc
 
 
-def _second_reader(path: str, options: ParseOptions, reason: str, exc: BaseException) -> list[Unit]:
-    """xlrd's units of an ``.xls`` calamine refused, else calamine's reason."""
+def _second_reader(
+    path: str, options: ParseOptions, reason: str, exc: BaseException, extension: str
+) -> list[Unit]:
+    """The units of a file calamine refused, read by xlrd (``.xls``) or by
+    our own OpenDocument reader (``.ods``); else calamine's reason."""
     try:
+        if extension in _OPENDOCUMENT:
+            return _ods_units(path, options)
         return _xlrd_units(path, options)
     except (EncryptedDocument, MemoryError, RecursionError):
         raise
@@ -257,3 +267,109 @@ def _xlrd_value(xlrd: Any, cell: Any, datemode: int) -> object:
             return when.date()
         return when
     return value
+
+
+# -- OpenDocument content.xml: what calamine refuses ---------------------------------------
+
+_TABLE = "{urn:oasis:names:tc:opendocument:xmlns:table:1.0}"
+_OFFICE = "{urn:oasis:names:tc:opendocument:xmlns:office:1.0}"
+_TEXT = "{urn:oasis:names:tc:opendocument:xmlns:text:1.0}"
+_NUMERIC = frozenset({"float", "percentage", "currency"})
+_ROW_GROUPS = frozenset(
+    {_TABLE + "table-header-rows", _TABLE + "table-rows", _TABLE + "table-row-group"}
+)
+_CELLS = frozenset({_TABLE + "table-cell", _TABLE + "covered-table-cell"})
+
+
+def _ods_units(path: str, options: ParseOptions) -> list[Unit]:
+    """Sheets of an OpenDocument spreadsheet from its content.xml (checked by
+    the zip guard: no DOCTYPE, no entity), as calamine's units give them."""
+    import zipfile
+    from xml.etree import ElementTree
+
+    with zipfile.ZipFile(path) as archive:
+        try:
+            member = archive.getinfo("content.xml")
+        except KeyError as exc:
+            raise ParseFailed("not a valid OpenDocument spreadsheet file: no content.xml") from exc
+        root = ElementTree.fromstring(archive.read(member))
+    budget = TextBudget(options.max_text_bytes)
+    counter = [0, options.max_cells]
+    taken: set[str] = set()
+    units: list[Unit] = []
+    tables = list(root.iter(_TABLE + "table"))
+    if len(tables) > cells.MAX_SHEETS:
+        raise ParseFailed(f"too many sheets ({len(tables)} > {cells.MAX_SHEETS})")
+    for table in tables:
+        name = table.get(_TABLE + "name") or f"Sheet{len(units) + 1}"
+        ref = cells.sheet_ref(name)
+        out = io.StringIO()
+        for coord, value in _ods_cells(table, counter):
+            out.write(budget.add(cells.value_line(ref, coord, value)) + "\n")
+        text = out.getvalue() or cells.EMPTY_SHEET + "\n"
+        units.append(Unit(cells.sheet_unit_name(name, taken), text, cells.sheet_locator(name)))
+    if not units:
+        raise ParseFailed("no sheets in the workbook")
+    return units
+
+
+def _ods_rows(parent: Any) -> Iterator[Any]:
+    """The rows of a table, header rows and grouped rows included, in order."""
+    for child in parent:
+        if child.tag == _TABLE + "table-row":
+            yield child
+        elif child.tag in _ROW_GROUPS:
+            yield from _ods_rows(child)
+
+
+def _repeat(element: Any, attribute: str) -> int:
+    try:
+        return max(1, int(element.get(_TABLE + attribute, "1")))
+    except ValueError:
+        return 1
+
+
+def _ods_cells(table: Any, counter: list[int]) -> Iterator[tuple[str, object]]:
+    """(A1 coordinate, value) of the table's non-empty cells; ``counter`` is
+    [cells so far, limit].  Repeated empty rows and cells cost nothing."""
+    r = 0
+    for row in _ods_rows(table):
+        rows = _repeat(row, "number-rows-repeated")
+        found: list[tuple[int, object]] = []
+        c = 0
+        for cell in row:
+            if cell.tag not in _CELLS:
+                continue
+            span = _repeat(cell, "number-columns-repeated")
+            value = _ods_value(cell)
+            if value is not None and value != "":
+                found.extend((c + k, value) for k in range(min(span, counter[1] + 1)))
+            c += span
+        for k in range(min(rows, counter[1] + 1) if found else 0):
+            for col, value in found:
+                counter[0] += 1
+                if counter[0] > counter[1]:
+                    raise ParseFailed(f"too many cells (>{counter[1]})")
+                yield f"{_col(col)}{r + k + 1}", value
+        r += rows
+
+
+def _ods_value(cell: Any) -> object:
+    kind = cell.get(_OFFICE + "value-type")
+    if kind in _NUMERIC:
+        try:
+            return float(cell.get(_OFFICE + "value", ""))
+        except ValueError:
+            pass
+    elif kind == "boolean":
+        return cell.get(_OFFICE + "boolean-value", "").lower() == "true"
+    elif kind == "date":
+        raw = cell.get(_OFFICE + "date-value", "")
+        try:
+            when = datetime.datetime.fromisoformat(raw)
+        except ValueError:
+            pass
+        else:
+            return when if "T" in raw else when.date()
+    paragraphs = ["".join(p.itertext()) for p in cell.iter(_TEXT + "p")]
+    return "\n".join(paragraphs) if paragraphs else None

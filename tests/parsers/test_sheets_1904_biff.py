@@ -13,6 +13,7 @@ BIFF8 only, xlwt too), so that fixture is built by hand, record by record.
 from __future__ import annotations
 
 import datetime
+import io
 import pathlib
 import struct
 
@@ -178,3 +179,47 @@ def test_calamine_panic_fails_the_file_naming_it(tmp_path: pathlib.Path) -> None
     with pytest.raises(ParseFailed, match="calamine panicked: range start index") as caught:
         parse(path)
     assert "\n" not in str(caught.value)
+
+
+# -- an OpenDocument spreadsheet calamine refuses ----------------------------------------------
+
+
+def indented(ods: pathlib.Path, out: pathlib.Path) -> pathlib.Path:
+    """``ods`` with its content.xml indented, as KOffice's KSpread wrote it
+    (odfpy's pythagoras-kspread.ods): calamine refuses the white space
+    between cells ("Expecting 'table-cell'")."""
+    import zipfile
+    from xml.etree import ElementTree
+
+    with zipfile.ZipFile(ods) as src, zipfile.ZipFile(out, "w") as dst:
+        for item in src.infolist():
+            data = src.read(item.filename)
+            if item.filename == "content.xml":
+                # The same prefixes (table:, office:...), only indented.
+                for _event, (prefix, uri) in ElementTree.iterparse(
+                    io.BytesIO(data), events=["start-ns"]
+                ):
+                    ElementTree.register_namespace(prefix, uri)
+                root = ElementTree.fromstring(data)
+                ElementTree.indent(root)
+                data = ElementTree.tostring(root, xml_declaration=True, encoding="utf-8")
+            dst.writestr(item, data)
+    return out
+
+
+def test_ods_calamine_refuses_is_read_from_its_content(
+    saved_1904: dict[str, pathlib.Path], tmp_path: pathlib.Path
+) -> None:
+    import python_calamine
+
+    clear = saved_1904["ods"]
+    _, expected = parse(clear)
+    path = indented(clear, tmp_path / "kspread.ods")
+    with pytest.raises(Exception):  # noqa: B017,PT011 (calamine's own error types)
+        python_calamine.CalamineWorkbook.from_path(str(path)).get_sheet_by_index(0).to_python()
+    kind, units = parse(path)
+    assert kind == "spreadsheet"
+    assert [(u.name, u.locator) for u in units] == [(u.name, u.locator) for u in expected]
+    assert lines(units) == lines(expected)
+    for line in DATES:
+        assert line in lines(units)
