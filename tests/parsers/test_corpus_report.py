@@ -142,3 +142,24 @@ def test_a_pdf_of_no_pages_is_not_read_by_the_reference(tmp_path: Path) -> None:
     doc.save(str(plain))
     doc.close()
     assert corpus_report.reference_reads(plain, ".pdf") == ("pymupdf", True, "1 pages, 10 chars")
+
+
+def test_opendocument_reference_is_odfpy(tmp_path: Path) -> None:
+    from tests import sheetgen
+
+    if sheetgen.SOFFICE is None:
+        pytest.skip("LibreOffice (soffice) is not installed")
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        import corpus_report
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    text = tmp_path / "memo.txt"
+    text.write_text("memo for the reference\n")
+    odt = sheetgen.soffice_convert(text, "odt", tmp_path / "lo")
+    assert corpus_report.reference_reads(odt, ".odt") == ("odfpy", True, "22 chars")
+    broken = tmp_path / "broken.odt"
+    broken.write_bytes(odt.read_bytes()[:200])
+    verdict = corpus_report.reference_reads(broken, ".odt")
+    assert verdict is not None
+    assert verdict[:2] == ("odfpy", False)
