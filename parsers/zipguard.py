@@ -69,6 +69,14 @@ _PACKAGE_RELS = "_rels/.rels"
 _ODF_MANIFEST = "META-INF/manifest.xml"
 _ODF_ENCRYPTION = b"encryption-data"
 _MAX_MANIFEST = 4 * 1024 * 1024
+_ODF_KINDS = {
+    ".odt": "OpenDocument text",
+    ".ott": "OpenDocument text template",
+    ".ods": "OpenDocument spreadsheet",
+    ".ots": "OpenDocument spreadsheet template",
+    ".odp": "OpenDocument presentation",
+    ".otp": "OpenDocument presentation template",
+}
 
 # Members smaller than this cannot be a bomb by themselves; small, repetitive
 # XML parts legitimately compress far beyond any sane ratio.
@@ -116,7 +124,8 @@ def check_container(
             _check_sizes(members, options)
             if _odf_encrypted(archive):
                 # Its parts are ciphertext: no XML to check, no text to read.
-                raise EncryptedDocument("encrypted or password-protected OpenDocument file")
+                kind = _ODF_KINDS.get(info.extension, "OpenDocument file")
+                raise EncryptedDocument(f"encrypted or password-protected {kind}")
             for member in members:
                 lower = member.filename.lower()
                 if lower.endswith(_XML_SUFFIXES):
