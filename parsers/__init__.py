@@ -9,6 +9,7 @@ module             formats                                      units
 =================  ===========================================  ========================
 ``pdf``            PDF (PyMuPDF, pdfminer.six as second reader) ``page-0001.md``
 ``xlsx``           XLSX/XLSM (openpyxl, read-only, streaming)   ``sheet-<Name>.md``
+``spreadsheet``    XLS/XLSB/ODS (calamine; xlrd for Excel 2-4)  ``sheet-<Name>.md``
 ``pptx``           PPTX/PPTM (python-pptx)                      ``slide-001.md``
 ``docx``           DOCX/DOCM (own WordprocessingML reader)      ``document.md``
 ``html``           HTML (markitdown)                            ``document.md``
@@ -21,5 +22,5 @@ module             formats                                      units
 =================  ===========================================  ========================
 
 ``zipguard`` checks every zip container before a library opens it (not a
-zip, encrypted Office, zip bombs, XML entity declarations).
+zip, encrypted Office or OpenDocument, zip bombs, XML entity declarations).
 """

@@ -27,8 +27,11 @@ _BARE = (LookupError, TypeError, AttributeError, AssertionError)
 
 def describe(exc: BaseException) -> str:
     """A one-line description of a library exception, with its type when the text is bare."""
-    text = one_line(str(exc))
     name = type(exc).__name__
+    try:
+        text = one_line(str(exc))
+    except Exception:  # an exception whose message raises: its name is all there is
+        return f"{name} (its message could not be read)"
     if not text:
         return name
     if isinstance(exc, _BARE) or len(text) <= 12:

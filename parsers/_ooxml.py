@@ -59,12 +59,48 @@ def rels_member(part: str) -> str:
     return posixpath.join(folder, "_rels", name + ".rels")
 
 
+_OXML = "application/vnd.openxmlformats-officedocument."
+# The content types of each format's main part (transitional and strict
+# packages use the same ones).
+WORD_MAIN = (
+    _OXML + "wordprocessingml.document.main+xml",
+    _OXML + "wordprocessingml.template.main+xml",
+    "application/vnd.ms-word.document.macroEnabled.main+xml",
+    "application/vnd.ms-word.template.macroEnabledTemplate.main+xml",
+)
+PRESENTATION_MAIN = (
+    _OXML + "presentationml.presentation.main+xml",
+    _OXML + "presentationml.slideshow.main+xml",
+    _OXML + "presentationml.template.main+xml",
+    "application/vnd.ms-powerpoint.presentation.macroEnabled.main+xml",
+    "application/vnd.ms-powerpoint.slideshow.macroEnabled.main+xml",
+    "application/vnd.ms-powerpoint.template.macroEnabled.main+xml",
+)
+WORKBOOK_MAIN = (
+    _OXML + "spreadsheetml.sheet.main+xml",
+    _OXML + "spreadsheetml.template.main+xml",
+    "application/vnd.ms-excel.sheet.macroEnabled.main+xml",
+    "application/vnd.ms-excel.template.macroEnabled.main+xml",
+)
+PACKAGE_RELS = "_rels/.rels"
+CONTENT_TYPES = "[Content_Types].xml"
+_CT = "{http://schemas.openxmlformats.org/package/2006/content-types}"
+
+
 def relationships(archive: zipfile.ZipFile, part: str) -> dict[str, tuple[str, str]]:
     """rId -> (type, package member) for the internal relationships of ``part``.
 
-    ``part`` is '' for the package's own relationships (``_rels/.rels``).
+    ``part`` is '' for the package's own relationships (``_rels/.rels``),
+    which are {} when that part is broken (``main_part`` finds the main
+    part without them).
     """
-    root = read_xml(archive, rels_member(part) if part else "_rels/.rels")
+    if part:
+        root = read_xml(archive, rels_member(part))
+    else:
+        try:
+            root = read_xml(archive, PACKAGE_RELS)
+        except ElementTree.ParseError:
+            root = None
     if root is None:
         return {}
     base = posixpath.dirname(part)
@@ -87,6 +123,27 @@ def target_of_type(archive: zipfile.ZipFile, part: str, suffix: str) -> str | No
         if kind.endswith(suffix):
             return member
     return None
+
+
+def main_part(archive: zipfile.ZipFile, content_types: Iterable[str]) -> str | None:
+    """The package's main part: the target of its officeDocument relationship,
+    or, when ``_rels/.rels`` is missing, broken or names a part that is not
+    there (openpyxl reads such files), the part that ``[Content_Types].xml``
+    gives one of ``content_types`` (the main part's, by format)."""
+    names = set(archive.namelist())
+    main = target_of_type(archive, "", "/officeDocument")
+    if main is not None and main in names:
+        return main
+    wanted = set(content_types)
+    try:
+        types = read_xml(archive, CONTENT_TYPES)
+    except ElementTree.ParseError:
+        types = None
+    for override in types.iter(_CT + "Override") if types is not None else ():
+        member = override.get("PartName", "").lstrip("/")
+        if override.get("ContentType") in wanted and member in names:
+            return member
+    return main
 
 
 def markdown_table(rows: Iterable[list[str]]) -> str:

@@ -65,7 +65,15 @@ from xml.etree.ElementTree import Element
 from parsers._base import FileInfo, ParseFailed, ParseOptions, Parser, Unit
 from parsers._common import TextBudget
 from parsers._omml import M, linear
-from parsers._ooxml import REL_NS, markdown_table, read_package, read_xml, relationships
+from parsers._ooxml import (
+    REL_NS,
+    WORD_MAIN,
+    main_part,
+    markdown_table,
+    read_package,
+    read_xml,
+    relationships,
+)
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +82,6 @@ W14 = "{http://schemas.microsoft.com/office/word/2010/wordml}"
 W15 = "{http://schemas.microsoft.com/office/word/2012/wordml}"
 MC = "{http://schemas.openxmlformats.org/markup-compatibility/2006}"
 WP = "{http://schemas.openxmlformats.org/drawingml/2006/wordprocessingDrawing}"
-_OFFICE_DOCUMENT = "/officeDocument"
 
 # Block-level wrappers whose children are paragraphs and tables again.
 _BLOCK_WRAPPERS = frozenset(
@@ -600,10 +607,7 @@ def _headers_footers(
 
 
 def read_document(archive: zipfile.ZipFile, options: ParseOptions) -> list[Unit]:
-    package = relationships(archive, "")
-    main = next(
-        (m for k, m in package.values() if k.endswith(_OFFICE_DOCUMENT)), "word/document.xml"
-    )
+    main = main_part(archive, WORD_MAIN) or "word/document.xml"
     document = read_xml(archive, main)
     if document is None:
         raise ParseFailed(f"not a Word document: no {main}")

@@ -14,7 +14,11 @@ second with its ML layout analyser, ``pymupdf_layout``).
 
 Files MuPDF cannot read (a page tree it refuses, no pages found) are read by
 pdfminer.six, a second, independent reader; its pages carry a first line
-saying so.  A file cut short (no end-of-file marker, xref rebuilt) is served
+saying so.  So are pages where MuPDF finds no text though their content
+stream shows text (``BT`` and a ``Tj``/``TJ``/``'``/``"`` operator; text
+placed outside a tiny media box, which MuPDF clips, is one such case): their
+text is pdfminer's when pdfminer finds some, each such page keeping its
+number and locator.  A file cut short (no end-of-file marker, xref rebuilt) is served
 with what can be read, every unit starting with a line that says it is
 partial.  A page without text says why (``[swfs: no text on this page (1
 image)]``), and a file without any text says so on every page.
@@ -120,11 +124,13 @@ class _SlowReader(Exception):
 class _Page:
     text: str
     images: int
+    # No text found, though the page's content stream shows some (_TEXT_SHOWN).
+    shows_text: bool = False
 
 
 class PdfParser(Parser):
     id = "pdf"
-    version = 2
+    version = 3
     priority = 50.0
 
     extensions: ClassVar[frozenset[str]] = frozenset({".pdf"})
@@ -162,7 +168,7 @@ class PdfParser(Parser):
                 if partial:
                     raise _MupdfRefused(f"{partial}: no page could be read")
                 raise _MupdfRefused("no pages" + (" (damaged)" if doc.is_repaired else ""))
-            return self._pages(doc, options, partial=partial)
+            return self._pages(doc, options, partial=partial, path=path)
         except (ParseFailed, _MupdfRefused, MemoryError, RecursionError):
             raise
         except Exception as exc:
@@ -170,13 +176,16 @@ class PdfParser(Parser):
         finally:
             doc.close()
 
-    def _pages(self, doc: pymupdf.Document, options: ParseOptions, *, partial: str) -> list[Unit]:
+    def _pages(
+        self, doc: pymupdf.Document, options: ParseOptions, *, partial: str, path: str
+    ) -> list[Unit]:
         count = doc.page_count
         if count > options.max_pages:
             raise ParseFailed(f"too many pages (>{options.max_pages})")
         budget = TextBudget(options.max_text_bytes)
         pages = [_read_page(doc, number, budget) for number in range(1, count + 1)]
         log.debug("pdf: %d pages", count)
+        _second_reading(path, pages, budget)
         return _units(pages, partial=partial)
 
     def parse_range(
@@ -211,6 +220,8 @@ class PdfParser(Parser):
             pages = [_read_page(doc, number, budget) for number in range(start + 1, stop + 1)]
             if doc.is_repaired:  # repaired while its pages were read: parse() decides
                 return None
+            if any(p.shows_text for p in pages):  # the second reader's: parse() decides
+                return None
         finally:
             doc.close()
         return UnitRange(
@@ -235,8 +246,50 @@ def _read_page(doc: pymupdf.Document, number: int, budget: TextBudget) -> _Page:
     except Exception as exc:
         text = f"[swfs: page {number} could not be read: {_reason(exc)}]\n"
     budget.add(text)
-    images = 0 if text.strip() else _image_count(page)
-    return _Page(text, images)
+    if text.strip():
+        return _Page(text, 0)
+    return _Page(text, _image_count(page), shows_text=_shows_text(page))
+
+
+# Text objects and text-showing operators in a content stream.  A string
+# operand can hold these bytes too; that only costs a try of the second reader.
+_TEXT_OBJECT = re.compile(rb"(?:^|\s)BT(?=\s|$)")
+_TEXT_SHOW = re.compile(rb"(?:Tj|TJ|'|\")(?=\s|$)")
+
+
+def _shows_text(page: pymupdf.Page) -> bool:
+    """Whether the page's own content streams show text (a text object with
+    a text-showing operator in it)."""
+    doc = page.parent
+    try:
+        for xref in page.get_contents():
+            data = doc.xref_stream(xref) or b""
+            if _TEXT_OBJECT.search(data) and _TEXT_SHOW.search(data):
+                return True
+    except Exception:  # a broken stream: MuPDF's empty page stands
+        return False
+    return False
+
+
+def _second_reading(path: str, pages: list[_Page], budget: TextBudget) -> None:
+    """Pages where MuPDF found no text though their content shows some get
+    pdfminer's text, when it finds any; the others are left as they are.
+    pdfminer must count the same pages as MuPDF, else its page numbers
+    cannot be trusted and nothing changes."""
+    wanted = {n for n, page in enumerate(pages, start=1) if page.shows_text}
+    if not wanted or os.path.getsize(path) > _PDFMINER_MAX_BYTES:
+        return
+    try:
+        found = _pdfminer_texts(path, wanted, len(pages))
+    except (MemoryError, RecursionError):
+        raise
+    except Exception as exc:  # pdfminer's failure keeps MuPDF's pages
+        log.debug("pdf: second reader on pages without text: %s", describe(exc))
+        return
+    for number, text in found.items():
+        if text.strip():
+            note = "[swfs: text read by pdfminer.six: MuPDF found none on this page]\n"
+            pages[number - 1] = _Page(note + budget.add(text), 0)
 
 
 def _page_name(number: int) -> str:
@@ -613,6 +666,46 @@ def _pdfminer_pages(path: str, options: ParseOptions) -> list[_Page]:
             pages.append(_Page(text, images))
         device.close()
     return pages
+
+
+def _pdfminer_texts(path: str, wanted: set[int], count: int) -> dict[int, str]:
+    """pdfminer's text of pages ``wanted`` (1-based) of a file MuPDF counts
+    ``count`` pages in; {} when pdfminer counts otherwise or runs past
+    _PDFMINER_SECONDS."""
+    from pdfminer.converter import TextConverter
+    from pdfminer.layout import LAParams
+    from pdfminer.pdfdocument import PDFDocument
+    from pdfminer.pdfinterp import PDFPageInterpreter, PDFResourceManager
+    from pdfminer.pdfpage import PDFPage
+    from pdfminer.pdfparser import PDFParser
+
+    logging.getLogger("pdfminer").setLevel(logging.ERROR)
+    found: dict[int, str] = {}
+    seen = 0
+    with quiet(), open(path, "rb") as f:
+        document = PDFDocument(PDFParser(f))
+        resources = PDFResourceManager()
+        out = io.StringIO()
+        device = TextConverter(resources, out, laparams=LAParams())
+        interpreter = PDFPageInterpreter(resources, device)
+        started = time.monotonic()
+        for seen, page in enumerate(PDFPage.create_pages(document), start=1):
+            if seen > count or time.monotonic() - started > _PDFMINER_SECONDS:
+                return {}
+            if seen not in wanted:
+                continue
+            out.seek(0)
+            out.truncate()
+            try:
+                interpreter.process_page(page)
+            except Exception as exc:
+                log.debug("pdf: pdfminer, page %d: %s", seen, describe(exc))
+                continue
+            text = out.getvalue().replace("\f", "").strip("\n")
+            if text.strip():
+                found[seen] = text + "\n"
+        device.close()
+    return found if seen == count else {}
 
 
 def _xobjects(page: Any) -> list[str]:

@@ -27,12 +27,13 @@ from parsers._base import FileInfo, ParseFailed, ParseOptions, Parser, Unit
 from parsers._chart import CX, C, chart_markdown
 from parsers._common import TextBudget
 from parsers._ooxml import (
+    PRESENTATION_MAIN,
     REL_NS,
+    main_part,
     markdown_table,
     read_package,
     read_xml,
     relationships,
-    target_of_type,
 )
 
 log = logging.getLogger(__name__)
@@ -244,7 +245,7 @@ def slide_text(archive: zipfile.ZipFile, member: str, layouts: dict[str, _Layout
 
 def slide_members(archive: zipfile.ZipFile) -> list[str]:
     """The slides' package members in presentation order."""
-    main = target_of_type(archive, "", "/officeDocument")
+    main = main_part(archive, PRESENTATION_MAIN)
     presentation = read_xml(archive, main) if main else None
     if main is None or presentation is None:
         raise ParseFailed("not a presentation: no presentation part")

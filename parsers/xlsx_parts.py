@@ -23,6 +23,7 @@ from xml.etree import ElementTree
 
 from parsers import cells
 from parsers._base import ParseFailed
+from parsers._ooxml import WORKBOOK_MAIN, main_part
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +96,7 @@ def _read(zf: zipfile.ZipFile, name: str) -> ElementTree.Element | None:
 
 def _rels(zf: zipfile.ZipFile, part: str) -> list[tuple[str, str, str]]:
     """(id, type suffix, target part) of a part's relationships."""
-    root = _read(zf, _rels_path(part) if part else "_rels/.rels")
+    root = _read(zf, _rels_path(part))
     out = []
     for rel in root if root is not None else ():
         target = rel.get("Target")
@@ -108,7 +109,8 @@ def _rels(zf: zipfile.ZipFile, part: str) -> list[tuple[str, str, str]]:
 
 def read_package(zf: zipfile.ZipFile) -> Package:
     pkg = Package()
-    book = next((t for _, k, t in _rels(zf, "") if k == "officeDocument"), "xl/workbook.xml")
+    # The workbook found by its content type where _rels/.rels is broken.
+    book = main_part(zf, WORKBOOK_MAIN) or "xl/workbook.xml"
     raw = zf.read(book) if book in zf.namelist() else b""
     pkg.strict = _STRICT_MARK in raw[:4096]
     root = ElementTree.fromstring(raw) if raw else None

@@ -29,7 +29,7 @@ import zipfile
 from xml.parsers import expat
 
 from parsers._base import EncryptedDocument, FileInfo, ParseFailed, ParseOptions
-from parsers._common import describe
+from parsers._common import describe, quiet
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +56,27 @@ OOXML_EXTENSIONS = frozenset(
         ".ppsm",
     }
 )
+
+# Formats checked here whose encrypted form is an OLE file holding an
+# encrypted package (extension -> the format's name).  Their clear form is a
+# zip, so an OLE file without that package is no valid file of theirs.
+OLE_WHEN_ENCRYPTED = {".xlsb": "Excel binary workbook (.xlsb)"}
+
+# The package relationships of OOXML: tolerated when broken (see below).
+_PACKAGE_RELS = "_rels/.rels"
+
+# An OpenDocument package lists its encrypted parts in its manifest.
+_ODF_MANIFEST = "META-INF/manifest.xml"
+_ODF_ENCRYPTION = b"encryption-data"
+_MAX_MANIFEST = 4 * 1024 * 1024
+_ODF_KINDS = {
+    ".odt": "OpenDocument text",
+    ".ott": "OpenDocument text template",
+    ".ods": "OpenDocument spreadsheet",
+    ".ots": "OpenDocument spreadsheet template",
+    ".odp": "OpenDocument presentation",
+    ".otp": "OpenDocument presentation template",
+}
 
 # Members smaller than this cannot be a bomb by themselves; small, repetitive
 # XML parts legitimately compress far beyond any sane ratio.
@@ -88,6 +109,12 @@ def check_container(
     if head.startswith(OLE_MAGIC):
         if info.extension in OOXML_EXTENSIONS:
             raise EncryptedDocument("encrypted or password-protected Office document")
+        if info.extension in OLE_WHEN_ENCRYPTED:
+            # Encrypted only when the file says so: Office's encrypted
+            # package is two streams of an OLE file.
+            if ole_holds_encrypted_package(path):
+                raise EncryptedDocument("encrypted or password-protected Office document")
+            raise ParseFailed(f"not a valid {OLE_WHEN_ENCRYPTED[info.extension]} file")
         raise ParseFailed("not a zip container (OLE compound file)")
     if not head.startswith((ZIP_MAGIC, EMPTY_ZIP_MAGIC)):
         raise ParseFailed("not a zip container")
@@ -95,6 +122,10 @@ def check_container(
         with zipfile.ZipFile(path) as archive:
             members = archive.infolist()
             _check_sizes(members, options)
+            if _odf_encrypted(archive):
+                # Its parts are ciphertext: no XML to check, no text to read.
+                kind = _ODF_KINDS.get(info.extension, "OpenDocument file")
+                raise EncryptedDocument(f"encrypted or password-protected {kind}")
             for member in members:
                 lower = member.filename.lower()
                 if lower.endswith(_XML_SUFFIXES):
@@ -107,6 +138,32 @@ def check_container(
         raise ParseFailed(f"broken zip container: {describe(exc)}") from exc
     except NotImplementedError as exc:  # unsupported compression method
         raise ParseFailed(f"unsupported zip container: {describe(exc)}") from exc
+
+
+def ole_holds_encrypted_package(path: str) -> bool:
+    """Whether an OLE file holds an encrypted Office package (the
+    ``EncryptionInfo`` and ``EncryptedPackage`` streams of MS-OFFCRYPTO);
+    False for a damaged OLE file too."""
+    import olefile
+
+    try:
+        with quiet(), olefile.OleFileIO(path) as ole:
+            return bool(ole.exists("EncryptionInfo") and ole.exists("EncryptedPackage"))
+    except Exception:  # olefile's many errors on a damaged file: it says nothing
+        return False
+
+
+def _odf_encrypted(archive: zipfile.ZipFile) -> bool:
+    """Whether the manifest of an OpenDocument package declares encrypted
+    parts (``manifest:encryption-data``).  Only searched, never parsed."""
+    try:
+        member = archive.getinfo(_ODF_MANIFEST)
+    except KeyError:
+        return False
+    if member.file_size > _MAX_MANIFEST:
+        return False  # the XML check below judges it
+    with archive.open(member) as stream:
+        return _ODF_ENCRYPTION in stream.read(_MAX_MANIFEST)
 
 
 def _check_sizes(members: list[zipfile.ZipInfo], options: ParseOptions) -> None:
@@ -178,6 +235,11 @@ def _check_xml_prolog(
     except expat.ExpatError as exc:
         if html:
             return  # HTML parsers are lenient; only declarations matter here
+        if member.filename == _PACKAGE_RELS:
+            # A broken _rels/.rels (no DOCTYPE or entity came before the
+            # error, or it was refused above): the readers find the main
+            # part by its content type, as openpyxl does.
+            return
         if blank:
             # An empty part (OpenOffice and LibreOffice leave an empty
             # Configurations2/accelerator/current.xml in most ODF files):

@@ -4,16 +4,18 @@
 
 DIR is copied to a temporary folder (DIR itself is never written), indexed
 by the engine as ``swfs index`` does (worker processes, no FUSE), and a
-table is printed per extension: files, current, failed, unsupported, units,
-units with no text (empty or only whitespace after the header), then the
-failure reasons grouped.
+table is printed per extension: files, current, failed, unsupported,
+pending (never settled: a parse that did not end in a verdict), units, units
+with no text (empty or only whitespace after the header), then the failure
+reasons grouped.
 
 Every failed file is then opened with its format's own reference library
 (openpyxl for xlsx/xlsm, xlrd for xls, python-docx, python-pptx, pymupdf for
-pdf), each in a child process with a time and memory limit.  A failed file
-that the reference library reads is a defect, listed at the end; the exit
-status is 1 when there is one.  Unsupported files the reference library
-reads are listed too, for information.
+pdf, where a PDF of no pages is not read, odfpy for OpenDocument), each in a
+child process with a time and memory limit.  A failed file that the
+reference library reads is a defect, and so is a file left pending; both are
+listed at the end, and the exit status is 1 when there is one.  Unsupported
+files the reference library reads are listed too, for information.
 
 The script imports swfs from the environment, so the same report can be run
 against another checkout: ``PYTHONPATH=/path/to/checkout python
@@ -75,10 +77,25 @@ REFERENCES: dict[str, tuple[str, str]] = {
         "pymupdf",
         "import pymupdf\n"
         "d = pymupdf.open(PATH)\n"
+        # An encrypted file opens with no pages: MuPDF has not read it either.
+        "if d.needs_pass:\n"
+        "    raise SystemExit('encrypted: password required')\n"
+        "if d.page_count == 0:\n"
+        "    raise SystemExit('no pages read')\n"
         "n = sum(len(page.get_text()) for page in d)\n"
         "print(f'{d.page_count} pages, {n} chars')",
     ),
 }
+# odfpy parses with defusedxml: an entity or DTD in a part is refused, not read.
+_ODFPY = (
+    "odfpy",
+    "from odf import teletype\n"
+    "from odf.opendocument import load\n"
+    "n = len(teletype.extractText(load(PATH).body))\n"
+    "print(f'{n} chars')",
+)
+for _ext in (".odt", ".ods", ".odp", ".ott", ".ots", ".otp"):
+    REFERENCES[_ext] = _ODFPY
 REFERENCES[".xlsm"] = REFERENCES[".xlsx"]
 REFERENCES[".docm"] = REFERENCES[".docx"]
 REFERENCES[".pptm"] = REFERENCES[".pptx"]
@@ -90,12 +107,13 @@ class Row:
     current: int = 0
     failed: int = 0
     unsupported: int = 0
-    other: int = 0
+    pending: int = 0
     units: int = 0
     empty_units: int = 0
     reasons: collections.Counter[str] = field(default_factory=collections.Counter)
     failed_paths: list[tuple[str, str]] = field(default_factory=list)
     unsupported_paths: list[str] = field(default_factory=list)
+    pending_paths: list[str] = field(default_factory=list)
 
 
 def extension(rel: str) -> str:
@@ -166,7 +184,8 @@ def index(copy: Path, workers: int) -> tuple[dict[str, Row], float]:
                 row.reasons[f"unsupported: {reason}"] += 1
                 row.unsupported_paths.append(rel)
             else:
-                row.other += 1
+                row.pending += 1
+                row.pending_paths.append(rel)
     return rows, secs
 
 
@@ -182,19 +201,30 @@ def report(corpus: Path, workers: int, *, keep: bool) -> int:
         out("")
         out(f"indexed in {secs:.1f} s with {workers} workers")
         out("")
-        out("| format | files | current | failed | unsupported | units | units without text |")
-        out("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+        out(
+            "| format | files | current | failed | unsupported | pending | units "
+            "| units without text |"
+        )
+        out("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
         for ext in sorted(rows, key=lambda e: (-rows[e].files, e)):
             r = rows[ext]
             out(
                 f"| {ext} | {r.files} | {r.current} | {r.failed} | {r.unsupported} "
-                f"| {r.units} | {r.empty_units} |"
+                f"| {r.pending} | {r.units} | {r.empty_units} |"
             )
-            for name in ("files", "current", "failed", "unsupported", "units", "empty_units"):
+            for name in (
+                "files",
+                "current",
+                "failed",
+                "unsupported",
+                "pending",
+                "units",
+                "empty_units",
+            ):
                 setattr(total, name, getattr(total, name) + getattr(r, name))
         out(
             f"| **all** | {total.files} | {total.current} | {total.failed} "
-            f"| {total.unsupported} | {total.units} | {total.empty_units} |"
+            f"| {total.unsupported} | {total.pending} | {total.units} | {total.empty_units} |"
         )
         out("")
         out("## Reasons")
@@ -205,9 +235,19 @@ def report(corpus: Path, workers: int, *, keep: bool) -> int:
         if not any(r.reasons for r in rows.values()):
             out("none: every file is current")
         out("")
-        out("## Failed in swfs, read by the format's reference library")
+        out("## Left pending (no verdict: a defect whatever the reference says)")
         out("")
         defects = 0
+        for ext in sorted(rows):
+            for rel in rows[ext].pending_paths:
+                defects += 1
+                out(f"- {rel}")
+        if not total.pending:
+            out("none")
+        out("")
+        out("## Failed in swfs, read by the format's reference library")
+        out("")
+        pending = defects
         checked = 0
         for ext in sorted(rows):
             for rel, reason in rows[ext].failed_paths:
@@ -219,7 +259,7 @@ def report(corpus: Path, workers: int, *, keep: bool) -> int:
                 if ok:
                     defects += 1
                     out(f"- {rel}: {library} reads it ({detail}); swfs: {reason}")
-        if not defects:
+        if defects == pending:
             out(f"none ({checked} failed files checked against a reference library)")
         out("")
         out("## Unsupported in swfs, read by the format's reference library (information)")

@@ -98,6 +98,42 @@ class AbortParser(_Evil):
         os.abort()
 
 
+class Unprintable(Exception):  # noqa: N818
+    """Neither picklable nor printable: its message raises, and it holds a lambda."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hook = lambda: None
+
+    def __str__(self) -> str:
+        raise RuntimeError("no message either")
+
+
+class UnprintableParser(_Evil):
+    """Raises what can be neither sent back nor printed."""
+
+    id = "evil-unprintable"
+    ext = ".unprintable"
+
+    def parse(self, path: str, info: FileInfo, options: ParseOptions) -> list[Unit]:
+        raise Unprintable
+
+
+class CalaminePanicParser(_Evil):
+    """A real panic through pyo3: python-calamine on an .xls whose sheet
+    offset points past its Workbook stream (a fuzzed file), uncaught."""
+
+    id = "evil-calamine"
+    ext = ".calpanic"
+
+    def parse(self, path: str, info: FileInfo, options: ParseOptions) -> list[Unit]:
+        import python_calamine
+
+        with open(path, "rb") as f:
+            python_calamine.CalamineWorkbook.from_filelike(f)
+        raise AssertionError("calamine read the fuzzed file; the test must change")
+
+
 class SlowParser(_Evil):
     """A correct text parser that takes two seconds: makes staleness observable."""
 
@@ -232,6 +268,8 @@ SPEC = ",".join(
         BuggyParser,
         PanicParser,
         AbortParser,
+        UnprintableParser,
+        CalaminePanicParser,
         SlowParser,
         GatedParser,
         GatedPdfParser,

@@ -124,6 +124,16 @@ def _one_line(text: str, limit: int = 300) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
+def _named(exc: BaseException) -> str:
+    """``Type: message`` on one line, even for an exception whose message
+    cannot be had (its ``__str__`` raises)."""
+    try:
+        message = str(exc)
+    except Exception:
+        message = "(its message could not be read)"
+    return _one_line(f"{type(exc).__name__}: {message}" if message else type(exc).__name__)
+
+
 # Set in a worker whose parse ran out of memory: what the earlier files left
 # on its heap may be what made the next one fail, so it retires (a fresh
 # process takes its place) and the pool tries that file once more, in a
@@ -437,13 +447,13 @@ def _child_parse(req: dict[str, object], fds: list[int]) -> tuple[dict[str, obje
     except RecursionError:
         status, error, retire = FAILED, "document structure nested too deeply", True
     except Exception as exc:  # a parser bug or a library's surprise: fail this file only
-        status, error, retire = FAILED, _one_line(f"{type(exc).__name__}: {exc}"), True
+        status, error, retire = FAILED, _named(exc), True
     except (KeyboardInterrupt, SystemExit, GeneratorExit):
         raise
     except BaseException as exc:
         # A native library's panic (pyo3's PanicException is no Exception):
         # this file fails, named, and the child is not trusted further.
-        status, error, retire = FAILED, _one_line(f"{type(exc).__name__}: {exc}"), True
+        status, error, retire = FAILED, _named(exc), True
     else:
         status = OK
     retire = retire or _retire_worker()

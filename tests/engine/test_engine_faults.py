@@ -68,6 +68,48 @@ def test_crash_hang_and_memory_blowup_fail_only_their_file(tmp_path: Path) -> No
         assert b'freshness="failed"' in unit.content
 
 
+@pytest.mark.timeout(300)
+@pytest.mark.usefixtures("evil_env")
+def test_unprintable_errors_and_real_native_panics_settle_their_file(tmp_path: Path) -> None:
+    """Issue 41: an exception that can be neither pickled nor printed, and a
+    real Rust panic through pyo3 (python-calamine on a fuzzed .xls), uncaught
+    by a parser and caught by ours: each file ends failed, with a one-line
+    reason, and the drain returns."""
+    from tests import panicgen
+
+    fuzzed = panicgen.fuzzed_xls(tmp_path / "gen")
+    assert panicgen.panics_calamine(fuzzed)
+    src = tmp_path / "ws"
+    src.mkdir()
+    (src / "a.unprintable").write_text("x")
+    (src / "b.calpanic").write_bytes(fuzzed.read_bytes())
+    (src / "c.xls").write_bytes(fuzzed.read_bytes())
+    (src / "d.panic").write_text("x")
+    (src / "e.abort").write_text("x")
+    (src / "fine.txt").write_text("still parsed\n")
+    names = ("a.unprintable", "b.calpanic", "c.xls", "d.panic", "e.abort")
+    limits = WorkerLimits(timeout=60.0, memory_mb=1024, workers=2)
+    with Engine.open(src, config=Config(limits=limits, rescan_interval=0)) as eng:
+        trio.run(eng.drain)
+        assert not eng.needs_parse()
+        fine = eng.parsed_view(RelPath("fine.txt"))
+        assert fine is not None
+        assert fine.freshness == Freshness.CURRENT
+        errors: dict[str, str] = {}
+        for rel in names:
+            view = eng.parsed_view(RelPath(rel))
+            assert view is not None, rel
+            assert view.freshness == Freshness.FAILED, rel
+            errors[rel] = view.error or ""
+            assert errors[rel].strip(), rel
+            assert "\n" not in errors[rel], rel
+    assert "Unprintable (its message could not be read)" in errors["a.unprintable"]
+    assert errors["b.calpanic"].startswith("PanicException: range start index")
+    assert "calamine panicked: range start index" in errors["c.xls"]
+    assert errors["d.panic"].startswith("PanicException")
+    assert "SIGABRT" in errors["e.abort"]
+
+
 def test_preserve_on_a_full_disk_fails_with_enospc_and_keeps_the_store(tmp_path: Path) -> None:
     store = tmp_path / "store"
     store.mkdir()

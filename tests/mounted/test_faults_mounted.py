@@ -492,5 +492,46 @@ def test_bad_parse_workers_fail_only_their_file() -> None:
         assert status["failed"] == len(evil)
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_panics_aborts_and_unprintable_errors_settle_and_sync_returns(tmp_path: Path) -> None:
+    """Issue 41: a parser that panics through pyo3 (python-calamine on a
+    fuzzed .xls, both uncaught and through swfs's own .xls reader), one that
+    aborts the process, one whose exception can be neither pickled nor
+    printed: `swfs sync` returns, each file is failed with a one-line reason,
+    none is left pending."""
+    from tests import panicgen
+
+    fuzzed = panicgen.fuzzed_xls(tmp_path / "gen")
+    assert panicgen.panics_calamine(fuzzed)
+    evil = ("native.calpanic", "fuzzed.xls", "bound.panic", "gone.abort", "odd.unprintable")
+
+    def populate(src: Path) -> None:
+        (src / "native.calpanic").write_bytes(fuzzed.read_bytes())
+        (src / "fuzzed.xls").write_bytes(fuzzed.read_bytes())
+        for name in evil[2:]:
+            (src / name).write_text(f"{name}\n")
+        (src / "good.txt").write_text("good file\n")
+
+    extra = ("--parse-timeout", "60", "--workers", "2")
+    with workspace(extra, populate=populate, sync=False) as m:
+        done = swfs("sync", m.mnt, timeout=240)
+        assert done.returncode == 0
+        assert m.alive(), m.log()[-3000:]
+        for name in evil:
+            assert os.getxattr(m.mnt / name, "user.sw.freshness") == b"failed", name
+            error = (m.mnt / ".parsed" / name / "error.md").read_text()
+            assert error.strip(), name
+        reasons = {name: (m.mnt / ".parsed" / name / "error.md").read_text() for name in evil}
+        assert "PanicException: range start index" in reasons["native.calpanic"]
+        assert "calamine panicked" in reasons["fuzzed.xls"]
+        assert "SIGABRT" in reasons["gone.abort"]
+        assert "could not be read" in reasons["odd.unprintable"]
+        assert os.getxattr(m.mnt / "good.txt", "user.sw.freshness") == b"current"
+        status = json.loads(swfs("status", m.mnt, "--json").stdout)
+        assert status["failed"] == len(evil)
+        assert status.get("pending", 0) == 0, status
+
+
 if __name__ == "__main__":
     main()

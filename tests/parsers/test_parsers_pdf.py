@@ -324,3 +324,75 @@ def test_shaded_header_cells_inside_the_grid(tmp_path: pathlib.Path) -> None:
     assert "| Region | Q1 revenue | Q2 revenue |\n| --- | --- | --- |\n" in text
     assert "| North | 1,200 | 1,350 |" in text
     assert "|  |" not in text
+
+
+# -- the second reader on pages MuPDF finds no text on ---------------------------------------
+
+
+def clipped_text_pdf(directory: pathlib.Path) -> pathlib.Path:
+    """Three pages written by MuPDF; page 2's text lies outside its media box
+    (shrunk after the text was placed, as ImageMagick writes a label beside a
+    16-pixel image): MuPDF clips it away, pdfminer reads it."""
+    import pymupdf
+
+    doc = pymupdf.open()
+    for number in (1, 2, 3):
+        page = doc.new_page(width=300, height=300)
+        page.insert_text((20, 150), f"Label of page {number}")
+    doc[1].set_mediabox(pymupdf.Rect(0, 0, 4, 4))
+    path = directory / "labels.pdf"
+    doc.save(str(path))
+    doc.close()
+    return path
+
+
+def test_second_reader_where_mupdf_finds_no_text(tmp_path: pathlib.Path) -> None:
+    import pymupdf
+
+    path = clipped_text_pdf(tmp_path)
+    with pymupdf.open(str(path)) as doc:
+        assert not doc[1].get_text().strip()  # else this test proves nothing
+        assert b"BT" in doc[1].read_contents()
+    kind, units = parse(path)
+    assert kind == "pdf"
+    assert [u.locator for u in units] == ["page=1", "page=2", "page=3"]
+    assert "Label of page 1" in unit(units, "page=1")
+    assert "pdfminer" not in unit(units, "page=1")
+    second = unit(units, "page=2")
+    assert second.startswith("[swfs: text read by pdfminer.six: MuPDF found none on this page]")
+    assert "Label of page 2" in second
+    assert "Label of page 3" in unit(units, "page=3")
+
+
+def test_second_reader_not_tried_on_pages_without_text_operators(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A scanned page (an image, no text object) costs no pdfminer run."""
+    calls: list[object] = []
+    real = pdf._pdfminer_texts
+
+    def spy(*args: object) -> dict[int, str]:
+        calls.append(args)
+        return real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(pdf, "_pdfminer_texts", spy)
+    _, units = parse(image_pdf(tmp_path, text_pages=1))
+    assert "no text on this page (1 image)" in units[-1].text
+    assert calls == []
+
+
+def test_second_reader_finding_nothing_keeps_mupdf_pages(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(pdf, "_pdfminer_texts", lambda *_a: {})
+    _, units = parse(clipped_text_pdf(tmp_path))
+    assert unit(units, "page=2").startswith("[swfs: no text on this page")
+
+
+def test_a_range_holding_such_a_page_is_left_to_the_whole_parse(tmp_path: pathlib.Path) -> None:
+    path = clipped_text_pdf(tmp_path)
+    info = registry.file_info(str(path), path.name)
+    parser = pdf.PdfParser()
+    options = ParseOptions()
+    assert parser.parse_range(str(path), info, options, start=0, stop=1, threshold=2) is not None
+    assert parser.parse_range(str(path), info, options, start=0, stop=3, threshold=2) is None
