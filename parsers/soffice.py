@@ -500,6 +500,11 @@ class _Warm:
         for proc in (client, office):
             if proc is not None:
                 _kill_group(proc)
+        if self.pipe:
+            # A killed instance leaves its socket behind (outside the
+            # sandbox, in the host's /tmp; mode 0755: only this uid connects).
+            with contextlib.suppress(OSError):
+                os.unlink(f"/tmp/OSL_PIPE_{os.getuid()}_{self.pipe}")
         if not clean:
             shutil.rmtree(self.profile, ignore_errors=True)
 
