@@ -140,7 +140,7 @@ _PPTX = PptxParser()
 
 # LibreOffice's binary Word and PowerPoint import filters: what it may pick
 # for a .doc or .ppt the forced filter refuses (Word 2.0, PowerPoint 95).
-_WORD_FILTERS = frozenset(
+WORD_FILTERS = frozenset(
     {
         "MS Word 97",
         "MS Word 97 Vorlage",
@@ -153,17 +153,17 @@ _WORD_FILTERS = frozenset(
 _POWERPOINT_FILTERS = frozenset(
     {"MS PowerPoint 97", "MS PowerPoint 97 AutoPlay", "MS PowerPoint 97 Vorlage", "PowerPoint 3"}
 )
-_WORD97 = _Route("MS Word 97", "Word 97-2003 document", slides=False, detect=_WORD_FILTERS)
-_WORD95 = _Route("MS Word 95", "Word 95 document", slides=False, detect=_WORD_FILTERS)
-_WORD6 = _Route("MS WinWord 6.0", "Word 6.0 document", slides=False, detect=_WORD_FILTERS)
+_WORD97 = _Route("MS Word 97", "Word 97-2003 document", slides=False, detect=WORD_FILTERS)
+_WORD95 = _Route("MS Word 95", "Word 95 document", slides=False, detect=WORD_FILTERS)
+_WORD6 = _Route("MS WinWord 6.0", "Word 6.0 document", slides=False, detect=WORD_FILTERS)
 # Word for Windows 1.x and 2.0 files are no OLE files: their own magic.
-_WORD2 = _Route("MS WinWord 5", "Word 2.0 document", slides=False, detect=_WORD_FILTERS)
-_WORD2_MAGIC = (b"\xdb\xa5", b"\x9b\xa5")
+WORD2 = _Route("MS WinWord 5", "Word 2.0 document", slides=False, detect=WORD_FILTERS)
+WORD2_MAGIC = (b"\xdb\xa5", b"\x9b\xa5")
 _RTF = _Route("Rich Text Format", "RTF document", slides=False)
 ROUTES: dict[str, _Route] = {
     ".doc": _WORD97,
     ".dot": _Route(
-        "MS Word 97 Vorlage", "Word 97-2003 template", slides=False, detect=_WORD_FILTERS
+        "MS Word 97 Vorlage", "Word 97-2003 template", slides=False, detect=WORD_FILTERS
     ),
     ".ppt": _Route(
         "MS PowerPoint 97",
@@ -368,7 +368,7 @@ class ConvertedDocumentParser(Parser):
         if info.extension in _ODF:
             return info.head.startswith(ZIP_MAGIC)
         if info.extension in self.extensions:
-            if info.extension in (".doc", ".dot") and info.head.startswith(_WORD2_MAGIC):
+            if info.extension in (".doc", ".dot") and info.head.startswith(WORD2_MAGIC):
                 return True
             return info.head.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(_RTF_MAGIC)
         return False
@@ -378,7 +378,7 @@ class ConvertedDocumentParser(Parser):
 
     def parse(self, path: str, info: FileInfo, options: ParseOptions) -> list[Unit]:
         if info.extension in (".doc", ".dot"):
-            route = _WORD2 if info.head.startswith(_WORD2_MAGIC) else _RTF
+            route = WORD2 if info.head.startswith(WORD2_MAGIC) else _RTF
         else:
             route = ROUTES[info.extension]
         if info.extension in _ODF:

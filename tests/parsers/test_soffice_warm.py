@@ -195,7 +195,7 @@ def test_a_file_libreoffice_would_read_as_plain_text_still_fails(tmp_path: Path)
             infilter="MS Word 97",
             target="docx:MS Word 2007 XML",
             kind="Word document",
-            detect=legacy_office._WORD_FILTERS,
+            detect=legacy_office.WORD_FILTERS,
         ),
     ):
         pass
