@@ -271,6 +271,7 @@ def _parse_job(
         if parser is None:
             return ParseOutcome(UNSUPPORTED, hash=h)
         key = parser.cache_key(info)
+        _preload(parser.id)
         status, units, error, part = _parse_confined(read_fd, st, info, options, timeout, t0, pages)
         if status == UNSUPPORTED:
             return ParseOutcome(UNSUPPORTED, hash=h, error=error)
@@ -576,6 +577,35 @@ def _init_worker(memory_bytes: int) -> None:
     registry.all_parsers()
     _started_bytes, _cap_bytes = _address_space(), memory_bytes
     _rss_budget = rss_budget()
+
+
+# What parsers import lazily that costs seconds (pymupdf: 1 to 5 s), by
+# parser id.  The worker imports it itself before its first file of that
+# parser goes to a confined child, so every child it forks later (a fresh
+# one every MAX_JOBS files, and after any failure) has it already, shared
+# copy-on-write, instead of paying for it again on its first such file.
+# A worker that never meets such a file never imports it.
+PRELOAD = {
+    "pdf": "pymupdf",
+    "html": "markitdown.converters",
+    "epub": "markitdown.converters",
+    "ipynb": "markitdown.converters",
+    "msg": "markitdown.converters",
+}
+_preloaded: set[str] = set()
+
+
+def _preload(parser_id: str) -> None:
+    name = PRELOAD.get(parser_id)
+    if name is None or name in _preloaded:
+        return
+    _preloaded.add(name)
+    import importlib
+
+    try:
+        importlib.import_module(name)
+    except Exception as exc:  # the parser fails on its own, in the child
+        log.debug("preloading %s: %s", name, exc)
 
 
 class ParsePool:
