@@ -533,6 +533,8 @@ def _warm_office(exe: str) -> _Warm | None:
             _warm_broken = (os.getpid(), exe)
             return None
         warm = _Warm(exe, python)
+        if _warm is None:
+            atexit.register(stop_warm)  # a process that ends normally ends it too
         _warm = warm
     if not warm.running():
         if warm.office is not None or warm.client is not None:
