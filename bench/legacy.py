@@ -169,7 +169,8 @@ def legacy(ctx: Ctx, result: WorkloadResult) -> None:
     }
     same = True
     instances = 0
-    for _ in range(ctx.rounds if not ctx.quick else 1):
+    # One-shot conversions take seconds each: two rounds at most.
+    for _ in range(1 if ctx.quick else min(ctx.rounds, 2)):
         cold = _measure(files, renders, warm=False)
         hot = _measure(files, renders, warm=True)
         same = same and cold["texts"] == hot["texts"]
