@@ -21,6 +21,7 @@ from typing import Any
 from bench import (
     historyloads,
     journalcost,
+    legacy,
     longpdf,
     passthrough,
     renderload,
@@ -61,6 +62,7 @@ _SWFS_MODULES = (
     stagedloads,
     reqcost,
     longpdf,
+    legacy,
 )
 WORKLOADS: dict[str, Workload] = dict(passthrough.WORKLOADS)
 for _module in _SWFS_MODULES:

@@ -13,7 +13,11 @@ Before any conversion an OLE file is opened to tell an encrypted one
 OLE file named like OOXML (``.xlsx``...) is what Office writes when a
 password protects it.  An OpenDocument package whose manifest carries
 encryption data is encrypted too.  LibreOffice is told which import filter to
-use, so a damaged file fails instead of being imported as plain text.
+use, so a damaged file fails instead of being imported as plain text; where
+that filter refuses a .doc or .ppt (Word 2.0, PowerPoint 95), a warm
+LibreOffice may pick its own, but only among its Word or PowerPoint filters.
+The package LibreOffice makes is held to an expansion limit of the whole
+package, not of each member (``_own_conversion``).
 Without LibreOffice these formats are unsupported, with that reason.
 
 ``.xls`` is only checked for encryption here; plain ones are declined so the
@@ -22,6 +26,7 @@ spreadsheet parsers that follow can read them.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import struct
@@ -113,6 +118,9 @@ class _Route:
     infilter: str
     kind: str  # the format's name in messages
     slides: bool  # presentation (pptx, slide units) or text document (docx)
+    # Import filters LibreOffice may pick itself where ``infilter`` refuses
+    # the file (parsers.soffice.converted): never a plain-text one.
+    detect: frozenset[str] = frozenset()
 
     @property
     def target(self) -> str:
@@ -130,16 +138,51 @@ class _Route:
 _DOCX = DocxParser()
 _PPTX = PptxParser()
 
-_WORD97 = _Route("MS Word 97", "Word 97-2003 document", slides=False)
-_WORD95 = _Route("MS Word 95", "Word 95 document", slides=False)
-_WORD6 = _Route("MS WinWord 6.0", "Word 6.0 document", slides=False)
+# LibreOffice's binary Word and PowerPoint import filters: what it may pick
+# for a .doc or .ppt the forced filter refuses (Word 2.0, PowerPoint 95).
+WORD_FILTERS = frozenset(
+    {
+        "MS Word 97",
+        "MS Word 97 Vorlage",
+        "MS Word 95",
+        "MS Word 95 Vorlage",
+        "MS WinWord 6.0",
+        "MS WinWord 5",
+    }
+)
+_POWERPOINT_FILTERS = frozenset(
+    {"MS PowerPoint 97", "MS PowerPoint 97 AutoPlay", "MS PowerPoint 97 Vorlage", "PowerPoint 3"}
+)
+_WORD97 = _Route("MS Word 97", "Word 97-2003 document", slides=False, detect=WORD_FILTERS)
+_WORD95 = _Route("MS Word 95", "Word 95 document", slides=False, detect=WORD_FILTERS)
+_WORD6 = _Route("MS WinWord 6.0", "Word 6.0 document", slides=False, detect=WORD_FILTERS)
+# Word for Windows 1.x and 2.0 files are no OLE files: their own magic.
+WORD2 = _Route("MS WinWord 5", "Word 2.0 document", slides=False, detect=WORD_FILTERS)
+WORD2_MAGIC = (b"\xdb\xa5", b"\x9b\xa5")
 _RTF = _Route("Rich Text Format", "RTF document", slides=False)
 ROUTES: dict[str, _Route] = {
     ".doc": _WORD97,
-    ".dot": _Route("MS Word 97 Vorlage", "Word 97-2003 template", slides=False),
-    ".ppt": _Route("MS PowerPoint 97", "PowerPoint 97-2003 presentation", slides=True),
-    ".pps": _Route("MS PowerPoint 97 AutoPlay", "PowerPoint 97-2003 show", slides=True),
-    ".pot": _Route("MS PowerPoint 97 Vorlage", "PowerPoint 97-2003 template", slides=True),
+    ".dot": _Route(
+        "MS Word 97 Vorlage", "Word 97-2003 template", slides=False, detect=WORD_FILTERS
+    ),
+    ".ppt": _Route(
+        "MS PowerPoint 97",
+        "PowerPoint 97-2003 presentation",
+        slides=True,
+        detect=_POWERPOINT_FILTERS,
+    ),
+    ".pps": _Route(
+        "MS PowerPoint 97 AutoPlay",
+        "PowerPoint 97-2003 show",
+        slides=True,
+        detect=_POWERPOINT_FILTERS,
+    ),
+    ".pot": _Route(
+        "MS PowerPoint 97 Vorlage",
+        "PowerPoint 97-2003 template",
+        slides=True,
+        detect=_POWERPOINT_FILTERS,
+    ),
     ".rtf": _RTF,
     ".odt": _Route("writer8", "OpenDocument text", slides=False),
     ".ott": _Route("writer8_template", "OpenDocument text template", slides=False),
@@ -190,6 +233,7 @@ def _convert_and_parse(
             infilter=route.infilter,
             target=route.target,
             kind=route.kind,
+            detect=route.detect,
         ) as out:
             with open(out, "rb") as f:
                 head = f.read(4096)
@@ -199,12 +243,39 @@ def _convert_and_parse(
                 size=os.path.getsize(out),
                 head=head,
             )
+            inner_options = _own_conversion(out, info, options, route)
             try:
-                return route.inner.parse(out, inner_info, options)
+                return route.inner.parse(out, inner_info, inner_options)
             except ParseFailed as exc:
                 raise ParseFailed(f"{route.kind} converted by LibreOffice: {exc}") from exc
     except SofficeMissing as exc:
         raise _missing(info, route) from exc
+
+
+def _own_conversion(out: str, info: FileInfo, options: ParseOptions, route: _Route) -> ParseOptions:
+    """The options to read LibreOffice's own output with.
+
+    A member's compression ratio says nothing about a file we made: a WMF
+    image in a docx compresses beyond any limit a stranger's zip is held to.
+    What does say something is how far the whole package expands beyond the
+    file it was made from (or beyond itself, if larger): past the ratio
+    limit it fails as a bomb; below it the per-member ratio is not checked.
+    The total size limit always holds."""
+    try:
+        with zipfile.ZipFile(out) as archive:
+            declared = sum(member.file_size for member in archive.infolist())
+    except (zipfile.BadZipFile, OSError, ValueError):
+        return options  # the inner reader gives its verdict on a broken package
+    base = max(info.size, os.path.getsize(out), 1)
+    if declared / base > options.max_zip_ratio:
+        raise ParseFailed(
+            f"zip bomb: LibreOffice's conversion of this {route.kind} expands "
+            f"{declared / base:.0f}x (limit {options.max_zip_ratio}x)"
+        )
+    return dataclasses.replace(options, max_zip_ratio=_NO_RATIO)
+
+
+_NO_RATIO = 1 << 62
 
 
 def _conversion_key(parser: Parser, info: FileInfo) -> str:
@@ -217,7 +288,9 @@ def _conversion_key(parser: Parser, info: FileInfo) -> str:
         return base
     if program() is None:
         return f"{base}+no-soffice"
-    return f"{base}+{route.inner.key()}"
+    # '+detect': LibreOffice may pick its own filter where the forced one
+    # refuses the file (files failed before are parsed again).
+    return f"{base}+{route.inner.key()}" + ("+detect" if route.detect else "")
 
 
 def _next_reader_key(parser: Parser, info: FileInfo) -> str:
@@ -280,7 +353,8 @@ class LegacyOfficeParser(Parser):
 class ConvertedDocumentParser(Parser):
     """RTF and OpenDocument text and presentations, through LibreOffice.
 
-    Also an RTF file named ``.doc``, as Word and many exporters write them.
+    Also an RTF file named ``.doc``, as Word and many exporters write them,
+    and a Word for Windows 1.x or 2.0 file (no OLE file: a magic of its own).
     """
 
     id = "soffice"
@@ -294,6 +368,8 @@ class ConvertedDocumentParser(Parser):
         if info.extension in _ODF:
             return info.head.startswith(ZIP_MAGIC)
         if info.extension in self.extensions:
+            if info.extension in (".doc", ".dot") and info.head.startswith(WORD2_MAGIC):
+                return True
             return info.head.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(_RTF_MAGIC)
         return False
 
@@ -301,7 +377,10 @@ class ConvertedDocumentParser(Parser):
         return _conversion_key(self, info)
 
     def parse(self, path: str, info: FileInfo, options: ParseOptions) -> list[Unit]:
-        route = _RTF if info.extension in (".doc", ".dot") else ROUTES[info.extension]
+        if info.extension in (".doc", ".dot"):
+            route = WORD2 if info.head.startswith(WORD2_MAGIC) else _RTF
+        else:
+            route = ROUTES[info.extension]
         if info.extension in _ODF:
             # The zip guard first: LibreOffice must never meet a bomb.
             # ODF writers may declare a public DOCTYPE in a part, as EPUB's

@@ -25,6 +25,7 @@ if ! command -v soffice >/dev/null 2>&1; then
         echo "bootstrap: no LibreOffice (soffice): legacy formats stay unsupported, their tests skip" >&2
     fi
 fi
+[ "$(id -u)" = 0 ] && ! /usr/bin/python3 -c "import uno" 2>/dev/null && need_debs="$need_debs python3-uno" # warm LibreOffice's UNO client
 # meson and ninja build libfuse 3.17 below (kernel FUSE passthrough); without
 # them (not root) pyfuse3 is built against the system libfuse.
 if [ "$(id -u)" = 0 ] && [ "${SWFS_LIBFUSE:-auto}" != system ]; then

@@ -344,6 +344,20 @@ class RenderError(Exception):
 _ODF = frozenset({".odt", ".ott", ".odp", ".otp", ".ods"})
 
 
+def _import_filter(route: Route, ext: str, head: bytes) -> tuple[str, frozenset[str]]:
+    """LibreOffice's import filter for this file, and the filters it may
+    pick itself where that one refuses the file, as the parse does
+    (``parsers.legacy_office``): Word 2.0 and PowerPoint 95."""
+    from parsers import legacy_office
+
+    parsed = legacy_office.ROUTES.get(ext)
+    if parsed is None:
+        return route.infilter, frozenset()
+    if ext in (".doc", ".dot") and head.startswith(legacy_office.WORD2_MAGIC):
+        return legacy_office.WORD2.infilter, legacy_office.WORD2.detect
+    return route.infilter, parsed.detect
+
+
 def _convert(src: str, route: Route, ext: str) -> bytes:
     """LibreOffice: ``src`` to PDF (bounded as in parsers.soffice): its bytes.
     Runs in the confined child."""
@@ -364,8 +378,14 @@ def _convert(src: str, route: Route, ext: str) -> bytes:
             # The zip guard first: LibreOffice must never meet a bomb.
             info = FileInfo(name=src, extension=ext, size=os.path.getsize(src), head=head)
             check_container(src, info, ParseOptions())
+        infilter, detect = _import_filter(route, ext, head)
         with converted(
-            src, extension=ext, infilter=route.infilter, target=route.target, kind=route.kind
+            src,
+            extension=ext,
+            infilter=infilter,
+            target=route.target,
+            kind=route.kind,
+            detect=detect,
         ) as pdf:
             return Path(pdf).read_bytes()
     except SofficeMissing as exc:

@@ -146,6 +146,33 @@ OUT_OF_MEMORY = "out of memory"
 # the worker retires before a small file fails for a big one's leftovers.
 _started_bytes = 0
 _cap_bytes = 0
+# Resident memory past which a worker or confined child retires between
+# jobs (a fresh one takes its place): what a big file left on the heap is
+# given back, and two workers with their children stay within the machine's
+# budget for the whole tree.  SWFS_WORKER_RSS_MB changes it; 0: no limit.
+RSS_BUDGET_ENV = "SWFS_WORKER_RSS_MB"
+RSS_BUDGET_MB = 512
+_rss_budget = 0
+
+
+def rss_budget() -> int:
+    """The resident-memory budget of a worker or child, in bytes (0: none)."""
+    raw = os.environ.get(RSS_BUDGET_ENV, "")
+    try:
+        mb = int(raw) if raw else RSS_BUDGET_MB
+    except ValueError:
+        mb = RSS_BUDGET_MB
+    return max(mb, 0) * 1024 * 1024
+
+
+def _resident() -> int:
+    """This process's resident memory, or 0."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            pages = int(f.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+    return pages * resource.getpagesize()
 
 
 def _address_space() -> int:
@@ -162,6 +189,8 @@ def _retire_worker() -> bool:
     """Runs in a worker after each job (trio-parallel's ``retire``; it must
     not raise)."""
     if _out_of_memory:
+        return True
+    if _rss_budget and _resident() > _rss_budget:
         return True
     if not _cap_bytes:
         return False
@@ -251,6 +280,7 @@ def _parse_job(
         if parser is None:
             return ParseOutcome(UNSUPPORTED, hash=h)
         key = parser.cache_key(info)
+        _preload(parser.id)
         status, units, error, part = _parse_confined(read_fd, st, info, options, timeout, t0, pages)
         if status == UNSUPPORTED:
             return ParseOutcome(UNSUPPORTED, hash=h, error=error)
@@ -546,7 +576,7 @@ def _snapshot(fd: int, size: int) -> int | None:
 
 def _init_worker(memory_bytes: int) -> None:
     """Worker process set-up: cap memory, no core dumps, yield CPU to the daemon."""
-    global _started_bytes, _cap_bytes
+    global _started_bytes, _cap_bytes, _rss_budget
     resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -555,6 +585,36 @@ def _init_worker(memory_bytes: int) -> None:
     # pymupdf and friends are imported once per worker, not per file.
     registry.all_parsers()
     _started_bytes, _cap_bytes = _address_space(), memory_bytes
+    _rss_budget = rss_budget()
+
+
+# What parsers import lazily that costs seconds (pymupdf: 1 to 5 s), by
+# parser id.  The worker imports it itself before its first file of that
+# parser goes to a confined child, so every child it forks later (a fresh
+# one every MAX_JOBS files, and after any failure) has it already, shared
+# copy-on-write, instead of paying for it again on its first such file.
+# A worker that never meets such a file never imports it.
+PRELOAD = {
+    "pdf": "pymupdf",
+    "html": "markitdown.converters",
+    "epub": "markitdown.converters",
+    "ipynb": "markitdown.converters",
+    "msg": "markitdown.converters",
+}
+_preloaded: set[str] = set()
+
+
+def _preload(parser_id: str) -> None:
+    name = PRELOAD.get(parser_id)
+    if name is None or name in _preloaded:
+        return
+    _preloaded.add(name)
+    import importlib
+
+    try:
+        importlib.import_module(name)
+    except Exception as exc:  # the parser fails on its own, in the child
+        log.debug("preloading %s: %s", name, exc)
 
 
 class ParsePool:

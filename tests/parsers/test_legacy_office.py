@@ -346,6 +346,7 @@ def test_hung_conversion_is_killed_with_its_children(
     program, pids = fake_soffice
     monkeypatch.setenv(soffice.PROGRAM_ENV, str(program))
     monkeypatch.setenv(soffice.TIMEOUT_ENV, "2")
+    monkeypatch.setenv(soffice.WARM_ENV, "off")  # the one-shot path (test_soffice_warm: warm)
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))
@@ -612,3 +613,24 @@ def test_grep_through_the_mount_finds_legacy_text_with_its_locator(
         assert 'freshness="current"' in header
         assert FACT in body
         assert "Churn fell" not in body
+
+
+def test_word2_file_is_read_by_libreoffice_with_its_filter(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Word for Windows 2.0 files are no OLE files: their own magic, and
+    LibreOffice's WinWord 1/2/5 filter (they were 'unsupported')."""
+    args = tmp_path / "args"
+    program = tmp_path / "recording-office"
+    program.write_text(f'#!/bin/sh\nfor a in "$@"; do echo "$a" >> {args}; done\nexit 1\n')
+    program.chmod(0o755)
+    monkeypatch.setenv(soffice.PROGRAM_ENV, str(program))
+    monkeypatch.setenv(soffice.WARM_ENV, "off")
+    path = _write(tmp_path / "old.doc", b"\xdb\xa5" + bytes(510))
+    info = registry.file_info(str(path), "old.doc")
+    parser = registry.select(info)
+    assert parser is not None
+    assert parser.id == "soffice"
+    with pytest.raises(ParseFailed, match="exit status 1"):
+        parse(path)
+    assert "--infilter=MS WinWord 5" in args.read_text().splitlines()
