@@ -12,7 +12,7 @@ one LibreOffice kept warm (its start counted in).  Metrics:
   a parse child that converted before; ``*_oneshot_after_first``);
 * ``first_render_warm`` / ``first_render_oneshot``: the first office file
   converted to PDF in a fresh process (what ``.render`` does first:
-  ``swfs.render._convert``), and ``next_render_*`` a second one.
+  ``swfs.find.render._convert``), and ``next_render_*`` a second one.
 
 ``info`` has the speed-up and whether every file's text is the same on
 both paths (``same_text``).
@@ -97,7 +97,7 @@ _CHILD = r"""
 import json, sys, time
 from parsers import registry, soffice
 from parsers._base import ParseOptions
-from swfs import render
+from swfs.find import render
 
 files, renders = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 texts = {}

@@ -34,7 +34,7 @@ client (``parsers._unoclient``) run by the Python that has LibreOffice's
 ``uno`` module (Debian's ``python3-uno``; ``SWFS_UNO_PYTHON`` names
 another), which loads each document hidden and read-only, with macros never
 run and links never updated, and stores the conversion.  In the parse
-sandbox (``swfs.sandbox``) both run inside the confined child, as it does,
+sandbox (``swfs.views.sandbox``) both run inside the confined child, as it does,
 and the pipe lives in its private ``/tmp``.  The instance is ended and a
 fresh one started on the next conversion after a crash, a timeout (which
 fails that file), ``SWFS_SOFFICE_MAX_DOCS`` documents (default 200) or when

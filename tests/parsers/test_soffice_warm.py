@@ -23,7 +23,7 @@ from parsers import legacy_office, registry, soffice
 from parsers._base import FileInfo, ParseFailed, ParseOptions, Unit
 from swfs.api import Freshness, RelPath
 from swfs.engine import Engine
-from swfs.parsework import WorkerLimits
+from swfs.views.parsework import WorkerLimits
 from swfs.workspace import Config
 from tests.parsers.test_legacy_office import FACT, documents  # noqa: F401
 

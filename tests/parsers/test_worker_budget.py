@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import trio
 
-from swfs import parsework
+from swfs.views import parsework
 from swfs.api import Freshness, RelPath
 from swfs.engine import Engine
-from swfs.parsework import WorkerLimits
+from swfs.views.parsework import WorkerLimits
 from swfs.workspace import Config
 
 
