@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import trio
 
-from swfs.views import parsework
 from swfs.api import Freshness, RelPath
 from swfs.engine import Engine
+from swfs.views import parsework
 from swfs.views.parsework import WorkerLimits
 from swfs.workspace import Config
 
