@@ -24,7 +24,8 @@ behalf) holds no policy; it calls these objects and does what they say:
   ``needs_preserve`` / ``preserve()`` let an async caller do that slow step
   in a worker thread before a write.
 - ``session.flush`` (close(2) of one of the writer's descriptors),
-  ``session.sync`` (fsync) and ``session.release`` settle: the file is
+  ``session.sync`` (fsync, which makes the bytes durable first) and
+  ``session.release`` settle: the file is
   rehashed, a version is recorded when the hash changed, its view turns
   stale and a re-parse is queued (all by the engine's ``record_write``).
 - ``unlink(rel)``, ``rename(old, new)``, ``truncate(rel)``: a ``Change``
@@ -98,7 +99,6 @@ class History(Protocol):
     def record_write(self, rel: RelPath) -> FileState | None: ...
     def record_rename(self, old: RelPath, new: RelPath) -> None: ...
     def record_unlink(self, rel: RelPath) -> None: ...
-    def pin_version(self, rel: RelPath) -> None: ...
 
 
 @dataclass
@@ -262,13 +262,12 @@ class InPlaceSession:
         return True
 
     def sync(self, datasync: bool) -> None:
-        """*slow*"""
+        """*slow*: the bytes are made durable and recorded.  Their version is
+        a burst's like any write's (``swfs.history.versioning``): a database
+        that fsyncs at every commit leaves one version per interval, not one
+        per transaction."""
         (os.fdatasync if datasync else os.fsync)(self.fd)
         self.settle()
-        if self.rel is not None:
-            # The writer asked for these bytes to last: a rewrite right after
-            # must not replace their version (swfs.versioning).
-            self._writes.history.pin_version(RelPath(self.rel))
 
     def release(self) -> None:
         """*slow*: the last descriptor is gone: record and end the session."""
