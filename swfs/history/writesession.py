@@ -56,6 +56,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
@@ -125,6 +126,18 @@ def _moved(rel: str, old: str, new: str) -> str | None:
 
 _STRIPES = 64
 
+# Fault injection for the crash tests (tests/mounted/test_keep_crash_mounted.py):
+# ``kept:REL`` kills this process right after the recorded bytes of REL were
+# kept before an in-place write, ``written:REL`` right after that write.
+KILL_AT_ENV = "SWFS_TEST_KILL_AT"
+_KILL_AT = os.environ.get(KILL_AT_ENV, "")
+
+
+def _fault(step: str, rel: str | None) -> None:
+    if _KILL_AT and f"{step}:{rel}" == _KILL_AT:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
 # A file up to this size is recorded at close on the closing thread, when that
 # needs no waiting (``InPlaceSession.flush_now``): hashing it costs microseconds.
 INLINE_RECORD_BYTES = 64 * 1024
@@ -178,11 +191,13 @@ class InPlaceSession:
 
     def write(self, off: int, buf: bytes) -> int:
         self.preserve()  # a no-op unless a record came in since needs_preserve
+        _fault("kept", self.rel)
         self._dirty()
         # Through the leaf cache, which notes what changed: the record at
         # close rehashes only that (swfs.treecache).
         n = treecache.CACHE.write(self.key, self.fd, off, buf)
         self.wrote = True
+        _fault("written", self.rel)
         return n
 
     def truncate(self, size: int) -> None:
