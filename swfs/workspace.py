@@ -865,8 +865,9 @@ class Workspace(BlobReads):
         return self.store.writer_if_free()
 
     def pin_version(self, rel: RelPath) -> None:
-        """After an fsync of ``rel``: its present version is one the user
-        asked to keep, never replaced by a rewrite in the same burst."""
+        """``rel``'s present version is never replaced by a rewrite in the
+        same burst.  An fsync no longer pins (swfs.history.versioning): a
+        database's commits are a burst like any other rewrites."""
         rec = self.store.get_file(rel)
         if rec is not None:
             self._windows.pin(rel, rec.hash)

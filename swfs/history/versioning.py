@@ -1,14 +1,17 @@
 """When a new version of a file replaces its last one instead of adding one.
 
 A program that rewrites a file many times in a row (fsx, a build tool, an
-editor's autosave, an agent appending in several tool calls) would otherwise
-leave one version per close.  Writes through the mount that land within
-``interval`` seconds of the first version of a burst replace the burst's
-last version: at most one version per file per ``interval`` while a burst
-lasts, and the final bytes of every burst are kept.  Never replaced: a
-version recorded by another cause (a restore, a change made behind the
-mount), one the user asked to keep with fsync, and any version a snapshot
-or baseline was taken of (taking one closes every open burst).
+editor's autosave, an agent appending in several tool calls, a database
+that fsyncs at every commit) would otherwise leave one version per close or
+per fsync.  Writes through the mount, closes and fsyncs alike, that land
+within ``interval`` seconds of the first version of a burst replace the
+burst's last version: at most one version per file per ``interval`` while a
+burst lasts, and the final bytes of every burst are kept.  An fsync still
+makes the bytes durable; it does not make their version outlive the burst.
+Never replaced: a version recorded by another cause (a restore, a change
+made behind the mount), a version whose bytes are in the store (an unlink
+kept them), one pinned by ``pin``, and any version a snapshot or baseline
+was taken of (taking one closes every open burst).
 
 The policy is the pure function ``collapses``; ``VersionWindows`` holds the
 per-file burst starts a process remembers (a restart starts new bursts).
@@ -58,7 +61,7 @@ class VersionWindows:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._starts: dict[str, float] = {}
-        self._pinned: dict[str, str] = {}  # rel -> hash the user fsynced
+        self._pinned: dict[str, str] = {}  # rel -> hash never to replace
         # rel -> hash of a version whose bytes were not kept before an
         # in-place write because that write's version will replace it.
         self._unkept: dict[str, str] = {}
@@ -107,7 +110,7 @@ class VersionWindows:
             return replace
 
     def pin(self, rel: str, h: str) -> None:
-        """Version ``h`` of ``rel`` is never replaced (the user fsynced it)."""
+        """Version ``h`` of ``rel`` is never replaced by its burst."""
         with self._lock:
             self._pinned[rel] = h
             if len(self._pinned) > _MAX_WINDOWS:

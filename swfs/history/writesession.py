@@ -24,7 +24,8 @@ behalf) holds no policy; it calls these objects and does what they say:
   ``needs_preserve`` / ``preserve()`` let an async caller do that slow step
   in a worker thread before a write.
 - ``session.flush`` (close(2) of one of the writer's descriptors),
-  ``session.sync`` (fsync) and ``session.release`` settle: the file is
+  ``session.sync`` (fsync, which makes the bytes durable first) and
+  ``session.release`` settle: the file is
   rehashed, a version is recorded when the hash changed, its view turns
   stale and a re-parse is queued (all by the engine's ``record_write``).
 - ``unlink(rel)``, ``rename(old, new)``, ``truncate(rel)``: a ``Change``
@@ -55,6 +56,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
@@ -98,7 +100,6 @@ class History(Protocol):
     def record_write(self, rel: RelPath) -> FileState | None: ...
     def record_rename(self, old: RelPath, new: RelPath) -> None: ...
     def record_unlink(self, rel: RelPath) -> None: ...
-    def pin_version(self, rel: RelPath) -> None: ...
 
 
 @dataclass
@@ -124,6 +125,18 @@ def _moved(rel: str, old: str, new: str) -> str | None:
 
 
 _STRIPES = 64
+
+# Fault injection for the crash tests (tests/mounted/test_keep_crash_mounted.py):
+# ``kept:REL`` kills this process right after the recorded bytes of REL were
+# kept before an in-place write, ``written:REL`` right after that write.
+KILL_AT_ENV = "SWFS_TEST_KILL_AT"
+_KILL_AT = os.environ.get(KILL_AT_ENV, "")
+
+
+def _fault(step: str, rel: str | None) -> None:
+    if _KILL_AT and f"{step}:{rel}" == _KILL_AT:
+        os.kill(os.getpid(), signal.SIGKILL)
+
 
 # A file up to this size is recorded at close on the closing thread, when that
 # needs no waiting (``InPlaceSession.flush_now``): hashing it costs microseconds.
@@ -178,11 +191,13 @@ class InPlaceSession:
 
     def write(self, off: int, buf: bytes) -> int:
         self.preserve()  # a no-op unless a record came in since needs_preserve
+        _fault("kept", self.rel)
         self._dirty()
         # Through the leaf cache, which notes what changed: the record at
         # close rehashes only that (swfs.treecache).
         n = treecache.CACHE.write(self.key, self.fd, off, buf)
         self.wrote = True
+        _fault("written", self.rel)
         return n
 
     def truncate(self, size: int) -> None:
@@ -262,13 +277,12 @@ class InPlaceSession:
         return True
 
     def sync(self, datasync: bool) -> None:
-        """*slow*"""
+        """*slow*: the bytes are made durable and recorded.  Their version is
+        a burst's like any write's (``swfs.history.versioning``): a database
+        that fsyncs at every commit leaves one version per interval, not one
+        per transaction."""
         (os.fdatasync if datasync else os.fsync)(self.fd)
         self.settle()
-        if self.rel is not None:
-            # The writer asked for these bytes to last: a rewrite right after
-            # must not replace their version (swfs.versioning).
-            self._writes.history.pin_version(RelPath(self.rel))
 
     def release(self) -> None:
         """*slow*: the last descriptor is gone: record and end the session."""

@@ -355,10 +355,13 @@ def test_a_parse_landing_midway_through_a_write_records_no_torn_version(
 
 
 def test_a_notice_for_the_kept_version_keeps_nothing_again(
-    engine: Engine, monkeypatch: pytest.MonkeyPatch
+    every_write: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Two writers: A's record (and notices that come late for it, such as
-    its parse landing) must make B keep A's bytes once, and only once."""
+    its parse landing) must make B keep A's bytes once, and only once.
+    (Every write kept: inside a burst, A's version would be replaced by B's,
+    and kept by nobody: swfs.history.versioning.)"""
+    engine = every_write
     calls: list[str] = []
     real = engine.preserve
     monkeypatch.setattr(engine, "preserve", lambda rel: (calls.append(rel), real(rel))[1])

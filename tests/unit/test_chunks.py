@@ -512,10 +512,50 @@ def test_rapid_rewrites_collapse_into_one_version(burst_ws: Workspace) -> None:
     assert Path(burst_ws.version_file(RelPath("f.txt"), 1) or "").read_text() == "v0\n"
 
 
-def test_fsynced_version_is_kept(burst_ws: Workspace) -> None:
+def test_fsyncs_in_a_burst_replace_its_last_version(burst_ws: Workspace) -> None:
+    """A database fsyncs at every commit: its commits are a burst like any
+    rewrites, one version per interval, and nothing of the versions replaced
+    is kept (the fsynced bytes are durable in the file itself)."""
+    fd = os.open(burst_ws.src / "f.txt", os.O_RDWR)
+    session = burst_ws.begin_write("f.txt", lambda: os.dup(fd), truncate=False)
+    os.close(fd)
+    try:
+        for i in range(1, 6):
+            session.write(0, f"v{i}\n".encode())
+            session.sync(False)
+            assert burst_ws.versions(RelPath("f.txt"))[-1].hash == b3(f"v{i}\n".encode())
+    finally:
+        session.release()
+    versions = burst_ws.versions(RelPath("f.txt"))
+    assert [v.hash for v in versions] == [b3(b"v0\n"), b3(b"v5\n")]
+    assert all(v.available for v in versions)
+    assert set(burst_ws.blobs.iter_hashes()) == {b3(b"v0\n")}
+    assert run_checks(burst_ws) == []
+
+
+def test_fsync_after_the_interval_starts_a_new_burst(tmp_path: Path) -> None:
+    src = tmp_path / "ws"
+    src.mkdir()
+    (src / "f.txt").write_text("v0\n")
+    with Workspace(src, config=Config(version_interval=0)) as ws:
+        ws.scan()
+        session = ws.begin_write("f.txt", lambda: os.open(src / "f.txt", os.O_RDWR), truncate=False)
+        try:
+            for i in range(1, 4):
+                session.write(0, f"v{i}\n".encode())
+                session.sync(True)
+        finally:
+            session.release()
+        versions = ws.versions(RelPath("f.txt"))
+        assert [v.hash for v in versions] == [b3(f"v{i}\n".encode()) for i in range(4)]
+        assert all(v.available for v in versions)  # each kept before the next write
+        assert run_checks(ws) == []
+
+
+def test_a_pinned_version_is_kept(burst_ws: Workspace) -> None:
     write(burst_ws, "v1\n")
     write(burst_ws, "v2\n")
-    burst_ws.pin_version(RelPath("f.txt"))  # what the daemon does on fsync
+    burst_ws.pin_version(RelPath("f.txt"))
     write(burst_ws, "v3\n")
     write(burst_ws, "v4\n")
     hashes = [v.hash for v in burst_ws.versions(RelPath("f.txt"))]
@@ -549,7 +589,7 @@ def test_a_burst_keeps_no_bytes_of_the_versions_it_replaces(burst_ws: Workspace)
     kept = set(burst_ws.blobs.iter_hashes())
     assert kept == {b3(b"v0\n")}  # v1..v4 were never stored; v5 is the file itself
     assert run_checks(burst_ws) == []  # nothing left over for gc either
-    # A write after the interval would have started a new burst: fsync's pin
+    # A write after the interval would have started a new burst: a pin
     # does the same, and the pinned version's bytes are kept before the next write.
     burst_ws.pin_version(RelPath("f.txt"))
     write(burst_ws, "v6\n")
