@@ -337,6 +337,7 @@ def test_prompt_names_its_swfs_and_what_an_agent_meets() -> None:
 
 
 @realmount.needs_fuse
+@pytest.mark.mount
 def test_one_hash_notation_from_header_to_cli() -> None:
     with realmount.workspace(populate=lambda src: (src / "notes.txt").write_text("one\n")) as m:
         _check_one_notation(m.mnt)

@@ -41,7 +41,7 @@ from tests.mounted.test_walk_requests import (
 )
 from tests.realmount import RealMount, needs_fuse, swfs, workspace
 
-pytestmark = [needs_fuse, needs_no_opendir, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.mount, needs_fuse, needs_no_opendir, pytest.mark.timeout(600)]
 
 FOLDERS = ("docs", "docs/deep", "notes", "notes/old", "src")
 BINARY = bytes(range(256)) * 4  # no parser takes it: not in .parsed

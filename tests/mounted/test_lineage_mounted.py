@@ -30,7 +30,7 @@ from tests.realmount import (
     workspace,
 )
 
-pytestmark = [needs_fuse, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.mount, needs_fuse, pytest.mark.timeout(600)]
 
 ROWS = 400
 

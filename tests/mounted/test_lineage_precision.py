@@ -23,7 +23,7 @@ import pytest
 
 from tests.realmount import RealMount, needs_fuse, swfs, workspace
 
-pytestmark = [needs_fuse, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.mount, needs_fuse, pytest.mark.timeout(600)]
 
 ROWS = 300
 

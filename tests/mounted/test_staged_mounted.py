@@ -25,7 +25,7 @@ from tests.realmount import SWFS, daemon_env, needs_fuse, start_mount, swfs, wor
 openpyxl = pytest.importorskip("openpyxl")
 xlsxwriter = pytest.importorskip("xlsxwriter")
 
-pytestmark = [needs_fuse, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.mount, needs_fuse, pytest.mark.timeout(600)]
 
 
 def tree(root: Path) -> dict[str, str]:

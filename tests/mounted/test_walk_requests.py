@@ -38,7 +38,7 @@ from mountd import reqcount
 from mountd.dump import MARK
 from tests.realmount import RealMount, needs_fuse, swfs, workspace
 
-pytestmark = [needs_fuse, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.mount, needs_fuse, pytest.mark.timeout(300)]
 
 needs_no_opendir = pytest.mark.skipif(
     not hasattr(pyfuse3, "no_opendir_available"),
