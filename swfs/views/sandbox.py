@@ -884,7 +884,7 @@ def describe_in_subprocess() -> str:
 
         try:
             proc = subprocess.run(
-                [sys.executable, "-c", "from swfs import sandbox; print(sandbox.describe())"],
+                [sys.executable, "-c", "from swfs.views import sandbox; print(sandbox.describe())"],
                 capture_output=True,
                 text=True,
                 timeout=60,
