@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from mountd.dump import MARK
-from tests.realmount import needs_fuse, workspace
+from tests.mountutil import needs_fuse, workspace
 
 pytestmark = [pytest.mark.mount, needs_fuse, pytest.mark.timeout(180)]
 

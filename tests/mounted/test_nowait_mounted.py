@@ -27,7 +27,7 @@ import pytest
 
 from mountd import nowait
 from tests.mounted.test_walk_requests import _delta, _poll, _released
-from tests.realmount import needs_fuse, workspace
+from tests.mountutil import needs_fuse, workspace
 
 pytestmark = [
     pytest.mark.mount,

@@ -447,7 +447,7 @@ def test_pptx_chart_part_missing_is_not_fatal(tmp_path: pathlib.Path) -> None:
     reason="needs /dev/fuse and fusermount3",
 )
 def test_heading_path_in_header_and_xattr() -> None:
-    from tests.realmount import workspace
+    from tests.mountutil import workspace
 
     with workspace(populate=officegen.written_docx) as m:
         out = subprocess.run(
