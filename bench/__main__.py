@@ -20,6 +20,7 @@ from typing import Any
 
 from bench import (
     historyloads,
+    hostileparse,
     journalcost,
     longpdf,
     passthrough,
@@ -61,6 +62,7 @@ _SWFS_MODULES = (
     stagedloads,
     reqcost,
     longpdf,
+    hostileparse,
 )
 WORKLOADS: dict[str, Workload] = dict(passthrough.WORKLOADS)
 for _module in _SWFS_MODULES:
