@@ -20,6 +20,7 @@ from typing import Any
 
 from bench import (
     historyloads,
+    hostileparse,
     journalcost,
     legacy,
     longpdf,
@@ -63,6 +64,7 @@ _SWFS_MODULES = (
     reqcost,
     longpdf,
     legacy,
+    hostileparse,
 )
 WORKLOADS: dict[str, Workload] = dict(passthrough.WORKLOADS)
 for _module in _SWFS_MODULES:

@@ -3,10 +3,10 @@
 glibc gives each thread that meets contention an arena of its own (up to 8
 per core), and memory freed in an arena is kept there for the next
 allocation of that arena.  The daemon's worker threads (hashing, LMDB,
-``trio.to_thread``) then each hold megabytes of freed buffers: measured
-over a few thousand small operations through the mount, RSS went from 70
-to over 200 MB in fourteen-odd 64 MiB arenas while Python's own heap
-(tracemalloc) held under 15 MB.
+``trio.to_thread``) then each hold megabytes of freed buffers: over a few
+thousand small operations through the mount, RSS grew to several times
+what it started at, in a dozen or more 64 MiB arenas, while Python's own
+heap (tracemalloc) stayed a small part of it.
 
 ``limit_arenas`` caps the arenas (``M_ARENA_MAX``, what the
 ``MALLOC_ARENA_MAX`` variable does) before any thread is started, so the
@@ -17,11 +17,11 @@ on its own, but after the first one is freed it raises the threshold to
 that block's size (up to 32 MiB), and from then on buffers of hundreds of
 KiB to a few MiB (a tantivy segment's writer, a burst of journal rows, a
 file's read) are carved from the heap and leave holes there that the
-smaller blocks around them keep in memory.  Over 40,000 small operations
-through the mount, malloc held 53 MB free (unused, still resident)
-beside 44 MB in use, 9.5 MB with the threshold fixed (``mallopt``, what
-``MALLOC_MMAP_THRESHOLD_`` does); the daemon's RssAnon went from 130 to
-90 MB.
+smaller blocks around them keep in memory.  Over a long run of small
+operations through the mount, malloc held more free (unused, still
+resident) than in use, and a fraction of that with the threshold fixed
+(``mallopt``, what ``MALLOC_MMAP_THRESHOLD_`` does); the daemon's RssAnon
+shrank by about a third.
 ``trim`` hands free heap memory back to the kernel (``malloc_trim``), and
 ``trim_periodically`` does so every ``TRIM_SECONDS`` for the daemon's whole
 life: what a burst of big transient allocations (a batch of journal rows,

@@ -4,9 +4,9 @@ A FUSE round trip costs two wake-ups: the kernel wakes the daemon for the
 request, and the daemon's reply wakes the caller.  When the two run on
 different CPUs of a virtual machine each wake-up is an inter-processor
 interrupt, and on the machines swfs is benchmarked on those dominate the
-round trip (about 110 us, against about 45 us with both on one CPU).  Tools
-that walk a tree (find, grep -r, ls -lR) send their next request within tens
-of microseconds of the last reply.  While the window is open the loop keeps
+round trip (which takes more than twice as long as with both on one CPU).
+Tools that walk a tree (find, grep -r, ls -lR) send their next request
+within tens of microseconds of the last reply.  While the window is open the loop keeps
 polling the FUSE descriptor instead of sleeping in epoll, so such a request
 is picked up without the daemon having to be woken.  The window closes
 ``window`` seconds after the last request; an idle daemon sleeps as before.

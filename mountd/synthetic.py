@@ -59,8 +59,8 @@ STATE_CACHE = 4096  # view states and unit-name lists kept (a few fields each)
 UNIT_CACHE = 4096
 UNIT_CACHE_BYTES = 32 << 20
 # A unit whose stored text is at most this long is read on the loop: a few
-# store lookups (about 20 us each) cost far less than a trip to a worker
-# thread and back (0.3-1 ms of wake-ups here).  Longer ones go to a thread.
+# store lookups cost far less than a trip to a worker thread and back (the
+# wake-ups alone take longer).  Longer ones go to a thread.
 ON_LOOP_UNIT = 64 * 1024
 ON_LOOP_NAMES = 1000  # a view with more units than this is listed in a thread
 SNAPSHOTS = "@snapshots"

@@ -14,10 +14,17 @@ import trio
 from swfs.engine import Engine
 from swfs.samples import build_sample_workspace
 from swfs.workspace import Config
-from tests.mountutil import Mount, cleanup_dir, start, workdir
-from tests.realmount import daemon_env, swfs
+from tests import mountutil
+from tests.mountutil import Mount, cleanup_dir, daemon_env, start, swfs, workdir
 
 MountFactory = Callable[..., Mount]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Tell tests/mountutil.py whether this test may mount: only one that
+    carries the ``mount`` marker, so ``-m "not mount"`` never mounts."""
+    mountutil.mount_marked = item.get_closest_marker("mount") is not None
 
 
 def fuse_available() -> str | None:

@@ -1,34 +1,63 @@
-"""Real mounts for tests: a daemon in a subprocess, ``wait_for_mount``, and a
-teardown that never leaves a stale mount behind.
+"""Real mounts for tests: one way to start a daemon in a subprocess, wait for
+its mount, and tear it down (SIGTERM, then SIGKILL, then a lazy unmount,
+the daemon always reaped) whatever state it is in, so that no test leaves a
+stale mount behind.
+
+Two daemons, one launcher (``launch``): ``start`` serves SRC with the real
+engine watched (hook calls logged, faults injected by file name: see
+tests/enginewrap.py), ``start_mount`` runs ``swfs mount -f``.  ``workspace``
+is a fresh SRC, mounted with ``swfs mount -f``, optionally on a small tmpfs
+for the disk-full tests.
+
+A mount starts only in a test that carries the ``mount`` marker (the
+conftest tells this module which test runs), so ``make test-fast`` never
+mounts.
 
 ``python -m tests.mountutil SRC MNT [--calls FILE] [--stale wait]`` serves SRC
-at MNT in the foreground with the real engine, its hook calls logged to FILE
-(tests/enginewrap.py).
+at MNT in the foreground with the watched engine, its hook calls logged to
+FILE.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import json
 import logging
 import os
+import random
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
+
+import pytest
 
 from mountd.launch import mount, mounted_swfs
 from mountd.options import MountOptions
 from swfs.api import EngineAPI
+from swfs.views import sandbox
+from tests import evilparsers
 
 REPO = Path(__file__).resolve().parent.parent
+SWFS = str(Path(sys.executable).with_name("swfs"))
 TEST_USER = "swfs-test"
+
+needs_fuse = pytest.mark.skipif(
+    not os.path.exists("/dev/fuse") or shutil.which("fusermount3") is None,
+    reason="needs /dev/fuse and fusermount3",
+)
+
+# Whether the running test carries the ``mount`` marker; None outside a
+# pytest run (the daemon's own process, a script).  Set by tests/conftest.py.
+mount_marked: bool | None = None
 
 
 class MountFailed(Exception):
@@ -71,13 +100,51 @@ def lazy_unmount(mnt: Path) -> None:
     subprocess.run(["fusermount3", "-u", "-z", str(mnt)], capture_output=True, check=False)
 
 
+def swfs(
+    *args: str | Path, check: bool = True, timeout: float = 90
+) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(
+        [SWFS, *map(str, args)], capture_output=True, text=True, timeout=timeout, check=False
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"swfs {args}: exit {proc.returncode}: {proc.stderr}")
+    return proc
+
+
+def daemon_env(src: Path | None = None) -> dict[str, str]:
+    """The daemon's environment: the test parsers installed; with ``src``,
+    the gated test parser's gates (SRC, shown read-only to its sandbox)."""
+    gates = {} if src is None else {evilparsers.GATES_ENV: str(src), sandbox.BIND_ENV: str(src)}
+    return {
+        **os.environ,
+        **gates,
+        "SWFS_EXTRA_PARSERS": evilparsers.SPEC,
+        # The repository first; a caller's own entries after it.
+        "PYTHONPATH": os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]),
+    }
+
+
 @dataclass
 class Mount:
+    """A daemon serving ``src`` at ``mnt``; its log and (``start``'s daemon)
+    its hook calls are files beside ``src``."""
+
     src: Path
     mnt: Path
-    calls_file: Path
-    log_file: Path
     proc: subprocess.Popen[bytes]
+    args: tuple[str, ...] = field(default=())
+
+    @property
+    def root(self) -> Path:
+        return self.src.parent
+
+    @property
+    def log_path(self) -> Path:
+        return self.root / "daemon.log"
+
+    @property
+    def calls_file(self) -> Path:
+        return self.root / "calls.jsonl"
 
     def calls(self, *names: str) -> list[list[str]]:
         """The engine hooks called so far (only those named, if any)."""
@@ -94,21 +161,31 @@ class Mount:
 
     def log(self) -> str:
         try:
-            return self.log_file.read_text(encoding="utf-8", errors="replace")
+            return self.log_path.read_text(encoding="utf-8", errors="replace")
         except FileNotFoundError:
             return ""
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None and mounted_swfs(self.mnt)
 
     def stop(self) -> None:
         """Unmount and reap the daemon, whatever state it is in."""
         if self.proc.poll() is None:
             self.proc.terminate()  # SIGTERM: a clean unmount
             try:
-                self.proc.wait(10)
+                self.proc.wait(15)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(10)
         if mounted_swfs(self.mnt):
             lazy_unmount(self.mnt)
+
+    def kill(self) -> None:
+        """SIGKILL: the crash case.  The mount point is released lazily."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        lazy_unmount(self.mnt)
 
 
 def workdir() -> Path:
@@ -116,6 +193,42 @@ def workdir() -> Path:
     d = Path(tempfile.mkdtemp(prefix="swfs-test-"))
     d.chmod(0o755)
     return d
+
+
+def cleanup_dir(d: Path) -> None:
+    if not any(mounted_swfs(p) for p in (d / "mnt",)):
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def launch(
+    cmd: Sequence[str | Path],
+    src: Path,
+    mnt: Path,
+    *,
+    timeout: float,
+    env: dict[str, str] | None,
+    args: Sequence[str] = (),
+) -> Mount:
+    """Run the daemon ``cmd`` (its output in SRC/../daemon.log) and wait
+    until it serves ``mnt``; a daemon that does not is stopped and reaped."""
+    if mount_marked is False:
+        raise AssertionError("a test that mounts must carry the mount marker")
+    with (src.parent / "daemon.log").open("ab") as log:
+        proc = subprocess.Popen(
+            [str(c) for c in cmd],
+            cwd=REPO,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+        )
+    m = Mount(src, mnt, proc, tuple(args))
+    try:
+        wait_for_mount(mnt, proc, timeout)
+    except BaseException:
+        m.stop()
+        raise
+    return m
 
 
 def start(
@@ -126,34 +239,228 @@ def start(
     timeout: float = 120.0,  # generous: a loaded machine starts Python slowly
     env: dict[str, str] | None = None,
 ) -> Mount:
+    """SRC served at MNT by the watched engine (``python -m tests.mountutil``)."""
     calls = src.parent / "calls.jsonl"
-    log_file = src.parent / "daemon.log"
-    cmd = [
-        sys.executable,
-        "-m",
-        "tests.mountutil",
-        str(src),
-        str(mnt),
-        "--calls",
-        str(calls),
-        *args,
-    ]
-    with log_file.open("ab") as log:
-        proc = subprocess.Popen(
-            cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env
-        )
-    m = Mount(src, mnt, calls, log_file, proc)
+    cmd = [sys.executable, "-m", "tests.mountutil", src, mnt, "--calls", calls, *args]
+    return launch(cmd, src, mnt, timeout=timeout, env=env, args=args)
+
+
+def start_mount(
+    src: Path,
+    mnt: Path,
+    *extra: str,
+    rescan: str = "1",
+    timeout: float = 60,
+    verbose: bool = False,
+) -> Mount:
+    """SRC served at MNT by ``swfs mount -f`` (``swfs -v`` with ``verbose``)."""
+    cmd = [SWFS, *(["-v"] if verbose else []), "mount", "-f", "--rescan-interval", rescan]
+    cmd += [*extra, src, mnt]
+    return launch(cmd, src, mnt, timeout=timeout, env=daemon_env(src), args=extra)
+
+
+@contextlib.contextmanager
+def workspace(
+    extra: Sequence[str] = (),
+    *,
+    populate: object = None,
+    sync: bool = True,
+    verbose: bool = False,
+    small_disk: tuple[Literal["src", "store"], str] | None = None,
+) -> Iterator[Mount]:
+    """A fresh SRC (filled by ``populate(src)``), mounted; always torn down.
+
+    With ``small_disk=("store", "4m")`` the store (``--store``) is a tmpfs of
+    that size; with ``("src", "48m")`` SRC is, its store in it (``SRC/.swfs``,
+    the default), so filling SRC fills the store's disk too.  Needs root."""
+    from tests.tmpfs import small_tmpfs
+
+    if small_disk is not None and os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    root = workdir()
+    src, mnt = root / "src", root / "mnt"
+    src.mkdir()
+    mnt.mkdir()
+    src.chmod(0o755)
+    mnt.chmod(0o755)
+    m: Mount | None = None
     try:
-        wait_for_mount(mnt, proc, timeout)
-    except BaseException:
-        m.stop()
-        raise
-    return m
+        with contextlib.ExitStack() as stack:
+            if small_disk is not None:
+                where, size = small_disk
+                disk = root / where
+                disk.mkdir(exist_ok=True)
+                stack.enter_context(
+                    small_tmpfs(disk, size, mode="0755" if where == "src" else "0700")
+                )
+                if where == "store":
+                    extra = ["--store", str(disk), *extra]
+            if callable(populate):
+                populate(src)
+            try:
+                m = start_mount(src, mnt, *extra, verbose=verbose)
+                if sync:
+                    swfs("sync", mnt)
+                yield m
+            finally:
+                if m is not None:
+                    m.stop()
+                lazy_unmount(mnt)
+    finally:
+        if not mounted_swfs(mnt):
+            shutil.rmtree(root, ignore_errors=True)
 
 
-def cleanup_dir(d: Path) -> None:
-    if not any(mounted_swfs(p) for p in (d / "mnt",)):
-        shutil.rmtree(d, ignore_errors=True)
+@contextlib.contextmanager
+def full_store_mount(seed: int) -> Iterator[tuple[Mount, bytes]]:
+    """A mount whose store is a 4 MiB tmpfs, over SRC holding ``big.bin``
+    (6 MiB of random bytes, which the store cannot keep) and ``small.txt``;
+    yields the mount and big.bin's bytes.  Needs root."""
+    original = random.Random(seed).randbytes(6 * 1024 * 1024)
+
+    def populate(src: Path) -> None:
+        (src / "big.bin").write_bytes(original)
+        (src / "small.txt").write_text("small\n")
+
+    with workspace(populate=populate, small_disk=("store", "4m")) as m:
+        yield m, original
+
+
+@contextlib.contextmanager
+def full_src_mount(size: str, *extra: str) -> Iterator[Mount]:
+    """A mount of a SRC that is a tmpfs of ``size`` (``48m``), its store in
+    it: filling SRC fills the store's disk too.  ``small.txt`` is in SRC at
+    the mount.  Needs root."""
+
+    def populate(src: Path) -> None:
+        (src / "small.txt").write_text("small\n")
+
+    with workspace(extra, populate=populate, small_disk=("src", size)) as m:
+        yield m
+
+
+def fill_disk(directory: Path, name: str) -> int:
+    """Write ``directory/name`` (random bytes, 1 MiB at a time, so that
+    nothing compresses) until the disk is full; the bytes written."""
+    r = random.Random(name)
+    written = 0
+    fd = os.open(directory / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+    try:
+        while True:
+            block = r.randbytes(1 << 20)
+            try:
+                n = os.write(fd, block)
+            except OSError as exc:
+                if exc.errno != errno.ENOSPC:
+                    raise
+                break
+            written += n
+            if n < len(block):
+                break
+    finally:
+        with contextlib.suppress(OSError):  # the close of a full disk's file may fail too
+            os.close(fd)
+    return written
+
+
+def free_bytes(path: Path) -> int:
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
+
+
+def vm_rss_kib(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        return 0
+    return 0
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live process below ``pid`` (parse workers)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry))
+    out: list[int] = []
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+COUNTS_FILE = Path(os.environ.get("SWFS_REL_COUNTS", "/tmp/swfs-reliability-counts.jsonl"))
+
+
+def report_count(config: pytest.Config, what: str, n: int) -> None:
+    """Show an operation count in pytest's output and append it to COUNTS_FILE."""
+    line = f"[swfs reliability] {what}: {n}"
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    capture = config.pluginmanager.get_plugin("capturemanager")
+    if reporter is not None and capture is not None:
+        with capture.global_and_fixture_disabled():
+            reporter.write_line(line)
+    with contextlib.suppress(OSError), COUNTS_FILE.open("a", encoding="utf-8") as f:
+        f.write(json.dumps({"what": what, "n": n}) + "\n")
+
+
+def unprivileged_ids() -> tuple[int, int] | None:
+    """(uid, gid) of the unprivileged test user, created if need be."""
+    import pwd
+
+    user = ensure_test_user()
+    if user is None:
+        return None
+    pw = pwd.getpwnam(user)
+    return pw.pw_uid, pw.pw_gid
+
+
+def run_as(ids: tuple[int, int], fn: Callable[[], object], timeout: float = 30) -> int:
+    """Run ``fn()`` in a forked child with the given uid/gid: its errno, or 0."""
+    import select
+
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        code = 0
+        try:
+            os.close(r)
+            os.setgroups([])
+            os.setresgid(ids[1], ids[1], ids[1])
+            os.setresuid(ids[0], ids[0], ids[0])
+            try:
+                fn()
+            except OSError as exc:
+                code = exc.errno or 255
+            os.write(w, str(code).encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    try:
+        ready, _, _ = select.select([r], [], [], timeout)
+        if not ready:
+            os.kill(pid, 9)
+            raise AssertionError(f"{fn} as {ids} hung for {timeout} s")
+        out = os.read(r, 32)
+    finally:
+        os.close(r)
+        os.waitpid(pid, 0)
+    if not out:
+        raise AssertionError(f"{fn} as {ids} died without answering")
+    code = int(out)
+    return code
 
 
 def ensure_test_user() -> str | None:

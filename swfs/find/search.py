@@ -21,11 +21,12 @@ new content, and a content no path shows any more is deleted.  The indexer
 runs in its own thread (never on the trio loop; LMDB is only read), fed by
 the engine's change events; queries run in any thread.
 
-Why tantivy: on the benchmark workspace (23,000 units, 50 MB of text, query
-words each in half the units) a warm two-word top-20 query took 83 ms in a
-bare SQLite FTS5 table, which scores every match, and 0.6 ms in tantivy,
-which skips blocks that cannot reach the top (block-max WAND); building took
-12 s and 14 s, and tantivy's index was the smaller.
+Why tantivy: on the benchmark workspace (tens of thousands of units, query
+words each in half the units) a warm two-word top-20 query is two orders of
+magnitude faster in tantivy, which skips blocks that cannot reach the top
+(block-max WAND), than in a bare SQLite FTS5 table, which scores every
+match; building takes about as long in both, and tantivy's index is the
+smaller (docs/performance.md).
 
 Every connection is a ``PathSafeConnection`` (any path, any unit name is
 storable), and a hit names a path that is not UTF-8 in its escaped form
@@ -47,7 +48,7 @@ b 0.75, lengths in bytes of text), and snippets weigh words by the same
 frequencies.  That costs a look at every path's mode (kept for a caller's
 next queries for ``SCOPE_KEPT`` seconds) and a score for every unit of
 theirs that matches a word, its term frequencies read from the postings
-(README, Ranked search).
+(``docs/trees.md``).
 """
 
 from __future__ import annotations

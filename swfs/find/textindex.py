@@ -29,11 +29,11 @@ WRITER_HEAP = 64 * 1024 * 1024
 RELOAD_EVERY = 0.5  # seconds a reader trusts its view of the index
 MERGE_WINDOW = 10.0  # seconds after a commit its merges may still write files
 # Commits a tantivy Index object serves before it is dropped and opened
-# again.  One that stays open holds about 1.2 KB more of malloc'd memory
-# after every commit, until it is dropped (tantivy 0.27 through tantivy-py:
-# 6,000 commits of two adds and two deletes took malloc's in-use figure from
-# 8.7 to 14.5 MB with nothing left in the index; dropped every 1,000 it
-# stayed at 5 MB).  The daemon's indexer commits once a burst of changes,
+# again.  One that stays open holds a little more of malloc'd memory after
+# every commit, until it is dropped (tantivy 0.27 through tantivy-py: a few
+# thousand small commits grow malloc's in-use figure by megabytes with
+# nothing left in the index; dropped now and then it stays flat).  The
+# daemon's indexer commits once a burst of changes,
 # so over a long run of small edits that was most of its growth.  Opening
 # again costs a few milliseconds, less than one commit.
 REOPEN_AFTER = 256
@@ -147,8 +147,8 @@ class TextIndex:
 
     def commit(self) -> None:
         """Commit what was added or deleted; nothing when nothing was (a
-        tantivy commit writes and syncs its meta files even then: 1-2.5 ms
-        for each burst of changes to files without text)."""
+        tantivy commit writes and syncs its meta files even then, a few
+        milliseconds for each burst of changes to files without text)."""
         if self._writer is not None and self._dirty:
             self._writer.commit()
             self._dirty = False

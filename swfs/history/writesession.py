@@ -254,10 +254,10 @@ class InPlaceSession:
         lock another thread holds.  False, with nothing done, where ``flush``
         must run in a worker thread instead.
 
-        The thread hop costs more than the record: a 100-byte file's close
-        took 1.1-1.6 ms through the mount, of which the record itself
-        (hash, one LMDB transaction) was 150 us and the hop and the wait for
-        the interpreter the rest."""
+        The thread hop costs more than the record: of a small file's close
+        through the mount, the record itself (hash, one LMDB transaction) is
+        a small part, and the hop and the wait for the interpreter the
+        rest."""
         rel = self.rel
         free = getattr(self._writes.history, "writer_if_free", None)
         if rel is None or free is None:

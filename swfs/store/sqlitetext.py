@@ -6,8 +6,8 @@ And statements of a few shapes only (``pow2_chunks``, ``in_list``): the
 sqlite3 module keeps the last 128 statements it prepared on each connection,
 and one of many rows or many ``?`` is a large program.  A batch insert with
 a statement per batch length kept one of every length it met: on a daemon
-over 60,000 small operations, sqlite held 25 MB (``sqlite3_memory_used``);
-128 insert statements of 1 to 256 rows alone take 16 MB.
+over a long run of small operations, those statements were most of the
+memory sqlite held (``sqlite3_memory_used``), tens of MB.
 """
 
 from __future__ import annotations

@@ -120,8 +120,10 @@ class TreeCache:
     """Leaf CVs of the files hashed last, and the changes made to them
     since through the write session (see the module's description)."""
 
-    def __init__(self, files: int = FILES) -> None:
+    def __init__(self, files: int = FILES, *, verify: bool | None = None) -> None:
         self._files = files
+        # Check every hash by leaves against a whole hash (default: ``VERIFY``).
+        self.verify = VERIFY if verify is None else verify
         self._lock = threading.Lock()
         self._inodes: dict[Key, _Inode] = {}
         self._lru: OrderedDict[Key, None] = OrderedDict()  # keys with an entry
@@ -260,7 +262,7 @@ class TreeCache:
                 h, cvs = b3tree.hash_fd(lib, fd, size)
                 self.stats["tree"] += 1
                 self.stats["leaves"] += n
-            if _VERIFY:
+            if self.verify:
                 whole = hash_whole(fd)
                 if whole != h:
                     log.error("blake3 by leaves %s != whole %s (fd %d): using whole", h, whole, fd)
@@ -306,7 +308,7 @@ class TreeCache:
 
 # ``SWFS_B3TREE=verify``: every hash by leaves is checked against a whole
 # hash (a debugging aid: it costs the whole hash again).
-_VERIFY = os.environ.get(b3tree.ENV) == "verify"
+VERIFY = os.environ.get(b3tree.ENV) == "verify"
 
 CACHE = TreeCache()
 

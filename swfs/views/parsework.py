@@ -188,14 +188,21 @@ def _address_space() -> int:
 def _retire_worker() -> bool:
     """Runs in a worker after each job (trio-parallel's ``retire``; it must
     not raise)."""
-    if _out_of_memory:
-        return True
     if _rss_budget and _resident() > _rss_budget:
         return True
-    if not _cap_bytes:
+    return should_retire(_out_of_memory, _cap_bytes, _started_bytes, _address_space())
+
+
+def should_retire(out_of_memory: bool, cap_bytes: int, started_bytes: int, now_bytes: int) -> bool:
+    """Whether a worker retires: its parse ran out of memory, or its address
+    space (``now_bytes``, ``started_bytes`` after start-up) grew past half
+    the room under its cap (``cap_bytes``, 0 when none is known)."""
+    if out_of_memory:
+        return True
+    if not cap_bytes:
         return False
-    room = _cap_bytes - _started_bytes
-    return _address_space() - _started_bytes > room // 2
+    room = cap_bytes - started_bytes
+    return now_bytes - started_bytes > room // 2
 
 
 def _retire_always() -> bool:

@@ -4,7 +4,7 @@ Every file swfs parses or renders may be hostile: a mail attachment, a
 download, a file another user dropped into a shared folder.  MuPDF,
 LibreOffice, expat, lxml and calamine are native code, so a memory-safety bug
 in any of them must not become code running as the daemon's user (root, in
-the README's set-up).  So a parse or render worker never runs a parser
+a shared machine's set-up).  So a parse or render worker never runs a parser
 itself.  It opens, copies and hashes the file, and hands the copy, as an
 open descriptor, to a *confined child* it forked.  Before the child runs
 any parser code it:
@@ -884,7 +884,7 @@ def describe_in_subprocess() -> str:
 
         try:
             proc = subprocess.run(
-                [sys.executable, "-c", "from swfs import sandbox; print(sandbox.describe())"],
+                [sys.executable, "-c", "from swfs.views import sandbox; print(sandbox.describe())"],
                 capture_output=True,
                 text=True,
                 timeout=60,

@@ -15,7 +15,7 @@ from pathlib import Path
 import blake3
 import pytest
 
-from tests import docgen, realmount
+from tests import docgen, mountutil
 
 SWFS = str(Path(sys.executable).with_name("swfs"))
 
@@ -336,14 +336,15 @@ def test_prompt_names_its_swfs_and_what_an_agent_meets() -> None:
 # -- one hash notation, through a real mount
 
 
-@realmount.needs_fuse
+@mountutil.needs_fuse
+@pytest.mark.mount
 def test_one_hash_notation_from_header_to_cli() -> None:
-    with realmount.workspace(populate=lambda src: (src / "notes.txt").write_text("one\n")) as m:
+    with mountutil.workspace(populate=lambda src: (src / "notes.txt").write_text("one\n")) as m:
         _check_one_notation(m.mnt)
 
 
 def _check_one_notation(mnt: Path) -> None:
-    swfs = realmount.swfs
+    swfs = mountutil.swfs
     (mnt / "notes.txt").write_text("two\n")
     swfs("sync", mnt)
     full = os.getxattr(mnt / "notes.txt", "user.sw.hash").decode()

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from swfs.store.fsutil import hash_bytes
 from tests.mounted.test_history_mounted import tree
-from tests.realmount import swfs
+from tests.mountutil import swfs
 
 
 def make(root: Path) -> Path:

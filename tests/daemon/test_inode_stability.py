@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.realmount import RealMount, needs_fuse, workspace
+from tests.mountutil import Mount, needs_fuse, workspace
 
 pytestmark = [pytest.mark.mount, pytest.mark.timeout(240), needs_fuse]
 
@@ -22,7 +22,7 @@ TYPES = ("regular", "dir", "fifo", "socket", "symlink")
 
 
 @pytest.fixture(scope="module")
-def mounted() -> Iterator[RealMount]:
+def mounted() -> Iterator[Mount]:
     with workspace() as m:
         yield m
 
@@ -60,7 +60,7 @@ _serial = iter(range(10**6))
 
 
 @pytest.fixture
-def dirs(mounted: RealMount) -> tuple[Path, Path]:
+def dirs(mounted: Mount) -> tuple[Path, Path]:
     base = mounted.mnt / f"t{next(_serial)}"
     base.mkdir()
     (base / "from").mkdir()
@@ -90,7 +90,7 @@ def test_a_rename_over_an_entry_keeps_the_inode_number(dirs: tuple[Path, Path], 
 
 
 def test_the_inode_number_survives_the_kernel_forgetting_it(
-    mounted: RealMount, dirs: tuple[Path, Path]
+    mounted: Mount, dirs: tuple[Path, Path]
 ) -> None:
     if os.geteuid() != 0:
         pytest.skip("dropping the kernel's caches needs root")
@@ -123,7 +123,7 @@ def test_hard_links_share_one_number(dirs: tuple[Path, Path]) -> None:
     assert os.lstat(a_dir / "f").st_nlink == 2
 
 
-def test_generated_trees_do_not_collide_with_native_numbers(mounted: RealMount) -> None:
+def test_generated_trees_do_not_collide_with_native_numbers(mounted: Mount) -> None:
     (mounted.mnt / "notes.txt").write_text("some text\n")
     generated = {".parsed", ".review", ".versions"}
     native = {

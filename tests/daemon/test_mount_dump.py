@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from mountd.dump import MARK
-from tests.realmount import needs_fuse, workspace
+from tests.mountutil import needs_fuse, workspace
 
-pytestmark = [needs_fuse, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.mount, needs_fuse, pytest.mark.timeout(180)]
 
 
 def _poll(cond: Callable[[], bool], limit: float = 60.0) -> bool:

@@ -16,6 +16,7 @@ import pytest
 
 from mountd.launch import MountError, fuse_options, mount, mounted_swfs, unmount
 from mountd.options import MountOptions
+from tests import mountutil
 from tests.conftest import MountFactory, fuse_available
 from tests.mountutil import REPO, cleanup_dir, lazy_unmount, workdir
 
@@ -156,3 +157,15 @@ def test_a_crash_leaves_the_mount_in_place(mount_tree: MountFactory) -> None:
         os.listdir(m.mnt)
     assert exc.value.errno == errno.ENOTCONN
     assert "leaving" in m.log()
+
+
+def test_a_test_without_the_mount_marker_cannot_mount(tmp_path: Path) -> None:
+    assert mountutil.mount_marked is False
+    with pytest.raises(AssertionError, match="mount marker"):
+        mountutil.start(tmp_path / "src", tmp_path / "mnt")
+    assert not (tmp_path / "daemon.log").exists()  # no daemon was started
+
+
+@pytest.mark.mount
+def test_a_test_with_the_mount_marker_may_mount() -> None:
+    assert mountutil.mount_marked is True

@@ -16,7 +16,7 @@ import pytest
 
 from tests.conftest import MountFactory
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.mount, pytest.mark.timeout(240)]
 
 BOUND = 60.0  # generous: a busy machine is slow, a frozen loop never answers
 

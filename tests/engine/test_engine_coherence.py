@@ -8,6 +8,7 @@ import errno
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -15,10 +16,11 @@ import trio.testing
 
 from swfs.api import Cause, Freshness, RelPath
 from swfs.engine import Engine, ParseQueue
+from swfs.store import treecache
 from swfs.store.blobs import HashMismatch
 from swfs.store.check import run_checks
 from swfs.store.fsutil import hash_file
-from swfs.views.parsework import WorkerLimits
+from swfs.views.parsework import ParseOutcome, ParsePool, WorkerLimits
 from swfs.workspace import Config
 
 
@@ -105,21 +107,21 @@ def test_engine_reparses_in_parallel_once_workers_went_idle(
     active = 0
     peak = 0
     gate = trio.Event()
-    real = Engine._parse_one
+    real = ParsePool.parse
 
-    async def counting(self: Engine, pool: object, rel: str) -> bool:
+    async def counting(self: ParsePool, abs_path: str, rel: str, **kw: Any) -> ParseOutcome:
         nonlocal active, peak
         active += 1
         peak = max(peak, active)
         try:
             await gate.wait()
-            return await real(self, pool, rel)  # type: ignore[arg-type]
+            return await real(self, abs_path, rel, **kw)
         finally:
             active -= 1
 
     with Engine.open(src, tmp_path / "store", config=config) as eng:
         eng.scan()
-        monkeypatch.setattr(Engine, "_parse_one", counting)
+        monkeypatch.setattr(ParsePool, "parse", counting)
 
         async def main() -> None:
             async with trio.open_nursery() as nursery:
@@ -187,18 +189,18 @@ def test_preserve_of_a_file_rewritten_while_hashed_fails_with_eio(
     the write through the mount must not go ahead."""
     rel = RelPath("notes/readme.md")
     path = engine.src / rel
-    real_examine = engine._examine
+    real_hash = treecache.hash_fd
     n = 0
 
-    def examine_while_written(r: str) -> object:
+    def hash_while_written(fd: int) -> str:
         nonlocal n
         n += 1
-        path.write_text(f"# Readme\nrewritten {n}\n")
-        real_examine(r)
-        return None  # what _examine says when the stat signature moved
+        h = real_hash(fd)
+        path.write_text(f"# Readme\nrewritten {'again ' * n}\n")  # after the hash, before its check
+        return h
 
     path.write_text("# Readme\nchanged behind the engine\n")
-    monkeypatch.setattr(engine, "_examine", examine_while_written)
+    monkeypatch.setattr(treecache, "hash_fd", hash_while_written)
     with pytest.raises(OSError, match="kept changing") as info:
         engine.preserve(rel)
     assert info.value.errno == errno.EIO

@@ -5,7 +5,6 @@ with a reason without taking anything down."""
 from __future__ import annotations
 
 import shutil
-import time
 from pathlib import Path
 
 import openpyxl
@@ -141,10 +140,8 @@ def test_hostile_documents_fail_with_a_reason(tmp_path: Path) -> None:
         names[dest.name] = label
     (src / "ok.txt").write_text("fine\n")
     limits = WorkerLimits(timeout=30, memory_mb=2048, workers=2)
-    t0 = time.monotonic()
     with Engine.open(src, config=Config(limits=limits, rescan_interval=0)) as eng:
         trio.run(eng.drain)
-        elapsed = time.monotonic() - t0
         assert eng.parsed_view(RelPath("ok.txt")).freshness == Freshness.CURRENT  # type: ignore[union-attr]
         for name in names:
             view = eng.parsed_view(RelPath(name))
@@ -156,5 +153,6 @@ def test_hostile_documents_fail_with_a_reason(tmp_path: Path) -> None:
             assert view.freshness == Freshness.FAILED, (name, view.freshness)
             assert view.error, name
             assert "\n" not in view.error
-    # Each ended within the timeout: none of them hung a worker to the limit.
-    assert elapsed < limits.timeout * 2
+            # Each failed for its own reason: none hung a worker until the
+            # timeout stopped it.
+            assert "timed out" not in view.error, (name, view.error)

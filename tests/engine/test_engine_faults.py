@@ -369,8 +369,7 @@ def test_a_parse_job_that_cannot_start_its_child_says_so(
     def refuse(*_args: object, **_kw: object) -> object:
         raise OSError(errno.EAGAIN, "fork refused")
 
-    monkeypatch.setattr(parsework, "_children", None)
-    monkeypatch.setattr(sandbox, "Children", refuse)
+    monkeypatch.setattr(sandbox.Children, "get", refuse)
     path = tmp_path / "notes.txt"
     path.write_text("x\n")
     outcome = parsework.parse_job(str(path), "notes.txt", parsework.ParseOptions(), None)

@@ -17,7 +17,7 @@ from swfs.evidence.tab import (
     parse_requirements,
     requirement_query,
 )
-from tests.realmount import SWFS
+from tests.mountutil import SWFS
 
 
 def test_requirement_lines() -> None:

@@ -13,6 +13,8 @@ from pathlib import Path
 import blake3
 import pytest
 
+from parsers import registry
+from parsers._base import FileInfo
 from swfs.api import RelPath, WriteSession
 from swfs.engine import Engine
 from swfs.views.parsework import CHANGED, OK, ParseOutcome
@@ -70,12 +72,14 @@ def test_first_write_preserves_and_release_records(
 
 
 def _disk_full(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every attempt to keep bytes fails as on a full disk."""
+    """Every attempt to keep bytes fails as on a full disk: the blob store
+    takes none (copied in or linked in)."""
 
-    def full(rel: RelPath, **_: object) -> None:
-        raise OSError(errno.ENOSPC, f"{rel}: no space left in the store")
+    def full(*_: object, **__: object) -> None:
+        raise OSError(errno.ENOSPC, "no space left in the store")
 
-    monkeypatch.setattr(engine, "_preserve", full)
+    monkeypatch.setattr(engine.blobs, "put_fd", full)
+    monkeypatch.setattr(engine.blobs, "link_in", full)
 
 
 def not_kept(engine: Engine, rel: str) -> list[str | None]:
@@ -285,27 +289,30 @@ def test_a_scan_never_records_bytes_older_than_a_write_it_overlapped(
     eng = every_write
     behind, through = b"changed behind the mount\n", b"written through the mount\n"
     (eng.src / "a.txt").write_bytes(behind)
-    real = eng._examine
+    real = registry.select
     wrote: list[bool] = []
 
-    def examine(rel: str) -> object:
-        found = real(rel)
-        if rel == "a.txt" and not wrote:  # the write's own check examines too
+    def select(info: FileInfo) -> object:
+        # A file's examination picks its parser last, after hashing it and
+        # checking it held still: the scan's finding is complete here.
+        found = real(info)
+        if info.name == "a.txt" and not wrote:  # the write's own check examines too
             wrote.append(True)
             s = truncating(eng)
             s.write(0, through)
             s.release()
         return found
 
-    monkeypatch.setattr(eng, "_examine", examine)
+    monkeypatch.setattr(registry, "select", select)
     eng.scan()
+    assert wrote  # the write did overlap the scan
     want = b3(OLD, behind, through)
     assert versions(eng, "a.txt") == want
     rec = eng.store.get_file("a.txt")
     assert rec is not None
     assert rec.hash == want[-1]
     # The next scan finds nothing to do: the record describes the file.
-    monkeypatch.setattr(eng, "_examine", real)
+    monkeypatch.setattr(registry, "select", real)
     eng.scan()
     assert versions(eng, "a.txt") == want
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.realmount import RealMount, needs_fuse, workspace
+from tests.mountutil import Mount, needs_fuse, workspace
 
 pytestmark = [pytest.mark.mount, pytest.mark.timeout(180), needs_fuse]
 
@@ -27,7 +27,7 @@ def populate(src: Path) -> None:
 
 
 @pytest.fixture
-def mounted() -> Iterator[RealMount]:
+def mounted() -> Iterator[Mount]:
     with workspace(NO_RESCAN, populate=populate) as m:
         yield m
 
@@ -52,7 +52,7 @@ def current_with(unit: Path, text: str) -> bool:
     return text in body and 'freshness="current"' in body.splitlines()[0] if body else False
 
 
-def test_a_write_behind_the_mount_reaches_parsed_and_review(mounted: RealMount) -> None:
+def test_a_write_behind_the_mount_reaches_parsed_and_review(mounted: Mount) -> None:
     m = mounted
     unit = m.mnt / ".parsed" / "notes" / "a.txt" / "content.txt"
     summary = m.mnt / ".review" / "SUMMARY.md"
@@ -72,7 +72,7 @@ def test_a_write_behind_the_mount_reaches_parsed_and_review(mounted: RealMount) 
     assert "bravo" in (m.mnt / "notes" / "a.txt").read_text()
 
 
-def test_new_renamed_and_deleted_files_behind_the_mount(mounted: RealMount) -> None:
+def test_new_renamed_and_deleted_files_behind_the_mount(mounted: Mount) -> None:
     m = mounted
     parsed = m.mnt / ".parsed"
     assert sorted(os.listdir(m.mnt / "notes")) == ["a.txt", "keep.txt"]
@@ -105,7 +105,7 @@ def test_new_renamed_and_deleted_files_behind_the_mount(mounted: RealMount) -> N
 
 
 def test_a_chmod_behind_the_mount_reaches_the_kernel_attribute_cache(
-    mounted: RealMount,
+    mounted: Mount,
 ) -> None:
     m = mounted
     target = m.mnt / "notes" / "keep.txt"

@@ -14,7 +14,7 @@ import pytest
 
 from swfs.store.blobs import BlobStore
 from swfs.workspace import STORE_NAME
-from tests.realmount import workspace
+from tests.mountutil import workspace
 
 pytestmark = [
     pytest.mark.mount,

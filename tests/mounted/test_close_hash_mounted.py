@@ -20,7 +20,7 @@ import pytest
 
 from mountd.dump import MARK
 from tests.b3lib import library_path, using
-from tests.realmount import RealMount, swfs, workspace
+from tests.mountutil import Mount, swfs, workspace
 
 pytestmark = [
     pytest.mark.mount,
@@ -55,13 +55,13 @@ def recorded(path: Path) -> str:
     return os.getxattr(path, "user.sw.hash").decode()
 
 
-def assert_recorded(m: RealMount, rel: str) -> None:
+def assert_recorded(m: Mount, rel: str) -> None:
     swfs("sync", m.mnt)
     got, want = recorded(m.mnt / rel), truth(m.src / rel)
     assert got.endswith(want), f"{rel}: recorded {got}, bytes hash to {want}"
 
 
-def dump(m: RealMount) -> str:
+def dump(m: Mount) -> str:
     """The daemon's log after a fresh SIGUSR1 dump."""
     ends = m.log().count(f"end of {MARK}")
     os.kill(m.proc.pid, signal.SIGUSR1)
@@ -69,7 +69,7 @@ def dump(m: RealMount) -> str:
     return m.log()
 
 
-def incremental_hashes(m: RealMount) -> int:
+def incremental_hashes(m: Mount) -> int:
     """How many close hashes the daemon made by leaves (its SIGUSR1 dump)."""
     found = re.findall(r"close hash by leaves: .*incremental=(\d+)", dump(m))
     assert found, m.log()[-2000:]

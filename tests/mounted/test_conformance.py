@@ -30,8 +30,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from tests.mountutil import ensure_test_user
-from tests.realmount import needs_fuse, report_count, workspace
+from tests.mountutil import ensure_test_user, needs_fuse, report_count, workspace
 
 pytestmark = [pytest.mark.mount, needs_fuse]
 

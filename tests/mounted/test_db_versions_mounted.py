@@ -26,8 +26,17 @@ import pytest
 
 from swfs.history import versioning
 from tests import programgen
-from tests.mountutil import lazy_unmount, wait_until
-from tests.realmount import REPO, RealMount, needs_fuse, report_count, start_mount, swfs, workspace
+from tests.mountutil import (
+    REPO,
+    Mount,
+    lazy_unmount,
+    needs_fuse,
+    report_count,
+    start_mount,
+    swfs,
+    wait_until,
+    workspace,
+)
 
 pytestmark = [pytest.mark.mount, needs_fuse]
 
@@ -89,7 +98,7 @@ def _rows(db: Path) -> set[tuple[int, int]]:
         con.close()
 
 
-def _versions(m: RealMount, name: str) -> int:
+def _versions(m: Mount, name: str) -> int:
     with contextlib.suppress(FileNotFoundError):
         return len(os.listdir(m.mnt / ".versions" / name))
     return 0
@@ -178,7 +187,7 @@ def _git(*args: str | Path, check: bool = True) -> subprocess.CompletedProcess[s
     )
 
 
-def _recorded_versions(m: RealMount, names: list[str]) -> dict[tuple[str, str], str]:
+def _recorded_versions(m: Mount, names: list[str]) -> dict[tuple[str, str], str]:
     out = {}
     for name in names:
         vdir = m.mnt / ".versions" / name

@@ -38,8 +38,7 @@ from swfs.store.fsutil import (
     hash_bytes,
 )
 from tests.mounted.test_walk_requests import _counts, _delta
-from tests.mountutil import workdir
-from tests.realmount import RealMount, needs_fuse, swfs, workspace
+from tests.mountutil import Mount, needs_fuse, swfs, workdir, workspace
 from tests.sparseutil import SLACK, MiB, allocated, data_ranges, read_hash
 
 pytestmark = [
@@ -74,7 +73,7 @@ def poll(cond: Callable[[], object], what: str, bound: float = 120.0) -> None:
 
 
 @pytest.fixture(params=list(KINDS))
-def mounted(request: pytest.FixtureRequest) -> Iterator[RealMount]:
+def mounted(request: pytest.FixtureRequest) -> Iterator[Mount]:
     def populate(src: Path) -> None:
         (src / "data.bin").write_bytes(ORIGINAL)
         (src / "notes").mkdir()
@@ -94,17 +93,17 @@ def plain() -> Iterator[Path]:
         shutil.rmtree(d, ignore_errors=True)
 
 
-def versions(m: RealMount, rel: str) -> list[str]:
+def versions(m: Mount, rel: str) -> list[str]:
     d = m.mnt / ".versions" / rel
     return sorted(os.listdir(d)) if d.is_dir() else []
 
 
-def settled_versions(m: RealMount, rel: str) -> list[str]:
+def settled_versions(m: Mount, rel: str) -> list[str]:
     swfs("sync", m.mnt)
     return versions(m, rel)
 
 
-def check(m: RealMount) -> None:
+def check(m: Mount) -> None:
     proc = swfs("check", m.mnt, check=False, timeout=300)
     assert proc.returncode == 0, f"{proc.stdout}{proc.stderr}\n{m.log()[-3000:]}"
 
@@ -142,7 +141,7 @@ def proc_link_works(folder: Path) -> bool:
 
 
 @pytest.mark.skipif(shutil.which("fallocate") is None, reason="needs fallocate(1) (util-linux)")
-def test_fallocate_modes_record_as_writes(mounted: RealMount, plain: Path) -> None:
+def test_fallocate_modes_record_as_writes(mounted: Mount, plain: Path) -> None:
     m = mounted
     mine, theirs = m.mnt / "data.bin", plain / "data.bin"
     theirs.write_bytes(ORIGINAL)
@@ -208,7 +207,7 @@ def test_fallocate_modes_record_as_writes(mounted: RealMount, plain: Path) -> No
     assert m.alive()
 
 
-def test_seek_hole_and_data_serve_sparse_copies(mounted: RealMount, plain: Path) -> None:
+def test_seek_hole_and_data_serve_sparse_copies(mounted: Mount, plain: Path) -> None:
     m = mounted
     size = 64 * MiB
     pieces = {0: b"head" * 1000, 32 * MiB + 17: os.urandom(100_000), size - 5: b"tail!"}
@@ -277,7 +276,7 @@ def test_seek_hole_and_data_serve_sparse_copies(mounted: RealMount, plain: Path)
 
 
 def test_tmpfile_linked_in_is_recorded_and_one_never_linked_leaves_nothing(
-    mounted: RealMount, plain: Path
+    mounted: Mount, plain: Path
 ) -> None:
     m = mounted
     if not pyfuse3.tmpfile_available():

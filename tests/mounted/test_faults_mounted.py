@@ -23,15 +23,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.mountutil import errno_of, lazy_unmount
-from tests.realmount import (
+from tests.mountutil import (
     REPO,
-    RealMount,
+    Mount,
     descendants,
+    errno_of,
     fill_disk,
     free_bytes,
     full_src_mount,
     full_store_mount,
+    lazy_unmount,
     needs_fuse,
     report_count,
     start_mount,
@@ -136,9 +137,7 @@ def main() -> None:
     (writer if a.role == "writer" else agent)(a.mnt, a.journal, a.wid, a.seconds)
 
 
-def spawn(
-    role: str, m: RealMount, journal: Path, wid: int, seconds: float
-) -> subprocess.Popen[str]:
+def spawn(role: str, m: Mount, journal: Path, wid: int, seconds: float) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "tests.mounted.test_faults_mounted", role, str(m.mnt), str(journal)]
         + [str(wid), str(seconds)],

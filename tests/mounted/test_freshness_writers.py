@@ -32,7 +32,7 @@ from typing import Any
 import blake3
 import pytest
 
-from tests.realmount import REPO, RealMount, needs_fuse, swfs, workspace
+from tests.mountutil import REPO, Mount, needs_fuse, swfs, workspace
 
 pytestmark = [pytest.mark.mount, needs_fuse, pytest.mark.timeout(300)]
 
@@ -70,7 +70,7 @@ class Claim:
     hash: str  # full or 16-digit prefix; "" when the sample names none
 
 
-def header_claim(m: RealMount) -> Claim:
+def header_claim(m: Mount) -> Claim:
     unit = m.mnt / ".parsed" / REL / "content.txt"
     with open(unit, "rb") as f:
         first = f.readline().decode()
@@ -79,20 +79,20 @@ def header_claim(m: RealMount) -> Claim:
     return Claim("header", found.group(2), found.group(1))
 
 
-def unit_xattr_claim(m: RealMount) -> Claim:
+def unit_xattr_claim(m: Mount) -> Claim:
     unit = m.mnt / ".parsed" / REL / "content.txt"
     fresh = os.getxattr(unit, "user.sw.freshness").decode()
     source = os.getxattr(unit, "user.sw.source_hash").decode()
     return Claim("unit xattrs", fresh, source)
 
 
-def native_xattr_claim(m: RealMount) -> Claim:
+def native_xattr_claim(m: Mount) -> Claim:
     native = m.mnt / REL
     fresh = os.getxattr(native, "user.sw.freshness").decode()
     return Claim("native xattrs", fresh, os.getxattr(native, "user.sw.hash").decode())
 
 
-def grep_claims(m: RealMount) -> list[Claim]:
+def grep_claims(m: Mount) -> list[Claim]:
     out = subprocess.run(
         ["grep", "-rn", "swfs source=", str(m.mnt / ".parsed")],
         capture_output=True,
@@ -117,7 +117,7 @@ def names(claim: Claim, h: str) -> bool:
     return len(claim.hash) >= 16 and h.startswith(claim.hash)
 
 
-def is_current(m: RealMount, h: str) -> bool:
+def is_current(m: Mount, h: str) -> bool:
     return all(
         c.freshness == "current" and names(c, h) for c in (header_claim(m), native_xattr_claim(m))
     )

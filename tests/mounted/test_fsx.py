@@ -27,7 +27,7 @@ import time
 import pyfuse3
 import pytest
 
-from tests.realmount import REPO, needs_fuse, report_count, swfs, workspace
+from tests.mountutil import REPO, needs_fuse, report_count, swfs, workspace
 
 MAX_LEN = 192 * 1024
 MAX_IO = 48 * 1024

@@ -29,9 +29,9 @@ import pytest
 
 from mountd.fastpath import SMALL_FILE, passthrough_unavailable
 from tests.mounted.test_walk_requests import _counts, _delta, _poll, _released, _run
-from tests.realmount import needs_fuse, workspace
+from tests.mountutil import needs_fuse, workspace
 
-pytestmark = [needs_fuse, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.mount, needs_fuse, pytest.mark.timeout(300)]
 
 WORD = "quillwort"
 FOLDERS = ("docs", "notes", "src")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from swfs.store.fsutil import hash_bytes
-from tests.realmount import RealMount, needs_fuse, swfs, workspace
+from tests.mountutil import Mount, needs_fuse, swfs, workspace
 from tests.sheetgen import excel_like_xlsx
 
 pytestmark = [pytest.mark.mount, needs_fuse]
@@ -69,7 +69,7 @@ def agent_changes(mnt: Path) -> None:
     subprocess.run(["rmdir", f"{mnt}/empty"], check=True)
 
 
-def summary(m: RealMount) -> str:
+def summary(m: Mount) -> str:
     return (m.mnt / ".review" / "SUMMARY.md").read_text()
 
 

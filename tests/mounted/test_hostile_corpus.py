@@ -55,10 +55,10 @@ from pathlib import Path
 import pytest
 
 from tests import docgen
-from tests.mountutil import errno_of
-from tests.realmount import (
-    RealMount,
+from tests.mountutil import (
+    Mount,
     descendants,
+    errno_of,
     needs_fuse,
     report_count,
     swfs,
@@ -439,7 +439,7 @@ NAMES = [
 ]
 
 
-def _check_name(m: RealMount, rel: str, text: str) -> list[str]:
+def _check_name(m: Mount, rel: str, text: str) -> list[str]:
     problems = []
     parsed = m.mnt / ".parsed" / rel / "content.txt"
     try:

@@ -15,13 +15,13 @@ from pathlib import Path
 import pytest
 
 from swfs.evidence.access import DB_NAME
-from tests.realmount import RealMount, needs_fuse, swfs, workspace
+from tests.mountutil import Mount, needs_fuse, swfs, workspace
 
 pytestmark = [pytest.mark.mount, needs_fuse, pytest.mark.timeout(300)]
 
 
 @pytest.fixture
-def ws() -> Iterator[RealMount]:
+def ws() -> Iterator[Mount]:
     def populate(src: Path) -> None:
         for i in range(3):
             (src / f"doc{i}.txt").write_text(f"document {i}\n")
@@ -30,7 +30,7 @@ def ws() -> Iterator[RealMount]:
         yield m
 
 
-def journal_state(m: RealMount) -> dict[str, object]:
+def journal_state(m: Mount) -> dict[str, object]:
     return dict(json.loads(swfs("status", m.mnt, "--json").stdout)["journal"])
 
 
@@ -42,11 +42,11 @@ def poll(what: str, fn: Callable[[], bool], bound: float = 120) -> None:
         time.sleep(0.2)
 
 
-def read_through(m: RealMount, name: str) -> None:
+def read_through(m: Mount, name: str) -> None:
     subprocess.run(["cat", str(m.mnt / name)], check=True, capture_output=True, timeout=60)
 
 
-def logged_reads(m: RealMount) -> set[str]:
+def logged_reads(m: Mount) -> set[str]:
     out = swfs("log", m.mnt, "--json", "--kind", "read").stdout
     return {json.loads(line)["path"] for line in out.splitlines()}
 
@@ -66,7 +66,7 @@ def damage_by_overwriting(db: Path) -> None:
 
 @pytest.mark.parametrize("damage", [damage_by_removing, damage_by_overwriting])
 def test_a_failed_journal_is_started_afresh_and_said(
-    ws: RealMount, damage: Callable[[Path], None]
+    ws: Mount, damage: Callable[[Path], None]
 ) -> None:
     db = ws.src / ".swfs" / DB_NAME
     read_through(ws, "doc0.txt")

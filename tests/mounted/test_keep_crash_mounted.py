@@ -17,8 +17,7 @@ import pytest
 from blake3 import blake3
 
 from swfs.history.writesession import KILL_AT_ENV
-from tests.mountutil import lazy_unmount, wait_until, workdir
-from tests.realmount import needs_fuse, start_mount, swfs
+from tests.mountutil import lazy_unmount, needs_fuse, start_mount, swfs, wait_until, workdir
 
 pytestmark = [pytest.mark.mount, needs_fuse, pytest.mark.timeout(300)]
 

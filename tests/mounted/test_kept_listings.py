@@ -39,9 +39,9 @@ from tests.mounted.test_walk_requests import (
     _run,
     needs_no_opendir,
 )
-from tests.realmount import RealMount, needs_fuse, swfs, workspace
+from tests.mountutil import Mount, needs_fuse, swfs, workspace
 
-pytestmark = [needs_fuse, needs_no_opendir, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.mount, needs_fuse, needs_no_opendir, pytest.mark.timeout(600)]
 
 FOLDERS = ("docs", "docs/deep", "notes", "notes/old", "src")
 BINARY = bytes(range(256)) * 4  # no parser takes it: not in .parsed
@@ -77,7 +77,7 @@ def _shows(path: Path, name: str, present: bool = True) -> Callable[[], bool]:
     return check
 
 
-def _settled(m: RealMount) -> None:
+def _settled(m: Mount) -> None:
     """Every file recorded and parsed (a view folder of each shows units)."""
     swfs("sync", m.mnt)
 

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.realmount import (
-    RealMount,
+from tests.mountutil import (
+    Mount,
     needs_fuse,
     run_as,
     swfs,
@@ -30,7 +30,7 @@ from tests.realmount import (
     workspace,
 )
 
-pytestmark = [needs_fuse, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.mount, needs_fuse, pytest.mark.timeout(600)]
 
 ROWS = 400
 
@@ -167,7 +167,7 @@ def f1(truth: set[object], got: set[object]) -> float:
     return 2 * p * r / (p + r)
 
 
-def run_task(m: RealMount, cmd: list[str], scripts: Path) -> None:
+def run_task(m: Mount, cmd: list[str], scripts: Path) -> None:
     argv = []
     for a in cmd:
         if a == "python":
@@ -194,13 +194,13 @@ def scripts(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def ws() -> Iterator[RealMount]:
+def ws() -> Iterator[Mount]:
     with workspace(populate=populate) as m:
         yield m
 
 
 def test_lineage_of_scripted_tasks_matches_the_truth(
-    ws: RealMount, scripts: Path, capsys: pytest.CaptureFixture[str]
+    ws: Mount, scripts: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     truth_nodes: set[object] = set()
     truth_edges: set[object] = set()
@@ -269,7 +269,7 @@ def test_lineage_of_scripted_tasks_matches_the_truth(
     assert len(used) >= len(truth_edges) - 2
 
 
-def test_journal_records_reads_listings_and_writes_with_processes(ws: RealMount) -> None:
+def test_journal_records_reads_listings_and_writes_with_processes(ws: Mount) -> None:
     subprocess.run(
         [
             "bash",
@@ -317,7 +317,7 @@ def test_journal_records_reads_listings_and_writes_with_processes(ws: RealMount)
     assert any('"kind": "read"' in x for x in everything)
 
 
-def test_a_read_records_the_hash_of_the_bytes_it_read(ws: RealMount) -> None:
+def test_a_read_records_the_hash_of_the_bytes_it_read(ws: Mount) -> None:
     """The hash an open found recorded is the read's hash; a file changed
     behind the mount is checked at its open, and the read gets the new one."""
     from blake3 import blake3
@@ -389,7 +389,7 @@ def test_no_journal_records_nothing() -> None:
         assert "write" in swfs("log", m.mnt).stdout
 
 
-def test_lineage_belongs_to_the_mounting_user(ws: RealMount) -> None:
+def test_lineage_belongs_to_the_mounting_user(ws: Mount) -> None:
     ids = unprivileged_ids()
     if ids is None:
         pytest.skip("cannot create an unprivileged user here")

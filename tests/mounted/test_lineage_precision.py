@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.realmount import RealMount, needs_fuse, swfs, workspace
+from tests.mountutil import Mount, needs_fuse, swfs, workspace
 
-pytestmark = [needs_fuse, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.mount, needs_fuse, pytest.mark.timeout(600)]
 
 ROWS = 300
 
@@ -212,7 +212,7 @@ TASKS: list[tuple[str, dict[str, set[str]]]] = [
 ]
 
 
-def run_task(m: RealMount, cmd: str, scripts: Path) -> None:
+def run_task(m: Mount, cmd: str, scripts: Path) -> None:
     if cmd.startswith("py:"):
         name, *args = cmd[3:].split()
         argv = [sys.executable, str(scripts / f"{name}.py"), *args]
@@ -233,7 +233,7 @@ def scripts(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def ws() -> Iterator[RealMount]:
+def ws() -> Iterator[Mount]:
     with workspace(populate=populate) as m:
         yield m
 
@@ -246,7 +246,7 @@ def score(truth: set[tuple[str, str]], got: set[tuple[str, str]]) -> tuple[float
 
 
 def test_edge_precision_and_recall_over_scripted_tasks(
-    ws: RealMount, scripts: Path, capsys: pytest.CaptureFixture[str]
+    ws: Mount, scripts: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert len(TASKS) >= 20
     truth: set[tuple[str, str]] = set()

@@ -15,8 +15,7 @@ from pathlib import Path
 import pytest
 
 from swfs.store.fsutil import hash_file
-from tests.mountutil import errno_of
-from tests.realmount import full_store_mount, needs_fuse, swfs, workspace
+from tests.mountutil import errno_of, full_store_mount, needs_fuse, swfs, workspace
 
 pytestmark = [pytest.mark.mount, needs_fuse]
 

@@ -15,8 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import MountFactory
-from tests.mountutil import as_user, ensure_test_user, errno_of
-from tests.realmount import swfs
+from tests.mountutil import as_user, ensure_test_user, errno_of, swfs
 
 pytestmark = [pytest.mark.mount, pytest.mark.timeout(60)]
 

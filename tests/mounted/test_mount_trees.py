@@ -14,8 +14,7 @@ import blake3
 import pytest
 
 from tests.conftest import MountFactory
-from tests.mountutil import Mount, as_user, ensure_test_user, errno_of
-from tests.realmount import swfs
+from tests.mountutil import Mount, as_user, ensure_test_user, errno_of, swfs
 
 pytestmark = [pytest.mark.mount, pytest.mark.timeout(240)]
 

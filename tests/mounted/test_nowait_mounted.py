@@ -27,9 +27,10 @@ import pytest
 
 from mountd import nowait
 from tests.mounted.test_walk_requests import _delta, _poll, _released
-from tests.realmount import needs_fuse, workspace
+from tests.mountutil import needs_fuse, workspace
 
 pytestmark = [
+    pytest.mark.mount,
     needs_fuse,
     pytest.mark.timeout(300),
     pytest.mark.skipif(

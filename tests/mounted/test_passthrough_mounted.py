@@ -13,8 +13,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
-import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,13 +20,10 @@ from pathlib import Path
 import pytest
 
 from mountd.fastpath import FastPath, passthrough_unavailable
-from mountd.launch import mounted_swfs
 from mountd.options import MountOptions
 from swfs.store.fsutil import hash_file
-from tests import realmount
 from tests.mounted.test_walk_requests import _counts, _delta
-from tests.mountutil import lazy_unmount, wait_for_mount, workdir
-from tests.realmount import RealMount, needs_fuse, swfs
+from tests.mountutil import Mount, needs_fuse, swfs, workspace
 
 pytestmark = [pytest.mark.mount, needs_fuse, pytest.mark.timeout(180)]
 
@@ -36,49 +31,11 @@ BIG = os.urandom(3 * 1024 * 1024 + 4099)
 
 
 @contextlib.contextmanager
-def mounted(*extra: str) -> Iterator[RealMount]:
-    """``realmount.workspace`` with the daemon logging at INFO (``swfs -v``)
-    and importing the pyfuse3 this test process would (a PYTHONPATH pointing
-    at another build included)."""
-    root = workdir()
-    src, mnt = root / "src", root / "mnt"
-    src.mkdir()
-    mnt.mkdir()
-    populate(src)
-    env = realmount.daemon_env()
-    env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(realmount.REPO), os.environ.get("PYTHONPATH", "")) if p
-    )
-    with (root / "daemon.log").open("ab") as log:
-        proc = subprocess.Popen(
-            [
-                realmount.SWFS,
-                "-v",
-                "mount",
-                "-f",
-                "--rescan-interval",
-                "1",
-                "--version-interval",
-                "0",
-                *extra,
-                src,
-                mnt,
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=env,
-        )
-    m = RealMount(root, src, mnt, proc, extra)
-    try:
-        wait_for_mount(mnt, proc, 60)
-        swfs("sync", mnt)
+def mounted(*extra: str) -> Iterator[Mount]:
+    """``mountutil.workspace`` with the daemon logging at INFO (``swfs -v``)
+    and every change versioned at once."""
+    with workspace(["--version-interval", "0", *extra], populate=populate, verbose=True) as m:
         yield m
-    finally:
-        m.stop()
-        lazy_unmount(mnt)
-        if not mounted_swfs(mnt):
-            shutil.rmtree(root, ignore_errors=True)
 
 
 def poll(cond: Callable[[], object], what: str, bound: float = 60.0) -> None:
@@ -95,11 +52,11 @@ def populate(src: Path) -> None:
     (src / "big.bin").write_bytes(BIG)
 
 
-def versions(m: RealMount, rel: str) -> list[str]:
+def versions(m: Mount, rel: str) -> list[str]:
     return sorted(os.listdir(m.mnt / ".versions" / rel))
 
 
-def passthrough_state(m: RealMount) -> str:
+def passthrough_state(m: Mount) -> str:
     """'on', or the reason the daemon logged for 'off' (after one open)."""
     (m.mnt / "notes" / "readme.md").read_bytes()
     state: list[str] = []
@@ -118,7 +75,7 @@ def passthrough_state(m: RealMount) -> str:
     return state[0]
 
 
-def check_reads_writes_versions(m: RealMount) -> None:
+def check_reads_writes_versions(m: Mount) -> None:
     readme = m.mnt / "notes" / "readme.md"
     unit = m.mnt / ".parsed" / "notes" / "readme.md" / "content.txt"
     # Reads: whole, and at offsets, of a file larger than one read request.

@@ -15,14 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.mountutil import errno_of
-from tests.realmount import RealMount, needs_fuse, run_as, swfs, unprivileged_ids, workspace
+from tests.mountutil import Mount, errno_of, needs_fuse, run_as, swfs, unprivileged_ids, workspace
 
 pytestmark = [pytest.mark.mount, pytest.mark.timeout(120), needs_fuse]
 
 
 @pytest.fixture(scope="module")
-def mounted() -> Iterator[RealMount]:
+def mounted() -> Iterator[Mount]:
     with workspace() as m:
         (m.root / "native").mkdir()
         os.chmod(m.root / "native", 0o755)
@@ -33,7 +32,7 @@ _serial = iter(range(10**6))
 
 
 @pytest.fixture
-def pair(mounted: RealMount) -> tuple[Path, Path]:
+def pair(mounted: Mount) -> tuple[Path, Path]:
     """A fresh directory in the mount and its twin on the backing filesystem."""
     n = f"t{next(_serial)}"
     a, b = mounted.mnt / n, mounted.root / "native" / n
@@ -153,7 +152,7 @@ def test_setuid_setgid_cleared_on_write_by_non_owner(
 
 
 def test_setuid_setgid_cleared_on_truncating_open(
-    pair: tuple[Path, Path], ids: tuple[int, int], mounted: RealMount
+    pair: tuple[Path, Path], ids: tuple[int, int], mounted: Mount
 ) -> None:
     """An O_TRUNC open by another user clears the set-id bits, as natively,
     and stat shows it as soon as the file is closed."""
@@ -263,7 +262,7 @@ def test_hard_links_across_directories(pair: tuple[Path, Path]) -> None:
     assert (m / "a" / "back").read_text() == "v1\nv2\n"
 
 
-def test_mkfifo_works_and_is_never_hashed(pair: tuple[Path, Path], mounted: RealMount) -> None:
+def test_mkfifo_works_and_is_never_hashed(pair: tuple[Path, Path], mounted: Mount) -> None:
     m = pair[0]
     os.mkfifo(m / "pipe", 0o644)
     assert stat.S_ISFIFO(os.stat(m / "pipe").st_mode)
@@ -309,7 +308,7 @@ def test_hard_links_stay_one_file_through_history_keeping(pair: tuple[Path, Path
 
 
 def test_background_reads_keep_the_access_time_a_user_set(
-    pair: tuple[Path, Path], mounted: RealMount
+    pair: tuple[Path, Path], mounted: Mount
 ) -> None:
     """A write queues a parse and a read queues the journal's line count; both
     read the file later, in the background.  An access time set in between

@@ -36,8 +36,7 @@ from pathlib import Path
 import pytest
 
 from tests import programgen
-from tests.mountutil import workdir
-from tests.realmount import RealMount, needs_fuse, swfs, workspace
+from tests.mountutil import Mount, needs_fuse, swfs, workdir, workspace
 
 pytestmark = [pytest.mark.mount, pytest.mark.timeout(600), needs_fuse]
 
@@ -94,7 +93,7 @@ def inputs() -> Iterator[Inputs]:
 
 
 @pytest.fixture(scope="module", params=list(KINDS))
-def mounted(request: pytest.FixtureRequest) -> Iterator[RealMount]:
+def mounted(request: pytest.FixtureRequest) -> Iterator[Mount]:
     with workspace(KINDS[request.param]) as m:
         yield m
 
@@ -203,7 +202,7 @@ def times(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory)
                 reporter.write_line(line)
 
 
-def kind_of(m: RealMount) -> str:
+def kind_of(m: Mount) -> str:
     return "staged" if "--staged" in m.args else "default"
 
 
@@ -212,7 +211,7 @@ class NotTheKnownBug(Exception):
     check`` failing, or the program failing in the plain folder too."""
 
 
-def assert_check(m: RealMount, after: str) -> None:
+def assert_check(m: Mount, after: str) -> None:
     proc = swfs("check", m.mnt, check=False, timeout=300)
     if proc.returncode != 0:
         raise NotTheKnownBug(
@@ -227,7 +226,7 @@ Program = Callable[[Runner, "Inputs", Path], None]
 def compare(
     program: str,
     fn: Program,
-    m: RealMount,
+    m: Mount,
     inp: Inputs,
     times: Times,
     *,
@@ -271,7 +270,7 @@ def compare(
     return mine, plain
 
 
-def same(program: str, m: RealMount, mine: Outcome, plain: Outcome) -> None:
+def same(program: str, m: Mount, mine: Outcome, plain: Outcome) -> None:
     if plain.failed():
         raise NotTheKnownBug(f"{program} fails in a plain folder: {plain.failed()}")
     assert mine == plain, (
@@ -321,7 +320,7 @@ def git_program(run: Runner, inp: Inputs, scratch: Path) -> None:
     run("run.sh", "./run.sh", cwd=w)
 
 
-def test_git(mounted: RealMount, inputs: Inputs, times: Times) -> None:
+def test_git(mounted: Mount, inputs: Inputs, times: Times) -> None:
     need("git")
     mine, plain = compare("git", git_program, mounted, inputs, times)
     same("git", mounted, mine, plain)
@@ -397,9 +396,7 @@ def sqlite_program(mode: str) -> Program:
 
 
 @pytest.mark.parametrize("mode", ["wal", "delete"], ids=["wal", "rollback"])
-def test_sqlite_concurrent_writers(
-    mounted: RealMount, inputs: Inputs, times: Times, mode: str
-) -> None:
+def test_sqlite_concurrent_writers(mounted: Mount, inputs: Inputs, times: Times, mode: str) -> None:
     name = f"sqlite-{'wal' if mode == 'wal' else 'rollback'}"
     mine, plain = compare(name, sqlite_program(mode), mounted, inputs, times)
     same(name, mounted, mine, plain)
@@ -452,7 +449,7 @@ def tar_program(run: Runner, inp: Inputs, scratch: Path) -> None:
     run("list again", "tar", "-tf", scratch / "again.tar", keep=lambda s: str(len(s.split())))
 
 
-def test_tar(mounted: RealMount, inputs: Inputs, times: Times) -> None:
+def test_tar(mounted: Mount, inputs: Inputs, times: Times) -> None:
     need("tar", "diff")
     mine, plain = compare("tar", tar_program, mounted, inputs, times)
     same("tar", mounted, mine, plain)
@@ -495,7 +492,7 @@ def rsync_program(flags: str) -> Program:
     return program
 
 
-def test_rsync_in_and_out(mounted: RealMount, inputs: Inputs, times: Times) -> None:
+def test_rsync_in_and_out(mounted: Mount, inputs: Inputs, times: Times) -> None:
     """rsync -aH (no ACLs or xattrs): every byte, mode, owner, mtime, link
     and hard link arrives and comes back out."""
     need("rsync")
@@ -505,7 +502,7 @@ def test_rsync_in_and_out(mounted: RealMount, inputs: Inputs, times: Times) -> N
     assert_check(mounted, "rsync -aH")
 
 
-def test_rsync_with_acls_and_xattrs(mounted: RealMount, inputs: Inputs, times: Times) -> None:
+def test_rsync_with_acls_and_xattrs(mounted: Mount, inputs: Inputs, times: Times) -> None:
     need("rsync")
     mine, plain = compare("rsync -aHAX", rsync_program("-aHAX"), mounted, inputs, times)
     assert_check(mounted, "rsync -aHAX")
@@ -532,7 +529,7 @@ def venv_program(run: Runner, inp: Inputs, scratch: Path) -> None:
 
 
 @pytest.mark.slow  # a venv with pip: most of a minute on a loaded machine
-def test_venv_pip_install(mounted: RealMount, inputs: Inputs, times: Times) -> None:
+def test_venv_pip_install(mounted: Mount, inputs: Inputs, times: Times) -> None:
     mine, plain = compare("venv+pip", venv_program, mounted, inputs, times)
     same("venv+pip", mounted, mine, plain)
     assert plain.step("entry point") == (0, "hello from swfshello\n")
@@ -558,7 +555,7 @@ def uninstall_program(run: Runner, inp: Inputs, scratch: Path) -> None:
 
 
 @pytest.mark.slow
-def test_pip_uninstall(mounted: RealMount, inputs: Inputs, times: Times) -> None:
+def test_pip_uninstall(mounted: Mount, inputs: Inputs, times: Times) -> None:
     mine, plain = compare("pip uninstall", uninstall_program, mounted, inputs, times)
     assert_check(mounted, "pip uninstall")
     same("pip uninstall", mounted, mine, plain)
@@ -579,7 +576,7 @@ def c_program(run: Runner, inp: Inputs, scratch: Path) -> None:
     run("make -j2", "make", "-j2", cwd=c)
 
 
-def test_configure_make_check(mounted: RealMount, inputs: Inputs, times: Times) -> None:
+def test_configure_make_check(mounted: Mount, inputs: Inputs, times: Times) -> None:
     need("make", "cc")
     mine, plain = compare("configure+make", c_program, mounted, inputs, times)
     same("configure+make", mounted, mine, plain)
@@ -696,7 +693,7 @@ def stress_note(mine: Outcome, plain: Outcome) -> str:
 
 
 @pytest.fixture
-def stress(mounted: RealMount, inputs: Inputs, times: Times) -> tuple[Outcome, Outcome]:
+def stress(mounted: Mount, inputs: Inputs, times: Times) -> tuple[Outcome, Outcome]:
     """stress-ng's run on this mount (once per mount) and in the plain folder."""
     need("stress-ng")
     kind = kind_of(mounted)
@@ -712,7 +709,7 @@ def stress(mounted: RealMount, inputs: Inputs, times: Times) -> tuple[Outcome, O
 
 
 @pytest.mark.slow
-def test_stress_ng_runs(mounted: RealMount, stress: tuple[Outcome, Outcome]) -> None:
+def test_stress_ng_runs(mounted: Mount, stress: tuple[Outcome, Outcome]) -> None:
     """stress-ng's exit status and clean-up as in a plain folder, then swfs check."""
     mine, plain = stress
     if plain.failed():
@@ -726,9 +723,7 @@ def test_stress_ng_runs(mounted: RealMount, stress: tuple[Outcome, Outcome]) -> 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("stressor", list(STRESSORS))
-def test_stress_ng_stressor(
-    mounted: RealMount, stress: tuple[Outcome, Outcome], stressor: str
-) -> None:
+def test_stress_ng_stressor(mounted: Mount, stress: tuple[Outcome, Outcome], stressor: str) -> None:
     """Each file stressor, with --verify: failed or skipped on the mount
     only if it is so in the plain folder too."""
     mine, plain = stress

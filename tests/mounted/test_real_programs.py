@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.realmount import RealMount, needs_fuse, workspace
+from tests.mountutil import Mount, needs_fuse, workspace
 
 pytestmark = [pytest.mark.mount, pytest.mark.timeout(240), needs_fuse]
 
@@ -30,7 +30,7 @@ KINDS = {
 
 
 @pytest.fixture(scope="module", params=list(KINDS))
-def mounted(request: pytest.FixtureRequest) -> Iterator[RealMount]:
+def mounted(request: pytest.FixtureRequest) -> Iterator[Mount]:
     def populate(src: Path) -> None:
         # A script SRC has already: a staged mount runs it from SRC's layer.
         (src / "old.sh").write_text("#!/bin/sh\necho old $1\n")
@@ -45,7 +45,7 @@ _serial = iter(range(10**6))
 
 
 @pytest.fixture
-def pair(mounted: RealMount) -> tuple[Path, Path]:
+def pair(mounted: Mount) -> tuple[Path, Path]:
     """A fresh folder in the mount and its twin on the backing file system."""
     n = f"t{next(_serial)}"
     a, b = mounted.mnt / n, mounted.root / "plain" / n
@@ -64,7 +64,7 @@ def run(*cmd: str | Path, cwd: Path | None = None) -> tuple[int, str]:
 # -- running files by path
 
 
-def test_a_script_runs_by_path(pair: tuple[Path, Path], mounted: RealMount) -> None:
+def test_a_script_runs_by_path(pair: tuple[Path, Path], mounted: Mount) -> None:
     for d in pair:
         script = d / "hello.sh"
         script.write_text('#!/bin/sh\necho "hello $1"\n')

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.realmount import RealMount, needs_fuse, run_as, swfs, unprivileged_ids, workspace
+from tests.mountutil import Mount, needs_fuse, run_as, swfs, unprivileged_ids, workspace
 
 pytestmark = [pytest.mark.mount, pytest.mark.timeout(300), needs_fuse]
 
@@ -148,7 +148,7 @@ def until(limit: float, fn: Callable[[], bool]) -> bool:
     return fn()
 
 
-def rendered(m: RealMount, rel: str, name: str) -> int:
+def rendered(m: Mount, rel: str, name: str) -> int:
     """How many images called ``name`` the render cache holds for ``rel``'s content."""
     h = xattr(m.mnt / rel, "hash")
     return sum(1 for _ in (m.src / ".swfs" / "render" / h[:2] / h).rglob(name))
@@ -163,7 +163,7 @@ SLIDES = ["Quarterly revenue north", "Hiring plan south"]
 
 
 @pytest.fixture(scope="module")
-def mounted() -> Iterator[RealMount]:
+def mounted() -> Iterator[Mount]:
     if shutil.which("soffice") is None:
         pytest.skip("LibreOffice (soffice) is not installed")
 
@@ -185,7 +185,7 @@ def mounted() -> Iterator[RealMount]:
         yield m
 
 
-def test_pdf_page_is_the_page(mounted: RealMount) -> None:
+def test_pdf_page_is_the_page(mounted: Mount) -> None:
     mnt = mounted.mnt
     folder = mnt / ".render" / "report.pdf"
     # The mount serves stale and pending views (--stale=serve): on a busy
@@ -236,7 +236,7 @@ def test_pdf_page_is_the_page(mounted: RealMount) -> None:
     assert mounted.alive()
 
 
-def test_pptx_slide_is_the_slide(mounted: RealMount) -> None:
+def test_pptx_slide_is_the_slide(mounted: Mount) -> None:
     mnt = mounted.mnt
     folder = mnt / ".render" / "decks" / "plan.pptx"
     assert sorted(os.listdir(folder)) == ["slide-001.png", "slide-002.png"]
@@ -261,7 +261,7 @@ def test_pptx_slide_is_the_slide(mounted: RealMount) -> None:
     assert far > 4 * max(near, 0.05), (near, far)
 
 
-def test_docx_pages_and_xlsx_printed_pages(mounted: RealMount) -> None:
+def test_docx_pages_and_xlsx_printed_pages(mounted: Mount) -> None:
     memo = mounted.mnt / ".render" / "memo.docx"
     assert sorted(os.listdir(memo)) == ["page-0001.png", "page-0002.png"]
     first = decode_png((memo / "page-0001.png").read_bytes())
@@ -279,7 +279,7 @@ def test_docx_pages_and_xlsx_printed_pages(mounted: RealMount) -> None:
     assert ink(sheet[2]) > 50
 
 
-def test_corrupt_pdf_has_error_md(mounted: RealMount) -> None:
+def test_corrupt_pdf_has_error_md(mounted: Mount) -> None:
     folder = mounted.mnt / ".render" / "broken.pdf"
     assert os.listdir(folder) == ["error.md"]
     text = (folder / "error.md").read_text()
@@ -294,7 +294,7 @@ def test_corrupt_pdf_has_error_md(mounted: RealMount) -> None:
     ] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_edit_serves_stale_then_current(mounted: RealMount) -> None:
+def test_edit_serves_stale_then_current(mounted: Mount) -> None:
     mnt = mounted.mnt
     target = mnt / "edited.pdf"
     planted_pdf(target, ["Old planted words"])
@@ -325,13 +325,13 @@ def test_edit_serves_stale_then_current(mounted: RealMount) -> None:
     assert decode_png(page.read_bytes())[2] != decode_png(old)[2]
 
 
-def test_symlink_out_of_src_is_not_rendered(mounted: RealMount) -> None:
+def test_symlink_out_of_src_is_not_rendered(mounted: Mount) -> None:
     assert (mounted.mnt / "link.pdf").is_symlink()
     assert not (mounted.mnt / ".render" / "link.pdf").exists()
     assert "link.pdf" not in os.listdir(mounted.mnt / ".render")
 
 
-def test_unreadable_file_is_refused(mounted: RealMount) -> None:
+def test_unreadable_file_is_refused(mounted: Mount) -> None:
     ids = unprivileged_ids()
     if ids is None:
         pytest.skip("cannot create an unprivileged user here")

@@ -16,7 +16,7 @@ import pytest
 
 from tests import docgen
 from tests.embedgen import write_model
-from tests.realmount import RealMount, needs_fuse, swfs, unprivileged_ids, workspace
+from tests.mountutil import Mount, needs_fuse, swfs, unprivileged_ids, workspace
 
 pytestmark = [pytest.mark.mount, pytest.mark.timeout(240), needs_fuse]
 
@@ -43,7 +43,7 @@ def wait_for(what: str, fn: Callable[[], bool], timeout: float = 60) -> None:
 
 
 @pytest.fixture(scope="module")
-def shared() -> Iterator[tuple[RealMount, tuple[int, int]]]:
+def shared() -> Iterator[tuple[Mount, tuple[int, int]]]:
     ids = unprivileged_ids()
     if ids is None:
         pytest.skip("cannot create an unprivileged user here")
@@ -82,7 +82,7 @@ def as_user(ids: tuple[int, int], *cmd: str, cwd: Path) -> str:
     return proc.stdout.decode("utf-8")
 
 
-def test_a_paraphrase_finds_the_fact_page_first(shared: tuple[RealMount, tuple[int, int]]) -> None:
+def test_a_paraphrase_finds_the_fact_page_first(shared: tuple[Mount, tuple[int, int]]) -> None:
     mnt = shared[0].mnt
     text = read(mnt, "regional revenue north")
     found = hits(text)
@@ -110,7 +110,7 @@ def test_a_paraphrase_finds_the_fact_page_first(shared: tuple[RealMount, tuple[i
     assert doc["behind"] is False
 
 
-def test_listing_syntax_and_the_root(shared: tuple[RealMount, tuple[int, int]]) -> None:
+def test_listing_syntax_and_the_root(shared: tuple[Mount, tuple[int, int]]) -> None:
     mnt = shared[0].mnt
     read(mnt, "harbour wind")
     assert "harbour wind" in os.listdir(mnt / ".search")
@@ -129,7 +129,7 @@ def test_listing_syntax_and_the_root(shared: tuple[RealMount, tuple[int, int]]) 
 
 
 def test_an_unprivileged_user_sees_only_what_they_may_read(
-    shared: tuple[RealMount, tuple[int, int]],
+    shared: tuple[Mount, tuple[int, int]],
 ) -> None:
     m, ids = shared
     mnt = m.mnt

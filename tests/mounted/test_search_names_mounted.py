@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.mountutil import wait_until
-from tests.realmount import SWFS, needs_fuse, swfs, workspace
+from tests.mountutil import SWFS, needs_fuse, swfs, wait_until, workspace
 
 pytestmark = [pytest.mark.mount, pytest.mark.timeout(240), needs_fuse]
 

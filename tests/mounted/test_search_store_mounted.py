@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.realmount import RealMount, needs_fuse, swfs, workspace
+from tests.mountutil import Mount, needs_fuse, swfs, workspace
 
 pytestmark = [pytest.mark.mount, pytest.mark.timeout(300), needs_fuse]
 
@@ -40,12 +40,12 @@ def populate(src: Path) -> None:
     (src / "south.txt").write_text("The south office moved to the harbour.\n")
 
 
-def found(m: RealMount, word: str, rel: str) -> bool:
+def found(m: Mount, word: str, rel: str) -> bool:
     text = (m.mnt / ".search" / word).read_text(encoding="utf-8")
     return f".parsed/{rel}/" in text
 
 
-def store(m: RealMount) -> Path:
+def store(m: Mount) -> Path:
     return m.src / ".swfs"
 
 
@@ -71,7 +71,7 @@ def test_tab_show_on_src_leaves_the_daemons_index_alone() -> None:
         assert "disk I/O error" not in m.log()
 
 
-def status_search(m: RealMount) -> dict[str, object]:
+def status_search(m: Mount) -> dict[str, object]:
     info = json.loads(swfs("status", m.mnt, "--json").stdout)
     search = info["search"]
     assert isinstance(search, dict)

@@ -24,15 +24,16 @@ import pytest
 
 from mountd.launch import mounted_swfs
 from tests import docgen
-from tests.mountutil import lazy_unmount, workdir
-from tests.realmount import (
+from tests.mountutil import (
     SWFS,
-    RealMount,
+    Mount,
     daemon_env,
+    lazy_unmount,
     needs_fuse,
     run_as,
     swfs,
     unprivileged_ids,
+    workdir,
     workspace,
 )
 
@@ -132,7 +133,7 @@ def test_symlinks_out_of_src_are_never_followed(outside: Path) -> None:
 
 
 @pytest.fixture
-def shared() -> Iterator[tuple[RealMount, tuple[int, int]]]:
+def shared() -> Iterator[tuple[Mount, tuple[int, int]]]:
     ids = unprivileged_ids()
     if ids is None:
         pytest.skip("cannot create an unprivileged user here")
@@ -178,7 +179,7 @@ def _user_grep(ids: tuple[int, int], mnt: Path, needle: bytes) -> bytes:
 
 
 def test_user_cannot_read_root_only_files_through_synthetic_trees(
-    shared: tuple[RealMount, tuple[int, int]],
+    shared: tuple[Mount, tuple[int, int]],
 ) -> None:
     m, ids = shared
     mnt = m.mnt
@@ -197,7 +198,7 @@ def test_user_cannot_read_root_only_files_through_synthetic_trees(
 
 
 def test_review_diffs_do_not_leak_unreadable_files(
-    shared: tuple[RealMount, tuple[int, int]],
+    shared: tuple[Mount, tuple[int, int]],
 ) -> None:
     m, ids = shared
     diff = m.mnt / ".review" / "secret.txt.diff"
@@ -207,7 +208,7 @@ def test_review_diffs_do_not_leak_unreadable_files(
 
 
 def test_review_summary_does_not_name_hidden_files(
-    shared: tuple[RealMount, tuple[int, int]],
+    shared: tuple[Mount, tuple[int, int]],
 ) -> None:
     m, ids = shared
     summary = m.mnt / ".review" / "SUMMARY.md"
@@ -220,7 +221,7 @@ def test_review_summary_does_not_name_hidden_files(
     assert run_as(ids, read_as_user) in (0, errno.EACCES)
 
 
-def test_review_all_diff_does_not_leak(shared: tuple[RealMount, tuple[int, int]]) -> None:
+def test_review_all_diff_does_not_leak(shared: tuple[Mount, tuple[int, int]]) -> None:
     m, ids = shared
     all_diff = m.mnt / ".review" / "ALL.diff"
     assert SECRET in all_diff.read_bytes()
@@ -234,7 +235,7 @@ def test_review_all_diff_does_not_leak(shared: tuple[RealMount, tuple[int, int]]
 
 
 def test_files_in_a_closed_directory_stay_closed(
-    shared: tuple[RealMount, tuple[int, int]],
+    shared: tuple[Mount, tuple[int, int]],
 ) -> None:
     m, ids = shared
     mnt = m.mnt
@@ -252,7 +253,7 @@ def test_files_in_a_closed_directory_stay_closed(
 
 
 def test_group_readable_file_works_for_the_group(
-    shared: tuple[RealMount, tuple[int, int]],
+    shared: tuple[Mount, tuple[int, int]],
 ) -> None:
     m, ids = shared
     mnt = m.mnt
@@ -361,7 +362,7 @@ def test_preexisting_store_directory_is_closed() -> None:
     src.mkdir()
     mnt.mkdir()
     (src / "a.txt").write_text("first\n")
-    from tests.realmount import start_mount
+    from tests.mountutil import start_mount
 
     m = start_mount(src, mnt, "--store", str(store))
     try:
@@ -386,7 +387,7 @@ def _until(deadline_s: float, fn: Callable[[], bool]) -> bool:
 
 
 def test_permission_changes_reach_history_and_views(
-    shared: tuple[RealMount, tuple[int, int]],
+    shared: tuple[Mount, tuple[int, int]],
 ) -> None:
     """A file made private later: its older views and versions close with it
     (at once when the chmod goes through the mount; see the next test)."""
@@ -408,7 +409,7 @@ def test_permission_changes_reach_history_and_views(
     assert _user_grep(ids, mnt, SECRET) == b""
 
 
-def test_chmod_closes_parsed_view_at_once(shared: tuple[RealMount, tuple[int, int]]) -> None:
+def test_chmod_closes_parsed_view_at_once(shared: tuple[Mount, tuple[int, int]]) -> None:
     """The kernel keeps a generated file's attributes for 60 s: only the
     invalidation a chmod through the mount sends can close the view here."""
     m, ids = shared
@@ -420,7 +421,7 @@ def test_chmod_closes_parsed_view_at_once(shared: tuple[RealMount, tuple[int, in
 
 
 def test_deleted_private_file_keeps_its_history_private(
-    shared: tuple[RealMount, tuple[int, int]],
+    shared: tuple[Mount, tuple[int, int]],
 ) -> None:
     m, ids = shared
     mnt = m.mnt
@@ -437,7 +438,7 @@ def test_deleted_private_file_keeps_its_history_private(
     assert _user_grep(ids, mnt, SECRET) == b""
 
 
-def test_snapshots_keep_each_file_private(shared: tuple[RealMount, tuple[int, int]]) -> None:
+def test_snapshots_keep_each_file_private(shared: tuple[Mount, tuple[int, int]]) -> None:
     m, ids = shared
     swfs("snapshot", m.mnt, "s1")
     snap = m.mnt / ".versions" / "@snapshots" / "s1"

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.realmount import RealMount, needs_fuse, run_as, start_mount, swfs, workspace
+from tests.mountutil import Mount, needs_fuse, run_as, start_mount, swfs, workspace
 
 pytestmark = [pytest.mark.mount, pytest.mark.timeout(300), needs_fuse]
 
@@ -43,14 +43,14 @@ SAW = errno.EDOM  # "read it, and the secret was there"
 
 @dataclass
 class History:
-    live: RealMount
+    live: Mount
     attacker: tuple[int, int]
     owner: tuple[int, int]
-    world: RealMount | None = None
+    world: Mount | None = None
 
 
 def _ids() -> tuple[tuple[int, int], tuple[int, int]]:
-    from tests.realmount import unprivileged_ids
+    from tests.mountutil import unprivileged_ids
 
     attacker = unprivileged_ids()
     if attacker is None:

@@ -51,8 +51,7 @@ import pytest
 from parsers import soffice
 from swfs.views import sandbox
 from tests import linkdocs
-from tests.mountutil import cleanup_dir, start, workdir
-from tests.realmount import daemon_env, needs_fuse, swfs
+from tests.mountutil import cleanup_dir, daemon_env, needs_fuse, start, swfs, workdir
 
 pytestmark = [
     pytest.mark.mount,

@@ -29,8 +29,7 @@ from swfs.engine import Engine
 from swfs.views import parsework, sandbox
 from swfs.workspace import Config
 from tests import evilparsers
-from tests.mountutil import cleanup_dir, start, workdir
-from tests.realmount import daemon_env, needs_fuse, swfs
+from tests.mountutil import cleanup_dir, daemon_env, needs_fuse, start, swfs, workdir
 
 pytestmark = [pytest.mark.timeout(300)]
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.realmount import RealMount, needs_fuse, swfs, unprivileged_ids, workspace
+from tests.mountutil import Mount, needs_fuse, swfs, unprivileged_ids, workspace
 
 pytestmark = [pytest.mark.mount, pytest.mark.timeout(240), needs_fuse]
 
@@ -55,7 +55,7 @@ def _settled(mnt: Path, query: str, rel: str, present: bool, timeout: float = 90
 
 
 @pytest.fixture
-def mount() -> Iterator[tuple[RealMount, tuple[int, int]]]:
+def mount() -> Iterator[tuple[Mount, tuple[int, int]]]:
     ids = unprivileged_ids()
     if ids is None:
         pytest.skip("cannot create an unprivileged user here")
@@ -72,7 +72,7 @@ def mount() -> Iterator[tuple[RealMount, tuple[int, int]]]:
 
 
 def test_an_attackers_search_does_not_change_with_a_private_file(
-    mount: tuple[RealMount, tuple[int, int]],
+    mount: tuple[Mount, tuple[int, int]],
 ) -> None:
     m, ids = mount
     mnt = m.mnt

@@ -13,7 +13,7 @@ import pytest
 
 from swfs.store.blobs import BlobStore
 from swfs.workspace import STORE_NAME
-from tests.realmount import swfs, workspace
+from tests.mountutil import swfs, workspace
 from tests.sparseutil import SLACK, MiB, allocated, holds, read_hash, stream_hash
 
 pytestmark = [

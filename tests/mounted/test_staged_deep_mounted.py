@@ -20,8 +20,16 @@ import pytest
 
 from mountd.launch import mounted_swfs
 from tests import deeppaths as dp
-from tests.mountutil import errno_of, lazy_unmount, wait_until, workdir
-from tests.realmount import RealMount, needs_fuse, start_mount, swfs
+from tests.mountutil import (
+    Mount,
+    errno_of,
+    lazy_unmount,
+    needs_fuse,
+    start_mount,
+    swfs,
+    wait_until,
+    workdir,
+)
 
 pytestmark = [pytest.mark.mount, needs_fuse, pytest.mark.timeout(600)]
 
@@ -41,7 +49,7 @@ def populate(src: Path) -> None:
 
 
 @contextlib.contextmanager
-def deep_staged_workspace() -> Iterator[RealMount]:
+def deep_staged_workspace() -> Iterator[Mount]:
     """SRC (its own path about 1,200 bytes long) filled by ``populate``,
     mounted ``--staged``; always unmounted, its daemon reaped.  The store
     sits beside it (its control socket's path must stay short)."""
@@ -52,7 +60,7 @@ def deep_staged_workspace() -> Iterator[RealMount]:
     store.mkdir()
     src.chmod(0o755)
     populate(src)
-    m: RealMount | None = None
+    m: Mount | None = None
     try:
         m = start_mount(src, mnt, "--staged", "--store", str(store))
         swfs("sync", mnt, "--timeout", "300")

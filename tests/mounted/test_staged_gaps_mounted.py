@@ -16,8 +16,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.mountutil import errno_of, lazy_unmount, wait_until
-from tests.realmount import needs_fuse, start_mount, swfs, workspace
+from tests.mountutil import (
+    errno_of,
+    lazy_unmount,
+    needs_fuse,
+    start_mount,
+    swfs,
+    wait_until,
+    workspace,
+)
 
 pytestmark = [pytest.mark.mount, needs_fuse, pytest.mark.timeout(300)]
 

@@ -19,13 +19,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.mountutil import lazy_unmount
-from tests.realmount import SWFS, daemon_env, needs_fuse, start_mount, swfs, workspace
+from tests.mountutil import SWFS, daemon_env, lazy_unmount, needs_fuse, start_mount, swfs, workspace
 
 openpyxl = pytest.importorskip("openpyxl")
 xlsxwriter = pytest.importorskip("xlsxwriter")
 
-pytestmark = [needs_fuse, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.mount, needs_fuse, pytest.mark.timeout(600)]
 
 
 def tree(root: Path) -> dict[str, str]:

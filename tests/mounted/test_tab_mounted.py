@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from tests import docgen
-from tests.realmount import RealMount, needs_fuse, run_as, swfs, unprivileged_ids, workspace
+from tests.mountutil import Mount, needs_fuse, run_as, swfs, unprivileged_ids, workspace
 
 pytestmark = [pytest.mark.mount, pytest.mark.timeout(240), needs_fuse]
 
@@ -76,13 +76,13 @@ def populate(src: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def mount() -> Iterator[RealMount]:
+def mount() -> Iterator[Mount]:
     with workspace(populate=populate) as m:
         yield m
 
 
 @pytest.fixture
-def fresh(mount: RealMount) -> Path:
+def fresh(mount: Mount) -> Path:
     """The mount point, in a new empty tab."""
     swfs("tab", "new", mount.mnt)
     assert tab_file(mount.mnt, "requirements.md") == ""
@@ -305,7 +305,7 @@ def test_new_keeps_the_old_tab(fresh: Path) -> None:
     assert shown["open"] == ["first task item"]
 
 
-def test_unprivileged_user_gets_eacces(mount: RealMount) -> None:
+def test_unprivileged_user_gets_eacces(mount: Mount) -> None:
     ids = unprivileged_ids()
     if ids is None:
         pytest.skip("cannot create an unprivileged user here")

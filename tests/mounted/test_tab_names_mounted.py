@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.mountutil import wait_until
-from tests.realmount import needs_fuse, swfs, workspace
+from tests.mountutil import needs_fuse, swfs, wait_until, workspace
 
 pytestmark = [pytest.mark.mount, pytest.mark.timeout(240), needs_fuse]
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.realmount import needs_fuse, unprivileged_ids, workspace
+from tests.mountutil import needs_fuse, unprivileged_ids, workspace
 
 pytestmark = [pytest.mark.mount, pytest.mark.timeout(240), needs_fuse]
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests import docgen
-from tests.realmount import needs_fuse, swfs, unprivileged_ids, workspace
+from tests.mountutil import needs_fuse, swfs, unprivileged_ids, workspace
 
 pytestmark = [pytest.mark.mount, pytest.mark.timeout(240), needs_fuse]
 

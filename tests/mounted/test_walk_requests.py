@@ -36,9 +36,9 @@ import pytest
 
 from mountd import reqcount
 from mountd.dump import MARK
-from tests.realmount import RealMount, needs_fuse, swfs, workspace
+from tests.mountutil import Mount, needs_fuse, swfs, workspace
 
-pytestmark = [needs_fuse, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.mount, needs_fuse, pytest.mark.timeout(300)]
 
 needs_no_opendir = pytest.mark.skipif(
     not hasattr(pyfuse3, "no_opendir_available"),
@@ -57,7 +57,7 @@ def _poll(cond: Callable[[], bool], what: str, limit: float = 90.0) -> None:
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def _counts(m: RealMount) -> dict[str, int]:
+def _counts(m: Mount) -> dict[str, int]:
     """The daemon's request counts now (a SIGUSR1 dump, read from its log)."""
     ends = m.log().count(f"end of {MARK}")
     os.kill(m.proc.pid, signal.SIGUSR1)
@@ -67,7 +67,7 @@ def _counts(m: RealMount) -> dict[str, int]:
     return counts
 
 
-def _released(m: RealMount) -> dict[str, int]:
+def _released(m: Mount) -> dict[str, int]:
     """The request counts once every OPEN and CREATE has been answered by its
     RELEASE (the kernel sends RELEASE in the background)."""
     seen: list[dict[str, int]] = []
@@ -98,7 +98,7 @@ def _populate(src: Path) -> None:
         (src / folder / "deep" / "z.txt").write_text("deep text\n")
 
 
-def _lists(m: RealMount, path: str) -> list[dict[str, Any]]:
+def _lists(m: Mount, path: str) -> list[dict[str, Any]]:
     out = swfs("log", m.mnt, "--json", "--kind", "list").stdout.splitlines()
     return [e for e in map(json.loads, out) if e["path"] == path]
 
@@ -210,7 +210,7 @@ def test_parse_end_keeps_native_attributes_cached() -> None:
         assert "held back" in (view / "content.txt").read_text()
 
 
-def _listers(m: RealMount, path: str) -> list[tuple[str, tuple[str, ...]]]:
+def _listers(m: Mount, path: str) -> list[tuple[str, tuple[str, ...]]]:
     return [(e["process"]["name"], tuple(e["process"]["cmdline"])) for e in _lists(m, path)]
 
 
@@ -229,7 +229,7 @@ def test_every_listing_reaches_the_journal_when_asked() -> None:
             for argv in argvs:
                 assert "x.txt" in _run(argv, m.mnt)
 
-            def stored(m: RealMount = m, start: int = start, n: int = recorded) -> bool:
+            def stored(m: Mount = m, start: int = start, n: int = recorded) -> bool:
                 return len(_lists(m, "notes")) - start >= n
 
             if recorded > 1:

@@ -22,14 +22,16 @@ import pytest
 from swfs.samples import build_sample_workspace
 from swfs.store.fsutil import hash_file
 from tests.mountutil import (
+    Mount,
     as_user,
     ensure_test_user,
     errno_of,
     lazy_unmount,
     mounted_swfs,
+    start_mount,
+    swfs,
     workdir,
 )
-from tests.realmount import RealMount, start_mount, swfs
 
 pytestmark = [
     pytest.mark.mount,
@@ -42,7 +44,7 @@ pytestmark = [
 
 
 @pytest.fixture
-def ws() -> Iterator[RealMount]:
+def ws() -> Iterator[Mount]:
     root = workdir()
     src, mnt = root / "src", root / "mnt"
     src.mkdir()
@@ -63,7 +65,7 @@ def header(path: Path) -> str:
         return f.readline()
 
 
-def test_grep_finds_evidence_with_its_locator(ws: RealMount) -> None:
+def test_grep_finds_evidence_with_its_locator(ws: Mount) -> None:
     out = subprocess.run(
         ["grep", "-rn", "Churn in the EMEA", ".parsed"],
         cwd=ws.mnt,
@@ -101,7 +103,7 @@ def test_grep_finds_evidence_with_its_locator(ws: RealMount) -> None:
     assert (ws.root / "copied.txt").read_bytes() == data
 
 
-def test_openpyxl_edit_in_place_goes_current_with_review_and_versions(ws: RealMount) -> None:
+def test_openpyxl_edit_in_place_goes_current_with_review_and_versions(ws: Mount) -> None:
     book = ws.mnt / "budget.xlsx"
     original = hash_file(ws.src / "budget.xlsx")
     wb = openpyxl.load_workbook(book)
@@ -135,7 +137,7 @@ def test_openpyxl_edit_in_place_goes_current_with_review_and_versions(ws: RealMo
     assert os.getxattr(old, "user.sw.cause") == b"baseline"
 
 
-def test_stale_view_is_served_marked_then_turns_current(ws: RealMount) -> None:
+def test_stale_view_is_served_marked_then_turns_current(ws: Mount) -> None:
     """A read of a stale view waits (--stale-wait, 2 s) for the re-parse; past
     that bound it gets the prior view, marked stale."""
     go = ws.src / "notes.gated.go"  # the gated test parser finishes once this exists
@@ -159,7 +161,7 @@ def test_stale_view_is_served_marked_then_turns_current(ws: RealMount) -> None:
     assert "second version" in text
 
 
-def test_units_that_a_rewrite_removes_are_gone_at_once(ws: RealMount) -> None:
+def test_units_that_a_rewrite_removes_are_gone_at_once(ws: Mount) -> None:
     """The kernel caches generated names and attributes like native ones (60 s),
     so a rewrite that drops units must drop them from its caches too."""
     folder = ws.mnt / ".parsed" / "reports" / "q3-report.pdf"
@@ -180,7 +182,7 @@ def test_units_that_a_rewrite_removes_are_gone_at_once(ws: RealMount) -> None:
     assert "A two-page rewrite." in first
 
 
-def test_editor_save_through_the_mount_is_one_version(ws: RealMount) -> None:
+def test_editor_save_through_the_mount_is_one_version(ws: Mount) -> None:
     target = ws.mnt / "README.md"
     before = len(os.listdir(ws.mnt / ".versions" / "README.md"))
     tmp = ws.mnt / ".README.md.tmp"
@@ -198,7 +200,7 @@ def test_editor_save_through_the_mount_is_one_version(ws: RealMount) -> None:
     )
 
 
-def test_synthetic_trees_are_read_only(ws: RealMount) -> None:
+def test_synthetic_trees_are_read_only(ws: Mount) -> None:
     for path in (
         ws.mnt / ".parsed" / "README.md" / "content.txt",
         ws.mnt / ".review" / "SUMMARY.md",
@@ -210,7 +212,7 @@ def test_synthetic_trees_are_read_only(ws: RealMount) -> None:
     assert errno_of(lambda: os.unlink(ws.mnt / ".review" / "SUMMARY.md")) == errno.EROFS
 
 
-def test_parallel_readers_while_reparsing(ws: RealMount) -> None:
+def test_parallel_readers_while_reparsing(ws: Mount) -> None:
     errors: list[str] = []
     stop = threading.Event()
 
@@ -242,7 +244,7 @@ def test_parallel_readers_while_reparsing(ws: RealMount) -> None:
     assert "edit 14" in (ws.mnt / ".parsed" / "notes" / "café.txt" / "content.txt").read_text()
 
 
-def test_cli_against_the_mount_point(ws: RealMount) -> None:
+def test_cli_against_the_mount_point(ws: Mount) -> None:
     status = json.loads(swfs("status", ws.mnt, "--json").stdout)
     for key in ("files", "current", "stale", "pending", "failed", "unsupported"):
         assert key in status
@@ -264,7 +266,7 @@ def test_cli_against_the_mount_point(ws: RealMount) -> None:
     swfs("check", ws.mnt)
 
 
-def test_unprivileged_user_sees_only_what_they_may_read(ws: RealMount) -> None:
+def test_unprivileged_user_sees_only_what_they_may_read(ws: Mount) -> None:
     user = ensure_test_user()
     if user is None:
         pytest.skip("cannot create an unprivileged user here")
@@ -297,7 +299,7 @@ def test_unprivileged_user_sees_only_what_they_may_read(ws: RealMount) -> None:
     assert as_user(user, "cat", str(ws.mnt / ".review" / "public.txt.diff")).returncode == 0
 
 
-def test_killed_daemon_leaves_a_store_that_remounts_and_checks_clean(ws: RealMount) -> None:
+def test_killed_daemon_leaves_a_store_that_remounts_and_checks_clean(ws: Mount) -> None:
     for i in range(20):
         (ws.mnt / "notes" / f"n{i}.txt").write_text(f"note {i}\n")
         (ws.mnt / "README.md").write_text(f"readme {i}\n")
@@ -320,7 +322,7 @@ def test_killed_daemon_leaves_a_store_that_remounts_and_checks_clean(ws: RealMou
         m.stop()
 
 
-def test_second_mount_of_the_same_workspace_is_refused(ws: RealMount) -> None:
+def test_second_mount_of_the_same_workspace_is_refused(ws: Mount) -> None:
     other = ws.root / "mnt2"
     other.mkdir()
     out = swfs("mount", ws.src, other, check=False)
@@ -331,7 +333,7 @@ def test_second_mount_of_the_same_workspace_is_refused(ws: RealMount) -> None:
 
 
 @pytest.mark.timeout(300)
-def test_umount_returns_once_the_daemon_has_closed_its_store(ws: RealMount) -> None:
+def test_umount_returns_once_the_daemon_has_closed_its_store(ws: Mount) -> None:
     """`swfs umount` then at once a new mount of the same workspace (here
     `--staged`, as a harness does between tasks) must work: umount waits for
     the daemon to exit, so its store lock is free."""

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.realmount import RealMount, needs_fuse, start_mount, swfs, workspace
+from tests.mountutil import Mount, needs_fuse, start_mount, swfs, workspace
 
 pytestmark = [pytest.mark.mount, pytest.mark.timeout(600), needs_fuse]
 
@@ -25,7 +25,7 @@ def populate(src: Path) -> None:
         (src / rel).write_text(text)
 
 
-def requests(w: RealMount, opcode: str) -> int:
+def requests(w: Mount, opcode: str) -> int:
     """How many ``opcode`` requests the world's daemon has received so far
     (the live mount beside it logs no requests: no --debug)."""
     return w.log().count(f"opcode: {opcode} ")

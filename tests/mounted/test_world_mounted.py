@@ -15,8 +15,7 @@ import pytest
 
 from mountd.launch import mounted_swfs
 from swfs.store.fsutil import hash_bytes
-from tests.mountutil import errno_of, lazy_unmount
-from tests.realmount import RealMount, needs_fuse, start_mount, swfs, workspace
+from tests.mountutil import Mount, errno_of, lazy_unmount, needs_fuse, start_mount, swfs, workspace
 
 pytestmark = [pytest.mark.mount, pytest.mark.timeout(600), needs_fuse]
 
@@ -68,7 +67,7 @@ def populate(src: Path) -> None:
     (src / "sub" / "deep" / "leaf.txt").write_text("deep leaf\n")
 
 
-def world(m: RealMount, name: str, mnt_name: str) -> RealMount:
+def world(m: Mount, name: str, mnt_name: str) -> Mount:
     mnt = m.root / mnt_name
     mnt.mkdir(exist_ok=True)
     mnt.chmod(0o755)
@@ -238,7 +237,7 @@ def test_two_worlds_beside_the_live_mount_and_an_unknown_name() -> None:
         assert "Traceback" not in proc.stderr
         assert not mounted_swfs(bad)
 
-        worlds: list[RealMount] = []
+        worlds: list[Mount] = []
         try:
             worlds.append(world(m, "one", "w-one"))
             worlds.append(world(m, "two", "w-two"))  # a submission's name

@@ -22,8 +22,8 @@ from swfs.api import RelPath
 from swfs.engine import Engine
 from swfs.review import diffs
 from swfs.workspace import Config
-from tests import realmount
-from tests.realmount import needs_fuse
+from tests import mountutil
+from tests.mountutil import needs_fuse
 
 HEADER = ["id", "region", "amount", "note"]
 
@@ -287,7 +287,7 @@ def test_grep_through_the_mount_gives_the_row() -> None:
     def populate(src: pathlib.Path) -> None:
         write_csv(src / "export.csv", records(20_000, changed={12_345: "NEEDLE-77"}))
 
-    with realmount.workspace(populate=populate) as ws:
+    with mountutil.workspace(populate=populate) as ws:
         proc = subprocess.run(
             ["grep", "-rn", "NEEDLE-77", str(ws.mnt / ".parsed")],
             capture_output=True,
@@ -306,7 +306,7 @@ def test_grep_through_the_mount_gives_the_row() -> None:
             records(20_000, changed={12_345: "NEEDLE-77"}),
             lineterminator="\n",
         )
-        realmount.swfs("sync", ws.mnt)
+        mountutil.swfs("sync", ws.mnt)
         diff = (ws.mnt / ".review" / "export.csv.diff").read_text()
         assert "(no cell changes; the file differs in line endings" in diff
         assert len(diff.splitlines()) < 5

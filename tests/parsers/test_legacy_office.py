@@ -34,8 +34,8 @@ from swfs.api import Freshness, RelPath
 from swfs.engine import Engine
 from swfs.views.parsework import WorkerLimits
 from swfs.workspace import Config
-from tests import docgen, realmount
-from tests.realmount import needs_fuse
+from tests import docgen, mountutil
+from tests.mountutil import needs_fuse
 
 SOFFICE = shutil.which("soffice")
 needs_soffice = pytest.mark.skipif(
@@ -595,7 +595,7 @@ def test_grep_through_the_mount_finds_legacy_text_with_its_locator(
         shutil.copy(documents["doc"], src / "report.doc")
         shutil.copy(documents["ppt"], src / "deck.ppt")
 
-    with realmount.workspace(populate=populate) as m:
+    with mountutil.workspace(populate=populate) as m:
         found = subprocess.run(
             ["grep", "-rn", "Churn fell", str(m.mnt / ".parsed")],
             capture_output=True,

@@ -74,20 +74,14 @@ def test_the_retry_never_lands_on_another_used_worker(
     assert outcomes[2] == (OK, None), outcomes
 
 
-def test_a_worker_whose_heap_grew_retires(monkeypatch: pytest.MonkeyPatch) -> None:
-    from swfs.views import parsework
+def test_a_worker_whose_heap_grew_retires() -> None:
+    from swfs.views.parsework import should_retire
 
-    monkeypatch.setattr(parsework, "_out_of_memory", False)
-    monkeypatch.setattr(parsework, "_cap_bytes", 1000 << 20)
-    monkeypatch.setattr(parsework, "_started_bytes", 200 << 20)
-    monkeypatch.setattr(parsework, "_address_space", lambda: 500 << 20)
-    assert not parsework._retire_worker()  # 300 MB of 800 used: keeps going
-    monkeypatch.setattr(parsework, "_address_space", lambda: 700 << 20)
-    assert parsework._retire_worker()  # 500 MB of 800: past half, retires
-    monkeypatch.setattr(parsework, "_cap_bytes", 0)
-    assert not parsework._retire_worker()  # no cap known: only out of memory retires
-    monkeypatch.setattr(parsework, "_out_of_memory", True)
-    assert parsework._retire_worker()
+    cap, started = 1000 << 20, 200 << 20
+    assert not should_retire(False, cap, started, 500 << 20)  # 300 MB of 800 used: keeps going
+    assert should_retire(False, cap, started, 700 << 20)  # 500 MB of 800: past half, retires
+    assert not should_retire(False, 0, started, 700 << 20)  # no cap known: only out of memory
+    assert should_retire(True, 0, started, started)
 
 
 def test_the_timeout_counts_the_parse_not_the_worker_start_up(

@@ -1,14 +1,14 @@
-"""Hostile and broken inputs: each fails with a clear one-line reason, quickly.
+"""Hostile and broken inputs: each fails with a clear one-line reason.
 
 Zip and entity bombs must be refused by the zip guard before any library
 decompresses them; the tests check both the reason and that the guard ran
-without reading the bomb member.
+without reading the bomb member.  How long a hostile file keeps a worker
+busy is measured by ``make bench`` (bench/hostileparse.py), not here.
 """
 
 from __future__ import annotations
 
 import pathlib
-import time
 import zipfile
 from collections.abc import Callable
 
@@ -18,8 +18,6 @@ from parsers import registry, zipguard
 from parsers._base import EncryptedDocument, ParseFailed, ParseOptions, Unit
 from tests import docgen
 
-FAST = 3.0  # seconds: a hostile file must not keep a worker busy
-
 
 def parse(path: pathlib.Path, **limits: int) -> list[Unit]:
     info = registry.file_info(str(path), path.name)
@@ -28,10 +26,8 @@ def parse(path: pathlib.Path, **limits: int) -> list[Unit]:
 
 
 def failure(path: pathlib.Path, **limits: int) -> ParseFailed:
-    started = time.monotonic()
     with pytest.raises(ParseFailed) as caught:
         parse(path, **limits)
-    assert time.monotonic() - started < FAST
     message = str(caught.value)
     assert message
     assert "\n" not in message
@@ -107,9 +103,7 @@ def test_mupdf_stays_quiet(tmp_path: pathlib.Path, capfd: pytest.CaptureFixture[
 @pytest.mark.parametrize("seed", range(20))
 def test_fuzzed_pdf_fails_cleanly_or_parses(tmp_path: pathlib.Path, seed: int) -> None:
     path = docgen.fuzzed_pdf(tmp_path, seed)
-    started = time.monotonic()
     outcome = attempt(path)
-    assert time.monotonic() - started < FAST
     if isinstance(outcome, ParseFailed):
         assert str(outcome)
         assert "\n" not in str(outcome)
@@ -237,9 +231,7 @@ Maker = Callable[[pathlib.Path], pathlib.Path]
 )
 def test_deep_nesting(tmp_path: pathlib.Path, make: Maker) -> None:
     path = make(tmp_path)
-    started = time.monotonic()
     outcome = attempt(path)
-    assert time.monotonic() - started < FAST
     if isinstance(outcome, ParseFailed):
         assert "\n" not in str(outcome)
     else:

@@ -288,9 +288,9 @@ def test_writes_without_an_entry_leave_nothing_behind(
 
 
 def test_verify_mode_catches_a_wrong_tree_and_answers_whole(
-    tmp_path: Path, cache: treecache.TreeCache, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(treecache, "_VERIFY", True)
+    cache = treecache.TreeCache(verify=True)
     f = opened(tmp_path, cache, 9 * MiB)
     try:
         f.hash()
