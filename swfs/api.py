@@ -337,8 +337,8 @@ class WorkspaceAPI(Protocol):
         ...
 
     def pin_version(self, rel: RelPath) -> None:
-        """After an fsync: keep ``rel``'s present version even if the same
-        burst of rewrites goes on (see ``swfs.history.versioning``)."""
+        """Keep ``rel``'s present version even if the same burst of rewrites
+        goes on (see ``swfs.history.versioning``); an fsync no longer pins."""
         ...
 
     def record_rename(self, old: RelPath, new: RelPath) -> None: ...
