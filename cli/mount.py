@@ -239,7 +239,8 @@ def register(c: Commands) -> None:
         default=versioning.DEFAULT_INTERVAL,
         help="rewrites of a file within this many seconds of a burst's first version "
         "replace its last version instead of adding one, whether closed or "
-        f"fsynced; a version a snapshot names is kept (default {versioning.DEFAULT_INTERVAL:g}; 0: every close)",
+        "fsynced; a version a snapshot names is kept "
+        f"(default {versioning.DEFAULT_INTERVAL:g}; 0: every close)",
     )
     sp.add_argument(
         "--passthrough",
