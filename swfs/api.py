@@ -12,10 +12,7 @@ from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NewType, Protocol
-
-if TYPE_CHECKING:
-    from swfs.control import ControlServer
+from typing import Any, NewType, Protocol
 
 Hash = NewType("Hash", str)  # lowercase hex blake3, 64 characters
 RelPath = NewType("RelPath", str)  # '/'-separated, relative to the workspace root, no '..'
@@ -456,6 +453,14 @@ class WorkspaceAPI(Protocol):
         ...
 
 
+class Service(Protocol):
+    """Background work the daemon's lifecycle starts with
+    ``nursery.start(service.run)`` and ends with ``stop()``."""
+
+    async def run(self, *, task_status: Any) -> None: ...
+    def stop(self) -> None: ...
+
+
 class EngineAPI(WorkspaceAPI, Protocol):
     """The workspace plus its background work, as the daemon drives it."""
 
@@ -464,7 +469,7 @@ class EngineAPI(WorkspaceAPI, Protocol):
         cancelled; calls ``task_status.started()`` once ready."""
         ...
 
-    def control_server(self) -> ControlServer:
+    def control_server(self) -> Service:
         """The control socket as background work (``run()``/``stop()``),
         started by the daemon's lifecycle once ``run_background`` is ready."""
         ...

@@ -46,6 +46,7 @@ from swfs.api import (
     RelPath,
     RenderedUnit,
     ReviewEntry,
+    Service,
     UnitTooLarge,
     Version,
     ViewState,
@@ -64,7 +65,6 @@ from swfs.views.parsework import FAILED, OK, ParseOutcome, ParsePool
 from swfs.workspace import Config, WorkspaceError
 
 if TYPE_CHECKING:
-    from swfs.control import ControlServer
     from swfs.workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -658,7 +658,7 @@ class World(BlobReads):
     def scan(self) -> object:
         return None
 
-    def control_server(self) -> ControlServer:
+    def control_server(self) -> Service:
         """A world serves no control socket: the daemon never starts one for
         it (mountd.launch), and the CLI names the live workspace instead."""
         raise WorkspaceError(f"world {self.info.name}: no control socket")
