@@ -31,6 +31,7 @@ import trio
 
 from mountd.nodes import Tree
 from mountd.options import MountOptions
+from swfs import permissions
 from swfs.api import (
     Access,
     EngineAPI,
@@ -43,7 +44,7 @@ from swfs.api import (
     Version,
     ViewState,
 )
-from swfs.history import permissions, staging
+from swfs.history import staging
 from swfs.store import hashform
 from swfs.views.files import header_line, render_unit
 

@@ -30,8 +30,8 @@ from mountd.fsutil import dir_fd, open_beneath
 from mountd.passthrough import RESERVED, Creds, NativeHandle, Passthrough, SetAttr, split
 from mountd.poll import Poller
 from mountd.staged import native_tree
+from swfs import permissions
 from swfs.api import Access, EngineAPI, RelPath
-from swfs.history import permissions
 from swfs.history.world import World
 
 log = logging.getLogger(__name__)

@@ -27,7 +27,7 @@ import lmdb
 from parsers import registry
 from parsers._base import FileInfo
 from parsers.cells import count_cells
-from swfs import api
+from swfs import api, permissions
 from swfs.api import (
     Access,
     Cause,
@@ -41,8 +41,8 @@ from swfs.api import (
     ViewState,
     WriteSession,
 )
-from swfs.history import permissions, staging, versioning
 from swfs.history import snapshots as history
+from swfs.history import staging, versioning
 from swfs.history.writesession import InPlaceWrites
 from swfs.ignore import IgnoreRules
 from swfs.store import treecache

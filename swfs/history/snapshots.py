@@ -32,9 +32,8 @@ from typing import TYPE_CHECKING, Any
 
 import lmdb
 
-from swfs import api
+from swfs import api, permissions
 from swfs.api import Access, Cause, ChangeStatus, RelPath
-from swfs.history import permissions
 from swfs.store.blobs import HashMismatch
 from swfs.store.fsutil import copy_fd, open_dir_noatime, open_to_read
 from swfs.store.records import dumps, loads, pdecode

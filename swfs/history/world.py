@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, cast
 import lmdb
 import trio
 
+from swfs import permissions
 from swfs.api import (
     Access,
     FileState,
@@ -51,7 +52,6 @@ from swfs.api import (
     Version,
     ViewState,
 )
-from swfs.history import permissions
 from swfs.history import snapshots as history
 from swfs.review import changes as review_mod
 from swfs.store.blobreads import BlobReads

@@ -10,8 +10,8 @@ from pathlib import Path
 from swfs.api import Access, RelPath
 from swfs.engine import Engine
 from swfs.history import snapshots as history
-from swfs.history.permissions import then_and_now
 from swfs.history.world import open_world
+from swfs.permissions import then_and_now
 
 UID, GID = os.geteuid(), os.getegid()
 

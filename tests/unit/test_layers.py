@@ -30,11 +30,8 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("swfs.find.search", "swfs.workspace"): "SearchIndex is built from a Workspace",
     ("swfs.history.snapshots", "swfs.workspace"): "snapshot ops take the Workspace itself",
     ("swfs.history.world", "swfs.workspace"): "World re-implements Workspace methods",
-    ("swfs.review.changes", "swfs.history.permissions"): "review asks history who may read",
-    ("swfs.review.changes", "swfs.workspace"): "the change list reads the Workspace",
     ("swfs.store.gc", "swfs.history.snapshots"): "gc asks history what is reclaimable",
     ("swfs.store.gc", "swfs.workspace"): "gc collects over the whole Workspace",
-    ("swfs.views.scheduler", "swfs.engine"): "the scheduler is typed with the engine's ParseQueue",
     # `swfs check` checks every part, so it sits above them all, not in the store.
     ("swfs.store.check", "swfs.control"): "check asks the daemon's control socket",
     ("swfs.store.check", "swfs.evidence.access"): "check checks the access journal",
