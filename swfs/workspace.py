@@ -207,9 +207,26 @@ class Workspace(BlobReads):
             return False
         return inside == "." or rel == inside or rel.startswith(inside + "/")
 
+    def is_hidden(self, rel: str) -> bool:
+        """Never part of the workspace: the store, a reserved root."""
+        return self._hidden(rel)
+
     # -------------------------------------------------------------- listeners
     def add_listener(self, fn: Callable[[RelPath], None]) -> None:
         self._listeners.append(fn)
+
+    def add_sync_listener(self, fn: Callable[[RelPath], None]) -> None:
+        """``fn(rel)`` called at once, in the thread that recorded the change
+        (an engine's ``add_listener`` may defer its listeners to the loop)."""
+        self._listeners.append(fn)
+
+    def notify_changed(self, rel: str) -> None:
+        """Tell the listeners what the engine shows for ``rel`` changed."""
+        self._changed(rel)
+
+    def bump_generation(self, txn: lmdb.Transaction) -> None:
+        """In a write ``txn`` that changed the file table: a new generation."""
+        self._bump(txn)
 
     def add_parse_request_handler(self, fn: Callable[[RelPath, bool], None]) -> None:
         self._parse_requests.append(fn)
@@ -1300,7 +1317,7 @@ class Workspace(BlobReads):
     # --------------------------------------------------------------- restore
     def restore(self, rel: RelPath, number: int) -> Version:
         """*slow*: bring back version ``number`` of ``rel`` as a new version."""
-        history._not_staged(self, "restore")
+        history.not_staged(self, "restore")
         versions = {v.number: v for v in self.versions(rel)}
         if number not in versions:
             raise WorkspaceError(f"{rel}: no version {number}")

@@ -109,7 +109,7 @@ def folders(ws: Workspace, manifest: dict[str, Any]) -> tuple[list[str], dict[st
             with os.scandir(dfd) as it:
                 for entry in it:
                     rel = f"{parent}/{entry.name}" if parent else entry.name
-                    if ws._hidden(rel):
+                    if ws.is_hidden(rel):
                         continue
                     try:
                         if not entry.is_dir(follow_symlinks=False):
@@ -135,7 +135,7 @@ class SnapshotInfo:
     submission: bool = False
 
 
-def _info(ws: Workspace, name: str, txn: lmdb.Transaction | None = None) -> dict[str, Any]:
+def snapshot_info(ws: Workspace, name: str, txn: lmdb.Transaction | None = None) -> dict[str, Any]:
     db = ws.store.dbs["snapinfo"]
     if txn is None:
         with ws.store.read() as t:
@@ -150,7 +150,7 @@ def _put_info(txn: lmdb.Transaction, ws: Workspace, name: str, info: dict[str, A
 
 
 def snapshot_kind(ws: Workspace, name: str) -> str:
-    return str(_info(ws, name).get("kind", KIND_SNAPSHOT))
+    return str(snapshot_info(ws, name).get("kind", KIND_SNAPSHOT))
 
 
 def take_snapshot(ws: Workspace, name: str, *, kind: str = KIND_SNAPSHOT) -> int:
@@ -171,7 +171,7 @@ def list_snapshots(ws: Workspace) -> list[SnapshotInfo]:
     out = []
     for name in ws.store.snapshot_names():
         manifest = ws.store.get_snapshot(name) or {}
-        info = _info(ws, name)
+        info = snapshot_info(ws, name)
         out.append(
             SnapshotInfo(
                 name=name,
@@ -199,7 +199,7 @@ def delete_snapshot(ws: Workspace, name: str) -> int:
         txn.delete(key, db=ws.store.dbs["snapshots"])
         txn.delete(key, db=ws.store.dbs["snapinfo"])
         ws.store.append_journal(txn, "snapshot-delete", name=name, files=len(manifest))
-        ws._bump(txn)
+        ws.bump_generation(txn)
     ws.store.flush()
     return len(manifest)
 
@@ -271,7 +271,7 @@ def snapshot_accesses(ws: Workspace, name: str) -> dict[str, Access]:
         modes = ws.store.get_meta("baseline_dir_modes")
     else:
         manifest = ws.store.get_snapshot(name) or {}
-        modes = _info(ws, name).get("dir_modes")
+        modes = snapshot_info(ws, name).get("dir_modes")
     return recorded_accesses(
         manifest, modes, functools.partial(permissions.owner_only, ws.store_dir)
     )
@@ -408,7 +408,7 @@ def submit(ws: Workspace, name: str, paths: list[str] | None = None) -> Submissi
         ws.store.append_journal(
             txn, "submit", name=name, files=[[f.path, f.hash] for f in files], snapshot=name
         )
-        ws._bump(txn)
+        ws.bump_generation(txn)
     ws.store.flush()
     return sub
 
@@ -434,7 +434,7 @@ def target_state(ws: Workspace, to: str) -> TargetState:
         if manifest is None:
             raise _error(f"{to!r}: no such snapshot or submission (see `swfs snapshots`)")
         index.manifests[to] = manifest  # snapshots never change; deleting drops it
-    return TargetState(to, manifest, list(_info(ws, to).get("dirs", [])))
+    return TargetState(to, manifest, list(snapshot_info(ws, to).get("dirs", [])))
 
 
 class _HashIndex:
@@ -451,7 +451,7 @@ class _HashIndex:
         self.manifests: dict[str, dict[str, list[Any]]] = {}  # snapshot name -> manifest
         # Called synchronously in the thread that recorded the change (the
         # engine's own listeners may be deferred to the event loop).
-        ws._listeners.append(self._touch)
+        ws.add_sync_listener(self._touch)
 
     def _touch(self, rel: str) -> None:
         with self.lock:
@@ -643,7 +643,7 @@ def _write_back(ws: Workspace, rel: str, entry: list[Any], *, durable: bool = Tr
         os.close(src_fd)
 
 
-def _not_staged(ws: Workspace, what: str) -> None:
+def not_staged(ws: Workspace, what: str) -> None:
     """Writes into SRC's tree: not under a staged layer (swfs.staging)."""
     if getattr(ws, "staging", None) is not None:
         raise _error(
@@ -655,7 +655,7 @@ def _not_staged(ws: Workspace, what: str) -> None:
 
 def reset(ws: Workspace, to: str = BASELINE) -> ResetResult:
     """*slow* (in the number of changes): bring the whole tree back to ``to``."""
-    _not_staged(ws, "reset")
+    not_staged(ws, "reset")
     t0 = time.monotonic()
     target = target_state(ws, to)
     plan = plan_reset(ws, target)
@@ -691,7 +691,7 @@ def reset(ws: Workspace, to: str = BASELINE) -> ResetResult:
             """Remove the candidate directories that are empty now, deepest
             first; in the ``final`` pass, name those that are not."""
             for d in sorted(emptied, key=lambda d: d.count("/"), reverse=True):
-                if d in wanted_dirs or ws._hidden(d) or (not final and d in needed):
+                if d in wanted_dirs or ws.is_hidden(d) or (not final and d in needed):
                     continue
                 try:
                     os.rmdir(ws.abspath(d))
@@ -746,7 +746,7 @@ def reset(ws: Workspace, to: str = BASELINE) -> ResetResult:
         ) from exc
     finally:
         for d in touched_dirs:
-            ws._changed(d)  # listings of these directories changed
+            ws.notify_changed(d)  # listings of these directories changed
     if len(plan.write) > _BATCH_SYNC:
         # The bytes are safe in the blob store meanwhile, and a reset cut
         # short by a crash is simply run again.
@@ -755,7 +755,7 @@ def reset(ws: Workspace, to: str = BASELINE) -> ResetResult:
     result.secs = round(time.monotonic() - t0, 4)
     with ws.store.write() as txn:
         ws.store.append_journal(txn, "reset", **result.as_json())
-        ws._bump(txn)
+        ws.bump_generation(txn)
     ws.store.flush()
     return result
 
@@ -768,8 +768,8 @@ def _record_removed(ws: Workspace, rel: str) -> None:
             return
         ws.store.delete_file(txn, rel)
         ws.store.append_journal(txn, "unlink", path=rel, cause="reset")
-        ws._bump(txn)
-    ws._changed(rel)
+        ws.bump_generation(txn)
+    ws.notify_changed(rel)
 
 
 def _syncfs(path: str) -> None:
@@ -793,7 +793,7 @@ def _holds_target_file(d: str, manifest: dict[str, list[Any]]) -> bool:
 def restore_from(ws: Workspace, rel: str, source: str) -> str:
     """*slow*: bring back ``rel`` as the baseline or snapshot ``source`` had it,
     recorded as a new version; the hash restored."""
-    _not_staged(ws, "restore")
+    not_staged(ws, "restore")
     target = target_state(ws, source)
     entry = target.manifest.get(rel)
     if entry is None:
@@ -808,10 +808,10 @@ def restore_from(ws: Workspace, rel: str, source: str) -> str:
     except OSError as exc:
         raise _error(f"{rel}: cannot restore: {exc.strerror or exc}") from exc
     ws.check_file(RelPath(rel), cause=Cause.RESTORE, force=True)
-    ws._changed(rel.rpartition("/")[0])
+    ws.notify_changed(rel.rpartition("/")[0])
     with ws.store.write() as txn:
         ws.store.append_journal(txn, "restore", path=rel, source=target.name, hash=entry[0])
-        ws._bump(txn)
+        ws.bump_generation(txn)
     ws.store.flush()
     return str(entry[0])
 

@@ -889,7 +889,7 @@ def _settle(ws: Any, rels: list[str]) -> None:
     staged tree shows for ``rels`` now."""
     for rel in dict.fromkeys(rels):
         ws.check_file(rel)
-        ws._changed(rel)
+        ws.notify_changed(rel)
 
 
 def list_staged(ws: Any, paths: list[str] | None = None) -> dict[str, Any]:

@@ -245,7 +245,7 @@ class World(BlobReads):
                     f"{name!r}: no such snapshot or submission "
                     "(`swfs snapshots` and `swfs submissions` list them; `baseline` is one too)"
                 )
-            info = history._info(cast("Workspace", self), snap)
+            info = history.snapshot_info(cast("Workspace", self), snap)
             kind, at, dirs = str(info.get("kind")), info.get("at"), list(info.get("dirs") or [])
             dir_modes = info.get("dir_modes")
         self.manifest: dict[str, list[Any]] = manifest
@@ -279,7 +279,7 @@ class World(BlobReads):
             return history.BASELINE, present_at, present
         best: tuple[float, str] | None = None
         for snap in store.snapshot_names():
-            info = history._info(cast("Workspace", self), snap)
+            info = history.snapshot_info(cast("Workspace", self), snap)
             t = info.get("at")
             if info.get("kind") == history.KIND_BASELINE and t is not None and t <= at:
                 best = max(best or (t, snap), (t, snap))
@@ -325,7 +325,7 @@ class World(BlobReads):
                     mtime_ns = int(data[:nl].split(b",")[1])
                 except (IndexError, ValueError):
                     continue
-                out[Store._file_path(key, raw)] = (h, mtime_ns)
+                out[Store.file_path_of(key, raw)] = (h, mtime_ns)
         return out
 
     @property
@@ -735,7 +735,7 @@ class _WorkspaceView:
 
 
 def _esc(value: str) -> str:
-    return views._esc(value)
+    return views.escape_attr(value)
 
 
 def _utc(t: float) -> str:

@@ -127,7 +127,7 @@ def _readable_files(ws: Workspace) -> dict[str, FileRecord]:
         for key, raw in txn.cursor(db=ws.store.dbs["files"]):
             try:
                 # A long path's key is its digest: the record carries the path.
-                out[Store._file_path(key, raw)] = FileRecord.decode(raw)
+                out[Store.file_path_of(key, raw)] = FileRecord.decode(raw)
             except (ValueError, KeyError, TypeError):
                 continue
     return out

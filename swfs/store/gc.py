@@ -118,7 +118,7 @@ def collect(ws: Workspace, *, keep_days: float = 7.0, dry_run: bool = False) -> 
         def journal() -> None:
             with store.write() as txn:
                 store.append_journal(txn, "gc", **report.as_json())
-                ws._bump(txn)
+                ws.bump_generation(txn)
 
         ws.spending_reserve(journal)
         store.flush()
