@@ -124,12 +124,10 @@ class Operations(NowaitOps, pyfuse3.Operations):  # NowaitOps: mountd.nowait
             enabled=options.journal,
             file_hash=hash_lookup(engine),
             src=engine.src,
-            locate=getattr(engine, "abspath", None),  # a --staged mount's staged bytes
+            locate=engine.abspath,  # a --staged mount's staged bytes
             callers=options.callers,
         )
-        attach = getattr(engine, "attach_journal", None)  # a world's engine keeps none
-        if attach is not None:
-            attach(self.journal.health, self.journal.acknowledge)
+        engine.attach_journal(self.journal.health, self.journal.acknowledge)  # a world ignores it
         # The generated trees, by top-level name (mountd.router).
         self.trees: dict[Tree, SyntheticTree] = dict(make_trees(engine, self.gen, options))
         self.trees[Tree.SEARCH] = SearchTree(engine, self.gen)

@@ -695,7 +695,7 @@ class ReviewTree(Base):
         if path == ALL_DIFF:
             data = self._content(ALL_DIFF, self.engine.review_all_diff)
             return None if data is None else self._file("", data, {})
-        if path in (STAGED_MD, STAGED_DIFF) and getattr(self.engine, "staging", None) is not None:
+        if path in (STAGED_MD, STAGED_DIFF) and self.engine.staging is not None:
             make = staging.staged_summary if path == STAGED_MD else staging.staged_diff
             data = self._content(path, lambda: make(self.engine))
             return None if data is None else self._file("", data, {})
@@ -746,7 +746,7 @@ class ReviewTree(Base):
             names = [SUMMARY, ALL_DIFF] + [n for n in names if n not in (SUMMARY, ALL_DIFF)]
             if self.lineage is not None and self.lineage.enabled:
                 names.insert(2, LINEAGE)
-            if getattr(self.engine, "staging", None) is not None:
+            if self.engine.staging is not None:
                 names[2:2] = [STAGED_MD, STAGED_DIFF]
         return names
 

@@ -461,8 +461,54 @@ class Service(Protocol):
     def stop(self) -> None: ...
 
 
+class SearchIndexAPI(Protocol):
+    """The search index as the daemon sees it (``swfs.find.search.SearchIndex``)."""
+
+    @property
+    def generation(self) -> int:
+        """Bumped after every commit of the index: an answer kept from an
+        older generation is stale."""
+        ...
+
+
 class EngineAPI(WorkspaceAPI, Protocol):
     """The workspace plus its background work, as the daemon drives it."""
+
+    # -- optional features, declared, never probed: None where this engine
+    # has none.  A world (one fixed past state) has no search index, no staged
+    # layer and keeps no access journal of its own; the live engine is no world.
+    @property
+    def search_index(self) -> SearchIndexAPI | None:
+        """The search index; when there is one, ``search(query, caller,
+        limit)`` answers from it."""
+        ...
+
+    @property
+    def staging(self) -> object | None:
+        """The staged layer of a ``--staged`` mount
+        (``swfs.history.staging.Staging``)."""
+        ...
+
+    @property
+    def world_name(self) -> str | None:
+        """The world shown (``swfs mount --at``); None for the live workspace."""
+        ...
+
+    def attach_journal(
+        self, health: Callable[[], dict[str, Any]], acknowledge: Callable[[], None]
+    ) -> None:
+        """The mount's access journal, for the control socket to ask after
+        (a world's engine keeps none and ignores it)."""
+        ...
+
+    def abspath(self, rel: str) -> str:
+        """The file whose bytes the mount serves for ``rel`` (a staged
+        mount's staged copy)."""
+        ...
+
+    def other_names(self, rel: str, st: os.stat_result) -> list[str]:
+        """The workspace's other names of the file ``st`` (hard links)."""
+        ...
 
     async def run_background(self, *, task_status: Any = ...) -> None:
         """Parse workers, the re-parse queue and the periodic rescan.  Runs until

@@ -55,6 +55,8 @@ INTERNAL_RETRY_DELAY = 1.0
 class Engine(Workspace):
     """Implements ``swfs.api.EngineAPI``."""
 
+    world_name: str | None = None  # the live workspace, no world (swfs.history.world)
+
     def __init__(self, src: Path, store_dir: Path | None = None, *, config: Config | None = None):
         super().__init__(src, store_dir, config=config)
         self.queue: ParseQueue | None = None

@@ -695,6 +695,11 @@ class SearchIndex:
 
     # -- queries (any thread)
 
+    @property
+    def generation(self) -> int:
+        """Bumped after every indexer commit."""
+        return self._generation
+
     def search(self, text: str, caller: Caller, limit: int = DEFAULT_LIMIT) -> SearchResult:
         try:
             query = parse_query(text)

@@ -328,9 +328,24 @@ class World(BlobReads):
                 out[Store.file_path_of(key, raw)] = (h, mtime_ns)
         return out
 
+    # -- the engine's optional features a world has not (swfs.api.EngineAPI)
+    search_index = None
+    staging = None
+
     @property
     def world_name(self) -> str:
         return self.info.name
+
+    def attach_journal(
+        self, health: Callable[[], dict[str, Any]], acknowledge: Callable[[], None]
+    ) -> None:
+        pass  # a world's engine keeps no journal: it serves no control socket
+
+    def abspath(self, rel: str) -> str:
+        return os.path.join(self.src, rel) if rel else str(self.src)
+
+    def other_names(self, rel: str, st: os.stat_result) -> list[str]:
+        return []  # no staged layer asks
 
     def close(self) -> None:
         self.memory.close()
