@@ -40,7 +40,7 @@ from mountd.searchtree import SearchTree
 from mountd.synthetic import Generation, ReviewTree, SyntheticTree, make_trees
 from mountd.tabtree import TabTree
 from mountd.world import is_world, native_source
-from swfs.api import XATTR_PREFIX, EngineAPI
+from swfs.api import STORE_NAME, XATTR_PREFIX, EngineAPI
 from swfs.changefeed import ChangeFeed
 from swfs.evidence.access import hash_lookup, open_journal
 
@@ -571,7 +571,7 @@ class Operations(NowaitOps, pyfuse3.Operations):  # NowaitOps: mountd.nowait
 
 
 def _hidden(src: str, store: str) -> frozenset[str]:
-    hidden = {".swfs"}
+    hidden = {STORE_NAME}
     rel = os.path.relpath(os.path.realpath(store), os.path.realpath(src))
     if rel != "." and not rel.startswith(".."):
         hidden.add(rel.replace(os.sep, "/"))

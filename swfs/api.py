@@ -19,6 +19,8 @@ RelPath = NewType("RelPath", str)  # '/'-separated, relative to the workspace ro
 
 XATTR_PREFIX = "user.sw."
 STORE_NAME = ".swfs"  # a workspace's store, inside SRC unless --store says otherwise
+# The generated trees' names at the mount's root: never part of the workspace.
+RESERVED_ROOTS = frozenset({".parsed", ".review", ".versions", ".search", ".render", ".tab"})
 BASELINE = "baseline"  # the name of the present baseline wherever a snapshot is named
 
 

@@ -29,6 +29,7 @@ from parsers._base import FileInfo
 from parsers.cells import count_cells
 from swfs import api, permissions
 from swfs.api import (
+    RESERVED_ROOTS,
     Access,
     Cause,
     FileState,
@@ -69,7 +70,6 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 STORE_NAME = api.STORE_NAME
-RESERVED_ROOTS = frozenset({".parsed", ".review", ".versions", ".search", ".render", ".tab"})
 _HASH_THREADS = 4
 _PRESERVE_TRIES = 5  # a file that changes under every try fails the write (EIO)
 NOT_KEPT_DISK_FULL = "disk full"  # why a version's bytes were not kept (Version.not_kept)
