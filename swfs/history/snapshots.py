@@ -36,6 +36,7 @@ from swfs import api, permissions
 from swfs.api import Access, Cause, ChangeStatus, RelPath
 from swfs.store.blobs import HashMismatch
 from swfs.store.fsutil import copy_fd, open_dir_noatime, open_to_read
+from swfs.store.gc import RECLAIM
 from swfs.store.records import dumps, loads, pdecode
 
 if TYPE_CHECKING:
@@ -868,9 +869,6 @@ def forget_ephemeral(ws: Workspace, txn: lmdb.Transaction, rel: str) -> None:
         drop_history(ws, txn, rel, versions)
 
 
-RECLAIM = b"reclaim:"  # meta key prefix: + hash of a blob a dropped temp history may leave
-
-
 def drop_history(ws: Workspace, txn: lmdb.Transaction, rel: str, versions: list[list[Any]]) -> None:
     """Drop a temp file's history.  Bytes kept for its earlier versions (a
     second write preserves the first) may now be referenced by nothing: they
@@ -880,19 +878,6 @@ def drop_history(ws: Workspace, txn: lmdb.Transaction, rel: str, versions: list[
     for v in versions[:-1]:
         txn.put(RECLAIM + str(v[1]).encode(), b"", db=meta)
     ws.store.put_versions(txn, rel, [])
-
-
-def reclaimable(ws: Workspace) -> set[str]:
-    out = set()
-    with ws.store.read() as txn:
-        cur = txn.cursor(db=ws.store.dbs["meta"])
-        if cur.set_range(RECLAIM):
-            for key in cur.iternext(values=False):
-                k = bytes(key)
-                if not k.startswith(RECLAIM):
-                    break
-                out.add(k[len(RECLAIM) :].decode("ascii", "replace"))
-    return out
 
 
 # -------------------------------------------------------- the daemon side

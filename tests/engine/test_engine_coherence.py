@@ -14,9 +14,9 @@ import trio
 import trio.testing
 
 from swfs.api import Cause, Freshness, RelPath
+from swfs.check import run_checks
 from swfs.engine import Engine, ParseQueue
 from swfs.store.blobs import HashMismatch
-from swfs.store.check import run_checks
 from swfs.store.fsutil import hash_file
 from swfs.views.parsework import WorkerLimits
 from swfs.workspace import Config

@@ -31,19 +31,9 @@ ALLOWED: dict[tuple[str, str], str] = {
     # The control socket and the engine know each other.
     ("swfs.control", "swfs.engine"): "the control ops are typed with the whole Engine",
     # Lower parts typed with, or reaching into, the whole workspace.
-    ("swfs.find.search", "swfs.workspace"): "SearchIndex is built from a Workspace",
     ("swfs.history.snapshots", "swfs.workspace"): "snapshot ops take the Workspace itself",
     ("swfs.history.world", "swfs.workspace"): "World re-implements Workspace methods",
-    ("swfs.store.gc", "swfs.history.snapshots"): "gc asks history what is reclaimable",
-    ("swfs.store.gc", "swfs.workspace"): "gc collects over the whole Workspace",
     # `swfs check` checks every part, so it sits above them all, not in the store.
-    ("swfs.store.check", "swfs.control"): "check asks the daemon's control socket",
-    ("swfs.store.check", "swfs.evidence.access"): "check checks the access journal",
-    ("swfs.store.check", "swfs.find.search"): "check checks the search index",
-    ("swfs.store.check", "swfs.find.textindex"): "check checks the search index",
-    ("swfs.store.check", "swfs.history.snapshots"): "check checks snapshots",
-    ("swfs.store.check", "swfs.history.staging"): "check checks the staged layer",
-    ("swfs.store.check", "swfs.workspace"): "check opens the Workspace",
 }
 
 # Reaches into another module's private names that remain, as "path:attribute".
