@@ -32,6 +32,10 @@ def world_of(path: str | os.PathLike[str]) -> str | None:
         return None
 
 
+class WorkspaceError(Exception):
+    """A user-facing error: names the path and the cause."""
+
+
 class Freshness(enum.StrEnum):
     CURRENT = "current"
     STALE = "stale"

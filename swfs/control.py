@@ -18,6 +18,7 @@ import logging
 import os
 import socket
 import struct
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -88,7 +89,12 @@ async def _handle(engine: Engine, request: dict[str, Any], peer: tuple[int, int]
     from swfs.history import staging
     from swfs.store import gc
 
-    fn = {**history.CONTROL_OPS, **gc.CONTROL_OPS, **staging.CONTROL_OPS}.get(str(op))
+    ops: dict[str, Callable[[Engine, dict[str, Any]], Any]] = {
+        **history.CONTROL_OPS,
+        **gc.CONTROL_OPS,
+        **staging.CONTROL_OPS,
+    }
+    fn = ops.get(str(op))
     if fn is not None:
         return await trio.to_thread.run_sync(fn, engine, request)
     raise ControlError(f"unknown operation {op!r}")

@@ -40,6 +40,7 @@ from swfs.api import (
     RenderedUnit,
     Version,
     ViewState,
+    WorkspaceError,
     WriteSession,
 )
 from swfs.history import snapshots as history
@@ -80,10 +81,6 @@ _FRESHNESS_OF = {
     FAILED: Freshness.FAILED,
     UNSUPPORTED: Freshness.UNSUPPORTED,
 }
-
-
-class WorkspaceError(Exception):
-    """A user-facing error: names the path and the cause."""
 
 
 def _store_oserror(rel: str, exc: lmdb.Error) -> OSError:

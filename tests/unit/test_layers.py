@@ -31,9 +31,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     # The control socket and the engine know each other.
     ("swfs.control", "swfs.engine"): "the control ops are typed with the whole Engine",
     # Lower parts typed with, or reaching into, the whole workspace.
-    ("swfs.history.snapshots", "swfs.workspace"): "snapshot ops take the Workspace itself",
     ("swfs.history.world", "swfs.workspace"): "World re-implements Workspace methods",
-    # `swfs check` checks every part, so it sits above them all, not in the store.
 }
 
 # Reaches into another module's private names that remain, as "path:attribute".
