@@ -51,6 +51,7 @@ from swfs.api import (
     UnitTooLarge,
     Version,
     ViewState,
+    WorkspaceError,
 )
 from swfs.history import snapshots as history
 from swfs.review import changes as review_mod
@@ -62,7 +63,7 @@ from swfs.store.records import _DBS, FORMAT_VERSION, FileRecord, Store, StoreErr
 from swfs.store.reserve import is_no_space
 from swfs.views import files as views
 from swfs.views.parsework import FAILED, OK, ParseOutcome, ParsePool
-from swfs.workspace import Config, WorkspaceError
+from swfs.workspace import Config
 
 if TYPE_CHECKING:
     from swfs.workspace import Workspace
