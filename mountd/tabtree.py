@@ -126,7 +126,7 @@ class TabTree:
     def _stamp(self, tab: TabInfo) -> object:
         index = self.engine.search_index
         return (
-            getattr(self.journal, "_seq", 0),
+            self.journal.seq,
             tab.started,
             tab.requirements(),
             0 if index is None else index.generation,
@@ -149,7 +149,7 @@ class TabTree:
         if builder is None:
             builder = Builder(self.engine, search, caller, excerpts=excerpts, keep_reads=excerpts)
         note = ""
-        if not getattr(self.journal, "enabled", False):
+        if not self.journal.enabled:
             note = "recording is off on this mount (--no-journal): no reads or listings"
         else:
             self.journal.flush()  # what was done before this read is in it
