@@ -282,6 +282,19 @@ def private_reaches(path: Path) -> list[tuple[int, str]]:
                 (ours if project else theirs).add(alias.asname or alias.name)
     found = []
     for node in ast.walk(tree):
+        if (  # getattr(x, "_name", ...), hasattr and setattr alike
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("getattr", "hasattr", "setattr")
+            and len(node.args) >= 2
+            and isinstance(node.args[1], ast.Constant)
+            and isinstance(node.args[1].value, str)
+            and node.args[1].value.startswith("_")
+            and not node.args[1].value.startswith("__")
+            and ast.unparse(node.args[0]) not in ("self", "cls")
+        ):
+            found.append((node.lineno, ast.unparse(node)))
+            continue
         if not isinstance(node, ast.Attribute):
             continue
         if not node.attr.startswith("_") or node.attr.startswith("__"):
@@ -297,7 +310,7 @@ def private_reaches(path: Path) -> list[tuple[int, str]]:
         ):
             continue
         found.append((node.lineno, ast.unparse(node)))
-    return found
+    return sorted(found)
 
 
 def test_no_call_into_private_names() -> None:
@@ -323,9 +336,14 @@ def test_private_reaches_are_found(tmp_path: Path) -> None:
         "        os._exit(0)\n"
         "        other._mine\n"
         "        workspace._hidden\n"
+        "        getattr(other, '_seq', 0)\n"
         "        return ws._bump()\n"
     )
-    assert private_reaches(planted) == [(8, "workspace._hidden"), (9, "ws._bump")]
+    assert private_reaches(planted) == [
+        (8, "workspace._hidden"),
+        (9, "getattr(other, '_seq', 0)"),
+        (10, "ws._bump"),
+    ]
 
 
 def test_cycles_are_found() -> None:
