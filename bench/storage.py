@@ -98,7 +98,7 @@ def _after_gc(ctx: Ctx, sw: SwfsMounter, src: Path, m: Mount) -> int:
     """The store's size once unreferenced blobs and chunks are collected:
     the daemon is stopped, the engine's orphan check repairs, the daemon
     is started again for the caller's unmount."""
-    from swfs.store.check import check_orphans
+    from swfs.check import check_orphans
     from swfs.workspace import Workspace
 
     sw.unmount(m)

@@ -451,7 +451,7 @@ def cmd_log(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from swfs.store.check import run_checks
+    from swfs.check import run_checks
 
     t = resolve_target(args.target, args.store)
     if t.mounted:

@@ -685,7 +685,7 @@ class NativeProvider:
             if self._open_handle(node) is None and self.table.held(node) is None:
                 raise fail(_nameless(node))
             return {}  # no name, no record: the file's own attributes only
-        world = getattr(self.mount.engine, "world_name", None)  # swfs mount --at
+        world = self.mount.engine.world_name  # swfs mount --at
         out: dict[str, str] = {"world": world} if world else {}
         if not rel:
             return {"source": self.mount.src, "store": self.mount.store, **out}

@@ -40,7 +40,7 @@ from mountd.searchtree import SearchTree
 from mountd.synthetic import Generation, ReviewTree, SyntheticTree, make_trees
 from mountd.tabtree import TabTree
 from mountd.world import is_world, native_source
-from swfs.api import XATTR_PREFIX, EngineAPI
+from swfs.api import STORE_NAME, XATTR_PREFIX, EngineAPI
 from swfs.changefeed import ChangeFeed
 from swfs.evidence.access import hash_lookup, open_journal
 
@@ -124,12 +124,10 @@ class Operations(NowaitOps, pyfuse3.Operations):  # NowaitOps: mountd.nowait
             enabled=options.journal,
             file_hash=hash_lookup(engine),
             src=engine.src,
-            locate=getattr(engine, "abspath", None),  # a --staged mount's staged bytes
+            locate=engine.abspath,  # a --staged mount's staged bytes
             callers=options.callers,
         )
-        attach = getattr(engine, "attach_journal", None)  # a world's engine keeps none
-        if attach is not None:
-            attach(self.journal.health, self.journal.acknowledge)
+        engine.attach_journal(self.journal.health, self.journal.acknowledge)  # a world ignores it
         # The generated trees, by top-level name (mountd.router).
         self.trees: dict[Tree, SyntheticTree] = dict(make_trees(engine, self.gen, options))
         self.trees[Tree.SEARCH] = SearchTree(engine, self.gen)
@@ -573,7 +571,7 @@ class Operations(NowaitOps, pyfuse3.Operations):  # NowaitOps: mountd.nowait
 
 
 def _hidden(src: str, store: str) -> frozenset[str]:
-    hidden = {".swfs"}
+    hidden = {STORE_NAME}
     rel = os.path.relpath(os.path.realpath(store), os.path.realpath(src))
     if rel != "." and not rel.startswith(".."):
         hidden.add(rel.replace(os.sep, "/"))

@@ -34,15 +34,13 @@ from mountd.fsutil import (
     utimensat,
 )
 from mountd.poll import Poller
-from swfs.api import EngineAPI, RelPath, WriteSession
+from swfs.api import RESERVED_ROOTS, EngineAPI, RelPath, WriteSession
 from swfs.store.fsutil import FALLOC_FL_ZERO_RANGE, without_atime
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-RESERVED = frozenset({".parsed", ".review", ".versions", ".search", ".render", ".tab"})
-STORE_NAME = ".swfs"
 
 # Flags a backing open never gets: creation is done by create(), and O_DIRECT
 # needs aligned buffers that os.pread/os.pwrite cannot promise.
@@ -129,7 +127,7 @@ class Passthrough:
         self.hidden = hidden  # relative paths that do not exist in the mount
         self.hidden_names = frozenset(split(h)[1] for h in hidden)
         self.writes = engine.writes
-        self.reserved = RESERVED  # the generated trees' names (the router's, once routed)
+        self.reserved = RESERVED_ROOTS  # the generated trees' names (the router's, once routed)
         self.limiter = trio.CapacityLimiter(8)
 
     def close(self) -> None:

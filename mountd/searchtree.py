@@ -52,8 +52,8 @@ class SearchTree:
         return Access(root.uid, root.gid, 0o444)  # the content is filtered per caller
 
     def _stamp(self) -> object:
-        index = getattr(self.engine, "search_index", None)
-        return (self.gen.value, getattr(index, "_generation", 0))
+        index = self.engine.search_index
+        return (self.gen.value, 0 if index is None else index.generation)
 
     async def _run(self, name: str, caller: Caller) -> bytes:
         key = (name, caller)
@@ -61,7 +61,7 @@ class SearchTree:
         hit = self._results.get(key)
         if hit is not None and hit[0] == stamp and time.monotonic() - hit[1] < KEPT:
             return hit[2]
-        search = getattr(self.engine, "search", None)
+        search = None if self.engine.search_index is None else self.engine.search
         if search is None:
             result = SearchResult(name, error="this mount has no search index")
         else:

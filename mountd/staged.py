@@ -37,7 +37,7 @@ def native_tree(
     engine: EngineAPI, src: str, *, hidden: frozenset[str], poller: Poller | None = None
 ) -> Passthrough:
     """The native tree for ``engine``: staged when its workspace has a staged layer."""
-    staging = getattr(engine, "staging", None)
+    staging = engine.staging
     if isinstance(staging, Staging):
         return StagedPassthrough(engine, src, hidden=hidden, poller=poller, staging=staging)
     return Passthrough(engine, src, hidden=hidden, poller=poller)
@@ -78,7 +78,7 @@ class StagedPassthrough(Passthrough):
         super().__init__(engine, src, hidden=hidden, poller=poller)
         self.staging = staging
         # The workspace's records know every name of a hard-linked file.
-        staging.other_names = getattr(engine, "other_names", None)
+        staging.other_names = engine.other_names
         self.top = Passthrough(engine, staging.upper, hidden=frozenset(), poller=poller)
         self.top.limiter = self.limiter
         self._reserved = self.reserved

@@ -31,6 +31,7 @@ import trio
 
 from mountd.nodes import Tree
 from mountd.options import MountOptions
+from swfs import permissions
 from swfs.api import (
     Access,
     EngineAPI,
@@ -43,7 +44,7 @@ from swfs.api import (
     Version,
     ViewState,
 )
-from swfs.history import permissions, staging
+from swfs.history import staging
 from swfs.store import hashform
 from swfs.views.files import header_line, render_unit
 
@@ -694,7 +695,7 @@ class ReviewTree(Base):
         if path == ALL_DIFF:
             data = self._content(ALL_DIFF, self.engine.review_all_diff)
             return None if data is None else self._file("", data, {})
-        if path in (STAGED_MD, STAGED_DIFF) and getattr(self.engine, "staging", None) is not None:
+        if path in (STAGED_MD, STAGED_DIFF) and self.engine.staging is not None:
             make = staging.staged_summary if path == STAGED_MD else staging.staged_diff
             data = self._content(path, lambda: make(self.engine))
             return None if data is None else self._file("", data, {})
@@ -745,7 +746,7 @@ class ReviewTree(Base):
             names = [SUMMARY, ALL_DIFF] + [n for n in names if n not in (SUMMARY, ALL_DIFF)]
             if self.lineage is not None and self.lineage.enabled:
                 names.insert(2, LINEAGE)
-            if getattr(self.engine, "staging", None) is not None:
+            if self.engine.staging is not None:
                 names[2:2] = [STAGED_MD, STAGED_DIFF]
         return names
 

@@ -124,12 +124,12 @@ class TabTree:
             raise _err(errno.EIO) from None
 
     def _stamp(self, tab: TabInfo) -> object:
-        index = getattr(self.engine, "search_index", None)
+        index = self.engine.search_index
         return (
-            getattr(self.journal, "_seq", 0),
+            self.journal.seq,
             tab.started,
             tab.requirements(),
-            getattr(index, "_generation", 0),
+            0 if index is None else index.generation,
             self.gen.value,
         )
 
@@ -138,7 +138,7 @@ class TabTree:
         unopened.md) the builder of the last build goes on from the last
         event it took, as long as the workspace has not changed since: in a
         long tab most builds only add the reads made since the last."""
-        search = getattr(self.engine, "search", None)
+        search = None if self.engine.search_index is None else self.engine.search
         key = (tab.name, caller)
         valid = (tab.started, tab.ended, self.gen.value)
         builder: Builder | None = None
@@ -149,7 +149,7 @@ class TabTree:
         if builder is None:
             builder = Builder(self.engine, search, caller, excerpts=excerpts, keep_reads=excerpts)
         note = ""
-        if not getattr(self.journal, "enabled", False):
+        if not self.journal.enabled:
             note = "recording is off on this mount (--no-journal): no reads or listings"
         else:
             self.journal.flush()  # what was done before this read is in it

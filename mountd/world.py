@@ -27,11 +27,11 @@ from typing import Any, NoReturn, TypeVar
 import trio
 
 from mountd.fsutil import dir_fd, open_beneath
-from mountd.passthrough import RESERVED, Creds, NativeHandle, Passthrough, SetAttr, split
+from mountd.passthrough import Creds, NativeHandle, Passthrough, SetAttr, split
 from mountd.poll import Poller
 from mountd.staged import native_tree
-from swfs.api import Access, EngineAPI, RelPath
-from swfs.history import permissions
+from swfs import permissions
+from swfs.api import RESERVED_ROOTS, Access, EngineAPI, RelPath
 from swfs.history.world import World
 
 log = logging.getLogger(__name__)
@@ -68,7 +68,7 @@ class WorldNative:
         self.hidden: frozenset[str] = frozenset()  # the store is no part of a manifest
         self.hidden_names: frozenset[str] = frozenset()
         self.writes = engine.writes
-        self.reserved = RESERVED
+        self.reserved = RESERVED_ROOTS
         self.limiter = trio.CapacityLimiter(8)
         _sweep_stale()
         self.skeleton = Path(

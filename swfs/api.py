@@ -12,16 +12,15 @@ from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NewType, Protocol
-
-if TYPE_CHECKING:
-    from swfs.control import ControlServer
+from typing import Any, NewType, Protocol
 
 Hash = NewType("Hash", str)  # lowercase hex blake3, 64 characters
 RelPath = NewType("RelPath", str)  # '/'-separated, relative to the workspace root, no '..'
 
 XATTR_PREFIX = "user.sw."
 STORE_NAME = ".swfs"  # a workspace's store, inside SRC unless --store says otherwise
+# The generated trees' names at the mount's root: never part of the workspace.
+RESERVED_ROOTS = frozenset({".parsed", ".review", ".versions", ".search", ".render", ".tab"})
 BASELINE = "baseline"  # the name of the present baseline wherever a snapshot is named
 
 
@@ -31,6 +30,10 @@ def world_of(path: str | os.PathLike[str]) -> str | None:
         return os.getxattr(path, XATTR_PREFIX + "world").decode("utf-8", "surrogateescape")
     except OSError:
         return None
+
+
+class WorkspaceError(Exception):
+    """A user-facing error: names the path and the cause."""
 
 
 class Freshness(enum.StrEnum):
@@ -456,15 +459,69 @@ class WorkspaceAPI(Protocol):
         ...
 
 
+class Service(Protocol):
+    """Background work the daemon's lifecycle starts with
+    ``nursery.start(service.run)`` and ends with ``stop()``."""
+
+    async def run(self, *, task_status: Any) -> None: ...
+    def stop(self) -> None: ...
+
+
+class SearchIndexAPI(Protocol):
+    """The search index as the daemon sees it (``swfs.find.search.SearchIndex``)."""
+
+    @property
+    def generation(self) -> int:
+        """Bumped after every commit of the index: an answer kept from an
+        older generation is stale."""
+        ...
+
+
 class EngineAPI(WorkspaceAPI, Protocol):
     """The workspace plus its background work, as the daemon drives it."""
+
+    # -- optional features, declared, never probed: None where this engine
+    # has none.  A world (one fixed past state) has no search index, no staged
+    # layer and keeps no access journal of its own; the live engine is no world.
+    @property
+    def search_index(self) -> SearchIndexAPI | None:
+        """The search index; when there is one, ``search(query, caller,
+        limit)`` answers from it."""
+        ...
+
+    @property
+    def staging(self) -> object | None:
+        """The staged layer of a ``--staged`` mount
+        (``swfs.history.staging.Staging``)."""
+        ...
+
+    @property
+    def world_name(self) -> str | None:
+        """The world shown (``swfs mount --at``); None for the live workspace."""
+        ...
+
+    def attach_journal(
+        self, health: Callable[[], dict[str, Any]], acknowledge: Callable[[], None]
+    ) -> None:
+        """The mount's access journal, for the control socket to ask after
+        (a world's engine keeps none and ignores it)."""
+        ...
+
+    def abspath(self, rel: str) -> str:
+        """The file whose bytes the mount serves for ``rel`` (a staged
+        mount's staged copy)."""
+        ...
+
+    def other_names(self, rel: str, st: os.stat_result) -> list[str]:
+        """The workspace's other names of the file ``st`` (hard links)."""
+        ...
 
     async def run_background(self, *, task_status: Any = ...) -> None:
         """Parse workers, the re-parse queue and the periodic rescan.  Runs until
         cancelled; calls ``task_status.started()`` once ready."""
         ...
 
-    def control_server(self) -> ControlServer:
+    def control_server(self) -> Service:
         """The control socket as background work (``run()``/``stop()``),
         started by the daemon's lifecycle once ``run_background`` is ready."""
         ...

@@ -42,7 +42,7 @@ from typing import Any, Protocol
 
 import trio
 
-from swfs.api import RelPath, WriteProtocol
+from swfs.api import RESERVED_ROOTS, STORE_NAME, RelPath, WriteProtocol
 from swfs.store.fsutil import scan_dir
 
 log = logging.getLogger(__name__)
@@ -190,7 +190,7 @@ class ChangeFeed:
         changed: Callable[[list[str]], None] = lambda rels: None,
         skip: Callable[[list[str]], set[str]] = lambda rels: set(),
         touched: Callable[[list[str] | None], None] = lambda rels: None,
-        hidden: Iterable[str] = (".swfs", ".parsed", ".review", ".versions"),
+        hidden: Iterable[str] = (STORE_NAME, *RESERVED_ROOTS),
     ) -> None:
         self.engine = engine
         self.changed = changed

@@ -18,13 +18,36 @@ import logging
 import os
 import socket
 import struct
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     import trio
 
-    from swfs.engine import Engine
+    from swfs.api import RelPath, Version
+    from swfs.find.query import Caller
+    from swfs.find.search import SearchIndex, SearchResult
+    from swfs.history.snapshots import Recorded
+    from swfs.store.gc import Collected
+
+    class Controlled(Recorded, Collected, Protocol):
+        """What the control socket asks of the engine (``swfs.engine.Engine``)."""
+
+        @property
+        def search_index(self) -> SearchIndex: ...
+        @property
+        def journal_health(self) -> Callable[[], dict[str, Any]] | None: ...
+        @property
+        def journal_ack(self) -> Callable[[], None] | None: ...
+        async def wait_all_current(self, limit: float) -> bool: ...
+        def counts(self) -> dict[str, int]: ...
+        def content_counts(self) -> dict[str, int]: ...
+        def failures(self) -> list[tuple[str, str]]: ...
+        def not_preserved(self) -> int: ...
+        def set_baseline(self) -> int: ...
+        def restore(self, rel: RelPath, number: int) -> Version: ...
+        def search(self, query: str, caller: Caller, limit: int = ...) -> SearchResult: ...
 
 # trio is imported where the server runs: the CLI's client side (``request``)
 # must start fast.
@@ -43,7 +66,9 @@ class ControlError(Exception):
     """The daemon answered with an error."""
 
 
-async def _handle(engine: Engine, request: dict[str, Any], peer: tuple[int, int] = (-1, -1)) -> Any:
+async def _handle(
+    engine: Controlled, request: dict[str, Any], peer: tuple[int, int] = (-1, -1)
+) -> Any:
     import trio
 
     op = request.get("op")
@@ -88,13 +113,18 @@ async def _handle(engine: Engine, request: dict[str, Any], peer: tuple[int, int]
     from swfs.history import staging
     from swfs.store import gc
 
-    fn = {**history.CONTROL_OPS, **gc.CONTROL_OPS, **staging.CONTROL_OPS}.get(str(op))
+    ops: dict[str, Callable[[Controlled, dict[str, Any]], Any]] = {
+        **history.CONTROL_OPS,
+        **gc.CONTROL_OPS,
+        **staging.CONTROL_OPS,
+    }
+    fn = ops.get(str(op))
     if fn is not None:
         return await trio.to_thread.run_sync(fn, engine, request)
     raise ControlError(f"unknown operation {op!r}")
 
 
-async def _serve_one(engine: Engine, conn: trio.SocketStream) -> None:
+async def _serve_one(engine: Controlled, conn: trio.SocketStream) -> None:
     import trio
 
     async with conn:
@@ -126,7 +156,7 @@ class ControlServer:
     is answered in a task of its own; a request's error goes back to its
     client as one line and never ends the server."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Controlled) -> None:
         self.engine = engine
         self.path = engine.store_dir / SOCKET_NAME
         import trio
@@ -141,7 +171,7 @@ class ControlServer:
         self._cancel.cancel()
 
 
-async def serve_control(engine: Engine, *, task_status: Any) -> None:
+async def serve_control(engine: Controlled, *, task_status: Any) -> None:
     import trio
 
     path = engine.store_dir / SOCKET_NAME
@@ -178,7 +208,7 @@ def _peer(conn: trio.SocketStream) -> tuple[int, int]:
     return pid, uid
 
 
-def _search(engine: Engine, query: str, n: int, peer: tuple[int, int]) -> dict[str, Any]:
+def _search(engine: Controlled, query: str, n: int, peer: tuple[int, int]) -> dict[str, Any]:
     """A query run for the connecting process's user: hits, counts and
     snippets are those that user may see (its groups from /proc)."""
     from swfs.find.query import Caller
@@ -204,7 +234,7 @@ def _search(engine: Engine, query: str, n: int, peer: tuple[int, int]) -> dict[s
     }
 
 
-def status_info(engine: Engine) -> dict[str, Any]:
+def status_info(engine: Controlled) -> dict[str, Any]:
     """What ``swfs status`` shows of a workspace, from its engine: the
     daemon's while it is mounted (control op ``status``), else the CLI's."""
     from swfs.history import staging

@@ -27,8 +27,9 @@ import lmdb
 from parsers import registry
 from parsers._base import FileInfo
 from parsers.cells import count_cells
-from swfs import api
+from swfs import api, permissions
 from swfs.api import (
+    RESERVED_ROOTS,
     Access,
     Cause,
     FileState,
@@ -39,10 +40,11 @@ from swfs.api import (
     RenderedUnit,
     Version,
     ViewState,
+    WorkspaceError,
     WriteSession,
 )
-from swfs.history import permissions, staging, versioning
 from swfs.history import snapshots as history
+from swfs.history import staging, versioning
 from swfs.history.writesession import InPlaceWrites
 from swfs.ignore import IgnoreRules
 from swfs.store import treecache
@@ -69,7 +71,6 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 STORE_NAME = api.STORE_NAME
-RESERVED_ROOTS = frozenset({".parsed", ".review", ".versions", ".search", ".render", ".tab"})
 _HASH_THREADS = 4
 _PRESERVE_TRIES = 5  # a file that changes under every try fails the write (EIO)
 NOT_KEPT_DISK_FULL = "disk full"  # why a version's bytes were not kept (Version.not_kept)
@@ -80,10 +81,6 @@ _FRESHNESS_OF = {
     FAILED: Freshness.FAILED,
     UNSUPPORTED: Freshness.UNSUPPORTED,
 }
-
-
-class WorkspaceError(Exception):
-    """A user-facing error: names the path and the cause."""
 
 
 def _store_oserror(rel: str, exc: lmdb.Error) -> OSError:
@@ -207,9 +204,26 @@ class Workspace(BlobReads):
             return False
         return inside == "." or rel == inside or rel.startswith(inside + "/")
 
+    def is_hidden(self, rel: str) -> bool:
+        """Never part of the workspace: the store, a reserved root."""
+        return self._hidden(rel)
+
     # -------------------------------------------------------------- listeners
     def add_listener(self, fn: Callable[[RelPath], None]) -> None:
         self._listeners.append(fn)
+
+    def add_sync_listener(self, fn: Callable[[RelPath], None]) -> None:
+        """``fn(rel)`` called at once, in the thread that recorded the change
+        (an engine's ``add_listener`` may defer its listeners to the loop)."""
+        self._listeners.append(fn)
+
+    def notify_changed(self, rel: str) -> None:
+        """Tell the listeners what the engine shows for ``rel`` changed."""
+        self._changed(rel)
+
+    def bump_generation(self, txn: lmdb.Transaction) -> None:
+        """In a write ``txn`` that changed the file table: a new generation."""
+        self._bump(txn)
 
     def add_parse_request_handler(self, fn: Callable[[RelPath, bool], None]) -> None:
         self._parse_requests.append(fn)
@@ -1301,7 +1315,7 @@ class Workspace(BlobReads):
     # --------------------------------------------------------------- restore
     def restore(self, rel: RelPath, number: int) -> Version:
         """*slow*: bring back version ``number`` of ``rel`` as a new version."""
-        history._not_staged(self, "restore")
+        history.not_staged(self, "restore")
         versions = {v.number: v for v in self.versions(rel)}
         if number not in versions:
             raise WorkspaceError(f"{rel}: no version {number}")

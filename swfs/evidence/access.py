@@ -266,6 +266,12 @@ class Journal:
 
     enabled = True
 
+    @property
+    def seq(self) -> int:
+        """The sequence number of the last event recorded: it moves with
+        every access, so what was built from the journal before is stale."""
+        return self._seq
+
     def __init__(
         self,
         store_dir: Path,
@@ -1172,6 +1178,7 @@ class NoJournal:
     """``--no-journal``: the same calls, recording nothing."""
 
     enabled = False
+    seq = 0  # nothing recorded
     inputs_by_path: dict[str, tuple[str | None, str]] = {}
 
     def __init__(self, why: str = "off (swfs mount --no-journal)") -> None:

@@ -66,7 +66,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
@@ -86,9 +86,22 @@ from swfs.store.sqlitetext import PathSafeConnection, escaped, in_list, path_key
 
 if TYPE_CHECKING:
     from swfs.find.embed import EmbedModel
-    from swfs.workspace import Workspace
+    from swfs.store.records import Store
 
 log = logging.getLogger(__name__)
+
+
+class Indexed(Protocol):
+    """What the search index reads of a workspace (``swfs.workspace.Workspace``)."""
+
+    @property
+    def store(self) -> Store: ...
+    @property
+    def store_dir(self) -> Path: ...
+    def parse_units(self, h: str, parser: str) -> list[tuple[str, str, str]] | None: ...
+    def access(self, rel: RelPath) -> Access | None: ...
+    def settled(self, rel: RelPath) -> bool: ...
+
 
 DB_NAME = "search.sqlite"
 SCHEMA = 4  # 3: files keyed by the exact bytes of the path; 4: tantivy's unit a fast field
@@ -316,7 +329,7 @@ class SearchIndex:
     # of it would drop their locks: ``_private``): its header is read by it.
     _fd: int | None = None
 
-    def __init__(self, ws: Workspace, *, model: EmbedModel | None = None) -> None:
+    def __init__(self, ws: Indexed, *, model: EmbedModel | None = None) -> None:
         self.ws = ws
         self.path = Path(ws.store_dir) / DB_NAME
         self.model = model
@@ -695,6 +708,11 @@ class SearchIndex:
         return cid
 
     # -- queries (any thread)
+
+    @property
+    def generation(self) -> int:
+        """Bumped after every indexer commit."""
+        return self._generation
 
     def search(self, text: str, caller: Caller, limit: int = DEFAULT_LIMIT) -> SearchResult:
         try:

@@ -27,20 +27,19 @@ import re
 import stat
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any, Protocol
 
 import lmdb
 
-from swfs import api
-from swfs.api import Access, Cause, ChangeStatus, RelPath
-from swfs.history import permissions
-from swfs.store.blobs import HashMismatch
+from swfs import api, permissions
+from swfs.api import Access, Cause, ChangeStatus, FileState, RelPath, WorkspaceError
+from swfs.store.blobs import BlobStore, HashMismatch
 from swfs.store.fsutil import copy_fd, open_dir_noatime, open_to_read
-from swfs.store.records import dumps, loads, pdecode
-
-if TYPE_CHECKING:
-    from swfs.workspace import Workspace
+from swfs.store.gc import RECLAIM
+from swfs.store.records import Store, dumps, loads, pdecode
 
 log = logging.getLogger(__name__)
 
@@ -54,13 +53,47 @@ _BATCH_SYNC = 64  # files written back above which one syncfs replaces their fsy
 
 
 def _error(message: str) -> Exception:
-    from swfs.workspace import WorkspaceError
-
     return WorkspaceError(message)
 
 
+class HistoryLimits(Protocol):
+    @property
+    def temp_lifetime(self) -> float: ...
+
+
+class Recorded(Protocol):
+    """What history reads and changes of a workspace
+    (``swfs.workspace.Workspace``; a world reads through it too)."""
+
+    @property
+    def src(self) -> Path: ...
+    @property
+    def store(self) -> Store: ...
+    @property
+    def store_dir(self) -> Path: ...
+    @property
+    def blobs(self) -> BlobStore: ...
+    @property
+    def config(self) -> HistoryLimits: ...
+    @property
+    def staging(self) -> object | None: ...
+    def abspath(self, rel: str) -> str: ...
+    def is_hidden(self, rel: str) -> bool: ...
+    def baseline_manifest(self) -> dict[str, list[Any]]: ...
+    def snapshot(self, name: str) -> int: ...
+    def scan(self) -> object: ...
+    def check_file(
+        self, rel: RelPath, *, cause: Cause = ..., force: bool = ...
+    ) -> FileState | None: ...
+    def preserve_inode(self, rel: RelPath, *, keep_temp: bool = ...) -> None: ...
+    def record_rename(self, old: RelPath, new: RelPath) -> None: ...
+    def bump_generation(self, txn: lmdb.Transaction) -> None: ...
+    def notify_changed(self, rel: str) -> None: ...
+    def add_sync_listener(self, fn: Callable[[RelPath], None]) -> None: ...
+
+
 # ----------------------------------------------------------------- names
-def check_name(ws: Workspace, name: str, what: str = "snapshot") -> None:
+def check_name(ws: Recorded, name: str, what: str = "snapshot") -> None:
     """A new snapshot or submission name: usable as a directory name under
     ``.versions/@snapshots`` and not taken."""
     if not name or "/" in name or name.startswith(".") or "@" in name:
@@ -81,13 +114,13 @@ def _utc(t: float, *, seconds: bool = False) -> str:
 
 
 # ------------------------------------------------------------ directories
-def empty_dirs(ws: Workspace, manifest: dict[str, Any]) -> list[str]:
+def empty_dirs(ws: Recorded, manifest: dict[str, Any]) -> list[str]:
     """*slow*: directories under SRC that hold no file of ``manifest`` (at
     any depth): what a reset must re-create, since a manifest names files only."""
     return folders(ws, manifest)[0]
 
 
-def folders(ws: Workspace, manifest: dict[str, Any]) -> tuple[list[str], dict[str, list[int]]]:
+def folders(ws: Recorded, manifest: dict[str, Any]) -> tuple[list[str], dict[str, list[int]]]:
     """*slow*: ``empty_dirs``, and the ``[mode, uid, gid]`` of every folder
     under SRC ('' the root), which a world shows (swfs.permissions)."""
     modes: dict[str, list[int]] = {}
@@ -110,7 +143,7 @@ def folders(ws: Workspace, manifest: dict[str, Any]) -> tuple[list[str], dict[st
             with os.scandir(dfd) as it:
                 for entry in it:
                     rel = f"{parent}/{entry.name}" if parent else entry.name
-                    if ws._hidden(rel):
+                    if ws.is_hidden(rel):
                         continue
                     try:
                         if not entry.is_dir(follow_symlinks=False):
@@ -136,7 +169,7 @@ class SnapshotInfo:
     submission: bool = False
 
 
-def _info(ws: Workspace, name: str, txn: lmdb.Transaction | None = None) -> dict[str, Any]:
+def snapshot_info(ws: Recorded, name: str, txn: lmdb.Transaction | None = None) -> dict[str, Any]:
     db = ws.store.dbs["snapinfo"]
     if txn is None:
         with ws.store.read() as t:
@@ -146,15 +179,15 @@ def _info(ws: Workspace, name: str, txn: lmdb.Transaction | None = None) -> dict
     return {"kind": KIND_SNAPSHOT, "at": None, "dirs": []} if raw is None else loads(raw)
 
 
-def _put_info(txn: lmdb.Transaction, ws: Workspace, name: str, info: dict[str, Any]) -> None:
+def _put_info(txn: lmdb.Transaction, ws: Recorded, name: str, info: dict[str, Any]) -> None:
     txn.put(name.encode("utf-8", "surrogateescape"), dumps(info), db=ws.store.dbs["snapinfo"])
 
 
-def snapshot_kind(ws: Workspace, name: str) -> str:
-    return str(_info(ws, name).get("kind", KIND_SNAPSHOT))
+def snapshot_kind(ws: Recorded, name: str) -> str:
+    return str(snapshot_info(ws, name).get("kind", KIND_SNAPSHOT))
 
 
-def take_snapshot(ws: Workspace, name: str, *, kind: str = KIND_SNAPSHOT) -> int:
+def take_snapshot(ws: Recorded, name: str, *, kind: str = KIND_SNAPSHOT) -> int:
     """*slow*: ``Workspace.snapshot`` plus the directories it cannot name."""
     check_name(ws, name, "submission" if kind == KIND_SUBMISSION else "snapshot")
     files = ws.snapshot(name)
@@ -167,12 +200,12 @@ def take_snapshot(ws: Workspace, name: str, *, kind: str = KIND_SNAPSHOT) -> int
     return files
 
 
-def list_snapshots(ws: Workspace) -> list[SnapshotInfo]:
+def list_snapshots(ws: Recorded) -> list[SnapshotInfo]:
     subs = set(submission_names(ws))
     out = []
     for name in ws.store.snapshot_names():
         manifest = ws.store.get_snapshot(name) or {}
-        info = _info(ws, name)
+        info = snapshot_info(ws, name)
         out.append(
             SnapshotInfo(
                 name=name,
@@ -187,7 +220,7 @@ def list_snapshots(ws: Workspace) -> list[SnapshotInfo]:
     return out
 
 
-def delete_snapshot(ws: Workspace, name: str) -> int:
+def delete_snapshot(ws: Recorded, name: str) -> int:
     """Forget snapshot ``name`` (its bytes go at the next ``gc``); its file count."""
     manifest = ws.store.get_snapshot(name)
     if manifest is None:
@@ -200,12 +233,12 @@ def delete_snapshot(ws: Workspace, name: str) -> int:
         txn.delete(key, db=ws.store.dbs["snapshots"])
         txn.delete(key, db=ws.store.dbs["snapinfo"])
         ws.store.append_journal(txn, "snapshot-delete", name=name, files=len(manifest))
-        ws._bump(txn)
+        ws.bump_generation(txn)
     ws.store.flush()
     return len(manifest)
 
 
-def keep_previous_baseline(ws: Workspace, txn: lmdb.Transaction, new: bytes) -> str | None:
+def keep_previous_baseline(ws: Recorded, txn: lmdb.Transaction, new: bytes) -> str | None:
     """Inside the transaction that replaces the baseline: keep the one it
     replaces as snapshot ``baseline-<when it was taken>``.  Its bytes are what
     the history kept (every byte written over through the mount), like the
@@ -265,20 +298,20 @@ def recorded_accesses(
     return out
 
 
-def snapshot_accesses(ws: Workspace, name: str) -> dict[str, Access]:
+def snapshot_accesses(ws: Recorded, name: str) -> dict[str, Access]:
     """``recorded_accesses`` of snapshot ``name`` (``baseline``: the present one)."""
     if name == BASELINE:
         manifest = ws.baseline_manifest()
         modes = ws.store.get_meta("baseline_dir_modes")
     else:
         manifest = ws.store.get_snapshot(name) or {}
-        modes = _info(ws, name).get("dir_modes")
+        modes = snapshot_info(ws, name).get("dir_modes")
     return recorded_accesses(
         manifest, modes, functools.partial(permissions.owner_only, ws.store_dir)
     )
 
 
-def baseline_version(ws: Workspace, rel: str) -> int | None:
+def baseline_version(ws: Recorded, rel: str) -> int | None:
     """The number of the version of ``rel`` that the present baseline holds:
     the last one with the baseline's hash recorded before it was taken."""
     entry = ws.baseline_manifest().get(rel)
@@ -326,7 +359,7 @@ def _submission(name: str, value: dict[str, Any]) -> Submission:
     )
 
 
-def submission_names(ws: Workspace) -> list[str]:
+def submission_names(ws: Recorded) -> list[str]:
     with ws.store.read() as txn:
         return [
             bytes(k).decode("utf-8", "surrogateescape")
@@ -334,13 +367,13 @@ def submission_names(ws: Workspace) -> list[str]:
         ]
 
 
-def get_submission(ws: Workspace, name: str) -> Submission | None:
+def get_submission(ws: Recorded, name: str) -> Submission | None:
     with ws.store.read() as txn:
         raw = txn.get(name.encode("utf-8", "surrogateescape"), db=ws.store.dbs["submissions"])
     return None if raw is None else _submission(name, loads(raw))
 
 
-def list_submissions(ws: Workspace) -> list[Submission]:
+def list_submissions(ws: Recorded) -> list[Submission]:
     out = []
     with ws.store.read() as txn:
         for k, raw in txn.cursor(db=ws.store.dbs["submissions"]):
@@ -365,7 +398,7 @@ def _changed_since_baseline(
     return out
 
 
-def submit(ws: Workspace, name: str, paths: list[str] | None = None) -> Submission:
+def submit(ws: Recorded, name: str, paths: list[str] | None = None) -> Submission:
     """*slow*: a snapshot named ``name`` plus its deliverables: ``paths``
     (files, or directories standing for the files below them), or every
     file added or modified since the baseline."""
@@ -409,7 +442,7 @@ def submit(ws: Workspace, name: str, paths: list[str] | None = None) -> Submissi
         ws.store.append_journal(
             txn, "submit", name=name, files=[[f.path, f.hash] for f in files], snapshot=name
         )
-        ws._bump(txn)
+        ws.bump_generation(txn)
     ws.store.flush()
     return sub
 
@@ -422,7 +455,7 @@ class TargetState:
     dirs: list[str]
 
 
-def target_state(ws: Workspace, to: str) -> TargetState:
+def target_state(ws: Recorded, to: str) -> TargetState:
     """``baseline`` or a snapshot (a submission is one) by name."""
     if to == BASELINE:
         if ws.store.get_meta("baseline_at") is None:
@@ -435,7 +468,7 @@ def target_state(ws: Workspace, to: str) -> TargetState:
         if manifest is None:
             raise _error(f"{to!r}: no such snapshot or submission (see `swfs snapshots`)")
         index.manifests[to] = manifest  # snapshots never change; deleting drops it
-    return TargetState(to, manifest, list(_info(ws, to).get("dirs", [])))
+    return TargetState(to, manifest, list(snapshot_info(ws, to).get("dirs", [])))
 
 
 class _HashIndex:
@@ -444,7 +477,7 @@ class _HashIndex:
     reset of a daemon's life, finding what differs costs a lookup per change,
     not a pass over the table."""
 
-    def __init__(self, ws: Workspace) -> None:
+    def __init__(self, ws: Recorded) -> None:
         self.ws = ws
         self.lock = threading.Lock()
         self.hashes: dict[str, str] | None = None
@@ -452,7 +485,7 @@ class _HashIndex:
         self.manifests: dict[str, dict[str, list[Any]]] = {}  # snapshot name -> manifest
         # Called synchronously in the thread that recorded the change (the
         # engine's own listeners may be deferred to the event loop).
-        ws._listeners.append(self._touch)
+        ws.add_sync_listener(self._touch)
 
     def _touch(self, rel: str) -> None:
         with self.lock:
@@ -480,7 +513,7 @@ class _HashIndex:
 _INDEX_LOCK = threading.Lock()
 
 
-def _index(ws: Workspace) -> _HashIndex:
+def _index(ws: Recorded) -> _HashIndex:
     # An attribute of the workspace (not a module-level map): it lives and
     # dies with it.
     with _INDEX_LOCK:
@@ -490,12 +523,12 @@ def _index(ws: Workspace) -> _HashIndex:
     return index
 
 
-def current_hashes(ws: Workspace) -> dict[str, str]:
+def current_hashes(ws: Recorded) -> dict[str, str]:
     """path -> hash of every file record now."""
     return _index(ws).get()
 
 
-def _read_hashes(ws: Workspace) -> dict[str, str]:
+def _read_hashes(ws: Recorded) -> dict[str, str]:
     """path -> hash of every file record, reading the hash from the record's
     fixed prefix instead of decoding it: one cursor pass over the table."""
     out: dict[str, str] = {}
@@ -542,7 +575,7 @@ class ResetResult:
         return asdict(self)
 
 
-def plan_reset(ws: Workspace, target: TargetState) -> ResetPlan:
+def plan_reset(ws: Recorded, target: TargetState) -> ResetPlan:
     cur = current_hashes(ws)
     want = target.manifest
     plan = ResetPlan(target.name)
@@ -569,7 +602,7 @@ def plan_reset(ws: Workspace, target: TargetState) -> ResetPlan:
 
 
 def _ensure_bytes(
-    ws: Workspace, plan: ResetPlan, want: dict[str, list[Any]], *, doing: str = "reset to"
+    ws: Recorded, plan: ResetPlan, want: dict[str, list[Any]], *, doing: str = "reset to"
 ) -> None:
     """Every hash the plan writes is in the blob store afterwards, taken from
     a file that holds it now if need be; otherwise nothing has been touched
@@ -610,7 +643,7 @@ def _ensure_bytes(
         )
 
 
-def _write_back(ws: Workspace, rel: str, entry: list[Any], *, durable: bool = True) -> None:
+def _write_back(ws: Recorded, rel: str, entry: list[Any], *, durable: bool = True) -> None:
     """Put the bytes of ``entry`` (from the blob store) at ``rel``: a temp file
     in the same directory, renamed over whatever is there.  Not ``durable``:
     the caller syncs the file system once for many files (``_syncfs``)."""
@@ -644,9 +677,9 @@ def _write_back(ws: Workspace, rel: str, entry: list[Any], *, durable: bool = Tr
         os.close(src_fd)
 
 
-def _not_staged(ws: Workspace, what: str) -> None:
+def not_staged(ws: Recorded, what: str) -> None:
     """Writes into SRC's tree: not under a staged layer (swfs.staging)."""
-    if getattr(ws, "staging", None) is not None:
+    if ws.staging is not None:
         raise _error(
             f"{ws.src}: {what} would write into SRC under a staged layer: "
             "`swfs discard` drops staged changes; after `swfs commit` and a plain "
@@ -654,9 +687,9 @@ def _not_staged(ws: Workspace, what: str) -> None:
         )
 
 
-def reset(ws: Workspace, to: str = BASELINE) -> ResetResult:
+def reset(ws: Recorded, to: str = BASELINE) -> ResetResult:
     """*slow* (in the number of changes): bring the whole tree back to ``to``."""
-    _not_staged(ws, "reset")
+    not_staged(ws, "reset")
     t0 = time.monotonic()
     target = target_state(ws, to)
     plan = plan_reset(ws, target)
@@ -692,7 +725,7 @@ def reset(ws: Workspace, to: str = BASELINE) -> ResetResult:
             """Remove the candidate directories that are empty now, deepest
             first; in the ``final`` pass, name those that are not."""
             for d in sorted(emptied, key=lambda d: d.count("/"), reverse=True):
-                if d in wanted_dirs or ws._hidden(d) or (not final and d in needed):
+                if d in wanted_dirs or ws.is_hidden(d) or (not final and d in needed):
                     continue
                 try:
                     os.rmdir(ws.abspath(d))
@@ -747,7 +780,7 @@ def reset(ws: Workspace, to: str = BASELINE) -> ResetResult:
         ) from exc
     finally:
         for d in touched_dirs:
-            ws._changed(d)  # listings of these directories changed
+            ws.notify_changed(d)  # listings of these directories changed
     if len(plan.write) > _BATCH_SYNC:
         # The bytes are safe in the blob store meanwhile, and a reset cut
         # short by a crash is simply run again.
@@ -756,12 +789,12 @@ def reset(ws: Workspace, to: str = BASELINE) -> ResetResult:
     result.secs = round(time.monotonic() - t0, 4)
     with ws.store.write() as txn:
         ws.store.append_journal(txn, "reset", **result.as_json())
-        ws._bump(txn)
+        ws.bump_generation(txn)
     ws.store.flush()
     return result
 
 
-def _record_removed(ws: Workspace, rel: str) -> None:
+def _record_removed(ws: Recorded, rel: str) -> None:
     """``Workspace.record_unlink`` for a file the reset removed: its history
     stays whatever its age (it is no editor's temp file)."""
     with ws.store.write() as txn:
@@ -769,8 +802,8 @@ def _record_removed(ws: Workspace, rel: str) -> None:
             return
         ws.store.delete_file(txn, rel)
         ws.store.append_journal(txn, "unlink", path=rel, cause="reset")
-        ws._bump(txn)
-    ws._changed(rel)
+        ws.bump_generation(txn)
+    ws.notify_changed(rel)
 
 
 def _syncfs(path: str) -> None:
@@ -791,10 +824,10 @@ def _holds_target_file(d: str, manifest: dict[str, list[Any]]) -> bool:
     return any(rel.startswith(prefix) for rel in manifest)
 
 
-def restore_from(ws: Workspace, rel: str, source: str) -> str:
+def restore_from(ws: Recorded, rel: str, source: str) -> str:
     """*slow*: bring back ``rel`` as the baseline or snapshot ``source`` had it,
     recorded as a new version; the hash restored."""
-    _not_staged(ws, "restore")
+    not_staged(ws, "restore")
     target = target_state(ws, source)
     entry = target.manifest.get(rel)
     if entry is None:
@@ -809,10 +842,10 @@ def restore_from(ws: Workspace, rel: str, source: str) -> str:
     except OSError as exc:
         raise _error(f"{rel}: cannot restore: {exc.strerror or exc}") from exc
     ws.check_file(RelPath(rel), cause=Cause.RESTORE, force=True)
-    ws._changed(rel.rpartition("/")[0])
+    ws.notify_changed(rel.rpartition("/")[0])
     with ws.store.write() as txn:
         ws.store.append_journal(txn, "restore", path=rel, source=target.name, hash=entry[0])
-        ws._bump(txn)
+        ws.bump_generation(txn)
     ws.store.flush()
     return str(entry[0])
 
@@ -834,7 +867,7 @@ def looks_temporary(rel: str) -> bool:
     return _TEMP_NAME.fullmatch(rel.rpartition("/")[2]) is not None
 
 
-def is_ephemeral(ws: Workspace, rel: str, versions: list[list[Any]]) -> bool:
+def is_ephemeral(ws: Recorded, rel: str, versions: list[list[Any]]) -> bool:
     """A path whose whole recorded life is shorter than the configured
     temp-file lifetime, that the baseline does not hold and that is named like
     a scratch file: an editor's temp file, whose history is not worth keeping
@@ -853,7 +886,7 @@ def is_ephemeral(ws: Workspace, rel: str, versions: list[list[Any]]) -> bool:
     return not any(v[1] in hashes for v in versions)
 
 
-def _baseline_hashes(ws: Workspace, manifest: dict[str, list[Any]]) -> frozenset[str]:
+def _baseline_hashes(ws: Recorded, manifest: dict[str, list[Any]]) -> frozenset[str]:
     cached = vars(ws).get("_history_baseline_hashes")
     if cached is not None and cached[0] is manifest:
         return cached[1]
@@ -862,17 +895,14 @@ def _baseline_hashes(ws: Workspace, manifest: dict[str, list[Any]]) -> frozenset
     return hashes
 
 
-def forget_ephemeral(ws: Workspace, txn: lmdb.Transaction, rel: str) -> None:
+def forget_ephemeral(ws: Recorded, txn: lmdb.Transaction, rel: str) -> None:
     """After ``rel`` was deleted: drop its history if it was a temp file."""
     versions = ws.store.get_versions(rel, txn)
     if is_ephemeral(ws, rel, versions):
         drop_history(ws, txn, rel, versions)
 
 
-RECLAIM = b"reclaim:"  # meta key prefix: + hash of a blob a dropped temp history may leave
-
-
-def drop_history(ws: Workspace, txn: lmdb.Transaction, rel: str, versions: list[list[Any]]) -> None:
+def drop_history(ws: Recorded, txn: lmdb.Transaction, rel: str, versions: list[list[Any]]) -> None:
     """Drop a temp file's history.  Bytes kept for its earlier versions (a
     second write preserves the first) may now be referenced by nothing: they
     are noted as reclaimable, so ``swfs check`` knows them from strays, and
@@ -883,37 +913,24 @@ def drop_history(ws: Workspace, txn: lmdb.Transaction, rel: str, versions: list[
     ws.store.put_versions(txn, rel, [])
 
 
-def reclaimable(ws: Workspace) -> set[str]:
-    out = set()
-    with ws.store.read() as txn:
-        cur = txn.cursor(db=ws.store.dbs["meta"])
-        if cur.set_range(RECLAIM):
-            for key in cur.iternext(values=False):
-                k = bytes(key)
-                if not k.startswith(RECLAIM):
-                    break
-                out.add(k[len(RECLAIM) :].decode("ascii", "replace"))
-    return out
-
-
 # -------------------------------------------------------- the daemon side
-def _op_submit(ws: Workspace, req: dict[str, Any]) -> Any:
+def _op_submit(ws: Recorded, req: dict[str, Any]) -> Any:
     return submit(ws, str(req["name"]), list(req.get("paths") or []) or None).as_json()
 
 
-def _op_reset(ws: Workspace, req: dict[str, Any]) -> Any:
+def _op_reset(ws: Recorded, req: dict[str, Any]) -> Any:
     return reset(ws, str(req.get("to") or BASELINE)).as_json()
 
 
-def _op_restore_from(ws: Workspace, req: dict[str, Any]) -> Any:
+def _op_restore_from(ws: Recorded, req: dict[str, Any]) -> Any:
     return {"hash": restore_from(ws, str(req["path"]), str(req["source"]))}
 
 
-def _op_snapshot_delete(ws: Workspace, req: dict[str, Any]) -> Any:
+def _op_snapshot_delete(ws: Recorded, req: dict[str, Any]) -> Any:
     return {"files": delete_snapshot(ws, str(req["name"]))}
 
 
-def _op_snapshot(ws: Workspace, req: dict[str, Any]) -> Any:
+def _op_snapshot(ws: Recorded, req: dict[str, Any]) -> Any:
     return {"files": take_snapshot(ws, str(req["name"]))}
 
 

@@ -42,6 +42,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from swfs.api import ChangeStatus, Hash, RelPath, ReviewEntry
+from swfs.review import changes as review
+from swfs.review.changes import Reviewed
 from swfs.store.beneath import (
     chmod_nofollow,
     dir_fd,
@@ -63,6 +66,7 @@ from swfs.store.fsutil import (
     save_file,
     without_atime,
 )
+from swfs.store.hashform import label
 
 log = logging.getLogger(__name__)
 
@@ -885,7 +889,7 @@ def _settle(ws: Any, rels: list[str]) -> None:
     staged tree shows for ``rels`` now."""
     for rel in dict.fromkeys(rels):
         ws.check_file(rel)
-        ws._changed(rel)
+        ws.notify_changed(rel)
 
 
 def list_staged(ws: Any, paths: list[str] | None = None) -> dict[str, Any]:
@@ -969,9 +973,7 @@ def _sides(ws: Any, st: Staging, c: Staged) -> tuple[list[Any] | None, list[Any]
     return old, new
 
 
-def _review_entries(ws: Any) -> list[tuple[Any, list[Any] | None, list[Any] | None]]:
-    from swfs.api import ChangeStatus, Hash, RelPath, ReviewEntry
-
+def _review_entries(ws: Reviewed) -> list[tuple[Any, list[Any] | None, list[Any] | None]]:
     st = require(ws)
     status = {
         "added": ChangeStatus.ADDED,
@@ -995,8 +997,6 @@ def _review_entries(ws: Any) -> list[tuple[Any, list[Any] | None, list[Any] | No
 
 
 def staged_summary(ws: Any) -> bytes:
-    from swfs.store.hashform import label
-
     st = require(ws)
     changes = st.changes()
     lines = [
@@ -1019,10 +1019,8 @@ def staged_summary(ws: Any) -> bytes:
 
 
 def staged_diff(ws: Any) -> bytes:
-    from swfs.review import changes as review
-
     parts = []
     for e, old, new in _review_entries(ws):
-        text, _final = review._render(ws, e, old, new)
+        text, _final = review.render(ws, e, old, new)
         parts.append(text)
     return "".join(parts).encode("utf-8", "surrogateescape")

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, cast
 import lmdb
 import trio
 
+from swfs import permissions
 from swfs.api import (
     Access,
     FileState,
@@ -46,11 +47,12 @@ from swfs.api import (
     RelPath,
     RenderedUnit,
     ReviewEntry,
+    Service,
     UnitTooLarge,
     Version,
     ViewState,
+    WorkspaceError,
 )
-from swfs.history import permissions
 from swfs.history import snapshots as history
 from swfs.review import changes as review_mod
 from swfs.store.blobreads import BlobReads
@@ -61,10 +63,9 @@ from swfs.store.records import _DBS, FORMAT_VERSION, FileRecord, Store, StoreErr
 from swfs.store.reserve import is_no_space
 from swfs.views import files as views
 from swfs.views.parsework import FAILED, OK, ParseOutcome, ParsePool
-from swfs.workspace import Config, WorkspaceError
+from swfs.workspace import Config
 
 if TYPE_CHECKING:
-    from swfs.control import ControlServer
     from swfs.workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -245,7 +246,7 @@ class World(BlobReads):
                     f"{name!r}: no such snapshot or submission "
                     "(`swfs snapshots` and `swfs submissions` list them; `baseline` is one too)"
                 )
-            info = history._info(cast("Workspace", self), snap)
+            info = history.snapshot_info(cast("Workspace", self), snap)
             kind, at, dirs = str(info.get("kind")), info.get("at"), list(info.get("dirs") or [])
             dir_modes = info.get("dir_modes")
         self.manifest: dict[str, list[Any]] = manifest
@@ -279,7 +280,7 @@ class World(BlobReads):
             return history.BASELINE, present_at, present
         best: tuple[float, str] | None = None
         for snap in store.snapshot_names():
-            info = history._info(cast("Workspace", self), snap)
+            info = history.snapshot_info(cast("Workspace", self), snap)
             t = info.get("at")
             if info.get("kind") == history.KIND_BASELINE and t is not None and t <= at:
                 best = max(best or (t, snap), (t, snap))
@@ -325,12 +326,27 @@ class World(BlobReads):
                     mtime_ns = int(data[:nl].split(b",")[1])
                 except (IndexError, ValueError):
                     continue
-                out[Store._file_path(key, raw)] = (h, mtime_ns)
+                out[Store.file_path_of(key, raw)] = (h, mtime_ns)
         return out
+
+    # -- the engine's optional features a world has not (swfs.api.EngineAPI)
+    search_index = None
+    staging = None
 
     @property
     def world_name(self) -> str:
         return self.info.name
+
+    def attach_journal(
+        self, health: Callable[[], dict[str, Any]], acknowledge: Callable[[], None]
+    ) -> None:
+        pass  # a world's engine keeps no journal: it serves no control socket
+
+    def abspath(self, rel: str) -> str:
+        return os.path.join(self.src, rel) if rel else str(self.src)
+
+    def other_names(self, rel: str, st: os.stat_result) -> list[str]:
+        return []  # no staged layer asks
 
     def close(self) -> None:
         self.memory.close()
@@ -658,7 +674,7 @@ class World(BlobReads):
     def scan(self) -> object:
         return None
 
-    def control_server(self) -> ControlServer:
+    def control_server(self) -> Service:
         """A world serves no control socket: the daemon never starts one for
         it (mountd.launch), and the CLI names the live workspace instead."""
         raise WorkspaceError(f"world {self.info.name}: no control socket")
@@ -735,7 +751,7 @@ class _WorkspaceView:
 
 
 def _esc(value: str) -> str:
-    return views._esc(value)
+    return views.escape_attr(value)
 
 
 def _utc(t: float) -> str:

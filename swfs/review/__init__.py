@@ -2,5 +2,6 @@
 
 Owns the change list (``changes``) and the pure diff renderers (``diffs``).
 
-Imports: ``swfs.store``, ``swfs.views`` and ``swfs.api``.
+Imports: ``parsers``, ``swfs.store``, ``swfs.views``, ``swfs.permissions`` and
+``swfs.api``.
 """

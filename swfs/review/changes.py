@@ -13,22 +13,44 @@ import logging
 import posixpath
 from collections import Counter, defaultdict
 from collections.abc import Callable
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol
 
 from parsers import cells
+from swfs import permissions
 from swfs.api import Access, ChangeStatus, Hash, RelPath, ReviewEntry
-from swfs.history import permissions
 from swfs.review import diffs
 from swfs.store.hashform import label as short_hash
-from swfs.workspace import Workspace
+from swfs.store.records import FileRecord, Store
 
 log = logging.getLogger(__name__)
+
+
+class DiffLimits(Protocol):
+    @property
+    def diff_max_lines(self) -> int: ...
+
+
+class Reviewed(Protocol):
+    """What the review reads of a workspace (``swfs.workspace.Workspace``, a
+    world, a staged layer's view of one)."""
+
+    @property
+    def store(self) -> Store: ...
+    @property
+    def store_dir(self) -> Path: ...
+    @property
+    def config(self) -> DiffLimits: ...
+    def baseline_manifest(self) -> dict[str, list[Any]]: ...
+    def get_record(self, rel: str) -> FileRecord | None: ...
+    def parse_units(self, h: str, parser: str) -> list[tuple[str, str, str]] | None: ...
+
 
 _SPREADSHEET = ("xlsx", "spreadsheet")
 _TEXT = ("text", "csv")
 
 
-def changes(ws: Workspace) -> list[ReviewEntry]:
+def changes(ws: Reviewed) -> list[ReviewEntry]:
     """Added, modified, deleted and renamed paths.  A rename is found by hash
     (the same bytes under a new path) or, for a file moved and then edited,
     by the similarity of its parsed text (see ``_similar_pairs``)."""
@@ -99,7 +121,7 @@ _scores: dict[tuple[str, str, str, str], float] = {}
 
 
 def _similar_pairs(
-    ws: Workspace,
+    ws: Reviewed,
     base: dict[str, list[Any]],
     cur: dict[str, list[Any]],
     deleted: list[str],
@@ -137,7 +159,7 @@ def _similar_pairs(
     return out
 
 
-def _similarity(ws: Workspace, old: list[Any], new: list[Any]) -> float | None:
+def _similarity(ws: Reviewed, old: list[Any], new: list[Any]) -> float | None:
     """Shared lines over all lines of two versions' parsed texts, or None
     when a side has none.  Cached by the pair of hashes: the change set is
     recomputed after every write, the pairs mostly stay the same."""
@@ -159,7 +181,7 @@ def _similarity(ws: Workspace, old: list[Any], new: list[Any]) -> float | None:
     return score
 
 
-def _lines(ws: Workspace, side: list[Any]) -> Counter[str] | None:
+def _lines(ws: Reviewed, side: list[Any]) -> Counter[str] | None:
     """The lines of a file version's parsed text, counted; cached by
     (hash, parser), which fixes the text."""
     h, parser = side[0], side[5]
@@ -185,7 +207,7 @@ def _lines(ws: Workspace, side: list[Any]) -> Counter[str] | None:
     return result
 
 
-def summary(ws: Workspace, entries: list[ReviewEntry]) -> str:
+def summary(ws: Reviewed, entries: list[ReviewEntry]) -> str:
     at = ws.store.get_meta("baseline_at")
     when = (
         datetime.datetime.fromtimestamp(at, datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
@@ -210,7 +232,7 @@ def summary(ws: Workspace, entries: list[ReviewEntry]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _entry_side(ws: Workspace, e: ReviewEntry) -> tuple[list[Any] | None, list[Any] | None]:
+def _entry_side(ws: Reviewed, e: ReviewEntry) -> tuple[list[Any] | None, list[Any] | None]:
     base = ws.baseline_manifest()
     old_rel = e.old_rel or e.rel
     old = base.get(old_rel) if e.status != ChangeStatus.ADDED else None
@@ -221,7 +243,7 @@ def _entry_side(ws: Workspace, e: ReviewEntry) -> tuple[list[Any] | None, list[A
     return old, new
 
 
-def file_diff(ws: Workspace, e: ReviewEntry) -> str:
+def file_diff(ws: Reviewed, e: ReviewEntry) -> str:
     old, new = _entry_side(ws, e)
     old_rel = e.old_rel or e.rel
     key = "|".join(
@@ -238,20 +260,20 @@ def file_diff(ws: Workspace, e: ReviewEntry) -> str:
     cached = ws.store.get_diff(key)
     if cached is not None:
         return cached
-    text, complete = _render(ws, e, old, new)
+    text, complete = render(ws, e, old, new)
     if complete:
         ws.store.put_diff(key, text)
     return text
 
 
-def _units(ws: Workspace, side: list[Any] | None) -> list[tuple[str, str, str]] | None:
+def _units(ws: Reviewed, side: list[Any] | None) -> list[tuple[str, str, str]] | None:
     if side is None or not side[5]:
         return None
     return ws.parse_units(side[0], side[5])
 
 
-def _render(
-    ws: Workspace, e: ReviewEntry, old: list[Any] | None, new: list[Any] | None
+def render(
+    ws: Reviewed, e: ReviewEntry, old: list[Any] | None, new: list[Any] | None
 ) -> tuple[str, bool]:
     """The diff text, and whether it is final (both sides' parses were there)."""
     old_rel = e.old_rel or e.rel
@@ -350,7 +372,7 @@ def _eol_rewrite(
     return old_text, new_text
 
 
-def _no_text(ws: Workspace, which: str, side: list[Any]) -> tuple[str, bool]:
+def _no_text(ws: Reviewed, which: str, side: list[Any]) -> tuple[str, bool]:
     """Why one side of a diff has no parsed text, and whether that is final
     (a failed parse stays failed for that content and parser version)."""
     h, parser = side[0], side[5]
@@ -403,14 +425,14 @@ def _sheets(units: list[tuple[str, str, str]] | None) -> list[tuple[str, str]]:
     return out
 
 
-def all_diff(ws: Workspace, entries: list[ReviewEntry]) -> str:
+def all_diff(ws: Reviewed, entries: list[ReviewEntry]) -> str:
     return "".join(file_diff(ws, e) for e in entries)
 
 
 # -- who may read them (swfs.permissions)
 
 
-def diff_access(ws: Workspace, e: ReviewEntry, now: Access | None) -> Access:
+def diff_access(ws: Reviewed, e: ReviewEntry, now: Access | None) -> Access:
     """Who may read ``e``'s diff: it shows the baseline's bytes of the file
     (``e.old_rel`` for a rename) and its present ones (``now``, the present
     access of ``e.rel``), so only who could read the file at the baseline
@@ -428,7 +450,7 @@ def _diff_access(
 
 
 def all_access(
-    ws: Workspace, entries: list[ReviewEntry], access: Callable[[RelPath], Access | None]
+    ws: Reviewed, entries: list[ReviewEntry], access: Callable[[RelPath], Access | None]
 ) -> Access:
     """Owner and bits for SUMMARY.md and ALL.diff: the workspace root's,
     narrowed so that only those who may read every diff (``diff_access``)

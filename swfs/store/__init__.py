@@ -3,7 +3,8 @@
 Owns the LMDB records (``records``), the content-addressed blobs and their
 chunks (``blobs``, ``blobreads``), hashing (``b3tree``, ``treecache``,
 ``hashform``), durable file helpers (``fsutil``, ``beneath``), the full-disk
-reserve (``reserve``), collection (``gc``) and ``swfs check`` (``check``).
+reserve (``reserve``) and collection (``gc``).  ``swfs check`` checks every
+part, so it is ``swfs.check``, above them.
 
 Imports: the standard library, third-party libraries and ``swfs.api``.
 """

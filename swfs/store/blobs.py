@@ -34,7 +34,7 @@ Manifest file (little-endian)::
     entries are sorted by offset and do not overlap; any byte not covered by
     an entry is zero (a hole)
 
-Invariants (``swfs.store.check`` relies on them):
+Invariants (``swfs.check`` relies on them):
 
 - A file under its final name holds exactly what its name says (a chunk's
   bytes, a manifest of a blob with that hash, a legacy blob's bytes); it was

@@ -21,19 +21,38 @@ import contextlib
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from swfs.history import snapshots as history
+from swfs.store.blobs import BlobStore
+from swfs.store.records import Store
+from swfs.store.reserve import RESERVE_NAME
 
 if TYPE_CHECKING:
     import lmdb
 
-    from swfs.workspace import Workspace
-
 log = logging.getLogger(__name__)
 
 DAY = 86400.0
+RECLAIM = b"reclaim:"  # meta key prefix: + hash of a blob a dropped temp history may leave
+
+T = TypeVar("T")
+
+
+class Collected(Protocol):
+    """What gc reads and changes of a workspace (``swfs.workspace.Workspace``)."""
+
+    @property
+    def store(self) -> Store: ...
+    @property
+    def store_dir(self) -> Path: ...
+    @property
+    def blobs(self) -> BlobStore: ...
+    def baseline_manifest(self) -> dict[str, list[Any]]: ...
+    def spending_reserve(self, fn: Callable[[], T]) -> T: ...
+    def bump_generation(self, txn: lmdb.Transaction) -> None: ...
 
 
 @dataclass
@@ -60,7 +79,7 @@ class GCReport:
         return {**asdict(self), "freed_bytes": self.freed_bytes()}
 
 
-def pinned_hashes(ws: Workspace) -> set[str]:
+def pinned_hashes(ws: Collected) -> set[str]:
     """Hashes nothing may drop: present files, the baseline, every snapshot."""
     pinned = {e[0] for e in ws.baseline_manifest().values()}
     for name in ws.store.snapshot_names():
@@ -71,7 +90,7 @@ def pinned_hashes(ws: Workspace) -> set[str]:
     return pinned
 
 
-def collect(ws: Workspace, *, keep_days: float = 7.0, dry_run: bool = False) -> GCReport:
+def collect(ws: Collected, *, keep_days: float = 7.0, dry_run: bool = False) -> GCReport:
     """*slow*: reclaim; returns what was (or, dry, would be) freed.
 
     On a full disk the store's reserve is spent for the two transactions
@@ -84,7 +103,7 @@ def collect(ws: Workspace, *, keep_days: float = 7.0, dry_run: bool = False) -> 
     cutoff = time.time() - keep_days * DAY
     pinned = pinned_hashes(ws)
     store = ws.store
-    reclaim = history.reclaimable(ws)
+    reclaim = reclaimable(ws)
     if dry_run:
         with store.read() as txn:
             report, live = _drop(ws, txn, keep_days, cutoff, pinned, reclaim, dry_run=True)
@@ -118,7 +137,7 @@ def collect(ws: Workspace, *, keep_days: float = 7.0, dry_run: bool = False) -> 
         def journal() -> None:
             with store.write() as txn:
                 store.append_journal(txn, "gc", **report.as_json())
-                ws._bump(txn)
+                ws.bump_generation(txn)
 
         ws.spending_reserve(journal)
         store.flush()
@@ -126,7 +145,7 @@ def collect(ws: Workspace, *, keep_days: float = 7.0, dry_run: bool = False) -> 
 
 
 def _drop(
-    ws: Workspace,
+    ws: Collected,
     txn: lmdb.Transaction,
     keep_days: float,
     cutoff: float,
@@ -178,7 +197,7 @@ def _drop(
     if not dry_run:
         meta = store.dbs["meta"]
         for h in reclaim:  # decided on below like any other blob
-            txn.delete(history.RECLAIM + h.encode(), db=meta)
+            txn.delete(RECLAIM + h.encode(), db=meta)
         for rel, kept in changes:
             store.put_versions(txn, rel, kept)
         for key in dead_parses:
@@ -188,9 +207,22 @@ def _drop(
     return report, live
 
 
-def reserve_bytes(ws: Workspace) -> int:
+def reclaimable(ws: Collected) -> set[str]:
+    """Hashes of blobs a dropped temp history may have left (``RECLAIM``)."""
+    out = set()
+    with ws.store.read() as txn:
+        cur = txn.cursor(db=ws.store.dbs["meta"])
+        if cur.set_range(RECLAIM):
+            for key in cur.iternext(values=False):
+                k = bytes(key)
+                if not k.startswith(RECLAIM):
+                    break
+                out.add(k[len(RECLAIM) :].decode("ascii", "replace"))
+    return out
+
+
+def reserve_bytes(ws: Collected) -> int:
     """Space the store holds back for a full disk (``swfs.store.reserve``)."""
-    from swfs.store.reserve import RESERVE_NAME
 
     try:
         return os.stat(ws.store_dir / RESERVE_NAME).st_blocks * 512
@@ -198,10 +230,9 @@ def reserve_bytes(ws: Workspace) -> int:
         return 0
 
 
-def store_bytes(ws: Workspace) -> int:
+def store_bytes(ws: Collected) -> int:
     """Space the store takes on disk (database and blobs), whatever its
     layout; not its reserve for a full disk (``reserve_bytes``)."""
-    from swfs.store.reserve import RESERVE_NAME
 
     total = 0
     stack = [str(ws.store_dir)]
@@ -226,7 +257,7 @@ def store_bytes(ws: Workspace) -> int:
     return total
 
 
-def _op_gc(ws: Workspace, req: dict[str, Any]) -> Any:
+def _op_gc(ws: Collected, req: dict[str, Any]) -> Any:
     return collect(
         ws, keep_days=float(req.get("keep_days", 7.0)), dry_run=bool(req.get("dry_run"))
     ).as_json()

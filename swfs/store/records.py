@@ -613,10 +613,10 @@ class Store:
     def iter_files(self, txn: lmdb.Transaction) -> Iterator[tuple[str, FileRecord]]:
         cur = txn.cursor(db=self.dbs["files"])
         for key, raw in cur:
-            yield self._file_path(key, raw), FileRecord.decode(raw)
+            yield self.file_path_of(key, raw), FileRecord.decode(raw)
 
     @staticmethod
-    def _file_path(key: Raw, raw: Raw) -> str:
+    def file_path_of(key: Raw, raw: Raw) -> str:
         if is_hashed_key(key):
             return str(loads(bytes(raw).partition(b"\n")[2])["path"])
         return pdecode(key)
@@ -628,7 +628,7 @@ class Store:
         with self.read() as txn:
             for key, raw in txn.cursor(db=self.dbs["files"]):
                 data = bytes(raw)
-                out[self._file_path(key, data)] = data[: data.find(b"\n")]
+                out[self.file_path_of(key, data)] = data[: data.find(b"\n")]
         return out
 
     def all_files(self) -> dict[str, FileRecord]:

@@ -45,7 +45,7 @@ short_hash = hashform.label
 UNRECORDED = "unrecorded"
 
 
-def _esc(value: str) -> str:
+def escape_attr(value: str) -> str:
     return (
         value.replace("&", "&amp;")
         .replace('"', "&quot;")
@@ -69,9 +69,10 @@ def header_line(
     if current_hash is None and freshness in (Freshness.STALE, Freshness.PENDING):
         current = UNRECORDED
     return (
-        f'<!-- swfs source="{_esc(rel)}" unit="{_esc(unit)}" locator="{_esc(locator)}" '
+        f'<!-- swfs source="{escape_attr(rel)}" unit="{escape_attr(unit)}" '
+        f'locator="{escape_attr(locator)}" '
         f'hash="{short_hash(source_hash)}" freshness="{freshness.value}" '
-        f'current="{current}" parser="{_esc(parser or "none")}" -->\n'
+        f'current="{current}" parser="{escape_attr(parser or "none")}" -->\n'
     )
 
 

@@ -15,10 +15,10 @@ import trio
 import trio.testing
 
 from swfs.api import Cause, Freshness, RelPath
+from swfs.check import run_checks
 from swfs.engine import Engine, ParseQueue
 from swfs.store import treecache
 from swfs.store.blobs import HashMismatch
-from swfs.store.check import run_checks
 from swfs.store.fsutil import hash_file
 from swfs.views.parsework import ParseOutcome, ParsePool, WorkerLimits
 from swfs.workspace import Config

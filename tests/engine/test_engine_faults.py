@@ -14,8 +14,8 @@ import trio
 
 from parsers import registry
 from swfs.api import Freshness, RelPath
+from swfs.check import run_checks
 from swfs.engine import Engine
-from swfs.store.check import run_checks
 from swfs.store.fsutil import hash_file
 from swfs.store.records import dumps
 from swfs.store.reserve import Reserve, default_size

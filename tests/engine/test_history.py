@@ -366,7 +366,7 @@ def test_gc_frees_what_nothing_needs_and_keeps_snapshots(lasting: Engine) -> Non
     assert review.changes(engine) == []
     again = gc.collect(engine, keep_days=0)
     assert again.blobs_removed == 0 or again.blob_bytes > 0
-    from swfs.store.check import run_checks
+    from swfs.check import run_checks
 
     assert [p for p in run_checks(engine) if p.check == "blobs"] == []
 
@@ -432,7 +432,7 @@ def test_reset_where_files_and_directories_swapped_places(engine: Engine) -> Non
 
 
 def test_temp_files_leave_no_blob_behind_but_reset_keeps_young_work(engine: Engine) -> None:
-    from swfs.store.check import run_checks
+    from swfs.check import run_checks
 
     write(engine, ".draft.tmp", b"one\n")
     write(engine, ".draft.tmp", b"two\n")
@@ -443,12 +443,12 @@ def test_temp_files_leave_no_blob_behind_but_reset_keeps_young_work(engine: Engi
     # to them now, and check knows why.
     draft = hash_bytes(b"one\n")
     assert engine.blobs.has(draft)
-    assert history.reclaimable(engine) == {draft}
+    assert gc.reclaimable(engine) == {draft}
     assert run_checks(engine) == []
     report = gc.collect(engine)  # within the retention window, still reclaimed
     assert report.blobs_removed == 1
     assert not engine.blobs.has(draft)
-    assert history.reclaimable(engine) == set()
+    assert gc.reclaimable(engine) == set()
     write(engine, "out.txt", b"young output\n")
     history.reset(engine)
     versions = engine.versions(RelPath("out.txt"))
@@ -480,7 +480,7 @@ def test_a_file_deleted_and_written_again_in_one_burst_keeps_the_deleted_bytes(
     deleted version's bytes were kept, so that version stays (a burst may
     replace only a version whose bytes it never kept) and no blob is left
     that nothing refers to."""
-    from swfs.store.check import run_checks
+    from swfs.check import run_checks
 
     # A burst an hour long: a busy machine cannot end it between two steps.
     with Engine.open(src, config=Config(rescan_interval=0, version_interval=3600.0)) as engine:

@@ -10,8 +10,8 @@ from pathlib import Path
 from swfs.api import Access, RelPath
 from swfs.engine import Engine
 from swfs.history import snapshots as history
-from swfs.history.permissions import then_and_now
 from swfs.history.world import open_world
+from swfs.permissions import then_and_now
 
 UID, GID = os.geteuid(), os.getegid()
 
@@ -72,7 +72,7 @@ def test_records_without_modes_are_owner_only(tmp_path: Path) -> None:
         # As an older swfs wrote them: five-item versions, no folder modes.
         with ws.store.write() as txn:
             ws.store.put_versions(txn, rel, [v[:5] for v in ws.store.get_versions(rel, txn)])
-            info = history._info(ws, "old", txn)
+            info = history.snapshot_info(ws, "old", txn)
             del info["dir_modes"]
             history._put_info(txn, ws, "old", info)
         owner = os.stat(src / ".swfs")

@@ -16,8 +16,8 @@ from parsers import registry
 from parsers._base import ParseOptions
 from parsers.pdf import PdfParser
 from swfs.api import Freshness, RelPath
+from swfs.check import run_checks
 from swfs.engine import Engine
-from swfs.store.check import run_checks
 from swfs.views import sandbox
 from swfs.views.parsework import OK, Pages, ParseOutcome, Part, WorkerLimits
 from swfs.views.ranged import FIRST_RANGE, Partials, parse_ranged

@@ -14,10 +14,10 @@ import blake3
 import pytest
 
 from swfs.api import Cause, RelPath
+from swfs.check import run_checks
 from swfs.history import versioning
 from swfs.store import blobs as blobs_mod
 from swfs.store.blobs import CHUNK_MAX, BlobStore, CorruptBlob, HashMismatch
-from swfs.store.check import run_checks
 from swfs.workspace import Config, Workspace
 
 

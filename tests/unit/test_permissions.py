@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import pytest
 
 from swfs.api import Access
-from swfs.history.permissions import allows, may_read, narrowed, then_and_now
+from swfs.permissions import allows, may_read, narrowed, then_and_now
 
 UIDS = (1, 2, 3)
 GIDS = (10, 20, 30)

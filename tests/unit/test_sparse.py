@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from swfs.api import RelPath
+from swfs.check import run_checks
 from swfs.engine import Engine
 from swfs.history import snapshots as history
 from swfs.store import fsutil, gc
 from swfs.store.blobs import BlobStore
-from swfs.store.check import run_checks
 from swfs.workspace import Config
 from tests.sparseutil import SLACK, MiB, allocated, data_ranges, holds, make_sparse, stream_hash
 

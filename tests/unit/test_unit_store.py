@@ -14,7 +14,7 @@ import lmdb
 import pytest
 
 from swfs.api import Freshness, RelPath
-from swfs.store.check import check_parses
+from swfs.check import check_parses
 from swfs.store.records import FORMAT_VERSION, ParseRecord, Store, dumps, parse_key, unit_prefix
 from swfs.workspace import Workspace
 from tests.bigparse import PAGE_TEXT, PAGES, big_parse, peak_bytes

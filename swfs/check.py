@@ -20,9 +20,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from swfs import control
 from swfs.api import RelPath
+from swfs.evidence.access import DB_NAME as JOURNAL_DB
+from swfs.find.search import DB_NAME as SEARCH_DB
+from swfs.find.textindex import DIR_NAME as TEXT_DIR
 from swfs.history import snapshots as history
 from swfs.history import staging
+from swfs.store import gc
 from swfs.store.fsutil import hash_file
 from swfs.store.hashform import label as short_hash
 from swfs.store.records import (
@@ -127,7 +132,7 @@ def _readable_files(ws: Workspace) -> dict[str, FileRecord]:
         for key, raw in txn.cursor(db=ws.store.dbs["files"]):
             try:
                 # A long path's key is its digest: the record carries the path.
-                out[Store._file_path(key, raw)] = FileRecord.decode(raw)
+                out[Store.file_path_of(key, raw)] = FileRecord.decode(raw)
             except (ValueError, KeyError, TypeError):
                 continue
     return out
@@ -311,7 +316,7 @@ def check_chunks(ws: Workspace, repair: bool) -> list[Problem]:
 
 def check_orphans(ws: Workspace, repair: bool) -> list[Problem]:
     """Blobs that no version, snapshot or baseline refers to."""
-    refs = _referenced(ws) | history.reclaimable(ws)  # a temp file's drafts: gc's to drop
+    refs = _referenced(ws) | gc.reclaimable(ws)  # a temp file's drafts: gc's to drop
     orphans = [h for h in ws.blobs.iter_hashes() if h not in refs]
     problems = [
         Problem("orphans", f"blob {short_hash(h)} is referenced by nothing", repair)
@@ -366,10 +371,6 @@ def check_search(ws: Workspace, repair: bool) -> list[Problem]:
     (it rebuilds a broken one itself); without one, the index is checked
     read-only, and repair removes a broken one (the next ``swfs index``,
     ``swfs search`` or mount builds it again from the parse cache)."""
-    from swfs import control
-    from swfs.find.search import DB_NAME
-    from swfs.find.textindex import DIR_NAME as TEXT_DIR
-
     try:
         health = control.request(ws.store_dir, "search_state", io_timeout=10)
     except control.ControlUnavailable:
@@ -383,7 +384,7 @@ def check_search(ws: Workspace, repair: bool) -> list[Problem]:
         return [
             Problem("search", f"the search index is unavailable ({why}); the daemon rebuilds it")
         ]
-    db = ws.store_dir / DB_NAME
+    db = ws.store_dir / SEARCH_DB
     if not db.exists():
         return []
     rows = _quick_check(db)
@@ -402,9 +403,6 @@ def check_journal(ws: Workspace, repair: bool) -> list[Problem]:
     its journal is (it starts a failed one afresh and keeps the old file);
     without one, the file is checked read-only, and repair renames a damaged
     one aside (never deletes it: it is the only record of those accesses)."""
-    from swfs import control
-    from swfs.evidence.access import DB_NAME
-
     try:
         health = control.request(ws.store_dir, "journal_state", io_timeout=10)
     except control.ControlUnavailable:
@@ -435,7 +433,7 @@ def check_journal(ws: Workspace, repair: bool) -> list[Problem]:
                 )
             ]
         return []
-    db = ws.store_dir / DB_NAME
+    db = ws.store_dir / JOURNAL_DB
     if not db.exists():
         return []
     rows = _quick_check(db)
@@ -443,7 +441,7 @@ def check_journal(ws: Workspace, repair: bool) -> list[Problem]:
         return []
     if repair:
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-        os.replace(db, db.with_name(f"{DB_NAME}.failed-{stamp}"))
+        os.replace(db, db.with_name(f"{JOURNAL_DB}.failed-{stamp}"))
         for suffix in ("-wal", "-shm"):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(str(db) + suffix)
