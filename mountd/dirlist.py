@@ -1,6 +1,6 @@
 """Directory listings without OPENDIR: a warm walk sends no request per directory.
 
-pyfuse3 as ``make install`` builds it (scripts/pyfuse3-dircache.patch,
+pyfuse3 as ``make install`` builds it (vendor/pyfuse3,
 ``no_opendir_available``) lets the daemon answer its first OPENDIR with
 ENOSYS.  The kernel then sends no OPENDIR or RELEASEDIR for the rest of the
 connection and opens every directory with FOPEN_KEEP_CACHE | FOPEN_CACHE_DIR

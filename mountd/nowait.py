@@ -4,7 +4,7 @@ A warm ``grep -r`` of native files sends the daemon one OPEN and one RELEASE
 per file and nothing else; a cold walk adds a LOOKUP per name, and a stat
 after a read through the daemon a GETATTR.  For a native file none of them
 needs to wait: a system call or two, an LMDB read, memory.  Our patched
-pyfuse3 (scripts/pyfuse3-dircache.patch, ``nowait_available``) calls the
+pyfuse3 (vendor/pyfuse3, ``nowait_available``) calls the
 adapter's ``lookup_nowait``, ``getattr_nowait``, ``open_nowait``,
 ``release_nowait``, ``getxattr_nowait``, ``write_nowait``,
 ``create_nowait``, ``flush_nowait`` and ``lseek_nowait`` before it makes

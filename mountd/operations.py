@@ -48,7 +48,7 @@ log = logging.getLogger(__name__)
 
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
 
-# pyfuse3 as `make install` builds it (scripts/pyfuse3-dircache.patch) lets
+# pyfuse3 as `make install` builds it (vendor/pyfuse3) lets
 # opendir ask the kernel to keep a directory's listing, and open skip FLUSH
 # (mountd.provider.NOFLUSH).  Stock pyfuse3 works too, with a request more
 # per close and four per listing.

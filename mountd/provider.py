@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-# pyfuse3 as `make install` builds it (scripts/pyfuse3-dircache.patch) lets
+# pyfuse3 as `make install` builds it (vendor/pyfuse3) lets
 # open skip FLUSH for a file that cannot be written.
 NOFLUSH = hasattr(pyfuse3.FileInfo, "noflush")
 

@@ -43,7 +43,7 @@ def lists(path: Path, names: list[str], bound: float = 30.0) -> None:
 
 
 def test_the_installed_pyfuse3_carries_the_cache_flags() -> None:
-    # `make install` builds pyfuse3 with scripts/pyfuse3-dircache.patch; the
+    # `make install` builds pyfuse3 with vendor/pyfuse3; the
     # daemon falls back to stock pyfuse3 silently, so check the build here.
     assert operations.KERNEL_DIR_CACHE
     assert operations.NOFLUSH

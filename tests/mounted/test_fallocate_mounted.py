@@ -12,7 +12,7 @@ close; an allocation within the size records nothing.  A linked-in
 O_TMPFILE file is an ordinary recorded file; one never linked leaves
 nothing behind.  ``swfs check`` passes after each.
 
-Needs the pyfuse3 ``make install`` builds (scripts/pyfuse3-dircache.patch);
+Needs the pyfuse3 ``make install`` builds (vendor/pyfuse3);
 with stock pyfuse3 the mount answers EOPNOTSUPP as before and these skip.
 """
 

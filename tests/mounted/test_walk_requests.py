@@ -1,7 +1,7 @@
 """What a warm walk costs in FUSE requests, counted by the daemon.
 
 With a pyfuse3 that lets directories open without OPENDIR
-(scripts/pyfuse3-dircache.patch, ``no_opendir_available``):
+(vendor/pyfuse3, ``no_opendir_available``):
 
 * a warm walk of the native tree sends no OPENDIR, RELEASEDIR, READDIR or
   LOOKUP at all: the kernel keeps every listing (mountd.dirlist);
@@ -42,7 +42,7 @@ pytestmark = [needs_fuse, pytest.mark.timeout(300)]
 
 needs_no_opendir = pytest.mark.skipif(
     not hasattr(pyfuse3, "no_opendir_available"),
-    reason="pyfuse3 built without scripts/pyfuse3-dircache.patch's no-OPENDIR support",
+    reason="pyfuse3 built without vendor/pyfuse3's no-OPENDIR support",
 )
 
 WALK_IDLE = ("opendir", "releasedir", "readdir", "lookup")
