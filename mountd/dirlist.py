@@ -96,9 +96,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# pyfuse3 passes READDIRs without a handle to Operations.readdir_inode.
-NO_OPENDIR = hasattr(pyfuse3, "no_opendir_available")
-
 KEPT = 256  # directories whose listing is kept for the READDIRs that continue it
 TAB_POLL = 0.25  # seconds between looks at the current tab
 

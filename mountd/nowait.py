@@ -87,9 +87,6 @@ log = logging.getLogger(__name__)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-# The patched pyfuse3 calls the *_nowait methods (stock pyfuse3 has no such hook).
-AVAILABLE = hasattr(pyfuse3, "nowait_available")
-
 
 def fuse_error(name: str, args: tuple[Any, ...], exc: Exception) -> pyfuse3.FUSEError:
     """The errno a handler's exception becomes, logged as it deserves: an

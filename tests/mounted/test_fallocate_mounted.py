@@ -28,9 +28,9 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import pyfuse3
 import pytest
 
+from mountd import binding
 from swfs.fsutil import (
     FALLOC_FL_KEEP_SIZE,
     FALLOC_FL_PUNCH_HOLE,
@@ -47,8 +47,8 @@ pytestmark = [
     pytest.mark.timeout(300),
     needs_fuse,
     pytest.mark.skipif(
-        not hasattr(pyfuse3, "fallocate_available"),
-        reason="stock pyfuse3: no fallocate or lseek (make install builds the patched one)",
+        not binding.FILE_OPS,
+        reason="stock pyfuse3: no fallocate or lseek (make install builds vendor/pyfuse3)",
     ),
 ]
 
@@ -280,7 +280,7 @@ def test_tmpfile_linked_in_is_recorded_and_one_never_linked_leaves_nothing(
     mounted: RealMount, plain: Path
 ) -> None:
     m = mounted
-    if not pyfuse3.tmpfile_available():
+    if not binding.TMPFILE:
         # Built against a libfuse before 3.17: refused, as by a file system
         # without O_TMPFILE (programs then fall back to a named temp file).
         with pytest.raises(OSError, match="not supported") as exc:

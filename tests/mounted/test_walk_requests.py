@@ -31,17 +31,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pyfuse3
 import pytest
 
-from mountd import reqcount
+from mountd import binding, reqcount
 from mountd.dump import MARK
 from tests.realmount import RealMount, needs_fuse, swfs, workspace
 
 pytestmark = [needs_fuse, pytest.mark.timeout(300)]
 
 needs_no_opendir = pytest.mark.skipif(
-    not hasattr(pyfuse3, "no_opendir_available"),
+    not binding.NO_OPENDIR,
     reason="pyfuse3 built without vendor/pyfuse3's no-OPENDIR support",
 )
 
