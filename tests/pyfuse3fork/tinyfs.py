@@ -104,9 +104,12 @@ class TinyFS(pyfuse3.Operations):
         if inode == PT and pyfuse3.passthrough_active():
             if inode not in self.backing_ids:
                 fd = os.open(self.backing, os.O_RDONLY)  # kept open while mounted
-                self.backing_ids[inode] = pyfuse3.backing_open(fd)
+                try:
+                    self.backing_ids[inode] = pyfuse3.backing_open(fd)
+                except OSError:  # not root: no passthrough, a plain open
+                    self.backing_ids[inode] = 0
             fi.backing_id = self.backing_ids[inode]
-            fi.keep_cache = False  # no page cache of ours: the backing file has it
+            fi.keep_cache = fi.backing_id == 0  # passed through: the backing file's cache
         self.note("open", inode, fi.noflush, fi.backing_id)
         return fi
 
