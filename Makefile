@@ -6,7 +6,9 @@ PYTEST_ARGS ?=
 
 .PHONY: install test test-fast test-slow lint typecheck demo bench bench-quick corpus clean
 
-$(STAMP): pyproject.toml scripts/bootstrap.sh scripts/pyfuse3-dircache.patch
+FORK   := $(shell find vendor/pyfuse3/pyproject.toml vendor/pyfuse3/Include vendor/pyfuse3/src/pyfuse3 vendor/pyfuse3/util -type f ! -name __init__.c ! -name '*.so' ! -name '*.pyc')
+
+$(STAMP): pyproject.toml scripts/bootstrap.sh $(FORK)
 	sh scripts/bootstrap.sh
 
 install: $(STAMP)

@@ -1,6 +1,6 @@
 """Directory listings without OPENDIR: a warm walk sends no request per directory.
 
-pyfuse3 as ``make install`` builds it (scripts/pyfuse3-dircache.patch,
+pyfuse3 as ``make install`` builds it (vendor/pyfuse3,
 ``no_opendir_available``) lets the daemon answer its first OPENDIR with
 ENOSYS.  The kernel then sends no OPENDIR or RELEASEDIR for the rest of the
 connection and opens every directory with FOPEN_KEEP_CACHE | FOPEN_CACHE_DIR
@@ -95,9 +95,6 @@ if TYPE_CHECKING:
     from mountd.operations import Operations
 
 log = logging.getLogger(__name__)
-
-# pyfuse3 passes READDIRs without a handle to Operations.readdir_inode.
-NO_OPENDIR = hasattr(pyfuse3, "no_opendir_available")
 
 KEPT = 256  # directories whose listing is kept for the READDIRs that continue it
 TAB_POLL = 0.25  # seconds between looks at the current tab

@@ -67,6 +67,7 @@ from typing import Any
 
 import pyfuse3
 
+from mountd import binding
 from mountd.options import PassthroughMode
 from mountd.passthrough import NativeHandle
 from swfs.store.fsutil import holds_binary
@@ -75,10 +76,6 @@ log = logging.getLogger(__name__)
 
 PASSTHROUGH_MODES: tuple[PassthroughMode, ...] = ("auto", "on", "off")
 
-# The patched pyfuse3's additions, looked up at run time: stock pyfuse3 (and
-# its type stubs) have none of them.
-_fuse: Any = pyfuse3
-HAVE_SPIN = hasattr(pyfuse3, "set_spin_window")
 
 # Read-only opens of files up to this size go through the page cache, not
 # passthrough (see above): one read request's worth, the kernel's readahead.
@@ -87,11 +84,9 @@ SMALL_FILE = 128 * 1024
 
 def passthrough_unavailable() -> str | None:
     """Why this daemon cannot ask for passthrough (None: it can ask)."""
-    available = getattr(pyfuse3, "passthrough_available", None)
-    if available is None:
-        return "pyfuse3 lacks the passthrough patch"
-    if not available():
-        return "pyfuse3 was built against a libfuse without passthrough (3.17 needed)"
+    why = binding.passthrough_unavailable_why()
+    if why is not None:
+        return why
     if os.geteuid() != 0:
         return "the kernel lets only root register backing files"
     return None
@@ -121,8 +116,7 @@ class FastPath:
         ops.enable_passthrough = self.wanted
         if not self.wanted:
             log.info("kernel passthrough off: %s", self.why_not)
-        if HAVE_SPIN:
-            _fuse.set_spin_window(poll_window)
+        if binding.set_spin_window(poll_window):
             ops.poller.window = 0.0  # the loop spins in pyfuse3 instead
 
     @property
@@ -131,7 +125,7 @@ class FastPath:
             return False
         if not self._checked:  # INIT is answered by the time the first open comes
             self._checked = True
-            if not _fuse.passthrough_active():
+            if not binding.passthrough_active():
                 self._off("the kernel did not offer FUSE passthrough at INIT")
                 return False
             what = "binary native files" if self.binary_only else "native files"
@@ -213,7 +207,7 @@ class FastPath:
                 self._through_cache(fi, fh, ino)
                 return None
             try:
-                entry = self._backing[ino] = [_fuse.backing_open(handle.fd), 0]
+                entry = self._backing[ino] = [binding.backing_open(handle.fd), 0]
             except OSError as exc:
                 self._off(f"registering a backing file: {exc.strerror or exc}")
                 self._cached[ino] += 1
@@ -226,7 +220,7 @@ class FastPath:
     ) -> None:
         session = handle.session
         entry[1] += 1
-        fi.backing_id = entry[0]
+        binding.set_backing(fi, entry[0])
         fi.direct_io = False
         fi.keep_cache = False  # no page cache of ours: the backing file has it
         self._handles[fh] = (ino, True, None if session is None else _stamp(handle.fd))
@@ -265,7 +259,7 @@ class FastPath:
         if entry[1] == 0:
             del self._backing[ino]
             try:
-                _fuse.backing_close(entry[0])
+                binding.backing_close(entry[0])
             except OSError as exc:  # the kernel keeps its own reference
                 log.warning("closing backing id %d: %s", entry[0], exc)
 

@@ -4,7 +4,7 @@ A warm ``grep -r`` of native files sends the daemon one OPEN and one RELEASE
 per file and nothing else; a cold walk adds a LOOKUP per name, and a stat
 after a read through the daemon a GETATTR.  For a native file none of them
 needs to wait: a system call or two, an LMDB read, memory.  Our patched
-pyfuse3 (scripts/pyfuse3-dircache.patch, ``nowait_available``) calls the
+pyfuse3 (vendor/pyfuse3, ``nowait_available``) calls the
 adapter's ``lookup_nowait``, ``getattr_nowait``, ``open_nowait``,
 ``release_nowait``, ``getxattr_nowait``, ``write_nowait``,
 ``create_nowait``, ``flush_nowait`` and ``lseek_nowait`` before it makes
@@ -86,9 +86,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-# The patched pyfuse3 calls the *_nowait methods (stock pyfuse3 has no such hook).
-AVAILABLE = hasattr(pyfuse3, "nowait_available")
 
 
 def fuse_error(name: str, args: tuple[Any, ...], exc: Exception) -> pyfuse3.FUSEError:

@@ -21,9 +21,9 @@ from typing import Any, TypeVar, cast
 
 import pyfuse3
 
-from mountd import reqcount
+from mountd import binding, reqcount
 from mountd.caller import REQUEST
-from mountd.dirlist import NO_OPENDIR, Listings
+from mountd.dirlist import Listings
 from mountd.dirlist import readdir as readdir_by_inode
 from mountd.fastpath import FastPath
 from mountd.invalidator import Invalidator, invalidate_attrs
@@ -32,7 +32,6 @@ from mountd.nodes import InodeTable, Node, Tree
 from mountd.nowait import NowaitOps, fuse_error
 from mountd.options import MountOptions
 from mountd.poll import Poller
-from mountd.provider import NOFLUSH as NOFLUSH
 from mountd.provider import DirHandle, FileHandle, Handle, NativeSource, Provider, fail
 from mountd.render import RenderTree
 from mountd.router import Router
@@ -47,18 +46,6 @@ from swfs.evidence.access import hash_lookup, open_journal
 log = logging.getLogger(__name__)
 
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
-
-# pyfuse3 as `make install` builds it (scripts/pyfuse3-dircache.patch) lets
-# opendir ask the kernel to keep a directory's listing, and open skip FLUSH
-# (mountd.provider.NOFLUSH).  Stock pyfuse3 works too, with a request more
-# per close and four per listing.
-KERNEL_DIR_CACHE = hasattr(pyfuse3.FileInfo, "cache_readdir")
-# It also hands FALLOCATE, LSEEK and (built against libfuse 3.17 or newer)
-# TMPFILE requests to the handlers of those names.  Stock pyfuse3 answers
-# them ENOSYS itself: the kernel then answers fallocate(2) and O_TMPFILE with
-# EOPNOTSUPP and takes every file for data up to its size (SEEK_DATA/HOLE).
-FILE_OPS = hasattr(pyfuse3, "fallocate_available") and hasattr(pyfuse3, "lseek_available")
-TMPFILE = FILE_OPS and bool(getattr(pyfuse3, "tmpfile_available", lambda: False)())
 
 
 def handler(fn: F) -> F:
@@ -102,14 +89,14 @@ class Operations(NowaitOps, pyfuse3.Operations):  # NowaitOps: mountd.nowait
         self.options = options
         # Directories open without OPENDIR (mountd.dirlist), unless every
         # listing must reach the journal.
-        self.no_opendir = NO_OPENDIR and not (options.every_listing and options.journal)
+        self.no_opendir = binding.NO_OPENDIR and not (options.every_listing and options.journal)
         self.src, self.store = src, store
         self.poller = Poller(options.poll_window)
         self.fastpath = FastPath(options.passthrough, journal=options.journal)  # mountd.fastpath
         self.fastpath.prepare(self, options.poll_window)
-        if not FILE_OPS:
+        if not binding.FILE_OPS:
             log.info("fallocate, SEEK_DATA/SEEK_HOLE and O_TMPFILE: not served (stock pyfuse3)")
-        elif not TMPFILE:
+        elif not binding.TMPFILE:
             log.info("O_TMPFILE: not served (pyfuse3 was built against a libfuse before 3.17)")
         # The native source: the one object that touches native files
         # (mountd.native.NativeProvider wraps whatever sits here): SRC, its
@@ -400,7 +387,7 @@ class Operations(NowaitOps, pyfuse3.Operations):  # NowaitOps: mountd.nowait
             raise pyfuse3.FUSEError(errno.ENOSYS)
         node = self._node(inode)
         provider = self.router.route(node)
-        if not KERNEL_DIR_CACHE:
+        if not binding.DIR_CACHE:  # stock pyfuse3: the kernel asks at each listing
             self.table.opened(node)
             fh = self.add_handle(DirHandle(node))
             if provider.evidence:  # the tab is no evidence
@@ -422,7 +409,7 @@ class Operations(NowaitOps, pyfuse3.Operations):  # NowaitOps: mountd.nowait
         fh = self.add_handle(DirHandle(node, names, fresh=True, told=told, fd=fd))
         if provider.evidence:
             self.journal.on_list(ctx.pid, provider.dir_path(node), names[2:])
-        return pyfuse3.FileInfo(fh=fh, keep_cache=keep, cache_readdir=True)
+        return binding.dir_info(fh, keep=keep)
 
     async def _listing(self, node: Node, fd: int | None = None) -> tuple[list[str], object]:
         """The names directory ``node`` shows ("." and ".." first), and what a

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import pyfuse3
 
+from mountd import binding
 from mountd.nodes import Node
 from mountd.passthrough import Creds, NativeHandle, SetAttr
 
@@ -45,10 +46,6 @@ if TYPE_CHECKING:
     from swfs.changefeed import ChangeFeed
 
 T = TypeVar("T")
-
-# pyfuse3 as `make install` builds it (scripts/pyfuse3-dircache.patch) lets
-# open skip FLUSH for a file that cannot be written.
-NOFLUSH = hasattr(pyfuse3.FileInfo, "noflush")
 
 
 def fail(code: int) -> pyfuse3.FUSEError:
@@ -483,8 +480,7 @@ def absent(name: str) -> int:
 def read_only(fi: pyfuse3.FileInfo) -> pyfuse3.FileInfo:
     """Mark an open that cannot write: its close needs no FLUSH round trip
     (flush only records writes and reports the backing close's errors)."""
-    if NOFLUSH:
-        fi.noflush = True
+    binding.set_noflush(fi)
     return fi
 
 

@@ -9,7 +9,6 @@ need_debs=""
 command -v fusermount3 >/dev/null 2>&1 || need_debs="$need_debs fuse3"
 pkg-config --exists fuse3 2>/dev/null || need_debs="$need_debs libfuse3-dev"
 command -v pkg-config >/dev/null 2>&1 || need_debs="$need_debs pkg-config"
-command -v patch >/dev/null 2>&1 || need_debs="$need_debs patch"
 # getfattr reads the user.sw.* xattrs; `swfs prompt` tells agents to use it.
 command -v getfattr >/dev/null 2>&1 || need_debs="$need_debs attr"
 # LibreOffice headless reads .doc/.ppt/.rtf/.odt/.odp (parsers/soffice.py)
@@ -128,30 +127,30 @@ if [ "${SWFS_LIBFUSE:-auto}" != system ] && command -v meson >/dev/null 2>&1 &&
     [ -e "$LIBFUSE_PREFIX/lib/pkgconfig/fuse3.pc" ] && libfuse=$LIBFUSE_VERSION
 fi
 
-# pyfuse3 3.5.0 built with scripts/pyfuse3-dircache.patch: it lets the daemon
-# keep directory listings in the kernel and skip FLUSH on read-only closes.
-# Stock pyfuse3 works too (swfs checks at import), at more round trips.
-# --no-binary names pyfuse3 alone: with :all: pip would also build its build
-# dependencies (Cython, setuptools) from source, minutes of compiling.
-PYFUSE3_SDIST=pyfuse3-3.5.0.tar.gz
-PYFUSE3_SHA256=88399a9494b88603230bba300f4ba9ad63fece5ed514ca3633d555a0c6a42b24
-patch_sum="$(sha256sum scripts/pyfuse3-dircache.patch | cut -d' ' -f1) libfuse-$libfuse"
-if [ "$(cat .venv/.pyfuse3-patch 2>/dev/null)" != "$patch_sum" ]; then
-    echo "bootstrap: building pyfuse3 with scripts/pyfuse3-dircache.patch (libfuse: $libfuse)"
+# pyfuse3: our fork of 3.5.0 in vendor/pyfuse3 (its README says what
+# differs): it lets the daemon keep directory listings in the kernel, skip
+# FLUSH on read-only closes, and use kernel passthrough.  Stock pyfuse3 works
+# too (mountd/binding.py), at more round trips.  Built by pip from a copy of
+# the folder (the build leaves no files in the tree), its build dependencies
+# (Cython, setuptools) as wheels; rebuilt when a source file of it or the
+# libfuse changes.
+fork_sum="$(find vendor/pyfuse3/pyproject.toml vendor/pyfuse3/Include vendor/pyfuse3/src/pyfuse3 \
+    vendor/pyfuse3/util -type f ! -name __init__.c ! -name '*.so' ! -name '*.pyc' | LC_ALL=C sort |
+    xargs sha256sum | sha256sum | cut -d' ' -f1) libfuse-$libfuse"
+if [ "$(cat .venv/.pyfuse3-fork 2>/dev/null)" != "$fork_sum" ]; then
+    echo "bootstrap: building pyfuse3 from vendor/pyfuse3 (libfuse: $libfuse)"
     build=$(mktemp -d)
     trap 'rm -rf "$build"' EXIT
-    .venv/bin/python -m pip download -q --no-binary pyfuse3 --no-deps -d "$build" pyfuse3==3.5.0
-    echo "$PYFUSE3_SHA256  $build/$PYFUSE3_SDIST" | sha256sum -c --quiet
-    tar xzf "$build/$PYFUSE3_SDIST" -C "$build"
-    rm -f "$build/pyfuse3-3.5.0/src/pyfuse3/__init__.c"  # regenerated from the patched .pyx
-    patch -s -d "$build/pyfuse3-3.5.0" -p1 <scripts/pyfuse3-dircache.patch
+    cp -R vendor/pyfuse3 "$build/pyfuse3"
+    rm -rf "$build/pyfuse3/build" "$build/pyfuse3/src/pyfuse3/__init__.c" "$build/pyfuse3"/src/*.egg-info
     if [ "$libfuse" = system ]; then
-        .venv/bin/python -m pip install -q --force-reinstall --no-deps "$build/pyfuse3-3.5.0"
+        .venv/bin/python -m pip install -q --force-reinstall --no-deps "$build/pyfuse3"
     else
         PKG_CONFIG_PATH="$LIBFUSE_PREFIX/lib/pkgconfig" LDFLAGS="-Wl,-rpath,$LIBFUSE_PREFIX/lib" \
-            .venv/bin/python -m pip install -q --force-reinstall --no-deps "$build/pyfuse3-3.5.0"
+            .venv/bin/python -m pip install -q --force-reinstall --no-deps "$build/pyfuse3"
     fi
-    echo "$patch_sum" >.venv/.pyfuse3-patch
+    rm -f .venv/.pyfuse3-patch
+    echo "$fork_sum" >.venv/.pyfuse3-fork
 fi
 .venv/bin/python -m pip install -q -e '.[dev]'
 # blake3 by subtrees (swfs/store/b3tree.py): a close rehashes what was written,

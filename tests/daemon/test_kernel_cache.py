@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from mountd import operations
+from mountd import binding
 from tests.conftest import MountFactory
 from tests.mountutil import Mount, as_user, ensure_test_user, errno_of
 
@@ -43,10 +43,11 @@ def lists(path: Path, names: list[str], bound: float = 30.0) -> None:
 
 
 def test_the_installed_pyfuse3_carries_the_cache_flags() -> None:
-    # `make install` builds pyfuse3 with scripts/pyfuse3-dircache.patch; the
+    # `make install` builds pyfuse3 with vendor/pyfuse3; the
     # daemon falls back to stock pyfuse3 silently, so check the build here.
-    assert operations.KERNEL_DIR_CACHE
-    assert operations.NOFLUSH
+    assert binding.FORK
+    assert binding.DIR_CACHE
+    assert binding.NOFLUSH
 
 
 def test_a_listing_is_kept_until_the_directory_changes(mount_tree: MountFactory) -> None:

@@ -17,11 +17,11 @@ import pyfuse3
 import pytest
 import trio
 
-from mountd import reqcount
+from mountd import binding, reqcount
 from mountd.nodes import Tree
 from mountd.operations import Operations
 from mountd.options import MountOptions
-from mountd.provider import NOFLUSH, NativeOpen
+from mountd.provider import NativeOpen
 from swfs.engine import Engine
 from swfs.evidence.access import iter_events, open_readonly
 from swfs.history.writesession import INLINE_RECORD_BYTES
@@ -134,7 +134,7 @@ def test_open_and_release_of_a_reader(ops: Operations, engine: Any) -> None:
     before = reqcount.COUNTS.copy()
     fi = ops.open_nowait(ino, os.O_RDONLY, ctx)
     assert fi is not None
-    assert not NOFLUSH or fi.noflush  # no FLUSH round trip for a close that cannot write
+    assert not binding.NOFLUSH or fi.noflush  # no FLUSH round trip for a close that cannot write
     h = ops.handles[fi.fh]
     assert isinstance(h, NativeOpen)
     assert h.fh.hash is not None

@@ -12,7 +12,7 @@ close; an allocation within the size records nothing.  A linked-in
 O_TMPFILE file is an ordinary recorded file; one never linked leaves
 nothing behind.  ``swfs check`` passes after each.
 
-Needs the pyfuse3 ``make install`` builds (scripts/pyfuse3-dircache.patch);
+Needs the pyfuse3 ``make install`` builds (vendor/pyfuse3);
 with stock pyfuse3 the mount answers EOPNOTSUPP as before and these skip.
 """
 
@@ -28,9 +28,9 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import pyfuse3
 import pytest
 
+from mountd import binding
 from swfs.store.fsutil import (
     FALLOC_FL_KEEP_SIZE,
     FALLOC_FL_PUNCH_HOLE,
@@ -46,8 +46,8 @@ pytestmark = [
     pytest.mark.timeout(300),
     needs_fuse,
     pytest.mark.skipif(
-        not hasattr(pyfuse3, "fallocate_available"),
-        reason="stock pyfuse3: no fallocate or lseek (make install builds the patched one)",
+        not binding.FILE_OPS,
+        reason="stock pyfuse3: no fallocate or lseek (make install builds vendor/pyfuse3)",
     ),
 ]
 
@@ -279,7 +279,7 @@ def test_tmpfile_linked_in_is_recorded_and_one_never_linked_leaves_nothing(
     mounted: Mount, plain: Path
 ) -> None:
     m = mounted
-    if not pyfuse3.tmpfile_available():
+    if not binding.TMPFILE:
         # Built against a libfuse before 3.17: refused, as by a file system
         # without O_TMPFILE (programs then fall back to a named temp file).
         with pytest.raises(OSError, match="not supported") as exc:

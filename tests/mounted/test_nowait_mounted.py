@@ -25,7 +25,7 @@ from pathlib import Path
 import blake3
 import pytest
 
-from mountd import nowait
+from mountd import binding
 from tests.mounted.test_walk_requests import _delta, _poll, _released
 from tests.mountutil import needs_fuse, workspace
 
@@ -34,7 +34,7 @@ pytestmark = [
     needs_fuse,
     pytest.mark.timeout(300),
     pytest.mark.skipif(
-        not nowait.AVAILABLE, reason="pyfuse3 built without the patch's *_nowait hooks"
+        not binding.NOWAIT, reason="stock pyfuse3: no *_nowait hooks (vendor/pyfuse3 has them)"
     ),
 ]
 

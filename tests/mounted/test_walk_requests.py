@@ -1,7 +1,7 @@
 """What a warm walk costs in FUSE requests, counted by the daemon.
 
 With a pyfuse3 that lets directories open without OPENDIR
-(scripts/pyfuse3-dircache.patch, ``no_opendir_available``):
+(vendor/pyfuse3, ``no_opendir_available``):
 
 * a warm walk of the native tree sends no OPENDIR, RELEASEDIR, READDIR or
   LOOKUP at all: the kernel keeps every listing (mountd.dirlist);
@@ -31,18 +31,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pyfuse3
 import pytest
 
-from mountd import reqcount
+from mountd import binding, reqcount
 from mountd.dump import MARK
 from tests.mountutil import Mount, needs_fuse, swfs, workspace
 
 pytestmark = [pytest.mark.mount, needs_fuse, pytest.mark.timeout(300)]
 
 needs_no_opendir = pytest.mark.skipif(
-    not hasattr(pyfuse3, "no_opendir_available"),
-    reason="pyfuse3 built without scripts/pyfuse3-dircache.patch's no-OPENDIR support",
+    not binding.NO_OPENDIR,
+    reason="pyfuse3 built without vendor/pyfuse3's no-OPENDIR support",
 )
 
 WALK_IDLE = ("opendir", "releasedir", "readdir", "lookup")
