@@ -23,6 +23,7 @@ from bench import (
     journalcost,
     longpdf,
     passthrough,
+    programs,
     renderload,
     reqcost,
     searchload,
@@ -61,6 +62,7 @@ _SWFS_MODULES = (
     stagedloads,
     reqcost,
     longpdf,
+    programs,
 )
 WORKLOADS: dict[str, Workload] = dict(passthrough.WORKLOADS)
 for _module in _SWFS_MODULES:
@@ -248,6 +250,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(format_table(results))
         if peers := reqcost.peer_table(results):
             print(f"\nratios next to the peers (mount / native, same run):\n{peers}")
+        if progs := programs.table(results):
+            print(f"\nreal programs (medians of the rounds, same run):\n{progs}")
         print(
             f"\nresults: {out}  (mounter {args.mounter}, cold: {_meta(args, ctx, started)['cold']})"
         )
