@@ -193,7 +193,8 @@ def _run(argv: list[str | Path], *, cwd: Path, env: dict[str, str], timeout: flo
     except subprocess.TimeoutExpired:
         with contextlib.suppress(OSError):
             os.killpg(proc.pid, 9)
-        proc.communicate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.communicate(timeout=60)  # a process stuck in a dead mount stays behind
         raise ProgramTimeout(f"{' '.join(args[:3])}: timed out after {timeout:.0f} s") from None
     dt = time.perf_counter() - t0
     if proc.returncode != 0:
@@ -295,7 +296,8 @@ def _sqlite(root: Path, mode: str, ps: ProgSizes, env: dict[str, str]) -> tuple[
             if p.poll() is None:
                 with contextlib.suppress(OSError):
                     os.killpg(p.pid, 9)
-                p.wait()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    p.wait(timeout=60)
     dt = time.perf_counter() - t0
     if failed:
         raise BenchError(f"sqlite {mode}: {'; '.join(failed)}")
