@@ -25,6 +25,7 @@ from bench import (
     legacy,
     longpdf,
     passthrough,
+    programs,
     renderload,
     reqcost,
     searchload,
@@ -65,6 +66,7 @@ _SWFS_MODULES = (
     longpdf,
     legacy,
     hostileparse,
+    programs,
 )
 WORKLOADS: dict[str, Workload] = dict(passthrough.WORKLOADS)
 for _module in _SWFS_MODULES:
@@ -252,6 +254,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(format_table(results))
         if peers := reqcost.peer_table(results):
             print(f"\nratios next to the peers (mount / native, same run):\n{peers}")
+        if progs := programs.table(results):
+            print(f"\nreal programs (medians of the rounds, same run):\n{progs}")
         print(
             f"\nresults: {out}  (mounter {args.mounter}, cold: {_meta(args, ctx, started)['cold']})"
         )

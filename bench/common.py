@@ -39,6 +39,7 @@ class Sizes:
     fresh_rounds: int
     raw_sample: int  # files of the workspace given to the raw-parser yardstick
     first_mount: bool  # also time a first mount from an empty store (parses everything)
+    program_rounds: int = 2  # rounds of bench/programs.py (at most --rounds): minutes each
 
     @classmethod
     def full(cls) -> Sizes:
@@ -74,6 +75,7 @@ class Sizes:
             fresh_rounds=3,
             raw_sample=100,
             first_mount=True,
+            program_rounds=1,
         )
 
 

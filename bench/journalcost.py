@@ -110,14 +110,38 @@ def cpu_between(a: tuple[float, dict[str, int]], b: tuple[float, dict[str, int]]
     return b[0] - a[0]
 
 
-def _run(m: Mount, store: Path | None, argv: list[str]) -> tuple[float, float]:
+def _output(out: bytes, root: Path) -> list[bytes]:
+    """A load's output lines with ``root`` taken out of the paths, sorted
+    (a mount may list a folder in another order than the native one)."""
+    prefix = os.fsencode(root)
+    return sorted(line.replace(prefix, b"ROOT") for line in out.splitlines())
+
+
+def expected(src: Path) -> dict[str, list[bytes]]:
+    """What each load over the native tree prints on the native folder itself
+    (``grep_parsed`` has no native twin): the mounts must print the same.  At
+    ``--quick`` sizes no native text file holds WORD, and grep's empty output
+    is then the right one."""
+    return {
+        name: _output(run_tool(argv)[1], src)
+        for name, argv in _loads(src).items()
+        if name != "grep_parsed"
+    }
+
+
+def _run(
+    m: Mount, store: Path | None, argv: list[str], want: list[bytes] | None
+) -> tuple[float, float]:
     """(wall seconds, daemon CPU seconds) of one run; with a journal, the CPU
-    includes storing what the run recorded (its thread is asked to flush)."""
+    includes storing what the run recorded (its thread is asked to flush).
+    The output must be ``want`` (see `expected`), or not empty without one."""
     assert m.pid is not None
     c0 = cpu_sample(m.pid)
     t, out = run_tool(argv)
-    if not out:
+    if want is None and not out:
         raise BenchError(f"{argv}: no output")
+    if want is not None and (got := _output(out, m.mountpoint)) != want:
+        raise BenchError(f"{argv}: {len(got)} lines of output, {len(want)} on the native folder")
     if store is not None and not request_flush(store, timeout=60):
         raise BenchError(f"{store}: the journal did not store its events")
     return t, cpu_between(c0, cpu_sample(m.pid))
@@ -208,9 +232,10 @@ def journal(ctx: Ctx, result: WorkloadResult) -> None:
             stores = {False: None, True: on_store}
             loads = {False: _loads(off_mnt), True: _loads(on_mnt)}
             files = _files(off_mnt)
+            want = expected(src)
             for side in (False, True):  # warm both: the kernel's and the daemons' caches
-                for argv in loads[side].values():
-                    _run(mounts[side], stores[side], argv)
+                for name, argv in loads[side].items():
+                    _run(mounts[side], stores[side], argv, want.get(name))
             for r in range(ctx.rounds):
                 for name in names:
                     cpus: dict[bool, list[float]] = {False: [], True: []}
@@ -218,7 +243,9 @@ def journal(ctx: Ctx, result: WorkloadResult) -> None:
                         order = (False, True) if (r + k) % 2 == 0 else (True, False)
                         got = {}
                         for side in order:
-                            got[side] = _run(mounts[side], stores[side], loads[side][name])
+                            got[side] = _run(
+                                mounts[side], stores[side], loads[side][name], want.get(name)
+                            )
                         wall[name].native.append(got[False][0])
                         wall[name].mount.append(got[True][0])
                         cpu[name].native.append(got[False][1])

@@ -642,6 +642,8 @@ def peer_table(results: list[WorkloadResult]) -> str:
     heads = ["C passthrough_hp", "hp --nopassthrough", "hp, swfs's tree", "pyfuse3", "swfs"]
     rows: list[list[str]] = []
     for r in results:
+        if r.name == "programs":  # its own table (bench/programs.py)
+            continue
         by = {m.name: m for m in r.metrics}
         for m in r.metrics:
             if "@" in m.name:
