@@ -48,7 +48,7 @@ from parsers._common import describe, quiet
 from parsers.docx import DocxParser
 from parsers.pptx import PptxParser
 from parsers.soffice import SofficeMissing, converted, program
-from parsers.zipguard import OLE_MAGIC, OOXML_EXTENSIONS, ZIP_MAGIC, check_container
+from parsers.zipguard import OLE_MAGIC, OOXML_EXTENSIONS, ZIP_MAGIC, check_container, ole_verdict
 
 log = logging.getLogger(__name__)
 
@@ -327,7 +327,7 @@ class LegacyOfficeParser(Parser):
 
     def parse(self, path: str, info: FileInfo, options: ParseOptions) -> list[Unit]:
         if info.extension in OOXML_EXTENSIONS:
-            raise EncryptedDocument(_ENCRYPTED)
+            ole_verdict(path, info.extension)
         route = ROUTES.get(info.extension)
         try:
             encrypted = looks_encrypted(path, info.extension)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import zipfile
+from typing import NoReturn
 from xml.parsers import expat
 
 from parsers._base import EncryptedDocument, FileInfo, ParseFailed, ParseOptions
@@ -57,10 +58,13 @@ OOXML_EXTENSIONS = frozenset(
     }
 )
 
-# Formats checked here whose encrypted form is an OLE file holding an
-# encrypted package (extension -> the format's name).  Their clear form is a
-# zip, so an OLE file without that package is no valid file of theirs.
-OLE_WHEN_ENCRYPTED = {".xlsb": "Excel binary workbook (.xlsb)"}
+# Formats whose encrypted form is an OLE file holding an encrypted package
+# (extension -> the format's name).  Their clear form is a zip, so an OLE
+# file without that package is no valid file of theirs.
+OLE_WHEN_ENCRYPTED = {
+    ".xlsb": "Excel binary workbook (.xlsb)",
+    **{ext: f"Office Open XML {ext[1:]}" for ext in OOXML_EXTENSIONS},
+}
 
 # The package relationships of OOXML: tolerated when broken (see below).
 _PACKAGE_RELS = "_rels/.rels"
@@ -107,14 +111,8 @@ def check_container(
     (EPUB 2 packages declare one in every NCX and often in the OPF)."""
     head = info.head
     if head.startswith(OLE_MAGIC):
-        if info.extension in OOXML_EXTENSIONS:
-            raise EncryptedDocument("encrypted or password-protected Office document")
         if info.extension in OLE_WHEN_ENCRYPTED:
-            # Encrypted only when the file says so: Office's encrypted
-            # package is two streams of an OLE file.
-            if ole_holds_encrypted_package(path):
-                raise EncryptedDocument("encrypted or password-protected Office document")
-            raise ParseFailed(f"not a valid {OLE_WHEN_ENCRYPTED[info.extension]} file")
+            ole_verdict(path, info.extension)
         raise ParseFailed("not a zip container (OLE compound file)")
     if not head.startswith((ZIP_MAGIC, EMPTY_ZIP_MAGIC)):
         raise ParseFailed("not a zip container")
@@ -138,6 +136,16 @@ def check_container(
         raise ParseFailed(f"broken zip container: {describe(exc)}") from exc
     except NotImplementedError as exc:  # unsupported compression method
         raise ParseFailed(f"unsupported zip container: {describe(exc)}") from exc
+
+
+def ole_verdict(path: str, extension: str) -> NoReturn:
+    """Why an OLE file under a zip format's name (``OLE_WHEN_ENCRYPTED``)
+    cannot be read: encrypted only when the file says so, as Office's
+    encrypted package is two streams of an OLE file; otherwise no valid file
+    of that format."""
+    if ole_holds_encrypted_package(path):
+        raise EncryptedDocument("encrypted or password-protected Office document")
+    raise ParseFailed(f"not a valid {OLE_WHEN_ENCRYPTED[extension]} file")
 
 
 def ole_holds_encrypted_package(path: str) -> bool:

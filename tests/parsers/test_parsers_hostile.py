@@ -123,10 +123,23 @@ def test_random_bytes_docx(tmp_path: pathlib.Path) -> None:
 
 
 @pytest.mark.parametrize("name", ["locked.xlsx", "locked.docx", "locked.pptx", "locked.xlsm"])
-def test_ole_named_ooxml_is_encrypted(tmp_path: pathlib.Path, name: str) -> None:
-    exc = failure(docgen.ole_named(tmp_path, name))
+def test_ole_named_ooxml_is_encrypted_only_when_it_says_so(
+    tmp_path: pathlib.Path, name: str
+) -> None:
+    """Office writes a password-protected OOXML file as an OLE file with the
+    EncryptionInfo and EncryptedPackage streams: that one is encrypted.  An
+    OLE file without them (a bare header here) is no valid file of the kind."""
+    locked = docgen.ole_file(
+        tmp_path, name, {"EncryptionInfo": b"\x04\x00\x04\x00", "EncryptedPackage": b"z"}
+    )
+    exc = failure(locked)
     assert isinstance(exc, EncryptedDocument)
     assert str(exc) == "encrypted or password-protected Office document"
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    exc = failure(docgen.ole_named(bare, name))
+    assert not isinstance(exc, EncryptedDocument)
+    assert str(exc) == f"not a valid Office Open XML {name.rsplit('.', 1)[1]} file"
 
 
 @pytest.mark.parametrize(
