@@ -302,9 +302,27 @@ class Engine(Workspace):
                 error=f"swfs could not run its parser ({INTERNAL_TRIES} tries): {outcome.error}",
             )
         self._internal_failures.pop((rel, h), None)
-        return await trio.to_thread.run_sync(
-            lambda: self.apply_parse(RelPath(rel), outcome, queued_hash=h, queued_parser=parser)
-        )
+        try:
+            return await trio.to_thread.run_sync(
+                lambda: self.apply_parse(RelPath(rel), outcome, queued_hash=h, queued_parser=parser)
+            )
+        except Exception as exc:
+            if outcome.status == FAILED:
+                raise  # recording the failure itself failed: the scheduler logs it
+            # A parse the engine cannot record (a bug of ours, a unit the
+            # store refuses) is recorded as failed, naming the cause: a view
+            # pending forever would hide it.  A full disk fails this too, and
+            # the file stays queued for the next change.
+            log.exception("%s: the parse could not be recorded", rel)
+            failed = ParseOutcome(
+                FAILED,
+                hash=h,
+                parser=parser,
+                error=f"swfs could not record the parse: {type(exc).__name__}: {exc}",
+            )
+            return await trio.to_thread.run_sync(
+                lambda: self.apply_parse(RelPath(rel), failed, queued_hash=h, queued_parser=parser)
+            )
 
     async def _parse_file(self, pool: ParsePool, rel: str, h: str, parser: str) -> ParseOutcome:
         """The outcome of parsing ``rel`` (recorded as ``h``): range by range

@@ -359,6 +359,37 @@ def test_a_parse_whose_machinery_keeps_failing_fails_the_view_and_names_why(
     assert len(calls) == engine_mod.INTERNAL_TRIES
 
 
+def test_a_parse_the_engine_cannot_record_fails_the_view_and_names_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: the exception out of apply_parse reached the scheduler, which
+    logged it and left the view pending for good (``swfs sync`` never ended)."""
+    from swfs.views.parsework import ParseOutcome
+
+    src = tmp_path / "ws"
+    src.mkdir()
+    (src / "notes.txt").write_text("parsed, but not recordable\n")
+    real = Engine.apply_parse
+    refused: list[str] = []
+
+    def apply_parse(self: Engine, rel: RelPath, outcome: ParseOutcome, **kwargs: Any) -> bool:
+        if outcome.status != "failed":
+            refused.append(outcome.status)
+            raise ValueError("a unit the store refuses")
+        return real(self, rel, outcome, **kwargs)
+
+    monkeypatch.setattr(Engine, "apply_parse", apply_parse)
+    with Engine.open(src, config=Config(rescan_interval=0)) as eng:
+        trio.run(eng.drain)
+        view = eng.parsed_view(RelPath("notes.txt"))
+        assert view is not None
+        assert view.freshness == Freshness.FAILED
+        assert view.error == (
+            "swfs could not record the parse: ValueError: a unit the store refuses"
+        )
+    assert refused == ["ok"]
+
+
 def test_a_parse_job_that_cannot_start_its_child_says_so(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
