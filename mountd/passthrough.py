@@ -650,7 +650,8 @@ class Passthrough:
                     replaces_file = not stat.S_ISDIR(target.st_mode)
             change = self.writes.rename(old, new, replaces_file=replaces_file, exchange=exchange)
             try:
-                await self.slow(change.prepare)
+                if change.needs_prepare():
+                    await self.slow(change.prepare)
                 renameat2(ofd, old_name, nfd, new_name, flags)
             except BaseException:
                 change.abort()

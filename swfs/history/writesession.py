@@ -334,12 +334,19 @@ class Change:
         rels: Iterable[str],
         prepare: Callable[[], None],
         commit: Callable[[], None],
+        needs_prepare: Callable[[], bool] = lambda: True,
     ) -> None:
         self._writes = writes
         self._rels = list(rels)
         self._prepare, self._commit = prepare, commit
+        self._needs_prepare = needs_prepare
         self._done = False
         writes.enter(self._rels)
+
+    def needs_prepare(self) -> bool:
+        """*fast*: whether ``prepare`` has anything to do now; a caller may
+        skip it (and the thread hop it costs) when not."""
+        return self._needs_prepare()
 
     def prepare(self) -> None:
         """*slow*: OSError (ENOSPC, EIO) when what goes cannot be kept; the
@@ -535,7 +542,12 @@ class InPlaceWrites:
             self._renamed(old, new)
             self.history.record_rename(RelPath(old), RelPath(new))
 
-        return Change(self, [old, new], prepare, commit)
+        def needs_prepare() -> bool:
+            # Nothing to keep and nothing written under either name: a plain
+            # rename goes straight to the kernel (no hop to a thread first).
+            return (replaces_file and not exchange) or bool(self._dirty_sessions(old, new))
+
+        return Change(self, [old, new], prepare, commit, needs_prepare)
 
     def truncate(self, rel: str, size: int | None = None) -> Change:
         """A truncate by path (no open descriptor) to ``size``: one that
