@@ -11,6 +11,9 @@ Modules, outermost first:
                 a generated tree, answers attributes or FUSEError (``handler``
                 turns anything else into an errno: a bad request never ends
                 the mount).
+``provider``    the one interface every tree answers the adapter through;
+                ``native`` (the native tree) and ``generated`` (a generated
+                tree) implement it.
 ``router``      which provider answers for a node: the generated trees by their
                 top-level names (one entry in ``synthetic.make_trees`` registers
                 one), what the root reserves and lists, what a change touches.
@@ -26,6 +29,20 @@ Modules, outermost first:
 ``synthetic``   the read-only ``.parsed``, ``.review`` and ``.versions`` trees;
                 what is not a cache hit is built in worker threads
                 (``off_loop``), never on the trio loop.
+``staged``      the native tree of a ``--staged`` mount: SRC with the store's
+                staged layer over it (copy-up, whiteouts).
+``world``       the native tree of a world (``swfs mount --at``): a
+                snapshot's files, read-only.
+``render``      ``.render/``: page and slide images, made on first read.
+``searchtree``  ``.search/``: every name is a query; ``caller`` says who asks.
+``tabtree``     ``.tab/``: the task's tab (``swfs.evidence.tab``).
+``dirlist``     directory listings without OPENDIR: a warm walk sends no
+                request per directory.
+``nowait``      requests answered in pyfuse3's own callback, without a
+                coroutine; ``fastpath`` holds the policy for using it.
+``binding``     what the installed pyfuse3 can do: the one module that asks
+                (our fork in ``vendor/pyfuse3``, or a stock pyfuse3).
+``poll``        adaptive polling: the loop stays hot a moment after a request.
 ``invalidator`` kernel cache invalidation, background work with run()/stop().
 ``dump``        SIGUSR1: the trio task tree, the parse queue and the open write
                 sessions to the daemon's log.
@@ -34,6 +51,8 @@ Modules, outermost first:
                 inode and ``st_ino`` survives renames and forgets; generated
                 nodes by path).
 ``options``     ``MountOptions``.
+``reqcount``    requests answered per kind since the daemon started.
+``malloc``      keeps glibc's heap from growing with the thread count.
 ``fsutil``      renameat2 and utimensat through ctypes; openat2 beneath a
                 root fd (``swfs.store.beneath``, shared with the staged layer).
 

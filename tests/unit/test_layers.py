@@ -369,3 +369,13 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def test_the_daemons_module_map_names_every_module() -> None:
+    """``mountd/__init__``'s map of modules is where a newcomer starts: it
+    names each of them (a new module must be added to it)."""
+    doc = ast.get_docstring(ast.parse((ROOT / "mountd" / "__init__.py").read_text())) or ""
+    modules = {p.stem for p in (ROOT / "mountd").glob("*.py") if p.stem != "__init__"}
+    assert modules, "no mountd modules found"
+    missing = sorted(m for m in modules if f"``{m}``" not in doc)
+    assert not missing, f"mountd/__init__.py does not name: {missing}"
