@@ -107,7 +107,9 @@ def swfs(
         [SWFS, *map(str, args)], capture_output=True, text=True, timeout=timeout, check=False
     )
     if check and proc.returncode != 0:
-        raise AssertionError(f"swfs {args}: exit {proc.returncode}: {proc.stderr}")
+        raise AssertionError(
+            f"swfs {args}: exit {proc.returncode}: {proc.stderr}{proc.stdout[-2000:]}"
+        )
     return proc
 
 
