@@ -252,10 +252,10 @@ def test_kill_9_during_a_git_checkout_loses_nothing_fsynced(
         assert fsck.returncode == 0, fsck.stderr
         for ref in ("main", "main~40"):
             _git("-C", m.src / "w", "rev-parse", "--verify", f"{ref}^{{tree}}")
-        # Checked unmounted too, but only reported: one CI run in many found
-        # one problem here that a remount's check did not get to show (the
-        # output was not kept then; it is printed now).  The store must
-        # check clean once the workspace is mounted again (below).
+        # Checked unmounted too, but only reported: a daemon killed between
+        # git's unlink reaching SRC and its record leaves a view that claims
+        # a file which is gone (check's "views"), which the remount's rescan
+        # records.  The store must check clean once mounted again (below).
         unmounted = swfs("check", m.src, check=False)
         report_count(
             request.config, "kill -9 git checkout: unmounted check exit", unmounted.returncode
