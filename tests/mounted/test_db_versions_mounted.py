@@ -208,7 +208,7 @@ def test_kill_9_during_a_git_checkout_loses_nothing_fsynced(
     """Checkouts back and forth (git fsyncing what it writes) until the
     daemon is killed: the repository's objects and refs are whole, every
     version shown before the kill reads back byte for byte after a remount,
-    and the store checks clean, unmounted and remounted."""
+    and the store checks clean once remounted."""
     from blake3 import blake3
 
     origin = programgen.git_origin(tmp_path / "origin")
