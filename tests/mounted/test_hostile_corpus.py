@@ -24,6 +24,7 @@ Outcomes expected, per kind (the table ``CORPUS`` below is the reference):
 | declared-size bomb | huge.docx | failed ("zip bomb") |
 | encrypted zip members | zipcrypto.xlsx | failed |
 | OLE-encrypted OOXML | locked.xlsx/.docx | failed ("encrypted") |
+| an OLE header under an OOXML name | bare-ole.docx | failed ("not a valid") |
 | OLE container with no workbook in it | old.xls | failed ("unreadable spreadsheet") |
 | CSV named .xlsx | fake.xlsx | failed ("not a zip") |
 | random bytes .docx | noise.docx | failed |
@@ -249,6 +250,14 @@ def _bytes(name: str, data: bytes) -> Callable[[Path], Path]:
     return run
 
 
+def _ole_encrypted(d: Path, name: str) -> Path:
+    """A password-protected OOXML file as Office writes it: an OLE file
+    holding the EncryptionInfo and EncryptedPackage streams."""
+    return docgen.ole_file(
+        d, name, {"EncryptionInfo": b"\x04\x00\x04\x00", "EncryptedPackage": b"z"}
+    )
+
+
 # name -> (generator, acceptable outcomes, a word the failure reason must contain or "")
 CORPUS: dict[str, tuple[Callable[[Path], Path], frozenset[str], str]] = {
     "truncated.pdf": (docgen.truncated_pdf, frozenset({"current"}), ""),
@@ -271,8 +280,9 @@ CORPUS: dict[str, tuple[Callable[[Path], Path], frozenset[str], str]] = {
     "bomb.pptx": ((lambda d: docgen.ratio_bomb(d, "bomb.pptx")), FAILED, "zip bomb"),
     "huge.docx": (docgen.declared_size_bomb, FAILED, "zip bomb"),
     "zipcrypto.xlsx": (zipcrypto_xlsx, FAILED, ""),
-    "locked.xlsx": ((lambda d: docgen.ole_named(d, "locked.xlsx")), FAILED, "encrypted"),
-    "locked.docx": ((lambda d: docgen.ole_named(d, "locked.docx")), FAILED, "encrypted"),
+    "locked.xlsx": ((lambda d: _ole_encrypted(d, "locked.xlsx")), FAILED, "encrypted"),
+    "locked.docx": ((lambda d: _ole_encrypted(d, "locked.docx")), FAILED, "encrypted"),
+    "bare-ole.docx": ((lambda d: docgen.ole_named(d, "bare-ole.docx")), FAILED, "not a valid"),
     "old.xls": (
         _bytes("old.xls", docgen.OLE_MAGIC + bytes(4000) + b"xls"),
         FAILED,
