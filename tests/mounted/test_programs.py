@@ -714,11 +714,26 @@ def test_stress_ng_runs(mounted: Mount, stress: tuple[Outcome, Outcome]) -> None
     mine, plain = stress
     if plain.failed():
         raise NotTheKnownBug(f"stress-ng fails in a plain folder: {plain.facts.get('_messages')}")
-    assert (mine.steps, mine.facts.get("left behind")) == (
-        plain.steps,
-        plain.facts.get("left behind"),
-    ), f"{mine.facts.get('_messages')}\n-- daemon log tail --\n{mounted.log()[-3000:]}"
+    why = f"{mine.facts.get('_messages')}\n-- daemon log tail --\n{mounted.log()[-3000:]}"
+    assert mine.steps == plain.steps, why
+    # Nothing left on the mount that the plain folder's run did not leave
+    # too.  The plain run may leave more: on a busy machine stress-ng's
+    # open stressor, stopped at its time limit, sometimes leaves its
+    # working folder behind (seen in CI on the plain side only).
+    left, plain_left = mine.facts.get("left behind") or [], plain.facts.get("left behind") or []
+    assert isinstance(left, list)
+    assert isinstance(plain_left, list)
+    unexpected = [name for name in left if not _same_leftover(name, plain_left)]
+    assert not unexpected, f"left behind on the mount only: {unexpected}\n{why}"
     assert_check(mounted, "stress-ng")
+
+
+def _same_leftover(name: str, plain_left: list[str]) -> bool:
+    """``name`` (left on the mount) matches one the plain run left: the same
+    name, or stress-ng's same working folder under another pid
+    (``stress-STRESSOR-PID-N``)."""
+    kind = name.split("-")[:2]
+    return name in plain_left or any(p.split("-")[:2] == kind for p in plain_left)
 
 
 @pytest.mark.slow
