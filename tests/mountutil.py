@@ -96,6 +96,26 @@ def wait_for_mount(mnt: Path, proc: subprocess.Popen[bytes] | None, timeout: flo
     raise MountFailed(f"{mnt} not mounted after {timeout} s")
 
 
+def abort_connection(mnt: Path) -> None:
+    """After its daemon was killed: abort the FUSE connection of ``mnt``
+    (fusectl), found through mountinfo without a request to the mount.  A
+    daemon thread stuck in the kernel on a notification can keep a killed
+    daemon's connection alive, and every program waiting on it hangs."""
+    ctl = Path("/sys/fs/fuse/connections")
+    if os.geteuid() == 0 and not any(ctl.glob("*")):
+        subprocess.run(["mount", "-t", "fusectl", "none", str(ctl)], capture_output=True)
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return
+    for line in lines:
+        fields = line.split()
+        if len(fields) > 4 and fields[4] == str(mnt):
+            minor = fields[2].split(":")[1]
+            with contextlib.suppress(OSError):
+                (ctl / minor / "abort").write_text("1")
+
+
 def lazy_unmount(mnt: Path) -> None:
     subprocess.run(["fusermount3", "-u", "-z", str(mnt)], capture_output=True, check=False)
 

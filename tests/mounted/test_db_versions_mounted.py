@@ -29,6 +29,7 @@ from tests import programgen
 from tests.mountutil import (
     REPO,
     Mount,
+    abort_connection,
     lazy_unmount,
     needs_fuse,
     report_count,
@@ -153,7 +154,8 @@ def test_kill_9_during_a_database_load_loses_no_commit(request: pytest.FixtureRe
         try:
             wait_until("commits under way", lambda: len(_committed(logs)) >= 200, timeout=300)
             os.kill(m.proc.pid, signal.SIGKILL)
-            m.proc.wait(10)
+            abort_connection(m.mnt)
+            m.proc.wait(30)
             lazy_unmount(m.mnt)
         finally:
             for proc in procs:
@@ -238,7 +240,8 @@ def test_kill_9_during_a_git_checkout_loses_nothing_fsynced(
             )
             recorded = _recorded_versions(m, names)
             os.kill(m.proc.pid, signal.SIGKILL)
-            m.proc.wait(10)
+            abort_connection(m.mnt)
+            m.proc.wait(30)
             lazy_unmount(m.mnt)
         finally:
             try:
