@@ -165,24 +165,24 @@ def rss_budget() -> int:
     return max(mb, 0) * 1024 * 1024
 
 
-def _resident() -> int:
-    """This process's resident memory, or 0."""
+def _statm_bytes(field: int) -> int:
+    """Field ``field`` of /proc/self/statm (0: size, 1: resident) in bytes, or 0."""
     try:
         with open("/proc/self/statm", "rb") as f:
-            pages = int(f.read().split()[1])
+            pages = int(f.read().split()[field])
     except (OSError, ValueError, IndexError):
         return 0
     return pages * resource.getpagesize()
+
+
+def _resident() -> int:
+    """This process's resident memory, or 0."""
+    return _statm_bytes(1)
 
 
 def _address_space() -> int:
     """This process's mapped address space (what RLIMIT_AS counts), or 0."""
-    try:
-        with open("/proc/self/statm", "rb") as f:
-            pages = int(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 0
-    return pages * resource.getpagesize()
+    return _statm_bytes(0)
 
 
 def _retire_worker() -> bool:
