@@ -44,6 +44,8 @@ Modules, outermost first:
                 (our fork in ``vendor/pyfuse3``, or a stock pyfuse3).
 ``poll``        adaptive polling: the loop stays hot a moment after a request.
 ``invalidator`` kernel cache invalidation, background work with run()/stop().
+``fusectl``     a mount's FUSE connection (fusectl): found without a request,
+                probed, aborted; the watchdog that aborts a killed daemon's.
 ``dump``        SIGUSR1: the trio task tree, the parse queue and the open write
                 sessions to the daemon's log.
 ``nodes``       the inode table (native nodes keyed by backing identity and

@@ -23,7 +23,7 @@ from typing import Any
 import pyfuse3
 import trio
 
-from mountd import malloc
+from mountd import fusectl, malloc
 from mountd.dump import DumpOnSignal
 from mountd.fsutil import raise_fd_limit
 from mountd.operations import Operations
@@ -286,10 +286,31 @@ async def _serve(
         pyfuse3.init(ops, str(mountpoint), fuse_options(src, options) | ro)
         ops.mounted = True
         stack.push(_FuseSession(mountpoint).__exit__)
+        _start_watchdog(stack, mountpoint)
         log.info("serving %s at %s", src, mountpoint)
         ready()
         await pyfuse3.main(max_tasks=options.max_tasks)
         log.info("unmounted %s", mountpoint)
+
+
+def _start_watchdog(stack: AsyncExitStack, mountpoint: Path) -> None:
+    """A killed daemon's connection is aborted by its watchdog (mountd.fusectl);
+    a clean stop stands it down before the unmount."""
+    conn = fusectl.connection(mountpoint)
+    if conn is None:
+        log.warning("%s: no FUSE connection in mountinfo: no watchdog", mountpoint)
+        return
+    try:
+        watchdog = fusectl.Watchdog(mountpoint, conn)
+    except OSError as exc:
+        log.warning("%s: no watchdog: %s", mountpoint, exc)
+        return
+
+    def stand_down(typ: object, exc: BaseException | None, tb: object) -> None:
+        if exc is None:
+            watchdog.stand_down()
+
+    stack.push(stand_down)
 
 
 def unmount(mountpoint: Path, *, lazy: bool = False) -> None:

@@ -40,6 +40,7 @@ from typing import Literal
 
 import pytest
 
+from mountd import fusectl
 from mountd.launch import mount, mounted_swfs
 from mountd.options import MountOptions
 from swfs.api import EngineAPI
@@ -98,22 +99,12 @@ def wait_for_mount(mnt: Path, proc: subprocess.Popen[bytes] | None, timeout: flo
 
 def abort_connection(mnt: Path) -> None:
     """After its daemon was killed: abort the FUSE connection of ``mnt``
-    (fusectl), found through mountinfo without a request to the mount.  A
-    daemon thread stuck in the kernel on a notification can keep a killed
-    daemon's connection alive, and every program waiting on it hangs."""
-    ctl = Path("/sys/fs/fuse/connections")
-    if os.geteuid() == 0 and not any(ctl.glob("*")):
-        subprocess.run(["mount", "-t", "fusectl", "none", str(ctl)], capture_output=True)
-    try:
-        lines = Path("/proc/self/mountinfo").read_text().splitlines()
-    except OSError:
-        return
-    for line in lines:
-        fields = line.split()
-        if len(fields) > 4 and fields[4] == str(mnt):
-            minor = fields[2].split(":")[1]
-            with contextlib.suppress(OSError):
-                (ctl / minor / "abort").write_text("1")
+    (mountd.fusectl, what ``swfs umount`` does to a dead mount), found
+    without a request to the mount."""
+    conn = fusectl.connection(mnt, fstype=None)
+    if conn is not None:
+        with contextlib.suppress(fusectl.FusectlError):
+            fusectl.abort(conn)
 
 
 def lazy_unmount(mnt: Path) -> None:
