@@ -37,6 +37,7 @@ def mount_workspace(args: argparse.Namespace, config: Config) -> int:
     from swfs.engine import Engine
 
     src = Path(args.src).resolve()
+    _refuse_dead_mount(args.mountpoint)
     mnt = Path(args.mountpoint).resolve()
     if not src.is_dir():
         raise MountError(f"{args.src}: not a directory")
@@ -99,11 +100,16 @@ def mount_workspace(args: argparse.Namespace, config: Config) -> int:
 
 
 def unmount_workspace(args: argparse.Namespace) -> int:
-    from mountd import launch
+    from mountd import fusectl, launch
 
-    mnt = Path(args.mountpoint)
-    if not os.path.ismount(mnt):
+    mnt = fusectl.canonical(args.mountpoint)
+    conn = fusectl.connection(mnt, fstype=None)
+    if conn is None and not os.path.ismount(mnt):
         raise MountError(f"{args.mountpoint}: not mounted")
+    if conn is not None:
+        state = fusectl.probe(mnt, PROBE_WAIT)
+        if state != "live":
+            return _unmount_dead(args.mountpoint, mnt, conn, state)
     pid = None if args.lazy else _daemon_pid(mnt)
     try:
         launch.unmount(mnt, lazy=args.lazy)
@@ -117,6 +123,51 @@ def unmount_workspace(args: argparse.Namespace) -> int:
         )
         return 1
     return 0
+
+
+PROBE_WAIT = 10.0  # seconds a mount's daemon has to answer before it counts as hung
+
+
+def _unmount_dead(name: str, mnt: Path, conn: int, state: str) -> int:
+    """A mount whose daemon is gone (``dead``) or does not answer (``hung``):
+    its FUSE connection is aborted (mountd.fusectl), then it is unmounted
+    lazily.  Nothing waits on the mount point."""
+    from mountd import fusectl, launch
+
+    why = "is gone" if state == "dead" else f"did not answer within {PROBE_WAIT:g} s"
+    try:
+        fusectl.abort(conn)
+        done = f"aborted its FUSE connection {conn}"
+    except fusectl.FusectlError as exc:
+        if state == "hung":
+            raise MountError(
+                f"{name}: the daemon {why} and its FUSE connection could not be aborted: {exc}"
+            ) from None
+        done = "its FUSE connection had ended"
+    try:
+        launch.unmount(mnt, lazy=True)
+    except launch.MountError as exc:
+        raise MountError(f"{name}: the daemon {why}; {done}; the unmount failed: {exc}") from None
+    print(f"swfs: {name}: the daemon {why}; {done} and unmounted it lazily", file=sys.stderr)
+    return 0
+
+
+def _refuse_dead_mount(mountpoint: str) -> None:
+    """A mount point left by a daemon that is gone or hung is not mounted
+    over (nor stat'ed: that would wait for good): ``swfs umount`` first."""
+    from mountd import fusectl
+
+    mnt = fusectl.canonical(mountpoint)
+    if fusectl.connection(mnt, fstype=None) is None:
+        return
+    state = fusectl.probe(mnt, PROBE_WAIT)
+    if state == "dead":
+        why = "a daemon that is gone"
+    elif state == "hung":
+        why = f"a daemon that did not answer within {PROBE_WAIT:g} s"
+    else:
+        return  # a live mount: launch says what it is
+    raise MountError(f"{mountpoint}: still mounted by {why}; run `swfs umount {mountpoint}` first")
 
 
 UMOUNT_WAIT = 120.0  # seconds `swfs umount` waits for the daemon to close its store
