@@ -72,6 +72,15 @@ def connection(mnt: str | os.PathLike[str], *, fstype: str | None = FSTYPE) -> i
     of its device: its folder in fusectl), or None when nothing of
     ``fstype`` (any FUSE file system with None) is mounted there.  The top
     mount counts when several are stacked."""
+    found = mount_entry(mnt, fstype=fstype)
+    return None if found is None else found[1]
+
+
+def mount_entry(
+    mnt: str | os.PathLike[str], *, fstype: str | None = FSTYPE
+) -> tuple[int, int] | None:
+    """(mount id, connection number) of the FUSE mount at ``mnt``, as
+    ``connection`` finds it."""
     target = str(canonical(mnt))
     try:
         lines = Path("/proc/self/mountinfo").read_text(errors="surrogateescape").splitlines()
@@ -85,7 +94,7 @@ def connection(mnt: str | os.PathLike[str], *, fstype: str | None = FSTYPE) -> i
             continue
         kind = tail[0]
         if (kind == fstype) if fstype else (kind == "fuse" or kind.startswith("fuse.")):
-            found = int(fields[2].split(":")[1])
+            found = (int(fields[0]), int(fields[2].split(":")[1]))
         else:
             found = None  # something else is mounted over it
     return found
@@ -210,39 +219,30 @@ class Watchdog:
 
 def watch(daemon: int, conn: int, mountpoint: str, stand_down: int = 0) -> int:
     """The watchdog: wait until the daemon (its parent, pid ``daemon``) has
-    died; unless it stood down first (``x`` on ``stand_down``), abort
-    connection ``conn`` if it is still the mount at ``mountpoint``."""
-    died = False
-
-    def on_death(signum: int, frame: object) -> None:
-        nonlocal died
-        died = True
-
-    signal.signal(signal.SIGUSR1, on_death)
+    died; unless it stood down first (``x`` on ``stand_down``) or its
+    descriptors were closed (EOF: its connection ended with them), abort
+    connection ``conn`` if it is still the same mount at ``mountpoint``."""
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)  # a signal wakes the select below
+    signal.signal(signal.SIGUSR1, lambda signum, frame: None)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    mine = mount_entry(mountpoint)
     # Signalled when the thread that started us ends: the daemon's main
     # thread, which a kill ends even when another thread stays stuck.
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGUSR1, 0, 0, 0)
-    while True:
-        if died or os.getppid() != daemon:
-            if dead_process(daemon):
-                break
-            died = False  # not from the daemon's end: keep watching
-        try:
-            ready, _, _ = select.select([stand_down], [], [], 5.0)
-        except InterruptedError:
-            continue
-        if ready:
-            data = os.read(stand_down, 1)
-            if data == b"x":
-                return 0
-            if not data:  # the daemon's descriptors are closed: its connection ended with them
-                return 0
-    if data_waiting(stand_down):
+    while not dead_process(daemon):
+        ready, _, _ = select.select([stand_down, wake_r], [], [], 5.0)
+        if stand_down in ready:
+            return 0  # x: it stood down; EOF: its descriptors, the connection's too, are closed
+        if wake_r in ready:
+            os.read(wake_r, 64)
+    # Its last threads may still be exiting: their end closes the pipe.
+    if _said(stand_down, 2.0) is not None:
         return 0
-    if connection(mountpoint) != conn:
-        return 0  # unmounted meanwhile
+    if mine is None or mount_entry(mountpoint) != mine or mine[1] != conn:
+        return 0  # unmounted meanwhile (or never seen)
     try:
         abort(conn)
     except FusectlError as exc:
@@ -256,10 +256,11 @@ def watch(daemon: int, conn: int, mountpoint: str, stand_down: int = 0) -> int:
     return 0
 
 
-def data_waiting(fd: int) -> bool:
-    """Whether the daemon stood down (``x`` waiting on ``fd``)."""
-    ready, _, _ = select.select([fd], [], [], 0)
-    return bool(ready) and os.read(fd, 1) == b"x"
+def _said(fd: int, timeout: float) -> bytes | None:
+    """What the daemon wrote on ``fd`` within ``timeout`` seconds: ``x``
+    (it stood down), b"" (EOF: its descriptors are closed) or None."""
+    ready, _, _ = select.select([fd], [], [], timeout)
+    return os.read(fd, 1) if ready else None
 
 
 def main(argv: list[str]) -> int:
