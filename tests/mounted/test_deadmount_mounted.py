@@ -37,7 +37,14 @@ from tests.mountutil import (
     workspace,
 )
 
-pytestmark = [pytest.mark.mount, needs_fuse]
+pytestmark = [
+    pytest.mark.mount,
+    needs_fuse,
+    pytest.mark.skipif(
+        os.geteuid() != 0 and not os.path.ismount(fusectl.CONNECTIONS),
+        reason="aborting a connection needs fusectl mounted (or root to mount it)",
+    ),
+]
 
 STUCK = "fuse_reverse_inval_entry"  # the kernel function a stuck notification waits in
 
