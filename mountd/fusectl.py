@@ -10,7 +10,7 @@ connection, and every program that touches the mount waits for good
 ``abort`` file in fusectl ends every request it holds with ENOTCONN; the
 stuck thread then returns and the daemon's exit completes.
 
-Two users: the daemon starts a watchdog (``python -m mountd.fusectl``,
+Two users: the daemon starts a watchdog (this module run as a script,
 ``Watchdog``) that aborts its connection once the daemon is dead, and
 ``swfs umount`` aborts the connection of a mount whose daemon is dead or
 does not answer before it unmounts it lazily.
@@ -195,7 +195,8 @@ class Watchdog:
         r, w = os.pipe()
         try:
             self.proc: subprocess.Popen[bytes] | None = subprocess.Popen(
-                [sys.executable, "-m", "mountd.fusectl", str(os.getpid()), str(conn), mountpoint],
+                # The module alone, as a script: no site, no package (0.04 s to start).
+                [sys.executable, "-I", "-S", __file__, str(os.getpid()), str(conn), mountpoint],
                 stdin=r,
                 stdout=subprocess.DEVNULL,
                 start_new_session=True,  # no terminal signal for it
