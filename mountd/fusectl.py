@@ -109,6 +109,11 @@ def ensure_mounted() -> None:
     )
 
 
+def can_abort() -> bool:
+    """Whether this process can reach fusectl (mounted, or root to mount it)."""
+    return os.geteuid() == 0 or os.path.ismount(CONNECTIONS)
+
+
 def abort(conn: int) -> None:
     """End every request of FUSE connection ``conn`` with ENOTCONN: the
     mount answers nothing any more, its daemon's stuck threads return."""

@@ -300,6 +300,13 @@ def _start_watchdog(stack: AsyncExitStack, mountpoint: Path) -> None:
     if conn is None:
         log.warning("%s: no FUSE connection in mountinfo: no watchdog", mountpoint)
         return
+    if not fusectl.can_abort():
+        log.warning(
+            "%s: fusectl is not mounted at %s and only root can mount it: a killed daemon "
+            "may leave this mount hung (docs/operations.md, A killed daemon)",
+            mountpoint,
+            fusectl.CONNECTIONS,
+        )
     try:
         watchdog = fusectl.Watchdog(mountpoint, conn)
     except OSError as exc:
