@@ -95,7 +95,7 @@ def config_from(args: argparse.Namespace) -> Config:
         if range_pages < 0:
             raise CLIError("--range-pages: a number of pages, 0 or more")
         limits = dataclasses.replace(limits, range_threshold=range_pages)
-    return Config(limits=limits)
+    return Config(limits=limits, cache_dir=getattr(args, "cache", None))
 
 
 def require_workspace(t: Target) -> None:
@@ -196,6 +196,13 @@ class Commands:
             type=int,
             help="PDFs of more pages are parsed range by range, their pages readable as "
             "they come (default 100; 0: always whole)",
+        )
+        sp.add_argument(
+            "--cache",
+            metavar="DIR",
+            help="a shared parse cache (made 0700 if missing): parses another workspace "
+            "put there are used, not run again, and this one's are added; the store "
+            "remembers it for later runs",
         )
 
 
