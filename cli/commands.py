@@ -60,6 +60,9 @@ def cmd_index(args: argparse.Namespace) -> int:
         if counts["pending"] or counts["stale"]:
             trio.run(partial(engine.drain, Progress("parsing"), scan=False))
             counts = engine.counts()
+        # The search index too: a mount (or a task sandbox seeded from this
+        # store, cli.sandbox) then starts with it ready.
+        engine.search_index.catch_up(Progress("indexing"))
     secs = time.monotonic() - t0
     rate = counts["files"] / secs if secs > 0 else 0.0
     print(
