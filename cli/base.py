@@ -71,6 +71,11 @@ def resolve_target(target: str, store: str | None = None) -> Target:
 
     src_path = path.resolve()
     store_path = Path(store).resolve() if store else src_path / STORE_NAME
+    from swfs.store.seed import seeded_from
+
+    base = seeded_from(store_path)  # a task sandbox's TASKDIR: its SRC is BASE
+    if base is not None:
+        src_path = base
     mounted = False
     if (store_path / control.SOCKET_NAME).exists():
         try:

@@ -19,7 +19,7 @@ from swfs.evidence.procinfo import ancestry
 from swfs.history import versioning
 
 from .base import Commands, check_name, config_from
-from .sandbox import sandbox_paths
+from .sandbox import refuse_plain_mount, sandbox_paths
 from .staged import prepare_mount
 
 if TYPE_CHECKING:
@@ -49,6 +49,7 @@ def mount_workspace(args: argparse.Namespace, config: Config) -> int:
         if not src.is_dir():
             raise MountError(f"{args.src}: not a directory")
         store = Path(args.store).resolve() if args.store else src / STORE_NAME
+        refuse_plain_mount(src, store)
     if mnt == src or src in mnt.parents:
         raise MountError(f"{args.mountpoint}: the mount point must not be inside {src}")
     if args.reserve is not None and args.reserve < 0:

@@ -66,3 +66,16 @@ def refuse_commit(store: Path) -> None:
             f"{store}: a task sandbox over {base}: its changes are never written into BASE "
             "(`swfs reset` or `swfs discard` drops them; copy out what you keep)"
         )
+
+
+def refuse_plain_mount(src: Path, store: Path) -> None:
+    """A TASKDIR mounted as if it were a workspace would show the store's
+    own folder, its records all gone: say how to mount it."""
+    from swfs.store import seed
+
+    base = seed.seeded_from(store)
+    if base is not None:
+        raise CLIError(
+            f"{src}: a task sandbox over {base}: mount it with `swfs mount --staged "
+            f"--from {base} {src} MNT`"
+        )

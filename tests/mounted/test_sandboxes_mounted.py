@@ -108,6 +108,26 @@ def test_two_sandboxes_from_one_base() -> None:
         assert ".parsed/report.txt/content.txt:2:" in grep(one.mnt, "northern")
         assert status(one.mnt)["staged"]["paths"] == 0
         assert {rel: (base / rel).read_bytes() for rel in FILES} == before
+
+        # A task's edits outlive its daemon; TASKDIR names its sandbox.
+        (two.mnt / "report.txt").write_text("task two's own words\n")
+        two.stop()
+        mounts.remove(two)
+        info = json.loads(swfs("status", root / "task-2", "--json").stdout)
+        assert info["source"] == str(base)
+        assert info["staged"]["paths"] == 1
+        refused = swfs("mount", root / "task-2", root / "mnt-2", check=False)
+        assert "--from" in refused.stderr
+        again = launch(
+            [SWFS, "mount", "-f", "--staged", "--from", base, root / "task-2", root / "mnt-2"],
+            root / "task-2" / "x",
+            root / "mnt-2",
+            timeout=120,
+            env=None,
+        )
+        mounts.append(again)
+        assert (again.mnt / "report.txt").read_text() == "task two's own words\n"
+        assert (base / "report.txt").read_bytes() == before["report.txt"]
     finally:
         for m in mounts:
             m.stop()
