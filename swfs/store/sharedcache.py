@@ -13,6 +13,10 @@ the daemons)::
 
     v1/parses/<h[:2]>/<h>.<p>     one entry: h the content's blake3 hash, p the
                                   first 32 hex digits of the parser key's blake3
+    v1/files/<h[:2]>/<h>.<n>      a file made from content h (a render's layout,
+                                  page image or office-to-PDF conversion), n the
+                                  first 32 hex digits of its name's blake3
+                                  (``layout.json``, ``source.pdf``, ``110/page-0001.png``)
     v1/tmp/                       entries being written
 
 An entry is one header line of JSON, ``{"v": 1, "hash", "parser", "status",
@@ -21,7 +25,8 @@ An entry is one header line of JSON, ``{"v": 1, "hash", "parser", "status",
 file in ``v1/tmp/`` and renamed into place, so a reader sees a whole entry or
 none, whatever number of daemons write at once (two that publish one parse
 write the same bytes).  Each read checks the header, the length and the
-digest: an entry that fails any check (a torn write after a crash, a bad
+digest (a file entry's header is ``{"v", "hash", "name", "len", "b3"}``, then
+its bytes): an entry that fails any check (a torn write after a crash, a bad
 disk, a hand edit) is a miss; it is logged and removed.  Nothing in an entry
 is ever executed: it is JSON text, checked for its types.
 
@@ -102,6 +107,8 @@ class ParseCache(Protocol):
 
     def lookup(self, h: str, parser: str) -> CachedParse | None: ...
     def publish(self, h: str, parser: str, units: Sequence[UnitTuple], *, secs: float) -> None: ...
+    def get_file(self, h: str, name: str) -> bytes | None: ...
+    def put_file(self, h: str, name: str, data: bytes) -> None: ...
     def describe(self) -> str: ...
 
 
@@ -162,6 +169,30 @@ def decode_entry(data: bytes, h: str, parser: str) -> CachedParse:
     return CachedParse(h, parser, tuple(units), took)
 
 
+def encode_file(h: str, name: str, data: bytes) -> bytes:
+    header = {"v": VERSION, "hash": h, "name": name, "len": len(data)}
+    header["b3"] = blake3.blake3(data).hexdigest()
+    return json.dumps(header, separators=(",", ":")).encode() + b"\n" + data
+
+
+def decode_file(data: bytes, h: str, name: str) -> bytes:
+    """The bytes a file entry holds; ValueError naming what is wrong."""
+    cut = data.find(b"\n", 0, _HEADER_MAX)
+    if cut < 0:
+        raise ValueError("no header line")
+    head = json.loads(data[:cut])
+    if not isinstance(head, dict) or head.get("v") != VERSION:
+        raise ValueError("not a version 1 entry")
+    if head.get("hash") != h or head.get("name") != name:
+        raise ValueError("it is the entry of another content or file")
+    body = data[cut + 1 :]
+    if head.get("len") != len(body):
+        raise ValueError(f"{len(body)} bytes where its header says {head.get('len')}")
+    if head.get("b3") != blake3.blake3(body).hexdigest():
+        raise ValueError("its digest does not match its bytes")
+    return body
+
+
 class LocalCache:
     """A shared parse cache in a local directory (see the module's text)."""
 
@@ -169,9 +200,10 @@ class LocalCache:
         self.root = Path(root).absolute()
         self.counts = CacheCounts()
         self._parses = self.root / f"v{VERSION}" / "parses"
+        self._files = self.root / f"v{VERSION}" / "files"
         self._tmp = self.root / f"v{VERSION}" / "tmp"
         _private_dir(self.root)
-        for d in (self.root / f"v{VERSION}", self._parses, self._tmp):
+        for d in (self.root / f"v{VERSION}", self._parses, self._files, self._tmp):
             with contextlib.suppress(FileExistsError):
                 d.mkdir(mode=0o700)
 
@@ -189,14 +221,62 @@ class LocalCache:
             path = self.path(h, parser)
         except ValueError:
             return None
+        data = self._read(path)
+        if data is None:
+            self.counts.add("misses")
+            return None
+        try:
+            parse = decode_entry(data, h, parser)
+        except (ValueError, UnicodeDecodeError) as exc:
+            self._corrupt(path, exc)
+            self.counts.add("misses")
+            return None
+        self.counts.add("hits")
+        return parse
+
+    def publish(self, h: str, parser: str, units: Sequence[UnitTuple], *, secs: float) -> None:
+        """*slow*: store a successful parse; readers see all of it or nothing."""
+        self._write(self.path(h, parser), encode_entry(h, parser, units, secs=secs))
+        self.counts.add("published")
+
+    # -- files made from a content (renders, office-to-PDF conversions)
+    def file_path(self, h: str, name: str) -> Path:
+        if not _valid_hash(h):
+            raise ValueError(f"not a content hash: {h!r}")
+        return self._files / h[:2] / f"{h}.{_parser_id(name)}"
+
+    def get_file(self, h: str, name: str) -> bytes | None:
+        """*slow*: the file ``name`` made from content ``h`` (its bytes,
+        checked), or None."""
+        try:
+            path = self.file_path(h, name)
+        except ValueError:
+            return None
+        data = self._read(path)
+        if data is None:
+            return None
+        try:
+            body = decode_file(data, h, name)
+        except ValueError as exc:
+            self._corrupt(path, exc)
+            return None
+        self.counts.add("hits")
+        return body
+
+    def put_file(self, h: str, name: str, data: bytes) -> None:
+        """*slow*: store the file ``name`` made from content ``h``."""
+        self._write(self.file_path(h, name), encode_file(h, name, data))
+        self.counts.add("published")
+
+    # -- entries
+    def _read(self, path: Path) -> bytes | None:
+        """An entry's bytes (its mtime touched: in use), or None."""
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except FileNotFoundError:
-            self.counts.add("misses")
             return None
         except OSError as exc:
-            log.warning("%s: shared cache entry unreadable (%s): parsed here", path, exc)
-            self.counts.add("misses")
+            log.warning("%s: shared cache entry unreadable (%s): made here", path, exc)
             return None
         try:
             with os.fdopen(fd, "rb") as f:
@@ -204,23 +284,20 @@ class LocalCache:
                 if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
                     raise ValueError("not a regular file of this user")
                 data = f.read()
-            parse = decode_entry(data, h, parser)
-        except (OSError, ValueError, UnicodeDecodeError) as exc:
-            log.warning("%s: corrupt shared cache entry (%s): removed, parsed afresh", path, exc)
-            with contextlib.suppress(OSError):
-                path.unlink()
-            self.counts.add("corrupt")
-            self.counts.add("misses")
+        except (OSError, ValueError) as exc:
+            self._corrupt(path, exc)
             return None
         with contextlib.suppress(OSError):
             os.utime(path)  # in use: gc --older-than keeps it
-        self.counts.add("hits")
-        return parse
+        return data
 
-    def publish(self, h: str, parser: str, units: Sequence[UnitTuple], *, secs: float) -> None:
-        """*slow*: store a successful parse; readers see all of it or nothing."""
-        path = self.path(h, parser)
-        data = encode_entry(h, parser, units, secs=secs)
+    def _corrupt(self, path: Path, exc: Exception) -> None:
+        log.warning("%s: corrupt shared cache entry (%s): removed, made afresh", path, exc)
+        with contextlib.suppress(OSError):
+            path.unlink()
+        self.counts.add("corrupt")
+
+    def _write(self, path: Path, data: bytes) -> None:
         with contextlib.suppress(FileExistsError):
             path.parent.mkdir(mode=0o700)
         fd = -1
@@ -239,14 +316,18 @@ class LocalCache:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
             raise
-        self.counts.add("published")
 
     def gc(self, older_than: float, *, now: float | None = None) -> tuple[int, int]:
         """Remove entries unused for ``older_than`` seconds, and temp files
         of writers that died; (entries removed, bytes freed)."""
         now = time.time() if now is None else now
         removed = freed = 0
-        for tree, limit in ((self._parses, older_than), (self._tmp, max(older_than, 3600.0))):
+        trees = (
+            (self._parses, older_than),
+            (self._files, older_than),
+            (self._tmp, max(older_than, 3600.0)),
+        )
+        for tree, limit in trees:
             for dirpath, _dirs, files in os.walk(tree):
                 for name in files:
                     p = os.path.join(dirpath, name)
@@ -257,18 +338,19 @@ class LocalCache:
                         os.unlink(p)
                     except OSError:
                         continue
-                    removed += tree is self._parses
+                    removed += tree is not self._tmp
                     freed += st.st_size
         return removed, freed
 
     def usage(self) -> tuple[int, int]:
         """(entries, bytes) in the cache."""
         entries = size = 0
-        for dirpath, _dirs, files in os.walk(self._parses):
-            for name in files:
-                with contextlib.suppress(OSError):
-                    size += os.lstat(os.path.join(dirpath, name)).st_size
-                    entries += 1
+        for tree in (self._parses, self._files):
+            for dirpath, _dirs, files in os.walk(tree):
+                for name in files:
+                    with contextlib.suppress(OSError):
+                        size += os.lstat(os.path.join(dirpath, name)).st_size
+                        entries += 1
         return entries, size
 
 

@@ -170,3 +170,43 @@ def test_loose_mode_is_made_private(tmp_path: Path) -> None:
     os.chmod(d, 0o777)
     sharedcache.open_cache(d)
     assert d.stat().st_mode & 0o777 == 0o700
+
+
+def test_renders_are_shared(tmp_path: Path) -> None:
+    from swfs.find import render
+    from tests.engine.test_render import many_page_pdf
+
+    cache = tmp_path / "cache"
+    pdf = many_page_pdf(3)
+
+    def render_page(name: str) -> tuple[bytes | None, dict[str, int], list[str]]:
+        src = tmp_path / name
+        src.mkdir()
+        (src / "doc.pdf").write_bytes(pdf)
+        with Engine.open(src, config=Config(rescan_interval=0, cache_dir=str(cache))) as eng:
+            eng.scan()
+            renderer = render.Renderer(eng)
+
+            async def main() -> bytes | None:
+                page = await renderer.page("doc.pdf", "page-0002.png", 120)
+                assert page is not None
+                return page.data
+
+            data = trio.run(main)
+            assert eng.shared_cache is not None
+            made = sorted(
+                os.path.relpath(os.path.join(d, n), eng.store_dir / "render")
+                for d, _, names in os.walk(eng.store_dir / "render")
+                for n in names
+            )
+            return data, eng.shared_cache.counts.as_json(), made
+
+    first, counts, made = render_page("a")
+    assert first is not None
+    assert first.startswith(b"\x89PNG")
+    assert counts["published"] == 2  # the layout and the page
+    second, counts, made_b = render_page("b")
+    assert second == first
+    assert counts["hits"] == 2
+    assert counts["published"] == 0
+    assert made_b == made  # imported into b's own store
