@@ -205,9 +205,9 @@ class Commands:
         sp.add_argument(
             "--cache",
             metavar="DIR",
-            help="a shared parse cache (made 0700 if missing): parses another workspace "
-            "put there are used, not run again, and this one's are added; the store "
-            "remembers it for later runs",
+            help="a shared parse cache, a folder (made 0700 if missing) or s3://BUCKET/PREFIX "
+            "(pip install 'swfs[s3]'): parses and renders another workspace put there are "
+            "used, not made again, and this one's are added; the store remembers it",
         )
 
 

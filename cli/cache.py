@@ -12,18 +12,18 @@ from .base import CLIError, Commands
 from .history import human_bytes
 
 if TYPE_CHECKING:
-    from swfs.store.sharedcache import LocalCache
+    from swfs.store.sharedcache import ParseCache
 
 DAY = 86400.0
 
 
-def _open(path: str) -> LocalCache:
-    from swfs.store import sharedcache
+def _open(path: str) -> ParseCache:
+    from swfs.store import cacheopen, sharedcache
 
-    if not Path(path).is_dir():
+    if not cacheopen.is_url(path) and not Path(path).is_dir():
         raise CLIError(f"{path}: no shared cache there")
     try:
-        return sharedcache.LocalCache(Path(path))
+        return cacheopen.open_cache(path)
     except sharedcache.CacheError as exc:
         raise CLIError(str(exc)) from None
 

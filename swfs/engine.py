@@ -31,7 +31,7 @@ from swfs.api import Access, Freshness, RelPath, ReviewEntry
 from swfs.control import ControlServer
 from swfs.find.search import Caller, SearchIndex, SearchResult
 from swfs.review import changes as review_mod
-from swfs.store import sharedcache
+from swfs.store import cacheopen, sharedcache
 from swfs.store.records import FLUSH_INTERVAL
 from swfs.views import ranged
 from swfs.views.parsework import FAILED, INTERNAL, OK, ParseOutcome, ParsePool
@@ -79,7 +79,7 @@ class Engine(Workspace):
         self._wanted: dict[str, list[int]] = {}
         # -- shared parse cache (swfs.store.sharedcache), and parse jobs run here
         try:
-            self.shared_cache = sharedcache.for_store(self.store_dir, self.config.cache_dir)
+            self.shared_cache = cacheopen.for_store(self.store_dir, self.config.cache_dir)
         except sharedcache.CacheError as exc:
             self.close()
             raise WorkspaceError(f"--cache: {exc}") from None

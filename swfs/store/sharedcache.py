@@ -56,7 +56,6 @@ import blake3
 log = logging.getLogger(__name__)
 
 VERSION = 1
-SETTING = "shared-cache"  # in a store: the cache it was last used with (one line)
 _HEADER_MAX = 4096
 OK = "ok"
 
@@ -101,7 +100,8 @@ class CacheCounts:
 
 
 class ParseCache(Protocol):
-    """A shared parse cache, whatever holds it (a local folder here)."""
+    """A shared parse cache, whatever holds it: a local folder (``LocalCache``)
+    or an S3-compatible object store (``swfs.store.objcache``)."""
 
     counts: CacheCounts
 
@@ -110,6 +110,8 @@ class ParseCache(Protocol):
     def get_file(self, h: str, name: str) -> bytes | None: ...
     def put_file(self, h: str, name: str, data: bytes) -> None: ...
     def describe(self) -> str: ...
+    def gc(self, older_than: float, *, now: float | None = None) -> tuple[int, int]: ...
+    def usage(self) -> tuple[int, int]: ...
 
 
 def _parser_id(parser: str) -> str:
@@ -118,6 +120,21 @@ def _parser_id(parser: str) -> str:
 
 def _valid_hash(h: str) -> bool:
     return len(h) >= 16 and all(c in "0123456789abcdef:" for c in h)
+
+
+def entry_key(h: str, parser: str) -> str | None:
+    """Where a parse lives below the cache's root ('/'-separated), or None
+    for a hash that is not one."""
+    if not _valid_hash(h):
+        return None
+    return f"v{VERSION}/parses/{h[:2]}/{h}.{_parser_id(parser)}"
+
+
+def file_key(h: str, name: str) -> str | None:
+    """Where a file made from content ``h`` lives below the cache's root."""
+    if not _valid_hash(h):
+        return None
+    return f"v{VERSION}/files/{h[:2]}/{h}.{_parser_id(name)}"
 
 
 def encode_entry(h: str, parser: str, units: Sequence[UnitTuple], *, secs: float) -> bytes:
@@ -211,9 +228,10 @@ class LocalCache:
         return str(self.root)
 
     def path(self, h: str, parser: str) -> Path:
-        if not _valid_hash(h):
+        key = entry_key(h, parser)
+        if key is None:
             raise ValueError(f"not a content hash: {h!r}")
-        return self._parses / h[:2] / f"{h}.{_parser_id(parser)}"
+        return self.root / key
 
     def lookup(self, h: str, parser: str) -> CachedParse | None:
         """*slow* (reads and checks an entry): the cached parse, or None."""
@@ -241,9 +259,10 @@ class LocalCache:
 
     # -- files made from a content (renders, office-to-PDF conversions)
     def file_path(self, h: str, name: str) -> Path:
-        if not _valid_hash(h):
+        key = file_key(h, name)
+        if key is None:
             raise ValueError(f"not a content hash: {h!r}")
-        return self._files / h[:2] / f"{h}.{_parser_id(name)}"
+        return self.root / key
 
     def get_file(self, h: str, name: str) -> bytes | None:
         """*slow*: the file ``name`` made from content ``h`` (its bytes,
@@ -379,37 +398,6 @@ def _private_dir(root: Path) -> None:
             os.chmod(root, 0o700)
         except OSError as exc:
             raise CacheError(f"{root}: cannot make the shared cache private: {exc}") from None
-
-
-def open_cache(spec: str | os.PathLike[str]) -> LocalCache:
-    """The cache ``spec`` names: a local directory."""
-    return LocalCache(Path(spec))
-
-
-def for_store(store_dir: Path, given: str | None) -> ParseCache | None:
-    """The cache a workspace uses: ``given`` (``--cache``), which is then
-    remembered in its store, or the one its store remembers, or none."""
-    setting = Path(store_dir) / SETTING
-    if given:
-        spec = str(Path(given).absolute())
-        try:
-            if _read_setting(setting) != spec:
-                setting.write_text(spec + "\n", encoding="utf-8")
-                os.chmod(setting, 0o600)
-        except OSError as exc:
-            log.warning("%s: cannot remember the shared cache: %s", setting, exc)
-    else:
-        spec = _read_setting(setting) or ""
-        if not spec:
-            return None
-    return open_cache(spec)
-
-
-def _read_setting(path: Path) -> str | None:
-    try:
-        return path.read_text(encoding="utf-8").strip() or None
-    except (OSError, UnicodeDecodeError):
-        return None
 
 
 def describe_counts(cache: ParseCache | None, runs: int) -> dict[str, Any]:

@@ -12,7 +12,7 @@ import trio
 
 from swfs.api import RelPath
 from swfs.engine import Engine
-from swfs.store import sharedcache
+from swfs.store import cacheopen
 from swfs.store.sharedcache import CacheError, LocalCache
 from swfs.workspace import Config, WorkspaceError
 
@@ -168,7 +168,7 @@ def test_loose_mode_is_made_private(tmp_path: Path) -> None:
     d = tmp_path / "c"
     d.mkdir()
     os.chmod(d, 0o777)
-    sharedcache.open_cache(d)
+    cacheopen.open_cache(d)
     assert d.stat().st_mode & 0o777 == 0o700
 
 
