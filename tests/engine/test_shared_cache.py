@@ -210,3 +210,59 @@ def test_renders_are_shared(tmp_path: Path) -> None:
     assert counts["hits"] == 2
     assert counts["published"] == 0
     assert made_b == made  # imported into b's own store
+
+
+def test_damaged_entry_is_parsed_afresh_by_the_engine(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    index(make_ws(tmp_path / "a"), cache).close()
+    entries = sorted((cache / "v1" / "parses").rglob("*.*"))
+    assert len(entries) == len(FILES)
+    for p in entries:
+        p.write_bytes(p.read_bytes()[:-5])  # torn writes
+    b = index(make_ws(tmp_path / "b"), cache)
+    try:
+        assert b.parse_runs == len(FILES)  # each parsed here, none from a torn entry
+        assert b.shared_cache is not None
+        assert b.shared_cache.counts.corrupt == len(FILES)
+        assert b.counts()["current"] == len(FILES)
+        assert "quick brown fox" in units(b, "notes.md")[0][2]
+    finally:
+        b.close()
+    c = index(make_ws(tmp_path / "c"), cache)  # b published whole entries again
+    try:
+        assert c.parse_runs == 0
+    finally:
+        c.close()
+
+
+def _publish_many(root: str, n: int) -> None:
+    cache = LocalCache(Path(root))
+    text = "x" * 200_000
+    for i in range(n):
+        cache.publish("ab" * 32, "text@1", [("content.txt", "l", f"{i % 2}{text}")], secs=0.0)
+
+
+def test_concurrent_writers_never_show_a_partial_entry(tmp_path: Path) -> None:
+    """Daemons publishing one parse at once while another reads it: every
+    read finds a whole entry (or none), never a damaged one."""
+    import multiprocessing
+
+    root = tmp_path / "cache"
+    cache = LocalCache(root)
+    ctx = multiprocessing.get_context("spawn")
+    writers = [ctx.Process(target=_publish_many, args=(str(root), 60)) for _ in range(3)]
+    for w in writers:
+        w.start()
+    seen = 0
+    try:
+        while any(w.is_alive() for w in writers):
+            got = cache.lookup("ab" * 32, "text@1")
+            seen += got is not None
+    finally:
+        for w in writers:
+            w.join(120)
+    assert all(w.exitcode == 0 for w in writers)
+    assert cache.counts.corrupt == 0
+    assert seen > 0
+    assert cache.lookup("ab" * 32, "text@1") is not None
+    assert os.listdir(root / "v1" / "tmp") == []
