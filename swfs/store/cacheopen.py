@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 
 from swfs.store.objcache import ObjectStoreCache
-from swfs.store.sharedcache import LocalCache, ParseCache
+from swfs.store.sharedcache import CacheError, LocalCache, ParseCache
 
 log = logging.getLogger(__name__)
 
@@ -41,11 +41,17 @@ def for_store(store_dir: Path, given: str | None) -> ParseCache | None:
                 os.chmod(setting, 0o600)
         except OSError as exc:
             log.warning("%s: cannot remember the shared cache: %s", setting, exc)
-    else:
-        spec = _read_setting(setting) or ""
-        if not spec:
-            return None
-    return open_cache(spec)
+        return open_cache(spec)
+    spec = _read_setting(setting) or ""
+    if not spec:
+        return None
+    try:
+        return open_cache(spec)
+    except CacheError as exc:
+        # Remembered, not asked for: a command (or a user) that cannot use
+        # it still works, parsing by itself.
+        log.warning("%s: the shared cache is not used: %s", setting, exc)
+        return None
 
 
 def _read_setting(path: Path) -> str | None:

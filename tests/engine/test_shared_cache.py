@@ -266,3 +266,21 @@ def test_concurrent_writers_never_show_a_partial_entry(tmp_path: Path) -> None:
     assert seen > 0
     assert cache.lookup("ab" * 32, "text@1") is not None
     assert os.listdir(root / "v1" / "tmp") == []
+
+
+def test_a_remembered_cache_that_cannot_be_used_is_skipped(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    src = make_ws(tmp_path / "a")
+    Engine(src, config=Config(cache_dir=str(cache))).close()
+    for d in sorted(cache.rglob("*"), reverse=True):
+        d.rmdir()
+    cache.rmdir()
+    cache.write_text("not a folder")  # asked for, it is an error; remembered, a warning
+    with pytest.raises(WorkspaceError, match="not a directory"):
+        Engine(src, config=Config(cache_dir=str(cache)))
+    b = index(src, None)
+    try:
+        assert b.shared_cache is None
+        assert b.parse_runs == len(FILES)
+    finally:
+        b.close()
