@@ -15,11 +15,11 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from . import commands, history, lineage, mount, prompt, search, staged, tab
+from . import cache, commands, history, lineage, mount, prompt, search, staged, tab
 from .base import CLIError, Commands
 from .mount import MountError
 
-_MODULES = (mount, commands, history, lineage, search, staged, tab, prompt)
+_MODULES = (mount, commands, history, lineage, search, staged, tab, prompt, cache)
 
 
 def build_parser() -> argparse.ArgumentParser:

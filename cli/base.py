@@ -71,6 +71,11 @@ def resolve_target(target: str, store: str | None = None) -> Target:
 
     src_path = path.resolve()
     store_path = Path(store).resolve() if store else src_path / STORE_NAME
+    from swfs.store.seed import seeded_from
+
+    base = seeded_from(store_path)  # a task sandbox's TASKDIR: its SRC is BASE
+    if base is not None:
+        src_path = base
     mounted = False
     if (store_path / control.SOCKET_NAME).exists():
         try:
@@ -95,7 +100,7 @@ def config_from(args: argparse.Namespace) -> Config:
         if range_pages < 0:
             raise CLIError("--range-pages: a number of pages, 0 or more")
         limits = dataclasses.replace(limits, range_threshold=range_pages)
-    return Config(limits=limits)
+    return Config(limits=limits, cache_dir=getattr(args, "cache", None))
 
 
 def require_workspace(t: Target) -> None:
@@ -196,6 +201,13 @@ class Commands:
             type=int,
             help="PDFs of more pages are parsed range by range, their pages readable as "
             "they come (default 100; 0: always whole)",
+        )
+        sp.add_argument(
+            "--cache",
+            metavar="DIR",
+            help="a shared parse cache, a folder (made 0700 if missing) or s3://BUCKET/PREFIX "
+            "(pip install 'swfs[s3]'): parses and renders another workspace put there are "
+            "used, not made again, and this one's are added; the store remembers it",
         )
 
 

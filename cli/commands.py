@@ -60,6 +60,9 @@ def cmd_index(args: argparse.Namespace) -> int:
         if counts["pending"] or counts["stale"]:
             trio.run(partial(engine.drain, Progress("parsing"), scan=False))
             counts = engine.counts()
+        # The search index too: a mount (or a task sandbox seeded from this
+        # store, cli.sandbox) then starts with it ready.
+        engine.search_index.catch_up(Progress("indexing"))
     secs = time.monotonic() - t0
     rate = counts["files"] / secs if secs > 0 else 0.0
     print(
@@ -160,6 +163,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     info["search"] = _store_state(t, "search_state")
     info["journal"] = _store_state(t, "journal_state")
     info["sandbox"] = _sandbox_state(t)
+    parses = status.get("parses")
+    if parses is not None:
+        info["parses"] = parses
     staged_info, staged_lines = staged.status_lines(status["staged"])
     if staged_info is not None:
         info["staged"] = staged_info
@@ -190,9 +196,22 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"access journal: {journal_words(journal)}")
     for line in staged_lines:
         print(line)
+    if parses is not None and (t.mounted or parses["cache"]):
+        print(_parses_line(parses, mounted=t.mounted))
     for p, e in failed:
         print(f"failed: {p}: {e}")
     return 0
+
+
+def _parses_line(parses: dict[str, Any], *, mounted: bool) -> str:
+    cache = parses["cache"]
+    line = f"parses run by this daemon: {parses['runs']}" if mounted else "parses"
+    if cache is None:
+        return line + "; no shared cache"
+    return (
+        f"{line}; shared cache {cache['dir']}: {cache['hits']} hits, {cache['misses']} misses, "
+        f"{cache['published']} published, {cache['corrupt']} corrupt entries dropped"
+    )
 
 
 def cmd_sync(args: argparse.Namespace) -> int:

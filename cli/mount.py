@@ -19,6 +19,7 @@ from swfs.evidence.procinfo import ancestry
 from swfs.history import versioning
 
 from .base import Commands, check_name, config_from
+from .sandbox import refuse_plain_mount, sandbox_paths
 from .staged import prepare_mount
 
 if TYPE_CHECKING:
@@ -36,16 +37,22 @@ def mount_workspace(args: argparse.Namespace, config: Config) -> int:
     from mountd.options import MountOptions
     from swfs.engine import Engine
 
-    src = Path(args.src).resolve()
     _refuse_dead_mount(args.mountpoint)
     mnt = Path(args.mountpoint).resolve()
-    if not src.is_dir():
-        raise MountError(f"{args.src}: not a directory")
     if not mnt.is_dir():
         raise MountError(f"{args.mountpoint}: not a directory")
+    if args.from_base is not None:  # a task sandbox over BASE (cli.sandbox)
+        src, store = sandbox_paths(
+            Path(args.src), Path(args.from_base), staged=args.staged, store=args.store
+        )
+    else:
+        src = Path(args.src).resolve()
+        if not src.is_dir():
+            raise MountError(f"{args.src}: not a directory")
+        store = Path(args.store).resolve() if args.store else src / STORE_NAME
+        refuse_plain_mount(src, store)
     if mnt == src or src in mnt.parents:
         raise MountError(f"{args.mountpoint}: the mount point must not be inside {src}")
-    store = Path(args.store).resolve() if args.store else src / STORE_NAME
     if args.reserve is not None and args.reserve < 0:
         raise MountError(f"--reserve {args.reserve:g}: must be 0 or more MiB")
     config = dataclasses.replace(
@@ -347,6 +354,15 @@ def register(c: Commands) -> None:
         "--staged",
         action="store_true",
         help="hold writes in the store until `swfs commit` (SRC untouched until then)",
+    )
+    sp.add_argument(
+        "--from",
+        dest="from_base",
+        metavar="BASE",
+        help="with --staged: a task sandbox; SRC is then TASKDIR, the task's own store and "
+        "writable layer (made if missing, from BASE's store: BASE's parsed views and search "
+        "index are ready at once); the mount shows BASE, which is never written; "
+        "`swfs reset MNT` drops the task's changes",
     )
     c.parse_opts(sp)
     sp = c.sub.add_parser("umount", help="unmount MNT", description="unmount MNT")

@@ -86,6 +86,9 @@ def _listed(head: str, paths: list[str]) -> None:
 
 
 def cmd_commit(args: argparse.Namespace) -> int:
+    from .sandbox import refuse_commit
+
+    refuse_commit(resolve_target(args.target, args.store).store)
     done = _change(args, "commit", "committed")
     if done is not None:
         t, committed, r = done

@@ -152,7 +152,8 @@ if [ "$(cat .venv/.pyfuse3-fork 2>/dev/null)" != "$fork_sum" ]; then
     rm -f .venv/.pyfuse3-patch
     echo "$fork_sum" >.venv/.pyfuse3-fork
 fi
-.venv/bin/python -m pip install -q -e '.[dev]'
+# The s3 extra too: the object-store cache's tests need it (swfs.store.objcache).
+.venv/bin/python -m pip install -q -e '.[dev,s3]'
 # blake3 by subtrees (swfs/store/b3tree.py): a close rehashes what was written,
 # not the whole file.  Seconds to build; if it cannot be, swfs hashes whole
 # files as before (and its log says why).

@@ -238,7 +238,7 @@ def status_info(engine: Controlled) -> dict[str, Any]:
     """What ``swfs status`` shows of a workspace, from its engine: the
     daemon's while it is mounted (control op ``status``), else the CLI's."""
     from swfs.history import staging
-    from swfs.store import gc
+    from swfs.store import gc, sharedcache
 
     staged: dict[str, Any] | None = None
     layer = staging.Staging.load(engine.src, engine.store_dir)
@@ -255,6 +255,9 @@ def status_info(engine: Controlled) -> dict[str, Any]:
         "reserve_bytes": gc.reserve_bytes(engine),
         "not_preserved": engine.not_preserved(),
         "staged": staged,
+        "parses": sharedcache.describe_counts(
+            getattr(engine, "shared_cache", None), int(getattr(engine, "parse_runs", 0))
+        ),
     }
 
 

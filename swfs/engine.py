@@ -31,9 +31,10 @@ from swfs.api import Access, Freshness, RelPath, ReviewEntry
 from swfs.control import ControlServer
 from swfs.find.search import Caller, SearchIndex, SearchResult
 from swfs.review import changes as review_mod
+from swfs.store import cacheopen, sharedcache
 from swfs.store.records import FLUSH_INTERVAL
 from swfs.views import ranged
-from swfs.views.parsework import FAILED, INTERNAL, ParseOutcome, ParsePool
+from swfs.views.parsework import FAILED, INTERNAL, OK, ParseOutcome, ParsePool
 from swfs.views.scheduler import ParseQueue, ParseScheduler
 from swfs.workspace import Config, Workspace, WorkspaceError
 
@@ -76,6 +77,13 @@ class Engine(Workspace):
         self._internal_failures: dict[tuple[str, str], int] = {}
         # rel -> ordinals of units readers wait for, of its ranged parse under way
         self._wanted: dict[str, list[int]] = {}
+        # -- shared parse cache (swfs.store.sharedcache), and parse jobs run here
+        try:
+            self.shared_cache = cacheopen.for_store(self.store_dir, self.config.cache_dir)
+        except sharedcache.CacheError as exc:
+            self.close()
+            raise WorkspaceError(f"--cache: {exc}") from None
+        self.parse_runs = 0
 
     @classmethod
     @contextmanager
@@ -281,7 +289,12 @@ class Engine(Workspace):
 
     async def _parse_and_apply(self, pool: ParsePool, rel: str, h: str, parser: str) -> bool:
         try:
-            outcome = await self._parse_file(pool, rel, h, parser)
+            # -- shared cache hooks: a hit runs no parse; a parse is published
+            outcome = await self._shared_lookup(h, parser)
+            if outcome is None:
+                self.parse_runs += 1
+                outcome = await self._parse_file(pool, rel, h, parser)
+                await self._shared_publish(outcome)
         except Exception as exc:  # the pool's machinery, not the parser
             log.exception("%s: parse could not run", rel)
             outcome = ParseOutcome(INTERNAL, error=f"{type(exc).__name__}: {exc}")
@@ -323,6 +336,31 @@ class Engine(Workspace):
             return await trio.to_thread.run_sync(
                 lambda: self.apply_parse(RelPath(rel), failed, queued_hash=h, queued_parser=parser)
             )
+
+    async def _shared_lookup(self, h: str, parser: str) -> ParseOutcome | None:
+        """The parse of (``h``, ``parser``) another workspace put in the
+        shared cache, as an outcome this workspace records as its own."""
+        cache = self.shared_cache
+        if cache is None:
+            return None
+        found = await trio.to_thread.run_sync(cache.lookup, h, parser)
+        if found is None:
+            return None
+        return ParseOutcome(OK, hash=h, parser=parser, units=found.units, secs=found.secs)
+
+    async def _shared_publish(self, outcome: ParseOutcome) -> None:
+        cache = self.shared_cache
+        if cache is None or outcome.status != OK or outcome.part is not None:
+            return
+        if not outcome.hash or not outcome.parser:
+            return
+        h, parser = outcome.hash, outcome.parser
+        try:
+            await trio.to_thread.run_sync(
+                lambda: cache.publish(h, parser, outcome.units, secs=outcome.secs)
+            )
+        except (OSError, ValueError) as exc:  # the cache is an optimisation: never fatal
+            log.warning("%s: cannot publish a parse of %s: %s", cache.describe(), h, exc)
 
     async def _parse_file(self, pool: ParsePool, rel: str, h: str, parser: str) -> ParseOutcome:
         """The outcome of parsing ``rel`` (recorded as ``h``): range by range

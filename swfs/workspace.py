@@ -108,6 +108,9 @@ class Config:
     # Bytes the store holds back for deletes, truncates and gc on a full
     # disk (swfs.reserve); None: 1/32 of the file system, 1 to 64 MiB.
     reserve_bytes: int | None = None
+    # A shared parse cache (``--cache DIR``, swfs.store.sharedcache); None:
+    # the one the store remembers, if any.
+    cache_dir: str | None = None
 
 
 @dataclass

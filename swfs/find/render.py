@@ -859,6 +859,59 @@ class Renderer:
         return hit[1] if hit is not None and time.monotonic() - hit[0] < 30 else None
 
     async def _make_layout(self, rel: str, h: Hash) -> tuple[str, str | None]:
+        # -- shared cache hooks (swfs.store.sharedcache): made once for all workspaces
+        names = ["layout.json", "source.pdf"] if extension(rel) in ROUTES else ["layout.json"]
+        if await self._from_shared(h, names):
+            return "ok", None
+        status, error = await self._make_layout_here(rel, h)
+        if status == "ok":
+            await self._to_shared(h, names)
+        return status, error
+
+    async def _from_shared(self, h: str, names: list[str]) -> bool:
+        """Whether the files ``names`` of content ``h`` came from the shared
+        cache into this store's render cache (all of them, or none)."""
+        shared = getattr(self.engine, "shared_cache", None)
+        if shared is None:
+            return False
+
+        def fetch() -> bool:
+            found = [shared.get_file(h, n) for n in names]
+            if any(data is None for data in found):
+                return False
+            # layout.json last: it is what says the layout is there
+            for n, data in sorted(
+                zip(names, found, strict=True), key=lambda x: x[0] == "layout.json"
+            ):
+                path = self.cache.dir(h) / n
+                path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+                save_file(path, data or b"")
+            return True
+
+        try:
+            return await trio.to_thread.run_sync(fetch)
+        except (OSError, ValueError) as exc:
+            log.warning("%s: a render from the shared cache could not be stored: %s", h, exc)
+            return False
+
+    async def _to_shared(self, h: str, names: list[str]) -> None:
+        shared = getattr(self.engine, "shared_cache", None)
+        if shared is None:
+            return
+
+        def publish() -> None:
+            for n in names:
+                data = (self.cache.dir(h) / n).read_bytes()
+                if n == "layout.json" and "error" in json.loads(data):
+                    return  # a failure is this workspace's own
+                shared.put_file(h, n, data)
+
+        try:
+            await trio.to_thread.run_sync(publish)
+        except (OSError, ValueError) as exc:  # the cache is an optimisation: never fatal
+            log.warning("%s: cannot publish a render of %s: %s", shared.describe(), h, exc)
+
+    async def _make_layout_here(self, rel: str, h: Hash) -> tuple[str, str | None]:
         for _ in range(3):
             sig = await self._signature(rel, h)
             if sig is None:
@@ -1020,6 +1073,16 @@ class Renderer:
         return job.status, job.error
 
     async def _make_page(self, rel: str, h: Hash, name: str) -> tuple[str, str | None]:
+        # -- shared cache hooks, as for the layout
+        names = [f"{_dpi_dir(self.dpi)}/{name}"]
+        if await self._from_shared(h, names):
+            return "ok", None
+        status, error = await self._make_page_here(rel, h, name)
+        if status == "ok":
+            await self._to_shared(h, names)
+        return status, error
+
+    async def _make_page_here(self, rel: str, h: Hash, name: str) -> tuple[str, str | None]:
         office = extension(rel) in ROUTES
         if office and not await trio.to_thread.run_sync(self.cache.pdf_path(h).exists):
             # The conversion was removed from the cache (by hand): make it again.

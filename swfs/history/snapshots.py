@@ -36,6 +36,7 @@ import lmdb
 
 from swfs import api, permissions
 from swfs.api import Access, Cause, ChangeStatus, FileState, RelPath, WorkspaceError
+from swfs.store import seed
 from swfs.store.blobs import BlobStore, HashMismatch
 from swfs.store.fsutil import copy_fd, open_dir_noatime, open_to_read
 from swfs.store.gc import RECLAIM
@@ -687,8 +688,35 @@ def not_staged(ws: Recorded, what: str) -> None:
         )
 
 
+def _reset_staged(ws: Recorded) -> ResetResult:
+    """A task sandbox (``mount --staged --from BASE``) back to BASE: every
+    staged change dropped, in time proportional to them.  (A plain staged
+    mount refuses a reset: its baseline need not be SRC.)"""
+    from swfs.history import staging
+
+    t0 = time.monotonic()
+    held = staging.list_staged(ws)["staged"]
+    staging.discard_ws(ws)
+    result = ResetResult(BASELINE)
+    for c in held:
+        is_dir = c["kind"] == "dir"
+        if c["status"] == "added":
+            result.dirs_removed += is_dir
+            result.removed += not is_dir
+        elif c["status"] == "deleted" and is_dir:
+            result.dirs_created += 1
+        else:
+            result.restored += not is_dir
+    result.secs = round(time.monotonic() - t0, 4)
+    with ws.store.write() as txn:
+        ws.store.append_journal(txn, "reset", staged=True, **result.as_json())
+    return result
+
+
 def reset(ws: Recorded, to: str = BASELINE) -> ResetResult:
     """*slow* (in the number of changes): bring the whole tree back to ``to``."""
+    if ws.staging is not None and to == BASELINE and seed.seeded_from(ws.store_dir) is not None:
+        return _reset_staged(ws)  # a task sandbox (swfs.store.seed): SRC is its baseline
     not_staged(ws, "reset")
     t0 = time.monotonic()
     target = target_state(ws, to)
