@@ -95,6 +95,15 @@ def config_from(args: argparse.Namespace) -> Config:
         if range_pages < 0:
             raise CLIError("--range-pages: a number of pages, 0 or more")
         limits = dataclasses.replace(limits, range_threshold=range_pages)
+    parse_on = getattr(args, "parse_on", None)
+    if parse_on:
+        from swfs.views.executor import ExecutorError, check
+
+        try:
+            check(parse_on)
+        except ExecutorError as exc:
+            raise CLIError(str(exc), 2) from None
+        limits = dataclasses.replace(limits, parse_on=parse_on)
     return Config(limits=limits)
 
 
@@ -196,6 +205,13 @@ class Commands:
             type=int,
             help="PDFs of more pages are parsed range by range, their pages readable as "
             "they come (default 100; 0: always whole)",
+        )
+        sp.add_argument(
+            "--parse-on",
+            metavar="ray://HOST:PORT",
+            help="run parse jobs on a Ray cluster (its client port; 'ray': the RAY_ADDRESS "
+            "environment variable), each in the same sandbox; needs pip install 'swfs[ray]' "
+            "(docs/scale.md)",
         )
 
 
