@@ -1,0 +1,96 @@
+"""The Ray parse executor's pieces that need no cluster: addresses, the
+refusal when Ray is missing, parsing shipped bytes, and the fallback to
+the local pool when Ray cannot run a job (the real cluster:
+tests/mounted/test_rayfarm_mounted.py)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from swfs.store.fsutil import hash_bytes
+from swfs.views import executor, rayfarm
+from swfs.views.parsework import OK, ParseOptions, ParseOutcome, WorkerLimits, parse_bytes
+
+
+def test_addresses(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert rayfarm.address_of("ray://head:10001") == "ray://head:10001"
+    assert rayfarm.address_of("ray://") is None
+    assert rayfarm.address_of("http://head:10001") is None
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    assert rayfarm.address_of("ray") is None  # never a private cluster
+    monkeypatch.setenv("RAY_ADDRESS", "ray://elsewhere:10001")
+    assert rayfarm.address_of("ray") == "ray://elsewhere:10001"
+
+
+def test_a_missing_extra_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "ray" else real(name, *a)
+    )
+    with pytest.raises(executor.ExecutorError, match=r"pip install 'swfs\[ray\]'"):
+        executor.check("ray://head:10001")
+    with pytest.raises(executor.ExecutorError, match="ray://HOST:PORT"):
+        executor.check("head:10001")
+    executor.check(None)
+
+
+def test_shipped_bytes_parse_as_a_file_does() -> None:
+    data = b"shipped bytes numbat\n"
+    outcome = parse_bytes(data, "dir/notes.txt", ParseOptions(), timeout=60)
+    assert outcome.status == OK, outcome
+    assert outcome.hash == hash_bytes(data)
+    assert any("numbat" in text for _, _, text in outcome.units)
+
+
+def test_read_for_farm(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_bytes(b"abc")
+    os.symlink("a.txt", tmp_path / "link.txt")
+    assert rayfarm.read_for_farm(str(tmp_path / "a.txt")) == (b"abc", hash_bytes(b"abc"))
+    assert rayfarm.read_for_farm(str(tmp_path / "link.txt")) is None
+    assert rayfarm.read_for_farm(str(tmp_path / "gone.txt")) is None
+
+
+class LocalPool:
+    def __init__(self) -> None:
+        self.parsed: list[str] = []
+
+    async def parse(self, abs_path: str, rel: str, **_: Any) -> ParseOutcome:
+        self.parsed.append(rel)
+        return ParseOutcome(OK, hash="local", parser="text@2")
+
+
+class Broken:
+    """What Ray's client raises once the cluster is gone."""
+
+    def remote(self, *args: Any) -> Any:
+        raise ConnectionError("ray client disconnected")
+
+
+def test_a_job_ray_cannot_run_parses_locally(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text("text")
+    local = LocalPool()
+    state: dict[str, Any] = {"ray": 0, "local": 0, "fallbacks": 0}
+    farm = rayfarm.RayExecutor(WorkerLimits(workers=2), local, state, "ray://x:1")  # type: ignore[arg-type]
+    farm._remote, farm._ray = Broken(), object()
+    farm._connected.set()
+
+    async def main() -> list[ParseOutcome]:
+        return [
+            await farm.parse(str(tmp_path / "a.txt"), "a.txt")
+            for _ in range(rayfarm.DOWN_AFTER + 1)
+        ]
+
+    outcomes = trio.run(main)
+    assert all(o.hash == "local" for o in outcomes)
+    assert local.parsed == ["a.txt"] * (rayfarm.DOWN_AFTER + 1)
+    # After DOWN_AFTER failures in a row the cluster is left alone.
+    assert state["fallbacks"] == rayfarm.DOWN_AFTER
+    assert state["local"] == rayfarm.DOWN_AFTER + 1
+    assert state["ray"] == 0
+    assert "ConnectionError" in state["error"]
