@@ -264,6 +264,7 @@ def parse_bytes(
     timeout: float | None = None,
     pages: Pages | None = None,
     memory_bytes: int = 0,
+    domain: object = None,
 ) -> ParseOutcome:
     """``parse_job`` of a file's bytes, for a worker that cannot see the
     file (a Ray worker on another machine, swfs.views.rayfarm): the bytes
@@ -274,7 +275,12 @@ def parse_bytes(
     ``memory_bytes``: the room the confined child may grow into.  The
     process calling this is not a worker of ours and keeps no cap of its
     own, and its address space may already be large (a Ray worker maps
-    gigabytes): the child, its fork, is capped at that plus the room."""
+    gigabytes): the child, its fork, is capped at that plus the room.
+
+    ``domain``: which files may share the confined child
+    (``sandbox.file_domain`` of the original file, made unique to the
+    sender by the sender); None: a child of its own.  The temporary copy's
+    owner says nothing of who could write the original."""
     import tempfile
 
     global _cap_bytes, _started_bytes
@@ -292,7 +298,7 @@ def parse_bytes(
                     view = view[os.write(fd, view[:_COPY_BLOCK]) :]
             finally:
                 os.close(fd)
-            outcome = _parse_job(path, rel, options, timeout, pages)
+            outcome = _parse_job(path, rel, options, timeout, pages, domain=(domain,))
     except Exception as exc:  # the temporary copy: a full or missing temp folder
         log.exception("%s: parse job failed", rel)
         outcome = ParseOutcome(INTERNAL, error=_named(exc))
@@ -305,7 +311,11 @@ def _parse_job(
     options: ParseOptions,
     timeout: float | None = None,
     pages: Pages | None = None,
+    *,
+    domain: tuple[object] | None = None,
 ) -> ParseOutcome:
+    """``domain``: (the confined child's domain,) where the file's own
+    (``sandbox.file_domain``) does not tell it."""
     t0 = time.monotonic()
     try:
         fd = open_to_read(abs_path, os.O_NOFOLLOW | os.O_NONBLOCK)
@@ -334,7 +344,9 @@ def _parse_job(
             return ParseOutcome(UNSUPPORTED, hash=h)
         key = parser.cache_key(info)
         _preload(parser.id)
-        status, units, error, part = _parse_confined(read_fd, st, info, options, timeout, t0, pages)
+        status, units, error, part = _parse_confined(
+            read_fd, st, info, options, timeout, t0, pages, domain
+        )
         if status == UNSUPPORTED:
             return ParseOutcome(UNSUPPORTED, hash=h, error=error)
         if _moved(st, os.fstat(fd)):
@@ -367,13 +379,14 @@ def _parse_confined(
     timeout: float | None,
     t0: float,
     pages: Pages | None = None,
+    domain: tuple[object] | None = None,
 ) -> Reply:
     """(status, units, error, part) of parsing ``fd`` in a confined child."""
     global _children
     if _children is None:
         _children = sandbox.Children({"parse": _child_parse}, _child_ready)
     try:
-        child = _children.get(sandbox.file_domain(st), _cap_bytes)
+        child = _children.get(sandbox.file_domain(st) if domain is None else domain[0], _cap_bytes)
     except sandbox.SandboxError as exc:
         return FAILED, (), _one_line(str(exc)), None
     request: dict[str, object] = {

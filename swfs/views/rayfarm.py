@@ -26,6 +26,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
+import socket
 import stat
 import threading
 import time
@@ -36,7 +37,7 @@ from typing import Any
 import trio
 
 from swfs.store.fsutil import hash_bytes, open_to_read
-from swfs.views import parsework
+from swfs.views import parsework, sandbox
 from swfs.views.parsework import (
     FAILED,
     INTERNAL,
@@ -94,10 +95,13 @@ def address_of(parse_on: str) -> str | None:
     return None
 
 
-def read_for_farm(abs_path: str) -> tuple[bytes, str] | None:
-    """The bytes of ``abs_path`` and their hash, read as a local worker reads
-    them (no symlink, no access-time change); None: parse it locally (gone,
-    not a regular file, too big, or changed while read)."""
+def read_for_farm(abs_path: str) -> tuple[bytes, str, object] | None:
+    """The bytes of ``abs_path``, their hash and its sandbox domain (which
+    files may share a confined child on the Ray worker: those of one owner
+    that only that owner may write, of this daemon; None: a child of its
+    own), read as a local worker reads them (no symlink, no access-time
+    change); None: parse it locally (gone, not a regular file, too big, or
+    changed while read)."""
     try:
         fd = open_to_read(abs_path, os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
@@ -120,7 +124,9 @@ def read_for_farm(abs_path: str) -> tuple[bytes, str] | None:
     finally:
         os.close(fd)
     data = b"".join(chunks)
-    return data, hash_bytes(data)
+    owner = sandbox.file_domain(st)
+    domain = None if owner is None else (socket.gethostname(), os.getpid(), owner)
+    return data, hash_bytes(data), domain
 
 
 class RayExecutor:
@@ -201,7 +207,7 @@ class RayExecutor:
             sent = await trio.to_thread.run_sync(read_for_farm, abs_path, limiter=self._threads)
             if sent is None:
                 return await self._locally(abs_path, rel, pages, budget)
-            data, h = sent
+            data, h, domain = sent
             timeout = self.limits.timeout if budget is None else budget
             try:
                 outcome = await trio.to_thread.run_sync(
@@ -210,6 +216,7 @@ class RayExecutor:
                     rel,
                     timeout,
                     pages,
+                    domain,
                     abandon_on_cancel=True,
                     limiter=self._threads,
                 )
@@ -225,7 +232,9 @@ class RayExecutor:
         self._count("ray")
         return outcome
 
-    def _run(self, data: bytes, rel: str, timeout: float, pages: Pages | None) -> ParseOutcome:
+    def _run(
+        self, data: bytes, rel: str, timeout: float, pages: Pages | None, domain: object
+    ) -> ParseOutcome:
         """In a thread: one job on Ray, its outcome or FarmFailed."""
         ray = self._ray
         assert self._remote is not None
@@ -237,6 +246,7 @@ class RayExecutor:
                 timeout,
                 pages,
                 self.limits.memory_mb * 1024 * 1024,
+                domain,
             )
         except Exception as exc:
             raise FarmFailed(f"cannot submit: {_line(exc)}") from exc

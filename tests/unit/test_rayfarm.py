@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +52,15 @@ def test_shipped_bytes_parse_as_a_file_does() -> None:
 def test_read_for_farm(tmp_path: Path) -> None:
     (tmp_path / "a.txt").write_bytes(b"abc")
     os.symlink("a.txt", tmp_path / "link.txt")
-    assert rayfarm.read_for_farm(str(tmp_path / "a.txt")) == (b"abc", hash_bytes(b"abc"))
+    (tmp_path / "a.txt").chmod(0o644)
+    sent = rayfarm.read_for_farm(str(tmp_path / "a.txt"))
+    assert sent is not None
+    assert sent[:2] == (b"abc", hash_bytes(b"abc"))
+    assert sent[2] == (socket.gethostname(), os.getpid(), ("uid", os.getuid()))
+    (tmp_path / "a.txt").chmod(0o666)  # others may write it: a child of its own
+    sent = rayfarm.read_for_farm(str(tmp_path / "a.txt"))
+    assert sent is not None
+    assert sent[2] is None
     assert rayfarm.read_for_farm(str(tmp_path / "link.txt")) is None
     assert rayfarm.read_for_farm(str(tmp_path / "gone.txt")) is None
 
