@@ -160,6 +160,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     info["search"] = _store_state(t, "search_state")
     info["journal"] = _store_state(t, "journal_state")
     info["sandbox"] = _sandbox_state(t)
+    if t.mounted:  # where the daemon's parse jobs run (docs/scale.md)
+        info["executor"] = _store_state(t, "executor")
     staged_info, staged_lines = staged.status_lines(status["staged"])
     if staged_info is not None:
         info["staged"] = staged_info
@@ -182,6 +184,14 @@ def cmd_status(args: argparse.Namespace) -> int:
     if not_kept:
         print(f"{not_kept} files keep hashes only (too large or in .swfsignore)")
     print(f"parse sandbox: {info['sandbox']}")
+    farm = info.get("executor", {})
+    if "ray" in farm:
+        print(
+            f"parse executor: {farm.get('executor')} {farm.get('address')}: "
+            f"{farm.get('ray')} files parsed on Ray, {farm.get('local')} locally, "
+            f"{farm.get('fallbacks')} fallbacks"
+            + (f" (last: {farm['error']})" if farm.get("error") else "")
+        )
     search = info["search"]
     if t.mounted and search["state"] != "ok":
         print(f"search index: {search['state']}: {search.get('reason', '')}".rstrip(": "))

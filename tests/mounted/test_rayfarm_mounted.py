@@ -10,6 +10,7 @@ installed (``pip install 'swfs[ray]'``; ``make install`` installs it)."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import socket
 import subprocess
@@ -22,7 +23,7 @@ import pytest
 
 from swfs import control
 from tests import docgen
-from tests.mountutil import Mount, needs_fuse, wait_until, workspace
+from tests.mountutil import Mount, needs_fuse, swfs, wait_until, workspace
 
 pytestmark = [
     pytest.mark.mount,
@@ -127,6 +128,9 @@ def test_parses_run_on_the_ray_cluster(cluster: str) -> None:
         )
         assert executor(m)["ray"] >= len(PHRASES) + 1
         assert executor(m)["local"] == 0
+        status = json.loads(swfs("status", "--json", m.mnt).stdout)
+        assert status["executor"]["executor"] == "ray", status
+        assert "files parsed on Ray, 0 locally" in swfs("status", m.mnt).stdout
         assert m.alive()
 
 
