@@ -55,8 +55,10 @@ MISSING = "Ray is not installed; install the extra: pip install 'swfs[ray]'"
 # Failures in a row before the cluster is given a rest, and its length.
 DOWN_AFTER = 3
 DOWN_SECS = 60.0
-# Seconds to connect to the cluster before parsing locally.
-CONNECT_TIMEOUT = 60.0
+# Seconds parses wait for the first connection before parsing locally, and
+# between later tries.
+CONNECT_TIMEOUT = 120.0
+RETRY_SECS = 30.0
 TASK_NAME = "swfs-parse"
 
 
@@ -176,21 +178,31 @@ class RayExecutor:
                     await trio.to_thread.run_sync(_disconnect, farm._ray, abandon_on_cancel=True)
 
     async def _connect(self) -> None:
+        """Connect, trying again until it works: parses wait for the first
+        ``CONNECT_TIMEOUT`` seconds (Ray's client gives up on one try after
+        about 35 s, and a loaded head may take longer to answer), then
+        parse locally while the tries go on every ``RETRY_SECS``."""
         state = self._state
-        try:
-            with trio.fail_after(CONNECT_TIMEOUT):
+        deadline = trio.current_time() + CONNECT_TIMEOUT
+        while True:
+            try:
                 self._ray, self._remote = await trio.to_thread.run_sync(
                     _connect, self.address, abandon_on_cancel=True
                 )
-        except Exception as exc:  # no Ray, no cluster, a refused connection, a timeout
-            state["error"] = f"cannot connect to {self.address}: {_line(exc)}"
-            state["executor"] = "local (ray unavailable)"
-            log.error("parse farm: %s; parsing locally", state["error"])
-        else:
+            except Exception as exc:  # no Ray, no cluster, a refused connection
+                state["error"] = f"cannot connect to {self.address}: {_line(exc)}"
+                if not self._connected.is_set() and trio.current_time() >= deadline:
+                    state["executor"] = "local (ray unavailable)"
+                    log.error("parse farm: %s; parsing locally meanwhile", state["error"])
+                    self._connected.set()
+                else:
+                    log.warning("parse farm: %s; trying again", state["error"])
+                await trio.sleep(RETRY_SECS if self._connected.is_set() else 1.0)
+                continue
             state["executor"] = "ray"
             log.info("parse farm: parse jobs run on the Ray cluster at %s", self.address)
-        finally:
             self._connected.set()
+            return
 
     async def parse(
         self,

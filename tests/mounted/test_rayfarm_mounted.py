@@ -68,9 +68,28 @@ def cluster() -> Iterator[str]:
         assert head.returncode == 0, head.stdout + head.stderr
         worker = ray_cmd("start", f"--address=127.0.0.1:{gcs}", "--num-cpus=1")
         assert worker.returncode == 0, worker.stdout + worker.stderr
-        yield f"ray://127.0.0.1:{client}"
+        address = f"ray://127.0.0.1:{client}"
+        wait_until("the cluster runs a task", lambda: runs_a_task(address), BOUND)
+        yield address
     finally:
         ray_cmd("stop", "--force", timeout=120)
+
+
+def runs_a_task(address: str) -> bool:
+    """Whether a Ray client at ``address`` gets a task run (the head's client
+    server starts after ``ray start`` returns)."""
+    probe = (
+        "import ray, sys\n"
+        "ray.init(address=sys.argv[1], log_to_driver=False)\n"
+        "assert ray.get(ray.remote(lambda: 41 + 1).remote(), timeout=120) == 42\n"
+    )
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", probe, address], capture_output=True, timeout=180, check=False
+        )
+    except subprocess.TimeoutExpired:
+        return False
+    return done.returncode == 0
 
 
 PHRASES = {
@@ -154,4 +173,21 @@ def test_an_unreachable_cluster_parses_locally() -> None:
         assert nowhere in state["error"], state
         assert state["ray"] == 0, state
         assert state["local"] >= len(PHRASES), state
+        assert m.alive()
+
+
+def test_a_cluster_gone_mid_mount_parses_locally(cluster: str) -> None:
+    """Last in this module: it stops every Ray process of the machine."""
+    with workspace(("--parse-on", cluster), populate=populate, sync=False) as m:
+        wait_until("every view parsed", lambda: all_current(m), BOUND)
+        first = executor(m)
+        assert first["ray"] >= len(PHRASES), first
+        stopped = ray_cmd("stop", "--force", timeout=120)
+        assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+        (m.mnt / "after.txt").write_text("written after the cluster went okapi\n")
+        wait_until("the new file's view", lambda: "okapi" in parsed_text(m, "after.txt"), BOUND)
+        state = executor(m)
+        assert state["local"] >= 1, state
+        assert state["fallbacks"] >= 1, state
+        assert state["error"], state
         assert m.alive()
