@@ -19,7 +19,9 @@ Steps 2-4 need the shared cache and task sandboxes; with a swfs that lacks
 them the workload records step 1 and says what it skipped.
 
 Knobs: ``--set sandbox_files=N`` or ``SWFS_BENCH_SANDBOX_FILES``; the
-number of sandboxes ``SWFS_BENCH_SANDBOXES`` (default 10, quick 3).
+number of sandboxes ``SWFS_BENCH_SANDBOXES`` (default 10, quick 3);
+``SWFS_BENCH_PARSE_ON=ray://HOST:PORT`` has every mount parse on a Ray
+cluster (``--parse-on``), ``SWFS_BENCH_WORKERS=N`` sets ``--workers``.
 """
 
 from __future__ import annotations
@@ -155,10 +157,15 @@ def _supports_sandboxes(sw: SwfsMounter) -> str | None:
 
 
 def sandboxes(ctx: Ctx, result: WorkloadResult) -> None:
-    sw = swfs_mounter(ctx, "mount", "umount", "sync")
+    extra: list[str] = []
+    if os.environ.get("SWFS_BENCH_PARSE_ON"):
+        extra += ["--parse-on", os.environ["SWFS_BENCH_PARSE_ON"]]
+    if os.environ.get("SWFS_BENCH_WORKERS"):
+        extra += ["--workers", os.environ["SWFS_BENCH_WORKERS"]]
+    sw = swfs_mounter(ctx, "mount", "umount", "sync", options=extra)
     files, count = _files(ctx), _count(ctx)
     base = bigws.build(ctx.data, files, progress=bigws.bar("sandboxes: generating"))
-    result.info.update(files=files, sandboxes=count, census=bigws.census(base))
+    result.info.update(files=files, sandboxes=count, census=bigws.census(base), mount_options=extra)
     why_not = _supports_sandboxes(sw)
     with_cache = why_not is None or "--cache" not in why_not
     probe = _probe(base)
@@ -200,6 +207,13 @@ def sandboxes(ctx: Ctx, result: WorkloadResult) -> None:
             secs = wait_grep_ready(mnt0, files, probe, t0, bigws.bar("sandboxes: first mount"))
             first.values.append(secs)
             result.info["base_rss_mb"] = round(_rss_mb(m0.pid)[0], 1)
+            if extra:
+                with contextlib.suppress(Exception):
+                    from swfs import control
+
+                    result.info["executor"] = control.request(
+                        _store_of(mnt0), "executor", io_timeout=30
+                    )
         finally:
             sw.unmount(m0)
         if why_not is not None:
