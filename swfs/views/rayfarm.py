@@ -15,8 +15,9 @@ only when ``--parse-on`` asks for it.
 Nothing Ray does can take the daemon down.  A job Ray cannot run (worker
 died, cluster gone, a connection error, an answer that does not match)
 is parsed by the local pool instead, with a warning naming the cause;
-after ``DOWN_AFTER`` such failures in a row the cluster is left alone for
-``DOWN_SECS`` and everything parses locally.  Files bigger than
+after ``DOWN_AFTER`` such failures in a row the connection is dropped and
+everything parses locally while a fresh connection is tried every
+``RETRY_SECS``.  Files bigger than
 ``parsework.SNAPSHOT_LIMIT`` parse locally (no 64 MiB arguments over the
 network).
 """
@@ -29,7 +30,6 @@ import os
 import socket
 import stat
 import threading
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -52,9 +52,8 @@ log = logging.getLogger(__name__)
 
 SCHEME = "ray://"
 MISSING = "Ray is not installed; install the extra: pip install 'swfs[ray]'"
-# Failures in a row before the cluster is given a rest, and its length.
+# Failures in a row before the connection is dropped and made afresh.
 DOWN_AFTER = 3
-DOWN_SECS = 60.0
 # Seconds parses wait for the first connection before parsing locally, and
 # between later tries.
 CONNECT_TIMEOUT = 120.0
@@ -149,7 +148,8 @@ class RayExecutor:
         # handlers' threads must never queue behind parse jobs.
         self._threads = trio.CapacityLimiter(limits.workers + 1)
         self._failures = 0
-        self._down_until = 0.0
+        self._nursery: trio.Nursery | None = None
+        self._reconnecting = False
         self._lock = threading.Lock()
 
     @classmethod
@@ -167,6 +167,7 @@ class RayExecutor:
         farm = cls(limits, local, state, address)
         try:
             async with trio.open_nursery() as nursery:
+                farm._nursery = nursery
                 nursery.start_soon(farm._connect)
                 try:
                     yield farm
@@ -213,7 +214,7 @@ class RayExecutor:
         budget: float | None = None,
     ) -> ParseOutcome:
         await self._connected.wait()
-        if self._remote is None or time.monotonic() < self._down_until:
+        if self._remote is None:
             return await self._locally(abs_path, rel, pages, budget)
         async with self._limiter:
             sent = await trio.to_thread.run_sync(read_for_farm, abs_path, limiter=self._threads)
@@ -284,13 +285,33 @@ class RayExecutor:
         self._state["error"] = f"{rel}: {why}"
         log.warning("%s: Ray could not parse it (%s); parsing it locally", rel, why)
         if self._failures >= DOWN_AFTER:
-            self._down_until = time.monotonic() + DOWN_SECS
-            log.warning(
-                "parse farm: %d failures in a row; parsing locally for %g s",
-                self._failures,
-                DOWN_SECS,
-            )
+            self._lost()
         return await self._locally(abs_path, rel, pages, budget)
+
+    def _lost(self) -> None:
+        """Too many failures in a row: the cluster (or the connection to it)
+        is gone.  Parse locally, and connect afresh in the background."""
+        if self._reconnecting or self._nursery is None:
+            return
+        log.warning(
+            "parse farm: %d failures in a row; parsing locally, reconnecting every %g s",
+            self._failures,
+            RETRY_SECS,
+        )
+        self._reconnecting = True
+        self._remote = None
+        self._state["executor"] = "local (ray lost; reconnecting)"
+        self._nursery.start_soon(self._reconnect)
+
+    async def _reconnect(self) -> None:
+        old, self._ray = self._ray, None
+        if old is not None:
+            with trio.move_on_after(30):
+                await trio.to_thread.run_sync(_disconnect, old, abandon_on_cancel=True)
+        await trio.sleep(RETRY_SECS)
+        await self._connect()
+        self._failures = 0
+        self._reconnecting = False
 
     async def _locally(
         self, abs_path: str, rel: str, pages: Pages | None, budget: float | None

@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import socket
+import types
 from pathlib import Path
 from typing import Any
 
@@ -81,25 +82,56 @@ class Broken:
         raise ConnectionError("ray client disconnected")
 
 
-def test_a_job_ray_cannot_run_parses_locally(tmp_path: Path) -> None:
+class Working:
+    """A Ray task that answers with the hash of the bytes it was sent."""
+
+    def remote(self, data: bytes, rel: str, *args: Any) -> ParseOutcome:
+        return ParseOutcome(OK, hash=hash_bytes(data), parser="text@2")
+
+
+class FakeRay:
+    exceptions = types.SimpleNamespace(GetTimeoutError=TimeoutError)
+
+    def get(self, ref: ParseOutcome, timeout: float) -> ParseOutcome:
+        return ref
+
+    def shutdown(self) -> None:
+        pass
+
+
+def test_a_job_ray_cannot_run_parses_locally_and_the_farm_reconnects(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     (tmp_path / "a.txt").write_text("text")
     local = LocalPool()
     state: dict[str, Any] = {"ray": 0, "local": 0, "fallbacks": 0}
     farm = rayfarm.RayExecutor(WorkerLimits(workers=2), local, state, "ray://x:1")  # type: ignore[arg-type]
-    farm._remote, farm._ray = Broken(), object()
+    farm._remote, farm._ray = Broken(), FakeRay()
     farm._connected.set()
+    monkeypatch.setattr(rayfarm, "RETRY_SECS", 0.0)
+    monkeypatch.setattr(rayfarm, "_connect", lambda address: (FakeRay(), Working()))
+    path = str(tmp_path / "a.txt")
 
-    async def main() -> list[ParseOutcome]:
-        return [
-            await farm.parse(str(tmp_path / "a.txt"), "a.txt")
-            for _ in range(rayfarm.DOWN_AFTER + 1)
-        ]
+    async def main() -> tuple[list[ParseOutcome], str, ParseOutcome]:
+        async with trio.open_nursery() as nursery:
+            farm._nursery = nursery
+            outs = [await farm.parse(path, "a.txt") for _ in range(rayfarm.DOWN_AFTER + 1)]
+            lost = str(state["executor"])
+            with trio.fail_after(30):
+                while farm._remote is None or farm._reconnecting:  # noqa: ASYNC110
+                    await trio.sleep(0.01)
+            again = await farm.parse(path, "a.txt")
+            nursery.cancel_scope.cancel()
+        return outs, lost, again
 
-    outcomes = trio.run(main)
+    outcomes, lost, again = trio.run(main)
     assert all(o.hash == "local" for o in outcomes)
     assert local.parsed == ["a.txt"] * (rayfarm.DOWN_AFTER + 1)
-    # After DOWN_AFTER failures in a row the cluster is left alone.
+    # After DOWN_AFTER failures in a row the connection is made afresh;
+    # meanwhile files parse locally.
     assert state["fallbacks"] == rayfarm.DOWN_AFTER
-    assert state["local"] == rayfarm.DOWN_AFTER + 1
-    assert state["ray"] == 0
+    assert lost == "local (ray lost; reconnecting)"
     assert "ConnectionError" in state["error"]
+    assert again.hash == hash_bytes(b"text")
+    assert state["executor"] == "ray"
+    assert state["ray"] == 1
