@@ -40,6 +40,7 @@ from swfs.store.fsutil import hash_bytes, open_to_read
 from swfs.views import parsework, sandbox
 from swfs.views.parsework import (
     FAILED,
+    GONE,
     INTERNAL,
     STARTUP_GRACE,
     Pages,
@@ -239,8 +240,11 @@ class RayExecutor:
                 return await self._fell_back(
                     abs_path, rel, pages, budget, f"the answer is for {outcome.hash}, not {h}"
                 )
-            if outcome.status == INTERNAL:
-                return await self._fell_back(abs_path, rel, pages, budget, outcome.error or "")
+            if outcome.status in (INTERNAL, GONE):
+                # GONE on Ray: its temporary copy, not the user's file.
+                return await self._fell_back(
+                    abs_path, rel, pages, budget, outcome.error or outcome.status
+                )
         self._failures = 0
         self._count("ray")
         return outcome
@@ -249,10 +253,11 @@ class RayExecutor:
         self, data: bytes, rel: str, timeout: float, pages: Pages | None, domain: object
     ) -> ParseOutcome:
         """In a thread: one job on Ray, its outcome or FarmFailed."""
-        ray = self._ray
-        assert self._remote is not None
+        ray, remote = self._ray, self._remote  # either may be dropped meanwhile (_lost)
+        if ray is None or remote is None:
+            raise FarmFailed("the connection to the cluster was dropped")
         try:
-            ref = self._remote.remote(
+            ref = remote.remote(
                 data,
                 rel,
                 self.limits.options,
