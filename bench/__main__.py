@@ -28,6 +28,7 @@ from bench import (
     programs,
     renderload,
     reqcost,
+    sandboxes,
     searchload,
     stagedloads,
     storage,
@@ -67,6 +68,7 @@ _SWFS_MODULES = (
     legacy,
     hostileparse,
     programs,
+    sandboxes,
 )
 WORKLOADS: dict[str, Workload] = dict(passthrough.WORKLOADS)
 for _module in _SWFS_MODULES:

@@ -40,6 +40,7 @@ class Sizes:
     raw_sample: int  # files of the workspace given to the raw-parser yardstick
     first_mount: bool  # also time a first mount from an empty store (parses everything)
     program_rounds: int = 2  # rounds of bench/programs.py (at most --rounds): minutes each
+    sandbox_files: int = 20_000  # the workspace of bench/sandboxes.py (issue 40)
 
     @classmethod
     def full(cls) -> Sizes:
@@ -76,6 +77,7 @@ class Sizes:
             raw_sample=100,
             first_mount=True,
             program_rounds=1,
+            sandbox_files=300,
         )
 
 

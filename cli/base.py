@@ -100,6 +100,15 @@ def config_from(args: argparse.Namespace) -> Config:
         if range_pages < 0:
             raise CLIError("--range-pages: a number of pages, 0 or more")
         limits = dataclasses.replace(limits, range_threshold=range_pages)
+    parse_on = getattr(args, "parse_on", None)
+    if parse_on:
+        from swfs.views.executor import ExecutorError, check
+
+        try:
+            check(parse_on)
+        except ExecutorError as exc:
+            raise CLIError(str(exc), 2) from None
+        limits = dataclasses.replace(limits, parse_on=parse_on)
     return Config(limits=limits, cache_dir=getattr(args, "cache", None))
 
 
@@ -208,6 +217,13 @@ class Commands:
             help="a shared parse cache, a folder (made 0700 if missing) or s3://BUCKET/PREFIX "
             "(pip install 'swfs[s3]'): parses and renders another workspace put there are "
             "used, not made again, and this one's are added; the store remembers it",
+        )
+        sp.add_argument(
+            "--parse-on",
+            metavar="ray://HOST:PORT",
+            help="run parse jobs on a Ray cluster (its client port; 'ray': the RAY_ADDRESS "
+            "environment variable), each in the same sandbox; needs pip install 'swfs[ray]' "
+            "(docs/scale.md)",
         )
 
 

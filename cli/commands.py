@@ -166,6 +166,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     parses = status.get("parses")
     if parses is not None:
         info["parses"] = parses
+    if t.mounted:  # where the daemon's parse jobs run (docs/scale.md)
+        info["executor"] = _store_state(t, "executor")
     staged_info, staged_lines = staged.status_lines(status["staged"])
     if staged_info is not None:
         info["staged"] = staged_info
@@ -188,6 +190,14 @@ def cmd_status(args: argparse.Namespace) -> int:
     if not_kept:
         print(f"{not_kept} files keep hashes only (too large or in .swfsignore)")
     print(f"parse sandbox: {info['sandbox']}")
+    farm = info.get("executor", {})
+    if "ray" in farm:
+        print(
+            f"parse executor: {farm.get('executor')} {farm.get('address')}: "
+            f"{farm.get('ray')} files parsed on Ray, {farm.get('local')} locally, "
+            f"{farm.get('fallbacks')} fallbacks"
+            + (f" (last: {farm['error']})" if farm.get("error") else "")
+        )
     search = info["search"]
     if t.mounted and search["state"] != "ok":
         print(f"search index: {search['state']}: {search.get('reason', '')}".rstrip(": "))

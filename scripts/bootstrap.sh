@@ -152,8 +152,15 @@ if [ "$(cat .venv/.pyfuse3-fork 2>/dev/null)" != "$fork_sum" ]; then
     rm -f .venv/.pyfuse3-patch
     echo "$fork_sum" >.venv/.pyfuse3-fork
 fi
-# The s3 extra too: the object-store cache's tests need it (swfs.store.objcache).
-.venv/bin/python -m pip install -q -e '.[dev,s3]'
+# The s3 and Ray extras too: the object-store cache's tests need obstore
+# (swfs.store.objcache), the parse-farm tests a real local Ray cluster
+# (tests/mounted/test_rayfarm_mounted.py; about 13 s and 260 MB).
+# SWFS_RAY=0 leaves Ray out (those tests then skip).
+if [ "${SWFS_RAY:-1}" = 0 ]; then
+    .venv/bin/python -m pip install -q -e '.[dev,s3]'
+else
+    .venv/bin/python -m pip install -q -e '.[dev,s3,ray]'
+fi
 # blake3 by subtrees (swfs/store/b3tree.py): a close rehashes what was written,
 # not the whole file.  Seconds to build; if it cannot be, swfs hashes whole
 # files as before (and its log says why).

@@ -106,6 +106,10 @@ async def _handle(
         from swfs.views import sandbox
 
         return {"sandbox": await trio.to_thread.run_sync(sandbox.describe_in_subprocess)}
+    if op == "executor":  # where parse jobs run, and how many ran where (docs/scale.md)
+        from swfs.views import executor
+
+        return executor.describe()
     if op == "rescan":
         stats = await trio.to_thread.run_sync(engine.scan)
         return stats.__dict__

@@ -34,7 +34,8 @@ from swfs.review import changes as review_mod
 from swfs.store import cacheopen, sharedcache
 from swfs.store.records import FLUSH_INTERVAL
 from swfs.views import ranged
-from swfs.views.parsework import FAILED, INTERNAL, OK, ParseOutcome, ParsePool
+from swfs.views.executor import ParseExecutor, open_executor
+from swfs.views.parsework import FAILED, INTERNAL, OK, ParseOutcome
 from swfs.views.scheduler import ParseQueue, ParseScheduler
 from swfs.workspace import Config, Workspace, WorkspaceError
 
@@ -240,7 +241,8 @@ class Engine(Workspace):
         try:
             if drain and not scan and not await trio.to_thread.run_sync(self.needs_parse):
                 return  # nothing to parse: no worker processes to start
-            async with ParsePool.open(limits) as pool, trio.open_nursery() as nursery:
+            # Parse executor hook (swfs.views.executor): local pool or Ray.
+            async with open_executor(limits) as pool, trio.open_nursery() as nursery:
                 if not drain:
                     # Before anything is written: space for deletes, truncates
                     # and gc should the disk fill up (swfs.reserve).
@@ -270,7 +272,7 @@ class Engine(Workspace):
             self.queue = None
             self._token = None
 
-    async def _parse_one(self, pool: ParsePool, rel: str) -> bool:
+    async def _parse_one(self, pool: ParseExecutor, rel: str) -> bool:
         # Store reads in a thread: the loop also answers every FUSE request.
         rec = await trio.to_thread.run_sync(self.store.get_file, rel)
         if rec is None or rec.parser is None:
@@ -287,7 +289,7 @@ class Engine(Workspace):
                 self.partials.drop(h, parser)
                 self._changed(rel)  # its view turns back to pending.md, or on to the parse
 
-    async def _parse_and_apply(self, pool: ParsePool, rel: str, h: str, parser: str) -> bool:
+    async def _parse_and_apply(self, pool: ParseExecutor, rel: str, h: str, parser: str) -> bool:
         try:
             # -- shared cache hooks: a hit runs no parse; a parse is published
             outcome = await self._shared_lookup(h, parser)
@@ -362,7 +364,7 @@ class Engine(Workspace):
         except (OSError, ValueError) as exc:  # the cache is an optimisation: never fatal
             log.warning("%s: cannot publish a parse of %s: %s", cache.describe(), h, exc)
 
-    async def _parse_file(self, pool: ParsePool, rel: str, h: str, parser: str) -> ParseOutcome:
+    async def _parse_file(self, pool: ParseExecutor, rel: str, h: str, parser: str) -> ParseOutcome:
         """The outcome of parsing ``rel`` (recorded as ``h``): range by range
         where its parser can (swfs.ranged), its ranges shown as they come."""
         if not pool.limits.range_threshold:

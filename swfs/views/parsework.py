@@ -77,6 +77,10 @@ class WorkerLimits:
     # Documents of more units than this are parsed range by range where
     # their format allows (PDF, swfs.ranged); 0: always whole.
     range_threshold: int = RANGE_PAGES
+    # Where parse jobs run: None here (ParsePool), or a Ray cluster
+    # ("ray://HOST:PORT", or "ray" for the address in RAY_ADDRESS):
+    # swfs.views.executor.
+    parse_on: str | None = None
 
 
 @dataclass(frozen=True)
@@ -253,13 +257,65 @@ def parse_job(
 BACKSTOP = 30.0
 
 
+def parse_bytes(
+    data: bytes,
+    rel: str,
+    options: ParseOptions,
+    timeout: float | None = None,
+    pages: Pages | None = None,
+    memory_bytes: int = 0,
+    domain: object = None,
+) -> ParseOutcome:
+    """``parse_job`` of a file's bytes, for a worker that cannot see the
+    file (a Ray worker on another machine, swfs.views.rayfarm): the bytes
+    go to a private temporary file, parsed as ``parse_job`` parses a file,
+    in the same confined child.  The outcome's hash is of ``data``, for
+    the sender to check.
+
+    ``memory_bytes``: the room the confined child may grow into.  The
+    process calling this is not a worker of ours and keeps no cap of its
+    own, and its address space may already be large (a Ray worker maps
+    gigabytes): the child, its fork, is capped at that plus the room.
+
+    ``domain``: which files may share the confined child
+    (``sandbox.file_domain`` of the original file, made unique to the
+    sender by the sender); None: a child of its own.  The temporary copy's
+    owner says nothing of who could write the original."""
+    import tempfile
+
+    global _cap_bytes, _started_bytes
+    if memory_bytes and not _cap_bytes:
+        _started_bytes = _address_space()
+        _cap_bytes = _started_bytes + memory_bytes
+    try:
+        with tempfile.TemporaryDirectory(prefix="swfs-parse-") as tmp:
+            # mkdtemp makes it 0700: no other user reads the copy.
+            path = os.path.join(tmp, "file" + os.path.splitext(rel)[1][:16])
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view[:_COPY_BLOCK]) :]
+            finally:
+                os.close(fd)
+            outcome = _parse_job(path, rel, options, timeout, pages, domain=(domain,))
+    except Exception as exc:  # the temporary copy: a full or missing temp folder
+        log.exception("%s: parse job failed", rel)
+        outcome = ParseOutcome(INTERNAL, error=_named(exc))
+    return outcome
+
+
 def _parse_job(
     abs_path: str,
     rel: str,
     options: ParseOptions,
     timeout: float | None = None,
     pages: Pages | None = None,
+    *,
+    domain: tuple[object] | None = None,
 ) -> ParseOutcome:
+    """``domain``: (the confined child's domain,) where the file's own
+    (``sandbox.file_domain``) does not tell it."""
     t0 = time.monotonic()
     try:
         fd = open_to_read(abs_path, os.O_NOFOLLOW | os.O_NONBLOCK)
@@ -288,7 +344,9 @@ def _parse_job(
             return ParseOutcome(UNSUPPORTED, hash=h)
         key = parser.cache_key(info)
         _preload(parser.id)
-        status, units, error, part = _parse_confined(read_fd, st, info, options, timeout, t0, pages)
+        status, units, error, part = _parse_confined(
+            read_fd, st, info, options, timeout, t0, pages, domain
+        )
         if status == UNSUPPORTED:
             return ParseOutcome(UNSUPPORTED, hash=h, error=error)
         if _moved(st, os.fstat(fd)):
@@ -321,13 +379,14 @@ def _parse_confined(
     timeout: float | None,
     t0: float,
     pages: Pages | None = None,
+    domain: tuple[object] | None = None,
 ) -> Reply:
     """(status, units, error, part) of parsing ``fd`` in a confined child."""
     global _children
     if _children is None:
         _children = sandbox.Children({"parse": _child_parse}, _child_ready)
     try:
-        child = _children.get(sandbox.file_domain(st), _cap_bytes)
+        child = _children.get(sandbox.file_domain(st) if domain is None else domain[0], _cap_bytes)
     except sandbox.SandboxError as exc:
         return FAILED, (), _one_line(str(exc)), None
     request: dict[str, object] = {

@@ -26,7 +26,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from swfs.store.records import UnitText
-from swfs.views.parsework import CHANGED, FAILED, GONE, OK, Pages, ParseOutcome, ParsePool, Part
+from swfs.views.executor import ParseExecutor
+from swfs.views.parsework import CHANGED, FAILED, GONE, OK, Pages, ParseOutcome, Part
 
 # Pages in the first range (the time to the first page), then each range
 # twice the last, up to LAST_RANGE; a range a reader waits for is at most
@@ -137,7 +138,7 @@ Publish = Callable[[], None]  # on the loop: a range is in, readers may look aga
 
 
 async def parse_ranged(
-    pool: ParsePool,
+    pool: ParseExecutor,
     abs_path: str,
     rel: str,
     *,
