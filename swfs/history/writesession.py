@@ -206,7 +206,7 @@ class InPlaceSession:
         ``freeing``: for a change that frees space (a truncate that
         shrinks), which goes on without them on a full disk (never ENOSPC;
         ``History.preserve_freeing``)."""
-        self._writes.drain()
+        self._writes.drain_for(self.rel)
         rel = self.rel
         if self._kept.preserved or rel is None:
             return
@@ -289,7 +289,7 @@ class InPlaceSession:
         rest."""
         rel = self.rel
         free = getattr(self._writes.history, "writer_if_free", None)
-        if rel is None or free is None or self._writes.recorder.pending:
+        if rel is None or free is None or self._writes.queued_for(rel):
             return False  # a thread's work: wait for the queued records first
         st = os.fstat(self.fd)
         if st.st_size > INLINE_RECORD_BYTES or st.st_nlink != 1:
@@ -326,7 +326,7 @@ class InPlaceSession:
 
     def settle(self) -> None:
         """*slow*: record what this session changed since the last record."""
-        self._writes.drain()
+        self._writes.drain_for(self.rel)
         rel = self.rel
         if not self.dirty:
             return
@@ -461,6 +461,23 @@ class InPlaceWrites:
         includes the records of the changes before it)."""
         self.recorder.drain()
 
+    def queued_for(self, rel: str | None) -> bool:
+        """Cheap: whether a queued record may change what the store says of
+        ``rel``: one of a change of ``rel``, of a folder above it or of a
+        path below it (those paths are busy until recorded)."""
+        if not self.recorder.pending:
+            return False
+        if rel is None:
+            return True
+        with self._lock:
+            busy = list(self._inflight)
+        return any(p == rel or rel.startswith(p + "/") or p.startswith(rel + "/") for p in busy)
+
+    def drain_for(self, rel: str | None) -> None:
+        """*slow*: ``drain`` where a queued record may concern ``rel``."""
+        if self.queued_for(rel):
+            self.drain()
+
     def close(self) -> None:
         self.recorder.close()
 
@@ -509,7 +526,7 @@ class InPlaceWrites:
     def begin_write(self, rel: str, opener: Callable[[], int], *, truncate: bool) -> InPlaceSession:
         """*slow*: open ``rel`` for writing (``opener`` returns the descriptor;
         with ``truncate`` it truncates, so the recorded bytes are kept first)."""
-        self.drain()
+        self.drain_for(rel)
         with self.changing(rel):
             try:
                 self.history.check_file(RelPath(rel))
