@@ -834,7 +834,9 @@ class Workspace(BlobReads):
             else:
                 fd = open_to_read(path, os.O_NOFOLLOW)
                 try:
-                    self.blobs.put_fd(fd, expected=rec.hash)
+                    # A reflink where the file system can (swfs.store.blobs)
+                    if not self.blobs.clone_fd(fd, expected=rec.hash):
+                        self.blobs.put_fd(fd, expected=rec.hash)
                 finally:
                     os.close(fd)
         except HashMismatch:
