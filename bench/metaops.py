@@ -58,11 +58,10 @@ def _ops(d: Path, n: int, big_mib: int, big_n: int, settle: Callable[[], None]) 
     settle()
     each("unlink", lambda i: os.unlink(d / f"t{i}"))
     each("mkdir", lambda i: os.mkdir(d / f"m{i}"))
-    block = os.urandom(1 << 20)
     for i in range(big_n):
         with open(d / f"big{i}", "wb") as f:
             for _ in range(big_mib):
-                f.write(block)
+                f.write(os.urandom(1 << 20))  # no chunk in common: nothing deduplicated
     settle()
 
     def first_write(i: int) -> None:

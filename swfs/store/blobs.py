@@ -331,6 +331,7 @@ class BlobStore:
             d.mkdir(mode=DIR_MODE, exist_ok=True)
         self._lock_path = self.root / LOCK_FILE
         self._cache_lock = threading.Lock()
+        self._no_clone: set[int] = set()  # st_dev of files clone_fd cannot reflink here
         # The cache's size as of the last scan plus what was added here since
         # (None: not scanned yet); a scan only when that passes the limit, or
         # every CACHE_RESCAN additions (other processes add to it too).
@@ -544,10 +545,14 @@ class BlobStore:
         hold ``expected``.  ``upgrade`` may chunk the blob later."""
         if self.has(expected):
             return True
+        dev = os.fstat(fd).st_dev
+        if dev in self._no_clone:
+            return False
         tmp, dst = self._new_temp()
         try:
             try:
                 if not reflink(fd, dst):
+                    self._no_clone.add(dev)  # asked once per file system
                     self._discard(tmp)
                     return False
                 actual = hash_fd(dst)
