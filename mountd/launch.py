@@ -238,9 +238,6 @@ async def _watch_signals(*, task_status: Any = trio.TASK_STATUS_IGNORED) -> None
             return
 
 
-SWITCH_INTERVAL = 0.0005  # seconds (sys.setswitchinterval)
-
-
 async def _serve(
     engine_factory: EngineFactory,
     src: Path,
@@ -253,11 +250,6 @@ async def _serve(
     # through the mount still gets exactly the mode the request asks for:
     # passthrough sets it explicitly after creating it.
     os.umask(0o077)
-    # The request loop shares the interpreter with the engine's threads (the
-    # queue of records, the journal, the search index): a request that
-    # arrives while one of them runs Python waits for the switch interval,
-    # 5 ms by default, before the loop gets the interpreter back.
-    sys.setswitchinterval(SWITCH_INTERVAL)
     raise_fd_limit()  # every file open through the mount holds a descriptor here
     async with AsyncExitStack() as stack:
         engine = stack.enter_context(engine_factory())
