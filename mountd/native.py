@@ -223,9 +223,15 @@ class NativeProvider:
     async def fsyncdir(self, node: Node) -> None:
         fd = open_beneath(self.source.root_fd, self.path(node), os.O_RDONLY | os.O_DIRECTORY)
         try:
-            await self.source.slow(os.fsync, fd)
+            # The changes of names before it are recorded first: what an
+            # fsync makes durable, a killed daemon must not lose the record of.
+            await self.source.slow(self._sync_dir, fd)
         finally:
             os.close(fd)
+
+    def _sync_dir(self, fd: int) -> None:
+        self.mount.engine.writes.drain()
+        os.fsync(fd)
 
     # -- files
 

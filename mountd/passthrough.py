@@ -613,8 +613,21 @@ class Passthrough:
                 os.unlink(name, dir_fd=pfd)
             return last
 
+        with dir_fd(self.root_fd, parent) as pfd:
+            st = os.stat(name, dir_fd=pfd, follow_symlinks=False)
+            change = self.writes.unlink(rel, (pfd, name, st))
+            if not change.needs_prepare():
+                # Nothing to keep first (held, or not a file): unlink, answer,
+                # record later (swfs.history.recorder).
+                try:
+                    os.unlink(name, dir_fd=pfd)
+                except BaseException:
+                    change.abort()
+                    raise
+                change.commit_later()
+                return st.st_nlink <= 1
         # Preserve, unlink, record: one trip to a worker thread, not three.
-        return await self.slow(self.writes.unlink(rel).run, unlink)
+        return await self.slow(change.run, unlink)
 
     async def rmdir(self, parent: str, name: str) -> None:
         if self.is_hidden(join(parent, name)):
@@ -641,6 +654,7 @@ class Passthrough:
         exchange = bool(flags & RENAME_EXCHANGE)
         with dir_fd(self.root_fd, old_parent) as ofd, dir_fd(self.root_fd, new_parent) as nfd:
             replaces_file = False
+            held: tuple[int, str, os.stat_result] | None = None
             if not flags & (RENAME_NOREPLACE | RENAME_EXCHANGE):
                 try:
                     target = os.stat(new_name, dir_fd=nfd, follow_symlinks=False)
@@ -648,7 +662,10 @@ class Passthrough:
                     pass
                 else:
                     replaces_file = not stat.S_ISDIR(target.st_mode)
-            change = self.writes.rename(old, new, replaces_file=replaces_file, exchange=exchange)
+                    held = (nfd, new_name, target)
+            change = self.writes.rename(
+                old, new, replaces_file=replaces_file, exchange=exchange, target=held
+            )
             try:
                 if change.needs_prepare():
                     await self.slow(change.prepare)
@@ -657,7 +674,8 @@ class Passthrough:
                 change.abort()
                 raise
             moved()
-        await self.slow(change.commit)
+        # Recorded later, in order (swfs.history.recorder): not on the reply path.
+        change.commit_later()
 
     # -- extended attributes of native files
 

@@ -220,6 +220,11 @@ class Change(Protocol):
 
     def prepare(self) -> None: ...
     def commit(self) -> None: ...
+    def commit_later(self) -> None:
+        """*fast*: the change happened; its record is queued, made in order
+        off the reply path (``swfs.history.recorder``)."""
+        ...
+
     def abort(self) -> None: ...
     def run(self, do: Callable[[], Any]) -> Any: ...
 
@@ -240,10 +245,24 @@ class WriteProtocol(Protocol):
         """``session``'s unnamed file was linked in as ``rel``: a new file."""
         ...
 
-    def unlink(self, rel: str) -> Change: ...
+    def unlink(self, rel: str, target: tuple[int, str, os.stat_result] | None = None) -> Change:
+        """``target``: the file's ``(dir_fd, name, lstat)``, so that what it
+        holds can be held by a hard link instead of kept first."""
+        ...
+
     def rename(
-        self, old: str, new: str, *, replaces_file: bool, exchange: bool = False
+        self,
+        old: str,
+        new: str,
+        *,
+        replaces_file: bool,
+        exchange: bool = False,
+        target: tuple[int, str, os.stat_result] | None = None,
     ) -> Change: ...
+    def drain(self) -> None:
+        """*slow*: wait until every queued record is made (before an fsync)."""
+        ...
+
     def truncate(self, rel: str, size: int | None = None) -> Change:
         """A truncate by path to ``size`` (None: not known): one that
         shrinks the file always succeeds (``preserve_freeing``)."""

@@ -156,6 +156,7 @@ class Engine(Workspace):
     def review(self) -> Sequence[ReviewEntry]:
         # SUMMARY.md, ALL.diff, every <rel>.diff and their access bits all ask
         # for the change set: compute it once per store generation.
+        self.writes.drain()  # the queued records of changes of names first
         gen = self.generation()
         if self._changes is None or self._changes[0] != gen:
             self._changes = (gen, review_mod.changes(self))

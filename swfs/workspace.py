@@ -179,8 +179,13 @@ class Workspace(BlobReads):
         self.partials = ranged.Partials()
         # A --staged mount's layer over SRC: every path is read through it.
         self.staging = staging.Staging.load(src, self.store_dir)
+        try:  # swfs.history.recorder: bytes a killed daemon held
+            self.writes.recover_held()
+        except OSError as exc:
+            log.warning("%s: held files not kept yet: %s", self.store_dir, exc)
 
     def close(self) -> None:
+        self.writes.close()  # the queued records first (swfs.history.recorder)
         if self.staging is not None:
             self.staging.close()
         self.store.close()
@@ -832,7 +837,9 @@ class Workspace(BlobReads):
             else:
                 fd = open_to_read(path, os.O_NOFOLLOW)
                 try:
-                    self.blobs.put_fd(fd, expected=rec.hash)
+                    # A reflink where the file system can (swfs.store.blobs)
+                    if not self.blobs.clone_fd(fd, expected=rec.hash):
+                        self.blobs.put_fd(fd, expected=rec.hash)
                 finally:
                     os.close(fd)
         except HashMismatch:
@@ -843,6 +850,54 @@ class Workspace(BlobReads):
         except FileNotFoundError:
             return True, None  # unlinked meanwhile: no write can reach these bytes
         return True, rec.hash
+
+    # ---- held bytes (swfs.history.recorder): kept after the change, in order
+    def held_dir(self) -> str | None:
+        """Where an unlink or a rename over through the mount holds the file
+        it destroys until ``keep_held``; None on a staged mount (SRC's
+        inode lives on there: ``_preserve_once`` copies)."""
+        return None if self.staging is not None else str(self.store_dir / "held")
+
+    def keep_held(self, rel: RelPath, path: str) -> None:
+        """*slow*: what ``preserve_inode(rel)`` would have kept, from the link
+        ``path`` held to ``rel``'s file before it was unlinked or renamed
+        over; ``rel``'s record is still the one of before the change.  On a
+        full disk the version is recorded as not kept (the change that
+        freed space went on, as ``preserve_freeing``)."""
+        rec = self.store.get_file(rel)
+        if rec is None or not self._keeps_bytes(rel, rec.size):
+            return
+        if history.is_ephemeral(self, rel, self.store.get_versions(rel)):
+            return  # a temp file deleted or renamed over keeps no history, nor bytes
+        if self.blobs.has(rec.hash):
+            return
+        try:
+            self._keep_held(rel, rec.hash, path)
+            return
+        except OSError as exc:
+            if not is_no_space(exc):
+                raise
+        with self.room():
+            try:
+                self._keep_held(rel, rec.hash, path)
+                return
+            except OSError as exc:
+                if not is_no_space(exc):
+                    raise
+        self._record_not_kept(rel, NOT_KEPT_DISK_FULL)
+
+    def _keep_held(self, rel: str, h: str, path: str) -> None:
+        try:
+            self.blobs.link_in(Path(path), expected=h)
+        except HashMismatch:
+            # Changed behind the mount since its last record: its bytes are
+            # kept under their own hash; those of the record were gone already.
+            log.warning("%s: changed since its last record (b3:%s): kept as found", rel, h[:16])
+            self.blobs.link_in(Path(path))
+
+    def keep_held_orphan(self, path: str) -> None:
+        """*slow*: keep the bytes a killed daemon held (under their hash)."""
+        self.blobs.link_in(Path(path))
 
     def _replaced_soon(self, rel: str, h: str) -> bool:
         """Whether the in-place write about to happen makes a version that
@@ -1218,13 +1273,16 @@ class Workspace(BlobReads):
 
     # ------------------------------------------------------------- versions
     def versioned_paths(self) -> Iterable[RelPath]:
+        self.writes.drain()  # the queued records of changes of names first
         with self.store.read() as txn:
             return [RelPath(rel) for rel, _ in self.store.iter_versions(txn)]
 
     def has_versions(self, rel: RelPath) -> bool:
+        self.writes.drain()  # the queued records of changes of names first
         return bool(self.store.get_versions(rel))
 
     def versions(self, rel: RelPath) -> Sequence[Version]:
+        self.writes.drain()  # the queued records of changes of names first
         rec = self.store.get_file(rel)
         out = []
         for v in self.store.get_versions(rel):
@@ -1261,6 +1319,7 @@ class Workspace(BlobReads):
     def version_ref(self, rel: RelPath, number: int) -> str | None:
         """Like ``version_file`` but cheap: the path may not exist until
         ``open_blob`` opens it."""
+        self.writes.drain()  # the queued records of changes of names first
         for v in self.versions(rel):
             if v.number == number:
                 if self.blobs.has(v.hash):

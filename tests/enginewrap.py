@@ -38,6 +38,7 @@ HOOKS = frozenset(
         "check_file",
         "preserve",
         "preserve_inode",
+        "keep_held",
         "preserve_freeing",
         "record_write",
         "record_rename",

@@ -166,6 +166,9 @@ class _Writes:
     def busy(self, rels: Iterable[str]) -> set[str]:
         return set()
 
+    def drain(self) -> None:
+        """Nothing is ever queued in a world."""
+
     @staticmethod
     def check_behind(rel: str, check: Callable[[RelPath], object]) -> bool:
         check(RelPath(rel))

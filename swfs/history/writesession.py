@@ -57,6 +57,7 @@ import contextlib
 import logging
 import os
 import signal
+import stat
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
@@ -64,6 +65,7 @@ from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 from swfs.api import FileState, RelPath, WriteSession
+from swfs.history.recorder import MAX_DELAY, QUIET, Held, Recorder
 from swfs.store import treecache
 from swfs.store.fsutil import fallocate, fallocate_changes
 from swfs.store.reserve import NO_SPACE
@@ -100,6 +102,20 @@ class History(Protocol):
     def record_write(self, rel: RelPath) -> FileState | None: ...
     def record_rename(self, old: RelPath, new: RelPath) -> None: ...
     def record_unlink(self, rel: RelPath) -> None: ...
+    def held_dir(self) -> str | None:
+        """Where an unlink or a rename over holds the file it destroys
+        until ``keep_held`` keeps its bytes (None: keep them first)."""
+        ...
+
+    def keep_held(self, rel: RelPath, path: str) -> None:
+        """*slow*: what ``preserve_inode(rel)`` would have kept before the
+        change, from ``path``, the link held to the file then."""
+        ...
+
+    def keep_held_orphan(self, path: str) -> None:
+        """*slow*: keep the bytes at ``path``, held by a daemon that was
+        killed before it recorded its change (under their own hash)."""
+        ...
 
 
 @dataclass
@@ -128,9 +144,21 @@ _STRIPES = 64
 
 # Fault injection for the crash tests (tests/mounted/test_keep_crash_mounted.py):
 # ``kept:REL`` kills this process right after the recorded bytes of REL were
-# kept before an in-place write, ``written:REL`` right after that write.
+# kept before an in-place write, ``written:REL`` right after that write,
+# ``queued:REL`` right after an unlink of REL (or a rename onto it) was made
+# and its record queued (swfs.history.recorder).
 KILL_AT_ENV = "SWFS_TEST_KILL_AT"
 _KILL_AT = os.environ.get(KILL_AT_ENV, "")
+
+
+# A file is held (kept after its unlink or rename over, off the reply path)
+# only where the file system has this much room beside twice its size.
+HOLD_ROOM = 64 << 20
+
+# For the crash tests (tests/mounted/test_deferred_records_mounted.py): how
+# long the queue of records waits for a pause in the changes (seconds), so a
+# test can kill the daemon while records are still queued.
+RECORD_QUIET_ENV = "SWFS_TEST_RECORD_QUIET"
 
 
 def _fault(step: str, rel: str | None) -> None:
@@ -178,6 +206,7 @@ class InPlaceSession:
         ``freeing``: for a change that frees space (a truncate that
         shrinks), which goes on without them on a full disk (never ENOSPC;
         ``History.preserve_freeing``)."""
+        self._writes.drain_for(self.rel)
         rel = self.rel
         if self._kept.preserved or rel is None:
             return
@@ -260,8 +289,8 @@ class InPlaceSession:
         rest."""
         rel = self.rel
         free = getattr(self._writes.history, "writer_if_free", None)
-        if rel is None or free is None:
-            return False
+        if rel is None or free is None or self._writes.queued_for(rel):
+            return False  # a thread's work: wait for the queued records first
         st = os.fstat(self.fd)
         if st.st_size > INLINE_RECORD_BYTES or st.st_nlink != 1:
             return False  # hashing, or the other names' records: a thread's work
@@ -297,6 +326,7 @@ class InPlaceSession:
 
     def settle(self) -> None:
         """*slow*: record what this session changed since the last record."""
+        self._writes.drain_for(self.rel)
         rel = self.rel
         if not self.dirty:
             return
@@ -335,11 +365,15 @@ class Change:
         prepare: Callable[[], None],
         commit: Callable[[], None],
         needs_prepare: Callable[[], bool] = lambda: True,
+        *,
+        done: Callable[[], None] = lambda: None,
+        cleanup: Callable[[], None] = lambda: None,
     ) -> None:
         self._writes = writes
         self._rels = list(rels)
         self._prepare, self._commit = prepare, commit
         self._needs_prepare = needs_prepare
+        self._done_now, self._cleanup = done, cleanup
         self._done = False
         writes.enter(self._rels)
 
@@ -351,17 +385,38 @@ class Change:
     def prepare(self) -> None:
         """*slow*: OSError (ENOSPC, EIO) when what goes cannot be kept; the
         change must not happen then (call ``abort``)."""
+        self._writes.drain()
         self._prepare()
 
     def commit(self) -> None:
         """*slow*: the change happened; record it."""
+        self.changed()
+        self._record()
+
+    def changed(self) -> None:
+        """*fast*: the change happened; the protocol's own state (the names
+        of open sessions) follows it at once."""
+        self._done_now()
+
+    def commit_later(self) -> None:
+        """*fast*: the change happened (``changed`` is called here); its
+        record is queued (``swfs.history.recorder``): the paths stay busy
+        until it is made."""
+        self.changed()
+        self._writes.recorder.submit(self._record)
+        _fault("queued", self._rels[-1])
+
+    def _record(self) -> None:
         try:
             self._commit()
         finally:
             self._finish()
 
     def abort(self) -> None:
-        self._finish()
+        try:
+            self._cleanup()
+        finally:
+            self._finish()
 
     def _finish(self) -> None:
         if not self._done:
@@ -393,12 +448,85 @@ class InPlaceWrites:
         # for as long as it reads the file, and taken by whatever is about to
         # change a path's bytes (check_behind).
         self._stripes = tuple(threading.Lock() for _ in range(_STRIPES))
+        # Records of changes of names, made off the reply path, in order
+        # (swfs.history.recorder); the hard links that hold what they destroy.
+        quiet = float(os.environ.get(RECORD_QUIET_ENV) or QUIET)
+        self.recorder = Recorder(quiet=quiet, max_delay=max(MAX_DELAY, quiet))
+        self._held: Held | None = None
+        self._held_known = False
+
+    def drain(self) -> None:
+        """*slow*: wait until every queued record is made (before a step
+        that reads records, and before an fsync: what it makes durable
+        includes the records of the changes before it)."""
+        self.recorder.drain()
+
+    def queued_for(self, rel: str | None) -> bool:
+        """Cheap: whether a queued record may change what the store says of
+        ``rel``: one of a change of ``rel``, of a folder above it or of a
+        path below it (those paths are busy until recorded)."""
+        if not self.recorder.pending:
+            return False
+        if rel is None:
+            return True
+        with self._lock:
+            busy = list(self._inflight)
+        return any(p == rel or rel.startswith(p + "/") or p.startswith(rel + "/") for p in busy)
+
+    def drain_for(self, rel: str | None) -> None:
+        """*slow*: ``drain`` where a queued record may concern ``rel``."""
+        if self.queued_for(rel):
+            self.drain()
+
+    def close(self) -> None:
+        self.recorder.close()
+
+    def _holder(self) -> Held | None:
+        if not self._held_known:
+            where = self.history.held_dir()
+            self._held = None if where is None else Held(where)
+            self._held_known = True
+        return self._held
+
+    def recover_held(self) -> int:
+        """*slow*: keep the bytes of files a killed daemon held (``Held``);
+        how many."""
+        held = self._holder()
+        if held is None:
+            return 0
+        return held.recover(self.history.keep_held_orphan)
+
+    def _hold(self, target: tuple[int, str, os.stat_result] | None) -> str | None:
+        """Hold (hard-link into the store) the file ``target`` names,
+        ``(dir_fd, name, its lstat)``, which a change is about to destroy,
+        where that is safe: a regular file with one name and no session
+        writing it (whose writes would change the held bytes before they
+        are kept).  The held path, or None (keep it first, the slow way)."""
+        held = self._holder()
+        if held is None or target is None:
+            return None
+        pfd, name, st = target
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+            return None
+        with self._lock:
+            if (st.st_dev, st.st_ino) in self._kept:
+                return None
+        try:
+            vfs = os.fstatvfs(pfd)
+        except OSError:
+            return None
+        if vfs.f_bavail * vfs.f_frsize < HOLD_ROOM + 2 * st.st_size:
+            # Nearly full: a delete must free its space now, and keeping
+            # the bytes needs room (``_keep_freeing`` knows what to do).
+            return None
+        return held.hold(name, pfd)
 
     # -- sessions
 
     def begin_write(self, rel: str, opener: Callable[[], int], *, truncate: bool) -> InPlaceSession:
         """*slow*: open ``rel`` for writing (``opener`` returns the descriptor;
         with ``truncate`` it truncates, so the recorded bytes are kept first)."""
+        self.drain_for(rel)
         with self.changing(rel):
             try:
                 self.history.check_file(RelPath(rel))
@@ -502,35 +630,80 @@ class InPlaceWrites:
 
     # -- changes of names
 
-    def unlink(self, rel: str) -> Change:
+    def unlink(self, rel: str, target: tuple[int, str, os.stat_result] | None = None) -> Change:
         """An unlink frees space: it goes on even on a full disk, its bytes
-        recorded as not kept when they cannot be (``preserve_freeing``)."""
+        recorded as not kept when they cannot be (``preserve_freeing``).
+        ``target``: ``(dir_fd, name, lstat)`` of the file, so that it can be
+        held (``_hold``) instead of kept first; ``needs_prepare`` says
+        whether it was (or there is nothing to keep)."""
         r = RelPath(rel)
+        regular = target is None or stat.S_ISREG(target[2].st_mode)
+        held = self._hold(target) if regular else None
+        gone = Held.drop
 
         def commit() -> None:
+            if held is not None:
+                try:
+                    self.history.keep_held(r, held)
+                finally:
+                    gone(held)
             self.history.record_unlink(r)
-            self._renamed(rel, None)
 
         def prepare() -> None:
             _keep_freeing(self.history, r, link=True)
 
-        return Change(self, [rel], prepare, commit)
+        def needs_prepare() -> bool:
+            return regular and held is None
 
-    def rename(self, old: str, new: str, *, replaces_file: bool, exchange: bool = False) -> Change:
+        return Change(
+            self,
+            [rel],
+            prepare,
+            commit,
+            needs_prepare,
+            done=lambda: self._renamed(rel, None),
+            cleanup=lambda: gone(held),
+        )
+
+    def rename(
+        self,
+        old: str,
+        new: str,
+        *,
+        replaces_file: bool,
+        exchange: bool = False,
+        target: tuple[int, str, os.stat_result] | None = None,
+    ) -> Change:
         """``replaces_file``: ``new`` is a file (not a directory) the rename
-        replaces.  ``exchange``: RENAME_EXCHANGE (both names stay)."""
+        replaces; ``target``, its ``(dir_fd, name, lstat)``, lets it be held
+        instead of kept first (``_hold``).  ``exchange``: RENAME_EXCHANGE
+        (both names stay)."""
+        over = replaces_file and not exchange
+        held = self._hold(target) if over else None
+        gone = Held.drop
 
         def prepare() -> None:
             # What was written under either name must be recorded before the
             # rename (a release may still be on its way from the kernel).
             for s in self._dirty_sessions(old, new):
                 s.settle()
-            if replaces_file and not exchange:
+            if over and held is None:
                 self.history.preserve_inode(RelPath(new))
 
-        def commit() -> None:
+        def done() -> None:
             if exchange:
                 self._exchanged(old, new)
+            else:
+                self._renamed(new, None)  # sessions on the replaced file lose their name
+                self._renamed(old, new)
+
+        def commit() -> None:
+            if held is not None:
+                try:
+                    self.history.keep_held(RelPath(new), held)
+                finally:
+                    gone(held)
+            if exchange:
                 # Both names still exist, each with the other's bytes.
                 for rel in (old, new):
                     try:
@@ -538,16 +711,17 @@ class InPlaceWrites:
                     except Exception:
                         log.exception("check_file(%r) failed", rel)
                 return
-            self._renamed(new, None)  # sessions on the replaced file lose their name
-            self._renamed(old, new)
             self.history.record_rename(RelPath(old), RelPath(new))
 
         def needs_prepare() -> bool:
-            # Nothing to keep and nothing written under either name: a plain
-            # rename goes straight to the kernel (no hop to a thread first).
-            return (replaces_file and not exchange) or bool(self._dirty_sessions(old, new))
+            # Nothing to keep (or it is held) and nothing written under either
+            # name: a plain rename goes straight to the kernel (no hop to a
+            # thread first).
+            return (over and held is None) or bool(self._dirty_sessions(old, new))
 
-        return Change(self, [old, new], prepare, commit, needs_prepare)
+        return Change(
+            self, [old, new], prepare, commit, needs_prepare, done=done, cleanup=lambda: gone(held)
+        )
 
     def truncate(self, rel: str, size: int | None = None) -> Change:
         """A truncate by path (no open descriptor) to ``size``: one that

@@ -80,6 +80,7 @@ from swfs.store.fsutil import (
     hash_file,
     hash_zeros,
     open_to_read,
+    reflink,
     write_all,
     write_all_at,
 )
@@ -330,6 +331,7 @@ class BlobStore:
             d.mkdir(mode=DIR_MODE, exist_ok=True)
         self._lock_path = self.root / LOCK_FILE
         self._cache_lock = threading.Lock()
+        self._no_clone: set[int] = set()  # st_dev of files clone_fd cannot reflink here
         # The cache's size as of the last scan plus what was added here since
         # (None: not scanned yet); a scan only when that passes the limit, or
         # every CACHE_RESCAN additions (other processes add to it too).
@@ -531,6 +533,41 @@ class BlobStore:
             extents = tuple(self._chunk_buffer(memoryview(data), 0, new_chunks, inline=True))
             self._commit_manifest(h, Manifest(len(data), extents), new_chunks)
         return h
+
+    def clone_fd(self, fd: int, *, expected: str) -> bool:
+        """Keep the file behind ``fd`` as blob ``expected`` by a reflink
+        (FICLONE), whole, where the store's file system shares extents with
+        the file's (xfs, btrfs): its cost does not grow with the file's size
+        as chunking's does; the first write into a large recorded file then
+        copies only the blocks it changes (the file system's copy on write).
+        False, nothing stored, where it cannot (ext4, another file system):
+        ``put_fd`` then.  HashMismatch (nothing stored) if the clone does not
+        hold ``expected``.  ``upgrade`` may chunk the blob later."""
+        if self.has(expected):
+            return True
+        dev = os.fstat(fd).st_dev
+        if dev in self._no_clone:
+            return False
+        tmp, dst = self._new_temp()
+        try:
+            try:
+                if not reflink(fd, dst):
+                    self._no_clone.add(dev)  # asked once per file system
+                    self._discard(tmp)
+                    return False
+                actual = hash_fd(dst)
+                if actual != expected:
+                    raise HashMismatch(expected=expected, actual=actual, source=f"fd {fd}")
+                self._seal(dst)
+            finally:
+                os.close(dst)
+            self._link_into(tmp, self.legacy_path(expected))
+            fsync_dir(self.legacy_path(expected).parent)
+        except BaseException as exc:
+            self._discard(tmp)
+            _reraise_naming(exc, tmp)
+            raise
+        return True
 
     def put_fd(self, fd: int, *, expected: str | None = None) -> Hash:
         """Store the whole file behind ``fd`` (from offset 0), chunked; holes

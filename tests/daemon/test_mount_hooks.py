@@ -14,11 +14,28 @@ from tests.mountutil import Mount
 
 pytestmark = [pytest.mark.mount, pytest.mark.timeout(60)]
 
-HOOKS = ("preserve", "preserve_inode", "record_write", "record_rename", "record_unlink")
+HOOKS = (
+    "preserve",
+    "preserve_inode",
+    "keep_held",
+    "record_write",
+    "record_rename",
+    "record_unlink",
+)
 
 
 def hooks(m: Mount) -> list[list[str]]:
-    return m.calls(*HOOKS)
+    # keep_held's second argument is the store's link, a name of its own
+    return [c[:2] if c[0] == "keep_held" else c for c in m.calls(*HOOKS)]
+
+
+def settled_hooks(m: Mount, expected: list[list[str]]) -> list[list[str]]:
+    """The hook calls once they are ``expected`` (or after a generous bound):
+    a change of names is recorded after its reply (swfs.history.recorder)."""
+    deadline = time.monotonic() + 30
+    while hooks(m) != expected and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return hooks(m)
 
 
 def test_editor_save_is_write_then_rename(mount_tree: MountFactory) -> None:
@@ -32,13 +49,14 @@ def test_editor_save_is_write_then_rename(mount_tree: MountFactory) -> None:
     )
     subprocess.run([sys.executable, "-c", code, str(m.mnt)], check=True)
     assert (m.src / "doc.txt").read_text() == "v2\n"
-    calls = hooks(m)
-    # fsync records the written temp file once; release has nothing new to record.
-    assert calls == [
+    # fsync records the written temp file once; release has nothing new to
+    # record.  The replaced file is held by a link and kept after the rename.
+    expected = [
         ["record_write", ".doc.txt.tmp"],
-        ["preserve_inode", "doc.txt"],
+        ["keep_held", "doc.txt"],
         ["record_rename", ".doc.txt.tmp", "doc.txt"],
     ]
+    assert settled_hooks(m, expected) == expected
 
 
 def test_editor_save_without_fsync(mount_tree: MountFactory) -> None:
@@ -46,11 +64,15 @@ def test_editor_save_without_fsync(mount_tree: MountFactory) -> None:
     m.clear_calls()
     (m.mnt / "doc.txt~").write_text("v2\n")
     os.replace(m.mnt / "doc.txt~", m.mnt / "doc.txt")
-    assert hooks(m) == [
+    # Read at once: reading history waits for the queued records.
+    names = os.listdir(m.mnt / ".versions/doc.txt")
+    assert len(names) == 2
+    expected = [
         ["record_write", "doc.txt~"],
-        ["preserve_inode", "doc.txt"],
+        ["keep_held", "doc.txt"],
         ["record_rename", "doc.txt~", "doc.txt"],
     ]
+    assert settled_hooks(m, expected) == expected
     names = os.listdir(m.mnt / ".versions/doc.txt")
     assert len(names) == 2
 
@@ -98,20 +120,22 @@ def test_unlink_and_rename_over(mount_tree: MountFactory) -> None:
     subprocess.run(["rm", str(m.mnt / "a.txt")], check=True)
     subprocess.run(["mv", str(m.mnt / "b.txt"), str(m.mnt / "c.txt")], check=True)
     subprocess.run(["mv", str(m.mnt / "c.txt"), str(m.mnt / "d.txt")], check=True)
-    assert hooks(m) == [
-        ["preserve_inode", "a.txt"],
+    expected = [
+        ["keep_held", "a.txt"],
         ["record_unlink", "a.txt"],
-        ["preserve_inode", "c.txt"],
+        ["keep_held", "c.txt"],
         ["record_rename", "b.txt", "c.txt"],
         ["record_rename", "c.txt", "d.txt"],
     ]
+    assert settled_hooks(m, expected) == expected
 
 
 def test_directory_rename_is_one_record(mount_tree: MountFactory) -> None:
     m = mount_tree({"dir/x.txt": "x", "dir/sub/y.txt": "y"})
     m.clear_calls()
     subprocess.run(["mv", str(m.mnt / "dir"), str(m.mnt / "moved")], check=True)
-    assert hooks(m) == [["record_rename", "dir", "moved"]]
+    expected = [["record_rename", "dir", "moved"]]
+    assert settled_hooks(m, expected) == expected
     with open(m.mnt / "moved/sub/y.txt", "a") as f:
         f.write("more")
     assert hooks(m)[-2:] == [["preserve", "moved/sub/y.txt"], ["record_write", "moved/sub/y.txt"]]
@@ -172,8 +196,12 @@ def test_truncated_temp_is_recorded_before_its_rename(mount_tree: MountFactory) 
         os.rename(m.mnt / "tmp", m.mnt / "doc.txt")  # while the creator still holds it
     finally:
         os.close(fd)
-    assert hooks(m)[:3] == [
+    expected = [
         ["record_write", "tmp"],
-        ["preserve_inode", "doc.txt"],
+        ["keep_held", "doc.txt"],
         ["record_rename", "tmp", "doc.txt"],
     ]
+    deadline = time.monotonic() + 30
+    while hooks(m)[:3] != expected and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert hooks(m)[:3] == expected

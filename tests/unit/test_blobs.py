@@ -364,3 +364,65 @@ def test_link_in_across_filesystems_copies(tiny_tmpfs: Path, tmp_path: Path) -> 
     assert store.read_bytes(h) == b"on another filesystem"
     assert stat.S_IMODE(store.path(h).stat().st_mode) == BLOB_MODE
     assert temps(store) == []
+
+
+# -- keeping a file by reflink (clone_fd)
+
+# A folder on a file system that shares extents (xfs, btrfs), to run the
+# clone tests there too: tmp_path is usually ext4 or tmpfs, which decline.
+REFLINK_DIR_ENV = "SWFS_TEST_REFLINK_DIR"
+
+
+@pytest.fixture(params=["tmp", "reflink"])
+def clone_root(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
+    if request.param == "tmp":
+        return tmp_path
+    where = os.environ.get(REFLINK_DIR_ENV)
+    if not where:
+        pytest.skip(f"{REFLINK_DIR_ENV} names no folder on xfs or btrfs")
+    d = Path(where) / f"clone-{os.getpid()}-{tmp_path.name}"
+    d.mkdir(parents=True)
+    return d
+
+
+def test_clone_fd_keeps_the_exact_bytes_or_declines(clone_root: Path) -> None:
+    store = BlobStore(clone_root / "blobs")
+    data = os.urandom(3 << 20) + b"\0" * (1 << 20) + b"tail"
+    (clone_root / "f").write_bytes(data)
+    fd = os.open(clone_root / "f", os.O_RDONLY)
+    try:
+        cloned = store.clone_fd(fd, expected=b3(data))
+    finally:
+        os.close(fd)
+    assert temps(store) == []
+    if not cloned:
+        assert not store.has(b3(data))
+        reflink_dir = os.environ.get(REFLINK_DIR_ENV)
+        assert not (reflink_dir and clone_root.is_relative_to(reflink_dir)), "declined on xfs"
+        return
+    assert store.has(b3(data))
+    # The file changes in place afterwards: the blob does not (copy on write).
+    with open(clone_root / "f", "r+b") as f:
+        f.seek(1 << 20)
+        f.write(b"changed")
+    r = store.reader(b3(data))
+    assert r.pread(len(data), 0) == data
+    assert store.verify(b3(data))
+
+
+def test_clone_fd_of_other_bytes_stores_nothing(clone_root: Path) -> None:
+    store = BlobStore(clone_root / "blobs")
+    (clone_root / "f").write_bytes(b"these bytes" * 1000)
+    fd = os.open(clone_root / "f", os.O_RDONLY)
+    try:
+        try:
+            cloned = store.clone_fd(fd, expected=b3(b"other bytes"))
+        except HashMismatch:
+            cloned = True
+    finally:
+        os.close(fd)
+    assert not store.has(b3(b"other bytes"))
+    assert temps(store) == []
+    reflink_dir = os.environ.get(REFLINK_DIR_ENV)
+    if reflink_dir and clone_root.is_relative_to(reflink_dir):
+        assert cloned  # raised, on a file system that clones
