@@ -398,7 +398,7 @@ class Operations(NowaitOps, pyfuse3.Operations):  # NowaitOps: mountd.nowait
         # a reply would say now.  The listing taken here answers the first readdir.
         fd = provider.open_dir(node)
         try:
-            names, sig = await self._listing(node, fd)
+            names, sig = await self.listing(node, fd)
         except BaseException:
             if fd is not None:
                 os.close(fd)
@@ -411,7 +411,7 @@ class Operations(NowaitOps, pyfuse3.Operations):  # NowaitOps: mountd.nowait
             self.journal.on_list(ctx.pid, provider.dir_path(node), names[2:])
         return binding.dir_info(fh, keep=keep)
 
-    async def _listing(self, node: Node, fd: int | None = None) -> tuple[list[str], object]:
+    async def listing(self, node: Node, fd: int | None = None) -> tuple[list[str], object]:
         """The names directory ``node`` shows ("." and ".." first), and what a
         kernel's cached copy of them must match: each name with the inode
         number the kernel was told for it (None where it holds none now).
@@ -435,17 +435,17 @@ class Operations(NowaitOps, pyfuse3.Operations):  # NowaitOps: mountd.nowait
         if h.names is None or (start_id == 0 and not h.fresh):
             # A rewind lists again: what the kernel caches from here on is no
             # longer the listing opendir vouched for.
-            h.names, _ = await self._listing(h.node, h.fd)
+            h.names, _ = await self.listing(h.node, h.fd)
             self.journal.on_listed(fh, h.names[2:])
             h.node.cache_sig = h.told = None
         h.fresh = False
         if h.fd is not None:
-            await self._reply_entries(h, start_id, token, h.fd)
+            await self.reply_entries(h, start_id, token, h.fd)
             return
         # One descriptor (if the tree has any) for every entry's stat in this reply.
         fd = self.router.route(h.node).open_dir(h.node)
         try:
-            await self._reply_entries(h, start_id, token, fd)
+            await self.reply_entries(h, start_id, token, fd)
         finally:
             if fd is not None:
                 os.close(fd)
@@ -462,7 +462,7 @@ class Operations(NowaitOps, pyfuse3.Operations):  # NowaitOps: mountd.nowait
         node = self._node(inode)
         await self.router.route(node).fsyncdir(node)
 
-    async def _reply_entries(
+    async def reply_entries(
         self, h: DirHandle, start_id: int, token: pyfuse3.ReaddirToken, fd: int | None
     ) -> None:
         """Reply with ``h.names`` from ``start_id`` on (offsets index that

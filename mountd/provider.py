@@ -25,23 +25,21 @@ from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import pyfuse3
 
 from mountd import binding
-from mountd.nodes import Node
+from mountd.nodes import Node, Tree
 from mountd.passthrough import Creds, NativeHandle, SetAttr
 
 if TYPE_CHECKING:
     from mountd.fastpath import FastPath
-    from mountd.invalidator import Invalidator
     from mountd.nodes import InodeTable
     from mountd.options import MountOptions
-    from mountd.router import Router
-    from mountd.synthetic import Generation
+    from mountd.synthetic import Generation, SyntheticTree
     from swfs.api import BlobBytes, EngineAPI
     from swfs.changefeed import ChangeFeed
 
@@ -225,23 +223,50 @@ class NativeSource(Protocol):
     def removexattr(self, rel: str, name: str) -> None: ...
 
 
+class Routes(Protocol):
+    """What a provider asks of the router (``mountd.router.Router``)."""
+
+    names: frozenset[str]  # the generated trees' names, reserved at the root
+    trees: dict[Tree, SyntheticTree]
+
+    def provider(self, tree: Tree) -> SyntheticTree: ...
+    def route(self, node: Node) -> Provider: ...
+    def route_child(self, parent: Node, name: str) -> Provider: ...
+    def listed(self) -> list[str]: ...
+    def below(self, rel: str) -> Iterator[tuple[Tree, str]]: ...
+
+
+class Invalidates(Protocol):
+    """What a provider asks of the kernel cache invalidation
+    (``mountd.invalidator.Invalidator``)."""
+
+    def gone(self, links: Iterable[tuple[int, str]]) -> None: ...
+    def drop_listing(self, ino: int) -> None: ...
+
+
 class Mount(Protocol):
-    """What providers share with the adapter (``mountd.operations.Operations``)."""
+    """What providers share with the adapter (``mountd.operations.Operations``).
+
+    Typed by protocols (``Routes``, ``Invalidates``), not by the classes
+    that implement them: this module is what the router, the invalidator
+    and the adapter import, so it imports none of them."""
 
     engine: EngineAPI
     options: MountOptions
     table: InodeTable
     gen: Generation
-    router: Router
     journal: Any
     native: NativeSource  # generated trees open blobs through it (slow(), root_fd)
-    invalidator: Invalidator
     fastpath: FastPath  # kernel passthrough of native file data
     feed: ChangeFeed | None  # changes behind the mount (none for a world, or before it runs)
     handles: dict[int, Handle]
     src: str
     store: str
 
+    @property
+    def router(self) -> Routes: ...
+    @property
+    def invalidator(self) -> Invalidates: ...
     def add_handle(self, h: Handle) -> int: ...
     def invalidate_attrs(self, ino: int) -> None: ...
     async def release(self, fh: int) -> None: ...
