@@ -60,7 +60,7 @@ from mountd.options import MountOptions
 from mountd.poll import Poller
 from mountd.provider import DirHandle, FileHandle, Handle, NativeSource, Provider, fail
 from mountd.render import RenderTree
-from mountd.reply import Reply, awaited, pending, then
+from mountd.reply import Reply, awaited, pending
 from mountd.router import Router
 from mountd.searchtree import SearchTree
 from mountd.synthetic import Generation, ReviewTree, SyntheticTree, make_trees
@@ -267,11 +267,17 @@ class Operations(pyfuse3.Operations):
         self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext
     ) -> Reply[pyfuse3.EntryAttributes]:
         parent, n = self._node(parent_inode), os.fsdecode(name)
-        return then(self.router.route_child(parent, n).lookup(parent, n), self._remembered)
+        got = self.router.route_child(parent, n).lookup(parent, n)
+        if pending(got):
+            return self._remembered(cast(Awaitable[tuple[Node, pyfuse3.EntryAttributes]], got))
+        node, attr = cast(tuple[Node, pyfuse3.EntryAttributes], got)
+        self.table.remember(node)  # the kernel holds a reference to it now
+        return attr
 
-    def _remembered(self, found: tuple[Node, pyfuse3.EntryAttributes]) -> pyfuse3.EntryAttributes:
-        """A lookup's reply: the kernel holds a reference to the node now."""
-        node, attr = found
+    async def _remembered(
+        self, got: Awaitable[tuple[Node, pyfuse3.EntryAttributes]]
+    ) -> pyfuse3.EntryAttributes:
+        node, attr = await got
         self.table.remember(node)
         return attr
 

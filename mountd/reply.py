@@ -16,27 +16,24 @@ from collections.abc import Awaitable, Callable
 from types import CoroutineType
 from typing import Any, TypeAlias, TypeVar, Union
 
+import pyfuse3
+
 T = TypeVar("T")
-U = TypeVar("U")
 
 #: A reply now, or an awaitable of it.
 Reply: TypeAlias = Union[T, Awaitable[T]]  # noqa: UP007 (a generic alias)
 
 
+# What replies are made of: answered at once without asking the Awaitable ABC.
+_REPLIES = frozenset({pyfuse3.EntryAttributes, pyfuse3.FileInfo, bytes, int, tuple, type(None)})
+
+
 def pending(got: object) -> bool:
     """``got`` is an awaitable: the reply comes later."""
-    return type(got) is CoroutineType or isinstance(got, Awaitable)
-
-
-def then(got: Reply[T], fn: Callable[[T], U]) -> Reply[U]:
-    """``fn`` of the reply: now, or once it comes."""
-    if pending(got):
-        return _then(got, fn)  # type: ignore[arg-type]
-    return fn(got)  # type: ignore[arg-type]
-
-
-async def _then(got: Awaitable[T], fn: Callable[[T], U]) -> U:
-    return fn(await got)
+    kind = type(got)
+    if kind is CoroutineType:
+        return True
+    return kind not in _REPLIES and isinstance(got, Awaitable)
 
 
 async def awaited(got: Reply[T]) -> T:

@@ -63,7 +63,13 @@ cdef void fuse_init (void *userdata, fuse_conn_info *conn):
 
 cdef inline bint _pending(obj):
     '''The handler's result is an awaitable: its reply comes later.'''
-    return type(obj) is CoroutineType or isinstance(obj, Awaitable)
+    cdef object kind = type(obj)
+    if kind is CoroutineType:
+        return True
+    if (obj is None or kind is EntryAttributes or kind is FileInfo or kind is bytes
+            or kind is int or kind is tuple):
+        return False  # a reply: no look-up of the Awaitable ABC
+    return isinstance(obj, Awaitable)
 
 
 cdef int _call_failed(fuse_req_t req, what) except -1:
