@@ -7,6 +7,7 @@ where it hands back an awaitable, and hands back one for what must wait."""
 from __future__ import annotations
 
 import errno
+import inspect
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -594,3 +595,23 @@ def test_flush_nowait_leaves_a_large_record_to_a_worker_thread(
     trio.run(call, ops.flush, fi.fh)
     assert engine.file_state("d/big.bin").hash == _b3(data)
     assert answered(ops.release(fi.fh))
+
+
+def test_stock_pyfuse3_gets_coroutines_of_the_same_handlers(
+    ops: Operations, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With stock pyfuse3 (which awaits every handler) the binding wraps the
+    handlers that may answer at once in coroutines: the same answers, awaited."""
+    ctx: Any = Ctx()
+    ino = _ino(ops, "d/e/a.txt")
+    direct = at_once(ops.getattr(ino, ctx))
+    monkeypatch.setattr(binding, "FORK", False)
+    assert binding.adapt(ops) is ops
+    for name in binding.IMMEDIATE:
+        assert inspect.iscoroutinefunction(getattr(ops, name)), name
+    got = trio.run(ops.getattr, ino, ctx)
+    assert (got.st_ino, got.st_size) == (direct.st_ino, direct.st_size)
+    fi = trio.run(ops.open, ino, os.O_RDONLY, ctx)
+    assert trio.run(ops.read, fi.fh, 0, 100) == b"alpha\nbeta\n"
+    trio.run(ops.release, fi.fh)
+    assert fi.fh not in ops.handles
