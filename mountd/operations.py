@@ -44,6 +44,7 @@ import logging
 import os
 import stat
 from collections.abc import Awaitable, Callable, Sequence
+from types import CoroutineType
 from typing import Any, TypeVar, cast
 
 import pyfuse3
@@ -60,7 +61,7 @@ from mountd.options import MountOptions
 from mountd.poll import Poller
 from mountd.provider import DirHandle, FileHandle, Handle, NativeSource, Provider, fail
 from mountd.render import RenderTree
-from mountd.reply import Reply, awaited, pending
+from mountd.reply import REPLIES, Reply, awaited, pending
 from mountd.router import Router
 from mountd.searchtree import SearchTree
 from mountd.synthetic import Generation, ReviewTree, SyntheticTree, make_trees
@@ -141,7 +142,8 @@ def handler(fn: F) -> F:
         except Exception as exc:
             counts[answered] += 1
             raise fuse_error(fn.__name__, args, exc) from None
-        if pending(got):
+        kind = type(got)  # mountd.reply.pending, inlined: this runs per request
+        if kind is CoroutineType or (kind not in REPLIES and isinstance(got, Awaitable)):
             return run(args, got)
         counts[answered] += 1
         return got
@@ -467,9 +469,13 @@ class Operations(pyfuse3.Operations):
         except BaseException:
             self._closed(fh, h)
             raise
+        if got is None:  # nothing left to record: at once
+            self.journal.on_close(fh)
+            self.table.closed(h.node)
+            return None
         if pending(got):
             return self._closed_after(fh, h, cast(Awaitable[None], got))
-        self._closed(fh, h)  # nothing left to record: at once
+        self._closed(fh, h)
         return None
 
     def _closed(self, fh: int, h: Handle) -> None:

@@ -25,7 +25,7 @@ Reply: TypeAlias = Union[T, Awaitable[T]]  # noqa: UP007 (a generic alias)
 
 
 # What replies are made of: answered at once without asking the Awaitable ABC.
-_REPLIES = frozenset({pyfuse3.EntryAttributes, pyfuse3.FileInfo, bytes, int, tuple, type(None)})
+REPLIES = frozenset({pyfuse3.EntryAttributes, pyfuse3.FileInfo, bytes, int, tuple, type(None)})
 
 
 def pending(got: object) -> bool:
@@ -33,7 +33,7 @@ def pending(got: object) -> bool:
     kind = type(got)
     if kind is CoroutineType:
         return True
-    return kind not in _REPLIES and isinstance(got, Awaitable)
+    return kind not in REPLIES and isinstance(got, Awaitable)
 
 
 async def awaited(got: Reply[T]) -> T:
