@@ -38,10 +38,15 @@ Modules, outermost first:
 ``tabtree``     ``.tab/``: the task's tab (``swfs.evidence.tab``).
 ``dirlist``     directory listings without OPENDIR: a warm walk sends no
                 request per directory.
-``nowait``      requests answered in pyfuse3's own callback, without a
-                coroutine; ``fastpath`` holds the policy for using it.
+``reply``       a handler's answer: its reply now, or an awaitable of it.
+                The handlers of LOOKUP, GETATTR, OPEN, CREATE, GETXATTR,
+                WRITE, FLUSH, RELEASE and LSEEK answer a native file's
+                request at once and hand back a coroutine for what must wait.
 ``binding``     what the installed pyfuse3 can do: the one module that asks
-                (our fork in ``vendor/pyfuse3``, or a stock pyfuse3).
+                (our fork in ``vendor/pyfuse3``, or a stock pyfuse3), and the
+                one place that decides how a handler's answer is awaited
+                (``adapt``).
+``fastpath``    kernel passthrough of native file data: which opens ask for it.
 ``poll``        adaptive polling: the loop stays hot a moment after a request.
 ``invalidator`` kernel cache invalidation, background work with run()/stop().
 ``fusectl``     a mount's FUSE connection (fusectl): found without a request,

@@ -2,7 +2,8 @@
 
 ``make install`` builds our fork of pyfuse3 3.5.0 (vendor/pyfuse3: its
 README says what it adds and why).  Stock pyfuse3 stays a supported
-fallback, at more round trips: every request then takes the async path,
+fallback, at more round trips: every request then takes the async path
+(``adapt`` makes coroutines of the handlers that may answer at once),
 the kernel asks again for each listing and each close's FLUSH, and
 fallocate(2), SEEK_DATA/SEEK_HOLE and O_TMPFILE are answered "not
 supported" by the kernel.  The rest of ``mountd`` reads the names below and
@@ -19,12 +20,14 @@ from typing import Any
 
 import pyfuse3
 
+from mountd.reply import as_coroutine
+
 # The fork's additions, looked up at run time: stock pyfuse3 (and its type
 # stubs) have none of them.
 _fork: Any = pyfuse3
 
 #: Our fork (vendor/pyfuse3), not stock pyfuse3.
-FORK: bool = hasattr(pyfuse3, "nowait_available")
+FORK: bool = hasattr(pyfuse3, "immediate_available")
 
 #: ``FileInfo.cache_readdir`` and ``opendir`` returning a FileInfo: the
 #: kernel keeps a directory's listing until the daemon drops it.
@@ -33,14 +36,36 @@ DIR_CACHE: bool = FORK
 NOFLUSH: bool = FORK
 #: OPENDIR answered ENOSYS: READDIR without a handle (``readdir_inode``).
 NO_OPENDIR: bool = FORK
-#: ``<request>_nowait`` methods called in pyfuse3's callback (mountd.nowait).
-NOWAIT: bool = FORK
+#: The handlers of these requests are called in pyfuse3's callback and may
+#: return their reply (answered at once) or an awaitable (mountd.reply).
+IMMEDIATE = (
+    "lookup",
+    "getattr",
+    "open",
+    "create",
+    "getxattr",
+    "write",
+    "flush",
+    "release",
+    "lseek",
+)
 #: FALLOCATE and LSEEK handed to ``Operations.fallocate`` / ``lseek``.
 FILE_OPS: bool = FORK
 #: TMPFILE handed to ``Operations.tmpfile`` (libfuse 3.17 or newer).
 TMPFILE: bool = FORK and bool(_fork.tmpfile_available())
 #: Kernel passthrough can be asked for (libfuse 3.17 or newer).
 PASSTHROUGH: bool = FORK and bool(_fork.passthrough_available())
+
+
+def adapt(ops: Any) -> Any:
+    """``ops`` as the installed pyfuse3 calls it: the fork calls the
+    ``IMMEDIATE`` handlers itself and replies at once to what is not an
+    awaitable; stock pyfuse3 awaits every handler, so there each of them is
+    wrapped in a coroutine on the instance.  The one place that decides."""
+    if not FORK:
+        for name in IMMEDIATE:
+            setattr(ops, name, as_coroutine(getattr(ops, name)))
+    return ops
 
 
 def passthrough_unavailable_why() -> str | None:

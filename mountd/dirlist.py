@@ -82,17 +82,17 @@ import logging
 import os
 from collections import OrderedDict
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import pyfuse3
 import trio
 
-from mountd.nodes import Node
-from mountd.provider import DirHandle
+from mountd.nodes import Node, Tree
+from mountd.provider import DirHandle, Mount
 from swfs.evidence.tab import META, TAB_DIR
 
 if TYPE_CHECKING:
-    from mountd.operations import Operations
+    from mountd.synthetic import SyntheticTree
 
 log = logging.getLogger(__name__)
 
@@ -125,8 +125,24 @@ class Listings:
             del self._kept[ino]
 
 
+class Daemon(Mount, Protocol):
+    """What READDIR without a handle and the kernel cache invalidation
+    (``mountd.invalidator``) ask of the adapter (``mountd.operations.Operations``):
+    passed in, so neither imports it."""
+
+    listings: Listings
+    mounted: bool  # pyfuse3 has a session: kernel notifications work
+    no_opendir: bool
+    trees: dict[Tree, SyntheticTree]
+
+    async def listing(self, node: Node, fd: int | None = None) -> tuple[list[str], object]: ...
+    async def reply_entries(
+        self, h: DirHandle, start_id: int, token: pyfuse3.ReaddirToken, fd: int | None
+    ) -> None: ...
+
+
 async def readdir(
-    ops: Operations,
+    ops: Daemon,
     node: Node,
     off: int,
     token: pyfuse3.ReaddirToken,
@@ -139,7 +155,7 @@ async def readdir(
     fd = provider.open_dir(node)
     try:
         if names is None:
-            names, _ = await ops._listing(node, fd)
+            names, _ = await ops.listing(node, fd)
             ops.listings.keep(node.ino, names)
             if off == 0 and provider.evidence:
                 ops.journal.on_list(ctx.pid, provider.dir_path(node), names[2:])
@@ -149,13 +165,13 @@ async def readdir(
             if not provider.keeps_listing(node):
                 _forget_listing(ops, node.ino)
             return
-        await ops._reply_entries(DirHandle(node, names), off, token, fd)
+        await ops.reply_entries(DirHandle(node, names), off, token, fd)
     finally:
         if fd is not None:
             os.close(fd)
 
 
-def _forget_listing(ops: Operations, ino: int) -> None:
+def _forget_listing(ops: Daemon, ino: int) -> None:
     """The kernel drops what it cached of this listing (and the directory's
     attributes), before the end of the listing is replied."""
     if not ops.mounted:
@@ -175,7 +191,7 @@ def _tab_stamp(meta: Path) -> tuple[int, int] | None:
     return (st.st_ino, st.st_mtime_ns)
 
 
-async def watch_tabs(ops: Operations) -> None:
+async def watch_tabs(ops: Daemon) -> None:
     """Background work: when a new tab starts, drop every listing the
     kernel keeps, so each directory's next listing reaches the journal."""
     meta = Path(ops.engine.store_dir) / TAB_DIR / META

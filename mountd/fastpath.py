@@ -163,7 +163,7 @@ class FastPath:
         self, fi: pyfuse3.FileInfo, fh: int, ino: int, handle: NativeHandle, flags: int, size: int
     ) -> None:
         """``opened`` for a handle without a write session (nothing to keep
-        first, so no waiting: mountd.nowait)."""
+        first, so no waiting: mountd.operations: answered at once)."""
         assert handle.session is None
         entry = self._backing_for(fi, fh, ino, handle, flags, size)
         if entry is not None:

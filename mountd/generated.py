@@ -33,6 +33,7 @@ from mountd.provider import (
     read_only,
     seek_in,
 )
+from mountd.reply import Reply
 from mountd.synthetic import Entry, SyntheticTree
 from mountd.tabtree import TabTree
 from swfs.api import XATTR_PREFIX
@@ -122,7 +123,13 @@ class GeneratedProvider(ReadOnly):
 
     # -- files
 
-    async def open(self, node: Node, flags: int, ctx: pyfuse3.RequestContext) -> pyfuse3.FileInfo:
+    def open(self, node: Node, flags: int, ctx: pyfuse3.RequestContext) -> Reply[pyfuse3.FileInfo]:
+        """At once where the tree has the bytes at hand (``open_nowait``),
+        else awaited."""
+        fi = self.open_nowait(node, flags, ctx)
+        return self._open(node, flags, ctx) if fi is None else fi
+
+    async def _open(self, node: Node, flags: int, ctx: pyfuse3.RequestContext) -> pyfuse3.FileInfo:
         if is_write(flags):
             raise fail(errno.EROFS)
         # A tree whose files are made on first open (.render) says so.
@@ -139,7 +146,7 @@ class GeneratedProvider(ReadOnly):
     ) -> pyfuse3.FileInfo | None:
         """``open`` of a file whose entry its tree can give at once (a unit of
         ``.parsed``: ``ParsedTree.open_entry_nowait``), answered in pyfuse3's
-        callback (mountd.nowait); None for everything else."""
+        callback (mountd.reply); None for everything else."""
         now = getattr(self.source, "open_entry_nowait", None)
         if now is None or is_write(flags):
             return None
@@ -193,7 +200,8 @@ class GeneratedProvider(ReadOnly):
             return await self.mount.native.slow(h.reader.pread, size, off)
         raise fail(errno.EBADF)
 
-    async def release(self, h: FileHandle, fh: int) -> None:
+    def release(self, h: FileHandle, fh: int) -> None:
+        """At once: bytes in memory, or a descriptor to close."""
         if isinstance(h, FdHandle):
             os.close(h.fd)
 

@@ -29,8 +29,8 @@ from mountd.passthrough import split
 from swfs.api import RelPath
 
 if TYPE_CHECKING:
-    from mountd.operations import Operations
-    from mountd.router import Router
+    from mountd.dirlist import Daemon
+    from mountd.provider import Routes
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ class _Pending:
 
 
 class Invalidator:
-    def __init__(self, ops: Operations) -> None:
+    def __init__(self, ops: Daemon) -> None:
         self.ops = ops
         self.table = ops.table
         self._pending = _Pending()
@@ -244,7 +244,7 @@ class Invalidator:
                 inodes.add(root.ino)
         return _Invalidation(sorted(inodes), sorted(attrs - inodes), entries, dirs)
 
-    def _kept_above(self, rels: AbstractSet[str], router: Router) -> tuple[list[Node], list[Node]]:
+    def _kept_above(self, rels: AbstractSet[str], router: Routes) -> tuple[list[Node], list[Node]]:
         """The generated folders above ``rels`` whose listing the kernel keeps
         (in the trees whose paths start with a source file's path: a folder
         lists the names below it), and those of them that may be gone with

@@ -23,7 +23,7 @@ from typing import Any
 import pyfuse3
 import trio
 
-from mountd import fusectl, malloc
+from mountd import binding, fusectl, malloc
 from mountd.dump import DumpOnSignal
 from mountd.fsutil import raise_fd_limit
 from mountd.operations import Operations
@@ -283,7 +283,7 @@ async def _serve(
         # A world is mounted read-only: the kernel refuses changes itself and
         # reads cost no atime invalidation (a GETATTR on the next stat).
         ro = {"ro"} if is_world(engine) else set()
-        pyfuse3.init(ops, str(mountpoint), fuse_options(src, options) | ro)
+        pyfuse3.init(binding.adapt(ops), str(mountpoint), fuse_options(src, options) | ro)
         ops.mounted = True
         stack.push(_FuseSession(mountpoint).__exit__)
         _start_watchdog(stack, mountpoint)

@@ -33,6 +33,7 @@ from mountd.provider import (
     fail,
     read_only,
 )
+from mountd.reply import Reply, awaited
 from swfs.api import XATTR_PREFIX, RelPath
 
 
@@ -134,11 +135,8 @@ class NativeProvider:
         entries (from the invalidation task, never from this handler)."""
         self.mount.invalidator.gone(node.links)
 
-    async def attr(self, node: Node) -> pyfuse3.EntryAttributes:
-        return self.attributes(node, self.stat(node))
-
-    def attr_nowait(self, node: Node) -> pyfuse3.EntryAttributes:
-        """``attr``, which never waits (mountd.nowait)."""
+    def attr(self, node: Node) -> pyfuse3.EntryAttributes:
+        """A system call: answered at once (mountd.reply)."""
         return self.attributes(node, self.stat(node))
 
     def child(
@@ -148,20 +146,17 @@ class NativeProvider:
         node = self.table.native(parent, name, (st.st_dev, st.st_ino))
         return node, self.attributes(node, st)
 
-    async def lookup(
+    def lookup(
         self, parent: Node, name: str, *, wait: bool = True
     ) -> tuple[Node, pyfuse3.EntryAttributes]:
-        return self.lookup_nowait(parent, name)
-
-    def lookup_nowait(self, parent: Node, name: str) -> tuple[Node, pyfuse3.EntryAttributes]:
-        """``lookup``, which never waits (mountd.nowait)."""
+        """A system call: answered at once (mountd.reply)."""
         return self.child(parent, name, self.source.lstat(join(self.path(parent), name)))
 
     async def reply_entry(
         self, parent: Node, name: str, fd: int | None
     ) -> tuple[Node, pyfuse3.EntryAttributes]:
         if fd is None:
-            return await self.lookup(parent, name, wait=False)
+            return self.lookup(parent, name, wait=False)
         return self.child(parent, name, self.source.lstat_entry(self.path(parent), fd, name))
 
     def readlink(self, node: Node) -> bytes:
@@ -235,7 +230,12 @@ class NativeProvider:
 
     # -- files
 
-    async def open(self, node: Node, flags: int, ctx: pyfuse3.RequestContext) -> pyfuse3.FileInfo:
+    def open(self, node: Node, flags: int, ctx: pyfuse3.RequestContext) -> Reply[pyfuse3.FileInfo]:
+        """At once where no waiting is needed (``open_nowait``), else awaited."""
+        fi = self.open_nowait(node, flags, ctx)
+        return self._open(node, flags, ctx) if fi is None else fi
+
+    async def _open(self, node: Node, flags: int, ctx: pyfuse3.RequestContext) -> pyfuse3.FileInfo:
         rel = self.table.path(node)
         if rel is None:
             return self._open_held(node, flags, ctx)
@@ -252,9 +252,9 @@ class NativeProvider:
     def open_nowait(
         self, node: Node, flags: int, ctx: pyfuse3.RequestContext
     ) -> pyfuse3.FileInfo | None:
-        """``open`` where it needs no waiting (mountd.nowait): a read-only
+        """``open`` where it needs no waiting (mountd.reply): a read-only
         open whose file is as recorded.  None for any other, with nothing
-        done: ``open`` serves it."""
+        done: ``_open`` serves it."""
         if flags & os.O_ACCMODE != os.O_RDONLY or flags & os.O_TRUNC:
             return None
         rel = self.table.path(node)
@@ -336,27 +336,34 @@ class NativeProvider:
                 fi, fi.fh, node.ino, fh, flags, self.source.slow, size=size
             )
         except BaseException:
-            await self.mount.release(fi.fh)  # the kernel sends no RELEASE for a failed open
+            await awaited(
+                self.mount.release(fi.fh)
+            )  # the kernel sends no RELEASE for a failed open
             raise
 
-    async def create(
+    def create(
         self, parent: Node, name: str, mode: int, flags: int, ctx: pyfuse3.RequestContext
-    ) -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes]:
-        pdir = self._create_parent(parent, name)
-        fh, st = await self.source.create(pdir, name, mode, flags, _creds(ctx))
-        return self._create_reply(parent, pdir, name, flags, fh, st, ctx)
-
-    def create_nowait(
-        self, parent: Node, name: str, mode: int, flags: int, ctx: pyfuse3.RequestContext
-    ) -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes] | None:
-        """``create`` where it needs no waiting (mountd.nowait): a new file
-        in a native folder.  None, with nothing done, where the source must
-        wait (the name exists and is opened instead; a staged layer)."""
+    ) -> Reply[tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes]]:
+        """A new file in a native folder at once (mountd.reply); awaited
+        where the source must wait (the name exists and is opened instead;
+        a staged layer)."""
         pdir = self._create_parent(parent, name)
         made = self.source.create_now(pdir, name, mode, flags, _creds(ctx))
         if made is None:
-            return None
+            return self._create(parent, pdir, name, mode, flags, ctx)
         return self._create_reply(parent, pdir, name, flags, *made, ctx)
+
+    async def _create(
+        self,
+        parent: Node,
+        pdir: str,
+        name: str,
+        mode: int,
+        flags: int,
+        ctx: pyfuse3.RequestContext,
+    ) -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes]:
+        fh, st = await self.source.create(pdir, name, mode, flags, _creds(ctx))
+        return self._create_reply(parent, pdir, name, flags, fh, st, ctx)
 
     def _create_parent(self, parent: Node, name: str) -> str:
         """The native path of the folder a file ``name`` is created in (none
@@ -423,30 +430,33 @@ class NativeProvider:
             raise fail(errno.EBADF)
         await self.source.fallocate(h.fh, mode, off, length)
 
-    async def lseek(self, h: FileHandle, off: int, whence: int) -> int:
+    def lseek(self, h: FileHandle, off: int, whence: int) -> int:
+        """SEEK_DATA / SEEK_HOLE: one system call, at once (GNU grep asks
+        SEEK_HOLE of every file larger than its first read)."""
         if not isinstance(h, NativeOpen):
             raise fail(errno.EBADF)
         return self.source.lseek(h.fh, off, whence)
 
-    async def write(self, h: FileHandle, off: int, buf: bytes) -> int:
+    def write(self, h: FileHandle, off: int, buf: bytes) -> Reply[int]:
+        """At once where no bytes must be kept first (mountd.reply), else
+        awaited (a worker thread keeps them)."""
         if not isinstance(h, NativeOpen):
             raise fail(errno.EBADF)
-        return await self.source.write(h.fh, off, buf)
+        done = self.source.write_now(h.fh, off, buf)
+        return self.source.write(h.fh, off, buf) if done is None else done
 
-    def write_nowait(self, h: NativeOpen, off: int, buf: bytes) -> int | None:
-        """``write`` answered in pyfuse3's callback (mountd.nowait); None
-        where bytes must be kept first."""
-        return self.source.write_now(h.fh, off, buf)
-
-    async def flush(self, h: FileHandle, fh: int) -> None:
+    def flush(self, h: FileHandle, fh: int) -> Reply[None]:
         assert isinstance(h, NativeOpen)
         if self.flush_nowait(h, fh):
-            return
+            return None
+        return self._flush(h, fh)
+
+    async def _flush(self, h: NativeOpen, fh: int) -> None:
         await self.source.flush(h.fh)
         self.mount.journal.on_wrote(fh, h.fh.path())
 
     def flush_nowait(self, h: NativeOpen, fh: int) -> bool:
-        """``flush`` where it needs no waiting (mountd.nowait): nothing to
+        """``flush`` where it needs no waiting (mountd.reply): nothing to
         record, or a small file's record where no lock is taken.  False where
         the record must be made in a worker thread (``flush`` makes it),
         having done nothing but note a passthrough writer's writes and what
@@ -482,14 +492,14 @@ class NativeProvider:
 
     def release_reader(self, h: NativeOpen, fh: int) -> None:
         """``release`` of a handle without a write session (nothing to
-        record, no waiting: mountd.nowait)."""
+        record, no waiting: mountd.reply)."""
         self.mount.fastpath.released(fh)
         self.source.release_reader(h.fh)
 
     def release_nowait(self, h: NativeOpen, fh: int) -> bool:
         """``release`` with nothing left to record: a reader, or a writer
         whose close (FLUSH) recorded its writes, as most closes do; no
-        waiting (mountd.nowait).  False, having done nothing but note a
+        waiting (mountd.reply).  False, having done nothing but note a
         passthrough writer's writes, where ``release`` must record."""
         if h.fh.session is None:
             self.release_reader(h, fh)
@@ -502,10 +512,13 @@ class NativeProvider:
         assert done  # nothing written since the last record
         return True
 
-    async def release(self, h: FileHandle, fh: int) -> None:
+    def release(self, h: FileHandle, fh: int) -> Reply[None]:
         assert isinstance(h, NativeOpen)
         if self.release_nowait(h, fh):
-            return
+            return None
+        return self._release(h, fh)
+
+    async def _release(self, h: NativeOpen, fh: int) -> None:
         # Written since the last record: the session records it now.
         h.node.cache_sig = self._cache_sig_after_writes(h, fh)
         self.mount.fastpath.released(fh)
@@ -711,18 +724,23 @@ class NativeProvider:
                 out["inputs"] = _fitted_inputs(inputs)
         return out
 
-    async def getxattr(self, node: Node, name: str) -> bytes:
+    def getxattr(self, node: Node, name: str) -> Reply[bytes]:
+        """The file's own names at once (``own_xattr``); the engine's
+        (``user.sw.*``: a hash may need a worker thread) awaited."""
         if name.startswith(XATTR_PREFIX):
-            value = (await self.sw_xattrs(node)).get(name[len(XATTR_PREFIX) :])
-            if value is None:
-                raise fail(absent(name))
-            return value.encode("utf-8", "surrogateescape")
+            return self._sw_xattr(node, name)
         return self.own_xattr(node, name)
+
+    async def _sw_xattr(self, node: Node, name: str) -> bytes:
+        value = (await self.sw_xattrs(node)).get(name[len(XATTR_PREFIX) :])
+        if value is None:
+            raise fail(absent(name))
+        return value.encode("utf-8", "surrogateescape")
 
     def own_xattr(self, node: Node, name: str) -> bytes:
         """One of the file's own extended attributes (not ``user.sw.*``): a
         system call or none, no waiting (also answered in pyfuse3's callback,
-        mountd.nowait).
+        mountd.reply).
 
         A name the file does not have is answered from the names last listed
         (``Node.xattrs``), with no system call: the kernel asks

@@ -7,16 +7,44 @@ native tree (``mountd.native``, wrapping the native source in ``self.native``)
 and each generated tree (``mountd.generated``, wrapping a ``SyntheticTree``).
 What differs between them is theirs to say; this module holds the handle
 table, the inode table's reference counts, the kernel's listing cache and
-the access journal's request-level events."""
+the access journal's request-level events.
+
+The handlers of LOOKUP, GETATTR, OPEN, CREATE, GETXATTR, WRITE, FLUSH,
+RELEASE and LSEEK are plain methods that return their reply or an awaitable
+of it (``mountd.reply``): one handler per request, whose fast answer (a
+native file's: a system call or two, an LMDB read, memory) comes at once
+and whose slow one is awaited; the binding (``mountd.binding``) decides
+which is which by what it got.  A warm ``grep -r`` of native files, a
+cold walk's LOOKUPs, a shell's ``echo x > f`` (LOOKUP, CREATE, GETXATTR,
+WRITE, FLUSH, RELEASE) thus reach no coroutine: no coroutine, no task
+container, no async layers below.  What is answered at once:
+
+* a LOOKUP in a native folder (not a generated tree's name at the root),
+  a GETATTR of a native node;
+* an OPEN of a native file read-only whose stat matches its record (with
+  kernel passthrough where it applies: ``mountd.fastpath``), and of a
+  ``.parsed`` unit whose bytes are at hand;
+* a CREATE of a new file in a native folder (not a staged mount's);
+* a GETXATTR of a native node's own attribute (not ``user.sw.*``);
+* a WRITE to a native file whose recorded bytes need no keeping first;
+* a FLUSH or RELEASE of a native handle with nothing to record, or with a
+  small file's record made without waiting for the store's writer lock;
+  a RELEASE of a unit's bytes in memory;
+* an LSEEK (SEEK_DATA, SEEK_HOLE) of a native file.
+
+A request counts once as its kind in ``mountd.reqcount`` and, where it was
+answered at once, as ``nowait_<kind>`` too."""
 
 from __future__ import annotations
 
 import errno
 import functools
+import inspect
 import logging
 import os
 import stat
 from collections.abc import Awaitable, Callable, Sequence
+from types import CoroutineType
 from typing import Any, TypeVar, cast
 
 import pyfuse3
@@ -29,11 +57,11 @@ from mountd.fastpath import FastPath
 from mountd.invalidator import Invalidator, invalidate_attrs
 from mountd.native import NativeProvider
 from mountd.nodes import InodeTable, Node, Tree
-from mountd.nowait import NowaitOps, fuse_error
 from mountd.options import MountOptions
 from mountd.poll import Poller
 from mountd.provider import DirHandle, FileHandle, Handle, NativeSource, Provider, fail
 from mountd.render import RenderTree
+from mountd.reply import REPLIES, Reply, awaited, pending
 from mountd.router import Router
 from mountd.searchtree import SearchTree
 from mountd.synthetic import Generation, ReviewTree, SyntheticTree, make_trees
@@ -45,26 +73,46 @@ from swfs.evidence.access import hash_lookup, open_journal
 
 log = logging.getLogger(__name__)
 
-F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def fuse_error(name: str, args: tuple[Any, ...], exc: Exception) -> pyfuse3.FUSEError:
+    """The errno a handler's exception becomes, logged as it deserves: an
+    OSError keeps its own (ENOSYS, which would make the kernel stop asking
+    for good, becomes EOPNOTSUPP; EIO is logged), anything else is logged
+    with its traceback and becomes EIO."""
+    if isinstance(exc, OSError):
+        code = exc.errno or errno.EIO
+        if code == errno.ENOSYS:
+            code = errno.EOPNOTSUPP
+        if code == errno.EIO:
+            log.warning("%s: %s", name, exc)
+        return pyfuse3.FUSEError(code)
+    log.error("%s%r failed", name, args[1:], exc_info=exc)
+    return pyfuse3.FUSEError(errno.EIO)
 
 
 def handler(fn: F) -> F:
     """Turn anything but FUSEError into an errno, so one bad request can never
-    end ``pyfuse3.main()``."""
+    end ``pyfuse3.main()``; count the request (``mountd.reqcount``).
+
+    An ``async def`` handler runs with ``REQUEST`` set to its context
+    (``mountd.caller``).  A plain one (``mountd.reply``) answers at once
+    (counted as ``nowait_<kind>`` too) or returns an awaitable, which runs
+    as an async handler does."""
 
     request = fn.__name__.removesuffix("_inode")  # READDIR, with a handle or without
+    counts = reqcount.COUNTS
 
-    @functools.wraps(fn)
-    async def wrapper(*args: Any, **kwargs: Any) -> Any:
+    async def run(args: tuple[Any, ...], got: Awaitable[Any]) -> Any:
         # pyfuse3 passes the context last, where a request has one.
         ctx = args[-1] if isinstance(args[-1], pyfuse3.RequestContext) else None
         token = REQUEST.set(ctx)  # whose request this is (mountd.caller)
-        reqcount.COUNTS[request] += 1
         try:
             poller = getattr(args[0], "poller", None)
             if poller is not None:
                 poller.touch()  # the next request is likely close behind (mountd.poll)
-            return await fn(*args, **kwargs)
+            return await got
         except pyfuse3.FUSEError:
             raise
         except Exception as exc:
@@ -72,10 +120,38 @@ def handler(fn: F) -> F:
         finally:
             REQUEST.reset(token)
 
-    return cast(F, wrapper)
+    if inspect.iscoroutinefunction(fn):
+
+        @functools.wraps(fn)
+        async def wrapper(*args: Any) -> Any:
+            counts[request] += 1
+            return await run(args, fn(*args))
+
+        return cast(F, wrapper)
+
+    answered = "nowait_" + request
+
+    @functools.wraps(fn)
+    def now(*args: Any) -> Any:
+        counts[request] += 1
+        try:
+            got = fn(*args)
+        except pyfuse3.FUSEError:
+            counts[answered] += 1
+            raise
+        except Exception as exc:
+            counts[answered] += 1
+            raise fuse_error(fn.__name__, args, exc) from None
+        kind = type(got)  # mountd.reply.pending, inlined: this runs per request
+        if kind is CoroutineType or (kind not in REPLIES and isinstance(got, Awaitable)):
+            return run(args, got)
+        counts[answered] += 1
+        return got
+
+    return cast(F, now)
 
 
-class Operations(NowaitOps, pyfuse3.Operations):  # NowaitOps: mountd.nowait
+class Operations(pyfuse3.Operations):
     supports_dot_lookup = False  # no NFS export: we never answer '..' lookups
     enable_writeback_cache = False
     # The kernel enforces POSIX ACLs (native ones pass through, so access
@@ -184,15 +260,26 @@ class Operations(NowaitOps, pyfuse3.Operations):  # NowaitOps: mountd.nowait
         self, parent: Node, name: str, *, wait: bool = True
     ) -> tuple[Node, pyfuse3.EntryAttributes]:
         """Find ``name`` in ``parent`` without taking a kernel reference."""
-        return await self.router.route_child(parent, name).lookup(parent, name, wait=wait)
+        return await awaited(self.router.route_child(parent, name).lookup(parent, name, wait=wait))
 
     # -- lookups and attributes
 
     @handler
-    async def lookup(
+    def lookup(  # type: ignore[override]  # a reply or an awaitable (mountd.reply)
         self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext
+    ) -> Reply[pyfuse3.EntryAttributes]:
+        parent, n = self._node(parent_inode), os.fsdecode(name)
+        got = self.router.route_child(parent, n).lookup(parent, n)
+        if pending(got):
+            return self._remembered(cast(Awaitable[tuple[Node, pyfuse3.EntryAttributes]], got))
+        node, attr = cast(tuple[Node, pyfuse3.EntryAttributes], got)
+        self.table.remember(node)  # the kernel holds a reference to it now
+        return attr
+
+    async def _remembered(
+        self, got: Awaitable[tuple[Node, pyfuse3.EntryAttributes]]
     ) -> pyfuse3.EntryAttributes:
-        node, attr = await self._lookup(self._node(parent_inode), os.fsdecode(name))
+        node, attr = await got
         self.table.remember(node)
         return attr
 
@@ -202,9 +289,11 @@ class Operations(NowaitOps, pyfuse3.Operations):  # NowaitOps: mountd.nowait
             self.table.forget(ino, count)
 
     @handler
-    async def getattr(self, inode: int, ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
+    def getattr(  # type: ignore[override]  # a reply or an awaitable (mountd.reply)
+        self, inode: int, ctx: pyfuse3.RequestContext
+    ) -> Reply[pyfuse3.EntryAttributes]:
         node = self._node(inode)
-        return await self.router.route(node).attr(node)
+        return self.router.route(node).attr(node)
 
     @handler
     async def setattr(
@@ -308,16 +397,18 @@ class Operations(NowaitOps, pyfuse3.Operations):  # NowaitOps: mountd.nowait
     # -- files
 
     @handler
-    async def open(self, inode: int, flags: int, ctx: pyfuse3.RequestContext) -> pyfuse3.FileInfo:
+    def open(  # type: ignore[override]  # a reply or an awaitable (mountd.reply)
+        self, inode: int, flags: int, ctx: pyfuse3.RequestContext
+    ) -> Reply[pyfuse3.FileInfo]:
         node = self._node(inode)
-        return await self.router.route(node).open(node, flags, ctx)
+        return self.router.route(node).open(node, flags, ctx)
 
     @handler
-    async def create(
+    def create(  # type: ignore[override]  # a reply or an awaitable (mountd.reply)
         self, parent_inode: int, name: bytes, mode: int, flags: int, ctx: pyfuse3.RequestContext
-    ) -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes]:
+    ) -> Reply[tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes]]:
         parent = self._node(parent_inode)
-        return await self.router.route(parent).create(parent, os.fsdecode(name), mode, flags, ctx)
+        return self.router.route(parent).create(parent, os.fsdecode(name), mode, flags, ctx)
 
     @handler
     async def read(self, fh: int, off: int, size: int) -> bytes:
@@ -327,11 +418,11 @@ class Operations(NowaitOps, pyfuse3.Operations):  # NowaitOps: mountd.nowait
         return data
 
     @handler
-    async def write(self, fh: int, off: int, buf: bytes) -> int:
+    def write(self, fh: int, off: int, buf: bytes) -> Reply[int]:  # type: ignore[override]
         h = self._handle(fh)
         if isinstance(h, DirHandle):
             raise fail(errno.EBADF)
-        return await self.router.route(h.node).write(h, off, buf)
+        return self.router.route(h.node).write(h, off, buf)
 
     @handler
     async def fallocate(self, fh: int, mode: int, offset: int, length: int) -> None:
@@ -341,9 +432,9 @@ class Operations(NowaitOps, pyfuse3.Operations):  # NowaitOps: mountd.nowait
         await self.router.route(h.node).fallocate(h, mode, offset, length)
 
     @handler
-    async def lseek(self, fh: int, offset: int, whence: int) -> int:
+    def lseek(self, fh: int, offset: int, whence: int) -> Reply[int]:  # type: ignore[override]
         h, provider = self._file(fh)
-        return await provider.lseek(h, offset, whence)
+        return provider.lseek(h, offset, whence)
 
     @handler
     async def tmpfile(
@@ -353,10 +444,11 @@ class Operations(NowaitOps, pyfuse3.Operations):  # NowaitOps: mountd.nowait
         return await self.router.route(parent).tmpfile(parent, mode, flags, ctx)
 
     @handler
-    async def flush(self, fh: int) -> None:
+    def flush(self, fh: int) -> Reply[None]:  # type: ignore[override]
         h = self._handle(fh)
-        if not isinstance(h, DirHandle):
-            await self.router.route(h.node).flush(h, fh)
+        if isinstance(h, DirHandle):
+            return None
+        return self.router.route(h.node).flush(h, fh)
 
     @handler
     async def fsync(self, fh: int, datasync: bool) -> None:
@@ -365,17 +457,38 @@ class Operations(NowaitOps, pyfuse3.Operations):  # NowaitOps: mountd.nowait
             await self.router.route(h.node).fsync(h, fh, datasync)
 
     @handler
-    async def release(self, fh: int) -> None:
+    def release(self, fh: int) -> Reply[None]:  # type: ignore[override]
         h = self.handles.pop(fh, None)
         if h is None:
-            return
+            return None
+        if isinstance(h, DirHandle):
+            self._closed(fh, h)
+            return None
         try:
-            if not isinstance(h, DirHandle):
-                await self.router.route(h.node).release(h, fh)
-        finally:
+            got = self.router.route(h.node).release(h, fh)
+        except BaseException:
+            self._closed(fh, h)
+            raise
+        if got is None:  # nothing left to record: at once
             self.journal.on_close(fh)
-            if not isinstance(h, DirHandle):
-                self.table.closed(h.node)
+            self.table.closed(h.node)
+            return None
+        if pending(got):
+            return self._closed_after(fh, h, cast(Awaitable[None], got))
+        self._closed(fh, h)
+        return None
+
+    def _closed(self, fh: int, h: Handle) -> None:
+        """What every release ends with."""
+        self.journal.on_close(fh)
+        if not isinstance(h, DirHandle):
+            self.table.closed(h.node)
+
+    async def _closed_after(self, fh: int, h: Handle, got: Awaitable[None]) -> None:
+        try:
+            await got
+        finally:
+            self._closed(fh, h)
 
     # -- directories
 
@@ -398,7 +511,7 @@ class Operations(NowaitOps, pyfuse3.Operations):  # NowaitOps: mountd.nowait
         # a reply would say now.  The listing taken here answers the first readdir.
         fd = provider.open_dir(node)
         try:
-            names, sig = await self._listing(node, fd)
+            names, sig = await self.listing(node, fd)
         except BaseException:
             if fd is not None:
                 os.close(fd)
@@ -411,7 +524,7 @@ class Operations(NowaitOps, pyfuse3.Operations):  # NowaitOps: mountd.nowait
             self.journal.on_list(ctx.pid, provider.dir_path(node), names[2:])
         return binding.dir_info(fh, keep=keep)
 
-    async def _listing(self, node: Node, fd: int | None = None) -> tuple[list[str], object]:
+    async def listing(self, node: Node, fd: int | None = None) -> tuple[list[str], object]:
         """The names directory ``node`` shows ("." and ".." first), and what a
         kernel's cached copy of them must match: each name with the inode
         number the kernel was told for it (None where it holds none now).
@@ -435,17 +548,17 @@ class Operations(NowaitOps, pyfuse3.Operations):  # NowaitOps: mountd.nowait
         if h.names is None or (start_id == 0 and not h.fresh):
             # A rewind lists again: what the kernel caches from here on is no
             # longer the listing opendir vouched for.
-            h.names, _ = await self._listing(h.node, h.fd)
+            h.names, _ = await self.listing(h.node, h.fd)
             self.journal.on_listed(fh, h.names[2:])
             h.node.cache_sig = h.told = None
         h.fresh = False
         if h.fd is not None:
-            await self._reply_entries(h, start_id, token, h.fd)
+            await self.reply_entries(h, start_id, token, h.fd)
             return
         # One descriptor (if the tree has any) for every entry's stat in this reply.
         fd = self.router.route(h.node).open_dir(h.node)
         try:
-            await self._reply_entries(h, start_id, token, fd)
+            await self.reply_entries(h, start_id, token, fd)
         finally:
             if fd is not None:
                 os.close(fd)
@@ -462,7 +575,7 @@ class Operations(NowaitOps, pyfuse3.Operations):  # NowaitOps: mountd.nowait
         node = self._node(inode)
         await self.router.route(node).fsyncdir(node)
 
-    async def _reply_entries(
+    async def reply_entries(
         self, h: DirHandle, start_id: int, token: pyfuse3.ReaddirToken, fd: int | None
     ) -> None:
         """Reply with ``h.names`` from ``start_id`` on (offsets index that
@@ -517,11 +630,13 @@ class Operations(NowaitOps, pyfuse3.Operations):  # NowaitOps: mountd.nowait
     # -- extended attributes
 
     @handler
-    async def getxattr(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> bytes:
+    def getxattr(  # type: ignore[override]  # a reply or an awaitable (mountd.reply)
+        self, inode: int, name: bytes, ctx: pyfuse3.RequestContext
+    ) -> Reply[bytes]:
         node, n = self._node(inode), os.fsdecode(name)
         if n == XATTR_PREFIX + "inputs" and not self.journal.may_see(ctx.uid):
             raise fail(errno.EACCES)  # lineage belongs to the mounting user
-        return await self.router.route(node).getxattr(node, n)
+        return self.router.route(node).getxattr(node, n)
 
     @handler
     async def listxattr(self, inode: int, ctx: pyfuse3.RequestContext) -> list[bytes]:

@@ -25,23 +25,22 @@ from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import pyfuse3
 
 from mountd import binding
-from mountd.nodes import Node
+from mountd.nodes import Node, Tree
 from mountd.passthrough import Creds, NativeHandle, SetAttr
+from mountd.reply import Reply
 
 if TYPE_CHECKING:
     from mountd.fastpath import FastPath
-    from mountd.invalidator import Invalidator
     from mountd.nodes import InodeTable
     from mountd.options import MountOptions
-    from mountd.router import Router
-    from mountd.synthetic import Generation
+    from mountd.synthetic import Generation, SyntheticTree
     from swfs.api import BlobBytes, EngineAPI
     from swfs.changefeed import ChangeFeed
 
@@ -225,26 +224,53 @@ class NativeSource(Protocol):
     def removexattr(self, rel: str, name: str) -> None: ...
 
 
+class Routes(Protocol):
+    """What a provider asks of the router (``mountd.router.Router``)."""
+
+    names: frozenset[str]  # the generated trees' names, reserved at the root
+    trees: dict[Tree, SyntheticTree]
+
+    def provider(self, tree: Tree) -> SyntheticTree: ...
+    def route(self, node: Node) -> Provider: ...
+    def route_child(self, parent: Node, name: str) -> Provider: ...
+    def listed(self) -> list[str]: ...
+    def below(self, rel: str) -> Iterator[tuple[Tree, str]]: ...
+
+
+class Invalidates(Protocol):
+    """What a provider asks of the kernel cache invalidation
+    (``mountd.invalidator.Invalidator``)."""
+
+    def gone(self, links: Iterable[tuple[int, str]]) -> None: ...
+    def drop_listing(self, ino: int) -> None: ...
+
+
 class Mount(Protocol):
-    """What providers share with the adapter (``mountd.operations.Operations``)."""
+    """What providers share with the adapter (``mountd.operations.Operations``).
+
+    Typed by protocols (``Routes``, ``Invalidates``), not by the classes
+    that implement them: this module is what the router, the invalidator
+    and the adapter import, so it imports none of them."""
 
     engine: EngineAPI
     options: MountOptions
     table: InodeTable
     gen: Generation
-    router: Router
     journal: Any
     native: NativeSource  # generated trees open blobs through it (slow(), root_fd)
-    invalidator: Invalidator
     fastpath: FastPath  # kernel passthrough of native file data
     feed: ChangeFeed | None  # changes behind the mount (none for a world, or before it runs)
     handles: dict[int, Handle]
     src: str
     store: str
 
+    @property
+    def router(self) -> Routes: ...
+    @property
+    def invalidator(self) -> Invalidates: ...
     def add_handle(self, h: Handle) -> int: ...
     def invalidate_attrs(self, ino: int) -> None: ...
-    async def release(self, fh: int) -> None: ...
+    def release(self, fh: int) -> Reply[None]: ...
 
 
 class Provider(Protocol):
@@ -255,11 +281,16 @@ class Provider(Protocol):
     # The errno of a rename between this tree and another one.
     rename_across: int
 
+    # The methods answering a request that may be answered at once return
+    # their reply or an awaitable of it (``mountd.reply``): an ``async def``
+    # fits, and so does a plain method that answers what needs no waiting
+    # and hands back a coroutine for the rest (the native tree's).
+
     # -- attributes and names
-    async def attr(self, node: Node) -> pyfuse3.EntryAttributes: ...
-    async def lookup(
+    def attr(self, node: Node) -> Reply[pyfuse3.EntryAttributes]: ...
+    def lookup(
         self, parent: Node, name: str, *, wait: bool = True
-    ) -> tuple[Node, pyfuse3.EntryAttributes]:
+    ) -> Reply[tuple[Node, pyfuse3.EntryAttributes]]:
         """``name`` in ``parent``, without taking a kernel reference.  At the
         mount root the router sends a generated tree's name to that tree."""
         ...
@@ -294,23 +325,23 @@ class Provider(Protocol):
     async def fsyncdir(self, node: Node) -> None: ...
 
     # -- files
-    async def open(
+    def open(
         self, node: Node, flags: int, ctx: pyfuse3.RequestContext
-    ) -> pyfuse3.FileInfo: ...
+    ) -> Reply[pyfuse3.FileInfo]: ...
 
     async def read(self, h: FileHandle, off: int, size: int) -> bytes: ...
-    async def write(self, h: FileHandle, off: int, buf: bytes) -> int: ...
+    def write(self, h: FileHandle, off: int, buf: bytes) -> Reply[int]: ...
     async def fallocate(self, h: FileHandle, mode: int, off: int, length: int) -> None: ...
-    async def lseek(self, h: FileHandle, off: int, whence: int) -> int:
+    def lseek(self, h: FileHandle, off: int, whence: int) -> Reply[int]:
         """SEEK_DATA / SEEK_HOLE: the offset found (ENXIO: none)."""
         ...
 
-    async def flush(self, h: FileHandle, fh: int) -> None: ...
+    def flush(self, h: FileHandle, fh: int) -> Reply[None]: ...
     async def fsync(self, h: FileHandle, fh: int, datasync: bool) -> None: ...
-    async def release(self, h: FileHandle, fh: int) -> None: ...
+    def release(self, h: FileHandle, fh: int) -> Reply[None]: ...
 
     # -- extended attributes
-    async def getxattr(self, node: Node, name: str) -> bytes: ...
+    def getxattr(self, node: Node, name: str) -> Reply[bytes]: ...
     async def listxattr(self, node: Node) -> list[bytes]: ...
     async def setxattr(self, node: Node, name: str, value: bytes) -> None: ...
     async def removexattr(self, node: Node, name: str) -> None: ...
@@ -325,9 +356,9 @@ class Provider(Protocol):
         ctx: pyfuse3.RequestContext,
     ) -> pyfuse3.EntryAttributes: ...
 
-    async def create(
+    def create(
         self, parent: Node, name: str, mode: int, flags: int, ctx: pyfuse3.RequestContext
-    ) -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes]: ...
+    ) -> Reply[tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes]]: ...
 
     async def tmpfile(
         self, parent: Node, mode: int, flags: int, ctx: pyfuse3.RequestContext

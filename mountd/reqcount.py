@@ -5,7 +5,7 @@ a READDIR without a handle counts as ``readdir``); the SIGUSR1
 dump (``mountd.dump``) writes the counts as one line, so a test or a user can
 see what a walk cost in requests: ``kill -USR1`` before and after, and
 subtract.  ``nowait_open=5`` and the like count the requests of a kind
-answered in pyfuse3's callback, without a coroutine (``mountd.nowait``):
+answered at once in pyfuse3's callback, without a coroutine (``mountd.reply``):
 they are counted in ``open=`` too.
 """
 

@@ -243,7 +243,7 @@ class _Cached(Generic[T]):
     def peek(self) -> T | None:
         """The value a ``get(fresh=False)`` would return without a rebuild, or
         None where it would rebuild (an open answered without a coroutine,
-        mountd.nowait, then takes the async path)."""
+        mountd.operations: answered at once, then takes the async path)."""
         return None if self._stale(False, time.monotonic()) else self._value
 
     async def aget(self, *, fresh: bool = True) -> T:
@@ -508,7 +508,7 @@ class ParsedTree(Base):
 
     def open_entry_nowait(self, path: str) -> Entry | None:
         """What ``entry(path)`` answers an open of a unit, where that needs no
-        wait (mountd.nowait): None where the async path must answer (the
+        wait (mountd.operations: answered at once): None where the async path must answer (the
         index is due a rebuild, the view must be waited for, the unit is
         ``pending.md``, too long to read on the loop, or absent).  The same
         pieces as ``entry``, in the same order."""

@@ -20,6 +20,7 @@ from mountd import synthetic
 from mountd.nodes import InodeTable, Tree
 from mountd.operations import Operations, handler
 from mountd.options import MountOptions
+from mountd.reply import awaited
 from mountd.synthetic import ON_LOOP_UNIT, Generation, ParsedTree, VersionsTree, version_name
 from swfs.api import Cause, Hash, RelPath, UnitTooLarge, Version
 from swfs.engine import Engine
@@ -215,32 +216,32 @@ def test_operations_without_a_kernel(engine: Any) -> None:
         try:
             root = pyfuse3.ROOT_INODE
             with pytest.raises(pyfuse3.FUSEError) as exc:
-                await ops.lookup(root, b".swfs", ctx)
+                await awaited(ops.lookup(root, b".swfs", ctx))
             assert exc.value.errno == errno.ENOENT
-            d = await ops.lookup(root, b"d", ctx)
-            a = await ops.lookup(d.st_ino, b"a.txt", ctx)
+            d = await awaited(ops.lookup(root, b"d", ctx))
+            a = await awaited(ops.lookup(d.st_ino, b"a.txt", ctx))
             assert a.st_size == 6
-            fi = await ops.open(a.st_ino, os.O_RDWR, ctx)
+            fi = await awaited(ops.open(a.st_ino, os.O_RDWR, ctx))
             assert await ops.read(fi.fh, 0, 100) == b"alpha\n"
-            assert await ops.write(fi.fh, 0, b"ALPHA") == 5
-            await ops.flush(fi.fh)
-            await ops.release(fi.fh)
+            assert await awaited(ops.write(fi.fh, 0, b"ALPHA")) == 5
+            await awaited(ops.flush(fi.fh))
+            await awaited(ops.release(fi.fh))
             assert (engine.src / "d/a.txt").read_bytes() == b"ALPHA\n"
             assert engine.calls[-2:] == [["preserve", "d/a.txt"], ["record_write", "d/a.txt"]]
-            fi, attr = await ops.create(d.st_ino, b"n.txt", 0o100666, os.O_WRONLY, ctx)
+            fi, attr = await awaited(ops.create(d.st_ino, b"n.txt", 0o100666, os.O_WRONLY, ctx))
             assert stat.S_IMODE(attr.st_mode) == 0o644
-            await ops.release(fi.fh)
-            parsed = await ops.lookup(root, b".parsed", ctx)
+            await awaited(ops.release(fi.fh))
+            parsed = await awaited(ops.lookup(root, b".parsed", ctx))
             with pytest.raises(pyfuse3.FUSEError) as exc:
                 await ops.mkdir(parsed.st_ino, b"x", 0o755, ctx)
             assert exc.value.errno == errno.EROFS
             with pytest.raises(pyfuse3.FUSEError) as exc:
-                await ops.create(root, b".review", 0o100644, os.O_WRONLY, ctx)
+                await awaited(ops.create(root, b".review", 0o100644, os.O_WRONLY, ctx))
             assert exc.value.errno == errno.EEXIST
-            value = await ops.getxattr(a.st_ino, b"user.sw.versions", ctx)
+            value = await awaited(ops.getxattr(a.st_ino, b"user.sw.versions", ctx))
             assert value == b"2"
             with pytest.raises(pyfuse3.FUSEError) as exc:
-                await ops.getxattr(a.st_ino, b"user.sw.nothing", ctx)
+                await awaited(ops.getxattr(a.st_ino, b"user.sw.nothing", ctx))
             assert exc.value.errno == errno.ENODATA
             await ops.unlink(d.st_ino, b"a.txt", ctx)
             assert not (engine.src / "d/a.txt").exists()
@@ -271,34 +272,34 @@ def test_fallocate_seek_and_tmpfile_without_a_kernel(engine: Any) -> None:
         ops = Operations(engine, str(engine.src), str(engine.store_dir), MountOptions())
         try:
             root = pyfuse3.ROOT_INODE
-            b = await ops.lookup(root, b"big.bin", ctx)
-            fi = await ops.open(b.st_ino, os.O_RDWR, ctx)
+            b = await awaited(ops.lookup(root, b"big.bin", ctx))
+            fi = await awaited(ops.open(b.st_ino, os.O_RDWR, ctx))
             await ops.fallocate(fi.fh, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, 1 << 20)
             assert engine.calls[-1] == ["preserve", "big.bin"]
-            assert await ops.lseek(fi.fh, 0, os.SEEK_DATA) == 1 << 20
+            assert await awaited(ops.lseek(fi.fh, 0, os.SEEK_DATA)) == 1 << 20
             with pytest.raises(pyfuse3.FUSEError) as exc:
-                await ops.lseek(fi.fh, len(big), os.SEEK_DATA)
+                await awaited(ops.lseek(fi.fh, len(big), os.SEEK_DATA))
             assert exc.value.errno == errno.ENXIO
-            await ops.flush(fi.fh)
-            await ops.release(fi.fh)
+            await awaited(ops.flush(fi.fh))
+            await awaited(ops.release(fi.fh))
             assert engine.calls[-1] == ["record_write", "big.bin"]
 
-            d = await ops.lookup(root, b"d", ctx)
+            d = await awaited(ops.lookup(root, b"d", ctx))
             fi, attr = await ops.tmpfile(d.st_ino, 0o100640, os.O_RDWR, ctx)
             assert attr.st_nlink == 0
-            assert await ops.write(fi.fh, 0, b"no name yet\n") == 12
+            assert await awaited(ops.write(fi.fh, 0, b"no name yet\n")) == 12
             linked = await ops.link(attr.st_ino, d.st_ino, b"t.txt", ctx)
             assert linked.st_ino == attr.st_ino
-            await ops.flush(fi.fh)
-            await ops.release(fi.fh)
+            await awaited(ops.flush(fi.fh))
+            await awaited(ops.release(fi.fh))
             assert (engine.src / "d/t.txt").read_bytes() == b"no name yet\n"
             assert engine.calls[-1] == ["record_write", "d/t.txt"]
             fi, attr = await ops.tmpfile(d.st_ino, 0o100600, os.O_WRONLY, ctx)
-            await ops.write(fi.fh, 0, b"gone\n")
-            await ops.release(fi.fh)
+            await awaited(ops.write(fi.fh, 0, b"gone\n"))
+            await awaited(ops.release(fi.fh))
             assert sorted(os.listdir(engine.src / "d")) == ["a.txt", "t.txt"]
 
-            parsed = await ops.lookup(root, b".parsed", ctx)
+            parsed = await awaited(ops.lookup(root, b".parsed", ctx))
             with pytest.raises(pyfuse3.FUSEError) as exc:
                 await ops.tmpfile(parsed.st_ino, 0o100600, os.O_WRONLY, ctx)
             assert exc.value.errno == errno.EROFS

@@ -1,11 +1,13 @@
-"""Requests answered without a coroutine (``mountd.nowait``), called directly
-as the patched pyfuse3 calls them, against the real engine: they answer what
-the async handlers answer, journal the same events, count each request once,
-leave nothing open when they decline, and decline what needs waiting."""
+"""Requests answered at once, without a coroutine (``mountd.reply``): the one
+handler of each request called directly as our pyfuse3 calls it, against
+the real engine.  What it answers at once is what its awaited path answers;
+it journals the same events, counts each request once, leaves nothing open
+where it hands back an awaitable, and hands back one for what must wait."""
 
 from __future__ import annotations
 
 import errno
+import inspect
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,6 +24,7 @@ from mountd.nodes import Tree
 from mountd.operations import Operations
 from mountd.options import MountOptions
 from mountd.provider import NativeOpen
+from mountd.reply import awaited, pending
 from swfs.engine import Engine
 from swfs.evidence.access import iter_events, open_readonly
 from swfs.history.writesession import INLINE_RECORD_BYTES
@@ -58,6 +61,38 @@ def ops(engine: Any) -> Iterator[Operations]:
         o.close()
 
 
+def _close(got: Any) -> None:
+    """Close an awaitable unrun, and the coroutines it holds (the handler's
+    wrapper, ``mountd.operations.handler``, holds the provider's)."""
+    while got is not None:
+        frame = getattr(got, "cr_frame", None)
+        inner = frame.f_locals.get("got") if frame is not None else None
+        got.close()
+        got = inner if pending(inner) else None
+
+
+def at_once(got: Any) -> Any:
+    """The reply where the handler answered at once; None where it handed
+    back an awaitable (closed here, unrun: the async path's to serve)."""
+    if pending(got):
+        _close(got)
+        return None
+    return got
+
+
+async def call(fn: Any, *args: Any) -> Any:
+    """A handler called and its reply awaited, as stock pyfuse3 calls it."""
+    return await awaited(fn(*args))
+
+
+def answered(got: Any) -> bool:
+    """A release or flush was answered at once (see ``at_once``)."""
+    if pending(got):
+        _close(got)
+        return False
+    return True
+
+
 def _fds_on(path: Path) -> list[int]:
     """This process's descriptors open on ``path``."""
     out = []
@@ -73,7 +108,7 @@ def _fds_on(path: Path) -> list[int]:
 def _ino(ops: Operations, rel: str) -> int:
     ino = pyfuse3.ROOT_INODE
     for name in rel.split("/"):
-        attr = ops.lookup_nowait(ino, os.fsencode(name), Ctx())
+        attr = at_once(ops.lookup(ino, os.fsencode(name), Ctx()))
         assert attr is not None, name
         ino = attr.st_ino
     return ino
@@ -99,32 +134,34 @@ def _reads(ops: Operations, engine: Any) -> list[dict[str, Any]]:
 def test_lookup_and_getattr_answer_as_the_async_handlers(ops: Operations) -> None:
     ctx: Any = Ctx()
     before = reqcount.COUNTS.copy()
-    d = ops.lookup_nowait(pyfuse3.ROOT_INODE, b"d", ctx)
+    d = at_once(ops.lookup(pyfuse3.ROOT_INODE, b"d", ctx))
     assert d is not None
-    a = ops.lookup_nowait(_ino(ops, "d/e"), b"a.txt", ctx)
+    a = at_once(ops.lookup(_ino(ops, "d/e"), b"a.txt", ctx))
     assert a is not None
     assert a.st_size == len("alpha\nbeta\n")
-    same = trio.run(ops.lookup, _ino(ops, "d/e"), b"a.txt", ctx)
+    same = trio.run(call, ops.lookup, _ino(ops, "d/e"), b"a.txt", ctx)
     for field in ("st_ino", "st_size", "st_mode", "st_mtime_ns", "entry_timeout"):
         assert getattr(a, field) == getattr(same, field), field
-    got = ops.getattr_nowait(a.st_ino, ctx)
+    got = at_once(ops.getattr(a.st_ino, ctx))
     assert got is not None
     assert (got.st_ino, got.st_size) == (a.st_ino, a.st_size)
     # Generated trees are left to the async handlers.
-    assert ops.lookup_nowait(pyfuse3.ROOT_INODE, b".parsed", ctx) is None
-    parsed = trio.run(ops.lookup, pyfuse3.ROOT_INODE, b".parsed", ctx)
-    assert ops.getattr_nowait(parsed.st_ino, ctx) is None
-    assert ops.lookup_nowait(parsed.st_ino, b"d", ctx) is None
+    assert at_once(ops.lookup(pyfuse3.ROOT_INODE, b".parsed", ctx)) is None
+    parsed = trio.run(call, ops.lookup, pyfuse3.ROOT_INODE, b".parsed", ctx)
+    assert at_once(ops.getattr(parsed.st_ino, ctx)) is None
+    assert at_once(ops.lookup(parsed.st_ino, b"d", ctx)) is None
     # A missing name is an error answered here, counted like any lookup.
     with pytest.raises(pyfuse3.FUSEError) as exc:
-        ops.lookup_nowait(d.st_ino, b"absent.txt", ctx)
+        at_once(ops.lookup(d.st_ino, b"absent.txt", ctx))
     assert exc.value.errno == errno.ENOENT
     after = reqcount.COUNTS
-    # Answered here: d, d/e twice (d and e each), a.txt, absent.txt (an error
-    # is an answer); by the async handler: a.txt and .parsed.  The three
-    # declined ones are not counted here (pyfuse3 then calls the handler).
-    assert after["lookup"] - before["lookup"] == 9
-    assert after["getattr"] - before["getattr"] == 1
+    # Every call counts once, answered at once or handed on: d, d/e twice (d
+    # and e each), a.txt twice, absent.txt (an error is an answer), .parsed
+    # twice, d in .parsed.  Answered at once: all but the three of .parsed.
+    assert after["lookup"] - before["lookup"] == 11
+    assert after["nowait_lookup"] - before["nowait_lookup"] == 8
+    assert after["getattr"] - before["getattr"] == 2  # a.txt at once, .parsed handed on
+    assert after["nowait_getattr"] - before["nowait_getattr"] == 1
 
 
 def test_open_and_release_of_a_reader(ops: Operations, engine: Any) -> None:
@@ -132,7 +169,7 @@ def test_open_and_release_of_a_reader(ops: Operations, engine: Any) -> None:
     ino = _ino(ops, "d/e/a.txt")
     path = engine.src / "d" / "e" / "a.txt"
     before = reqcount.COUNTS.copy()
-    fi = ops.open_nowait(ino, os.O_RDONLY, ctx)
+    fi = at_once(ops.open(ino, os.O_RDONLY, ctx))
     assert fi is not None
     assert not binding.NOFLUSH or fi.noflush  # no FLUSH round trip for a close that cannot write
     h = ops.handles[fi.fh]
@@ -143,14 +180,14 @@ def test_open_and_release_of_a_reader(ops: Operations, engine: Any) -> None:
     node = ops.table.get(ino)
     assert node is not None
     assert node.opens == 1
-    assert ops.release_nowait(fi.fh) is True
+    assert answered(ops.release(fi.fh)) is True
     assert _fds_on(path) == []
     assert fi.fh not in ops.handles
     assert node.opens == 0
     counts = reqcount.COUNTS
     assert counts["open"] - before["open"] == counts["release"] - before["release"] == 1
-    # A release of a handle already gone declines (the async handler ignores it).
-    assert ops.release_nowait(fi.fh) is False
+    # A release of a handle already gone: nothing to do, answered at once.
+    assert answered(ops.release(fi.fh)) is True
 
 
 def test_the_journal_records_what_the_async_path_records(ops: Operations, engine: Any) -> None:
@@ -158,15 +195,15 @@ def test_the_journal_records_what_the_async_path_records(ops: Operations, engine
     ino = _ino(ops, "d/e/a.txt")
 
     async def via_async() -> None:
-        fi = await ops.open(ino, os.O_RDONLY, ctx)
+        fi = await awaited(ops.open(ino, os.O_RDONLY, ctx))
         await ops.read(fi.fh, 0, 100)
-        await ops.release(fi.fh)
+        await awaited(ops.release(fi.fh))
 
     trio.run(via_async)
-    fi = ops.open_nowait(ino, os.O_RDONLY, ctx)
+    fi = at_once(ops.open(ino, os.O_RDONLY, ctx))
     assert fi is not None
     trio.run(ops.read, fi.fh, 0, 100)
-    assert ops.release_nowait(fi.fh)
+    assert answered(ops.release(fi.fh))
     first, second = _reads(ops, engine)
     assert first == second
     assert first["path"] == "d/e/a.txt"
@@ -180,27 +217,30 @@ def test_writers_and_changed_files_are_left_to_open(ops: Operations, engine: Any
     path = engine.src / "d" / "b.txt"
     handles = dict(ops.handles)
     for flags in (os.O_WRONLY, os.O_RDWR, os.O_RDONLY | os.O_TRUNC):
-        assert ops.open_nowait(ino, flags, ctx) is None
+        assert at_once(ops.open(ino, flags, ctx)) is None
     assert ops.handles == handles
     assert _fds_on(path) == []
 
-    # A writer with writes to record: declined, then recorded by release.
-    fi = trio.run(ops.open, ino, os.O_RDWR, ctx)
-    trio.run(ops.write, fi.fh, 0, b"BEE")
-    assert ops.release_nowait(fi.fh) is False
-    assert fi.fh in ops.handles
-    trio.run(ops.release, fi.fh)
+    # A writer with writes to record: its release is handed on (awaited),
+    # which records them.
+    fi = trio.run(call, ops.open, ino, os.O_RDWR, ctx)
+    trio.run(call, ops.write, fi.fh, 0, b"BEE")
+    got = ops.release(fi.fh)
+    assert pending(got)
+    assert path.read_bytes() == b"BEE\n"
+    assert engine.file_state("d/b.txt").hash != _b3(b"BEE\n")  # not recorded yet
+    trio.run(call, lambda: got)
     assert path.read_bytes() == b"BEE\n"
     assert engine.file_state("d/b.txt").hash == _b3(b"BEE\n")
 
     # One whose close (FLUSH) recorded them, or that wrote nothing: its
     # session ends here.
     for write in (b"BEA", None):
-        fi = trio.run(ops.open, ino, os.O_RDWR, ctx)
+        fi = trio.run(call, ops.open, ino, os.O_RDWR, ctx)
         if write is not None:
-            trio.run(ops.write, fi.fh, 0, write)
-            trio.run(ops.flush, fi.fh)
-        assert ops.release_nowait(fi.fh) is True
+            trio.run(call, ops.write, fi.fh, 0, write)
+            trio.run(call, ops.flush, fi.fh)
+        assert answered(ops.release(fi.fh)) is True
         assert fi.fh not in ops.handles
         assert _fds_on(path) == []
     assert not engine.writes.busy(["d/b.txt"])
@@ -209,20 +249,20 @@ def test_writers_and_changed_files_are_left_to_open(ops: Operations, engine: Any
 
     # Changed behind the mount: the engine must look first (a thread).
     path.write_text("changed behind\n")
-    assert ops.open_nowait(ino, os.O_RDONLY, ctx) is None
+    assert at_once(ops.open(ino, os.O_RDONLY, ctx)) is None
     assert _fds_on(path) == []
-    fi = trio.run(ops.open, ino, os.O_RDONLY, ctx)
+    fi = trio.run(call, ops.open, ino, os.O_RDONLY, ctx)
     assert trio.run(ops.read, fi.fh, 0, 100) == b"changed behind\n"
-    assert ops.release_nowait(fi.fh) is True
+    assert answered(ops.release(fi.fh)) is True
     # Looked at once: the next open needs no waiting again.
-    fi = ops.open_nowait(ino, os.O_RDONLY, ctx)
+    fi = at_once(ops.open(ino, os.O_RDONLY, ctx))
     assert fi is not None
-    assert ops.release_nowait(fi.fh)
+    assert answered(ops.release(fi.fh))
 
     # Gone behind the mount: the error the async open gives.
     path.unlink()
     with pytest.raises(pyfuse3.FUSEError) as exc:
-        ops.open_nowait(ino, os.O_RDONLY, ctx)
+        at_once(ops.open(ino, os.O_RDONLY, ctx))
     assert exc.value.errno == errno.ENOENT
 
 
@@ -233,11 +273,11 @@ def test_with_kernel_passthrough_on_a_small_file_stays_in_the_page_cache(
     fast = ops.fastpath
     fast.wanted, fast._checked = True, True  # as after an INIT that granted passthrough
     ino = _ino(ops, "top.bin")
-    fi = ops.open_nowait(ino, os.O_RDONLY, ctx)
+    fi = at_once(ops.open(ino, os.O_RDONLY, ctx))
     assert fi is not None
     assert not fast.passed_through(fi.fh)
     assert fast._cached[ino] == 1  # a passthrough open of it must now wait for this one
-    assert ops.release_nowait(fi.fh)
+    assert answered(ops.release(fi.fh))
     assert ino not in fast._cached
 
 
@@ -245,12 +285,12 @@ def _unit_ino(ops: Operations, rel: str) -> tuple[int, str]:
     """The inode of the first unit of ``rel`` under .parsed, looked up by the
     async handlers (a generated tree's names are theirs), and its name."""
     ctx: Any = Ctx()
-    ino = trio.run(ops.lookup, pyfuse3.ROOT_INODE, b".parsed", ctx).st_ino
+    ino = trio.run(call, ops.lookup, pyfuse3.ROOT_INODE, b".parsed", ctx).st_ino
     for name in rel.split("/"):
-        ino = trio.run(ops.lookup, ino, os.fsencode(name), ctx).st_ino
-    names, _ = trio.run(ops._listing, ops._node(ino))
+        ino = trio.run(call, ops.lookup, ino, os.fsencode(name), ctx).st_ino
+    names, _ = trio.run(ops.listing, ops._node(ino))
     unit = names[2]
-    return trio.run(ops.lookup, ino, os.fsencode(unit), ctx).st_ino, unit
+    return trio.run(call, ops.lookup, ino, os.fsencode(unit), ctx).st_ino, unit
 
 
 def test_open_and_release_of_a_unit(ops: Operations, engine: Any) -> None:
@@ -260,22 +300,22 @@ def test_open_and_release_of_a_unit(ops: Operations, engine: Any) -> None:
     ino, unit = _unit_ino(ops, "d/e/a.txt")
 
     async def via_async() -> bytes:
-        fi = await ops.open(ino, os.O_RDONLY, ctx)
+        fi = await awaited(ops.open(ino, os.O_RDONLY, ctx))
         data = await ops.read(fi.fh, 0, 1 << 16)
-        await ops.release(fi.fh)
+        await awaited(ops.release(fi.fh))
         return data
 
     data = trio.run(via_async)
     assert b"alpha" in data
     before = reqcount.COUNTS.copy()
-    fi = ops.open_nowait(ino, os.O_RDONLY, ctx)
+    fi = at_once(ops.open(ino, os.O_RDONLY, ctx))
     assert fi is not None
     assert fi.keep_cache  # the same bytes as the async open's: the kernel keeps its pages
     assert trio.run(ops.read, fi.fh, 0, 1 << 16) == data
     node = ops.table.get(ino)
     assert node is not None
     assert node.opens == 1
-    assert ops.release_nowait(fi.fh) is True
+    assert answered(ops.release(fi.fh)) is True
     assert fi.fh not in ops.handles
     assert node.opens == 0
     counts = reqcount.COUNTS
@@ -284,21 +324,23 @@ def test_open_and_release_of_a_unit(ops: Operations, engine: Any) -> None:
     assert first == second
     assert first["path"] == f".parsed/d/e/a.txt/{unit}"
     # A write to a unit is the async handler's to refuse.
-    assert ops.open_nowait(ino, os.O_WRONLY, ctx) is None
+    assert at_once(ops.open(ino, os.O_WRONLY, ctx)) is None
 
 
 def test_a_unit_of_a_stale_view_is_left_to_open(ops: Operations, engine: Any) -> None:
-    """A view that must be waited for (stale, the mount waits) is the async
-    open's: nothing is answered, opened or counted here."""
+    """A view that must be waited for (stale, the mount waits) is handed on
+    to the awaited open: nothing is answered or opened at once; it counts
+    as one open."""
     ctx: Any = Ctx()
     ino, unit = _unit_ino(ops, "d/b.txt")
     (engine.src / "d" / "b.txt").write_text("changed behind\n")
     engine.check_file("d/b.txt")
     handles = dict(ops.handles)
     before = reqcount.COUNTS.copy()
-    assert ops.open_nowait(ino, os.O_RDONLY, ctx) is None
+    assert at_once(ops.open(ino, os.O_RDONLY, ctx)) is None
     assert ops.handles == handles
-    assert reqcount.COUNTS["open"] == before["open"]
+    assert reqcount.COUNTS["open"] == before["open"] + 1
+    assert reqcount.COUNTS["nowait_open"] == before["nowait_open"]
     trio.run(engine.drain)
     # The change dropped the kernel's entry: its next lookup (async: a
     # generated tree's) brings the index up to date, and opens answer here
@@ -306,13 +348,13 @@ def test_a_unit_of_a_stale_view_is_left_to_open(ops: Operations, engine: Any) ->
     parent = ops.table.find_synthetic(Tree.PARSED, "d/b.txt")
     assert parent is not None
     for _ in range(50):
-        trio.run(ops.lookup, parent.ino, os.fsencode(unit), ctx)
-        fi = ops.open_nowait(ino, os.O_RDONLY, ctx)
+        trio.run(call, ops.lookup, parent.ino, os.fsencode(unit), ctx)
+        fi = at_once(ops.open(ino, os.O_RDONLY, ctx))
         if fi is not None:
             break
     assert fi is not None
     assert b"changed behind" in trio.run(ops.read, fi.fh, 0, 1 << 16)
-    assert ops.release_nowait(fi.fh)
+    assert answered(ops.release(fi.fh))
 
 
 def test_getxattr_of_a_native_file_answers_its_own_names(ops: Operations, engine: Any) -> None:
@@ -323,19 +365,21 @@ def test_getxattr_of_a_native_file_answers_its_own_names(ops: Operations, engine
     os.setxattr(engine.src / "d" / "b.txt", "user.colour", b"teal")
     ino = _ino(ops, "d/b.txt")
     before = reqcount.COUNTS.copy()
-    assert ops.getxattr_nowait(ino, b"user.colour", ctx) == b"teal"
-    assert trio.run(ops.getxattr, ino, b"user.colour", ctx) == b"teal"
+    assert at_once(ops.getxattr(ino, b"user.colour", ctx)) == b"teal"
+    assert trio.run(call, ops.getxattr, ino, b"user.colour", ctx) == b"teal"
     for name in (b"user.absent", b"security.capability"):
         with pytest.raises(pyfuse3.FUSEError) as now:
-            ops.getxattr_nowait(ino, name, ctx)
+            at_once(ops.getxattr(ino, name, ctx))
         with pytest.raises(pyfuse3.FUSEError) as later:
-            trio.run(ops.getxattr, ino, name, ctx)
+            trio.run(call, ops.getxattr, ino, name, ctx)
         assert now.value.errno == later.value.errno, name
     assert reqcount.COUNTS["getxattr"] - before["getxattr"] == 6
-    assert ops.getxattr_nowait(ino, b"user.sw.hash", ctx) is None
-    parsed = trio.run(ops.lookup, pyfuse3.ROOT_INODE, b".parsed", ctx).st_ino
-    assert ops.getxattr_nowait(parsed, b"user.absent", ctx) is None
-    assert reqcount.COUNTS["getxattr"] - before["getxattr"] == 6
+    assert at_once(ops.getxattr(ino, b"user.sw.hash", ctx)) is None
+    parsed = trio.run(call, ops.lookup, pyfuse3.ROOT_INODE, b".parsed", ctx).st_ino
+    assert at_once(ops.getxattr(parsed, b"user.absent", ctx)) is None
+    # Those two are handed on: counted, not answered at once.
+    assert reqcount.COUNTS["getxattr"] - before["getxattr"] == 8
+    assert reqcount.COUNTS["nowait_getxattr"] - before["nowait_getxattr"] == 6
 
 
 class _Watching:
@@ -375,7 +419,7 @@ def test_absent_xattr_names_are_answered_from_the_names_listed(
 
     def absent(name: bytes = b"user.absent") -> int:
         with pytest.raises(pyfuse3.FUSEError) as exc:
-            ops.getxattr_nowait(ino, name, ctx)
+            at_once(ops.getxattr(ino, name, ctx))
         return exc.value.errno
 
     assert absent() == errno.ENODATA
@@ -384,13 +428,13 @@ def test_absent_xattr_names_are_answered_from_the_names_listed(
         assert absent() == errno.ENODATA
         assert absent(b"security.capability") == errno.EOPNOTSUPP
     assert calls == {"getxattr": 0, "listxattr": 1}
-    assert ops.getxattr_nowait(ino, b"user.colour", ctx) == b"teal"
-    assert ops.getxattr_nowait(ino, b"user.colour", ctx) == b"teal"
+    assert at_once(ops.getxattr(ino, b"user.colour", ctx)) == b"teal"
+    assert at_once(ops.getxattr(ino, b"user.colour", ctx)) == b"teal"
     assert calls == {"getxattr": 2, "listxattr": 1}
 
     # Through the mount: seen by the next question.
     trio.run(ops.setxattr, ino, b"user.absent", b"here", ctx)
-    assert ops.getxattr_nowait(ino, b"user.absent", ctx) == b"here"
+    assert at_once(ops.getxattr(ino, b"user.absent", ctx)) == b"here"
     trio.run(ops.removexattr, ino, b"user.absent", ctx)
     assert absent() == errno.ENODATA
 
@@ -400,7 +444,7 @@ def test_absent_xattr_names_are_answered_from_the_names_listed(
     assert absent() == errno.ENODATA
     os.setxattr(engine.src / "d" / "e" / "link.txt", "user.absent", b"behind")
     ops.touched_behind(["d/e/link.txt"])
-    assert ops.getxattr_nowait(ino, b"user.absent", ctx) == b"behind"
+    assert at_once(ops.getxattr(ino, b"user.absent", ctx)) == b"behind"
     os.removexattr(b, "user.absent")
     ops.touched_behind(None)  # events lost: every node forgets
     assert absent() == errno.ENODATA
@@ -428,33 +472,34 @@ def test_write_nowait_writes_unless_bytes_must_be_kept_first(ops: Operations, en
     path = engine.src / "d" / "b.txt"
     ino = _ino(ops, "d/b.txt")
     before = reqcount.COUNTS.copy()
-    fi = trio.run(ops.open, ino, os.O_RDWR, ctx)
-    assert ops.write_nowait(fi.fh, 0, b"X") is None  # "bee" must be kept first
+    fi = trio.run(call, ops.open, ino, os.O_RDWR, ctx)
+    assert at_once(ops.write(fi.fh, 0, b"X")) is None  # "bee" must be kept first
     assert path.read_bytes() == b"bee\n"
-    assert trio.run(ops.write, fi.fh, 0, b"S") == 1  # keeps it, then writes
-    assert ops.write_nowait(fi.fh, 1, b"EE") == 2  # kept: no waiting now
-    trio.run(ops.flush, fi.fh)
-    assert ops.release_nowait(fi.fh)
+    assert trio.run(call, ops.write, fi.fh, 0, b"S") == 1  # keeps it, then writes
+    assert at_once(ops.write(fi.fh, 1, b"EE")) == 2  # kept: no waiting now
+    trio.run(call, ops.flush, fi.fh)
+    assert answered(ops.release(fi.fh))
     assert path.read_bytes() == b"SEE\n"
-    assert reqcount.COUNTS["write"] - before["write"] == 2
+    assert reqcount.COUNTS["write"] - before["write"] == 3  # two handed on, one at once
+    assert reqcount.COUNTS["nowait_write"] - before["nowait_write"] == 1
     old = engine.versions("d/b.txt")[0]
     assert old.available  # "bee" was kept before the first write
 
     parent = _ino(ops, "d")
-    fi, attr = trio.run(ops.create, parent, b"new.txt", 0o644, os.O_WRONLY, ctx)
-    assert ops.write_nowait(fi.fh, 0, b"fresh\n") == 6  # nothing to keep
-    trio.run(ops.flush, fi.fh)
-    assert ops.release_nowait(fi.fh)
+    fi, attr = trio.run(call, ops.create, parent, b"new.txt", 0o644, os.O_WRONLY, ctx)
+    assert at_once(ops.write(fi.fh, 0, b"fresh\n")) == 6  # nothing to keep
+    trio.run(call, ops.flush, fi.fh)
+    assert answered(ops.release(fi.fh))
     assert engine.file_state("d/new.txt").hash == _b3(b"fresh\n")
 
-    ro = ops.open_nowait(ino, os.O_RDONLY, ctx)
+    ro = at_once(ops.open(ino, os.O_RDONLY, ctx))
     assert ro is not None
     with pytest.raises(pyfuse3.FUSEError) as now:
-        ops.write_nowait(ro.fh, 0, b"no")
+        at_once(ops.write(ro.fh, 0, b"no"))
     with pytest.raises(pyfuse3.FUSEError) as later:
-        trio.run(ops.write, ro.fh, 0, b"no")
+        trio.run(call, ops.write, ro.fh, 0, b"no")
     assert now.value.errno == later.value.errno == errno.EBADF
-    assert ops.release_nowait(ro.fh)
+    assert answered(ops.release(ro.fh))
 
 
 def _journal(ops: Operations, engine: Any, kind: str) -> list[dict[str, Any]]:
@@ -480,13 +525,13 @@ def test_create_and_flush_answer_as_the_async_handlers(ops: Operations, engine: 
     before = reqcount.COUNTS.copy()
 
     async def via_async() -> None:
-        fi, _ = await ops.create(parent, b"slow.txt", 0o666, os.O_WRONLY, ctx)
-        await ops.write(fi.fh, 0, b"same bytes\n")
-        await ops.flush(fi.fh)
-        await ops.release(fi.fh)
+        fi, _ = await awaited(ops.create(parent, b"slow.txt", 0o666, os.O_WRONLY, ctx))
+        await awaited(ops.write(fi.fh, 0, b"same bytes\n"))
+        await awaited(ops.flush(fi.fh))
+        await awaited(ops.release(fi.fh))
 
     trio.run(via_async)
-    got = ops.create_nowait(parent, b"quick.txt", 0o666, os.O_WRONLY, ctx)
+    got = at_once(ops.create(parent, b"quick.txt", 0o666, os.O_WRONLY, ctx))
     assert got is not None
     fi, attr = got
     path = engine.src / "d" / "quick.txt"
@@ -496,10 +541,10 @@ def test_create_and_flush_answer_as_the_async_handlers(ops: Operations, engine: 
     h = ops.handles[fi.fh]
     assert isinstance(h, NativeOpen)
     assert _fds_on(path) == [h.fh.fd]
-    assert ops.write_nowait(fi.fh, 0, b"same bytes\n") == 11
-    assert ops.flush_nowait(fi.fh) is True
+    assert at_once(ops.write(fi.fh, 0, b"same bytes\n")) == 11
+    assert answered(ops.flush(fi.fh)) is True
     assert engine.file_state("d/quick.txt").hash == _b3(b"same bytes\n")  # recorded at close
-    assert ops.release_nowait(fi.fh)
+    assert answered(ops.release(fi.fh))
     assert _fds_on(path) == []
     assert engine.file_state("d/slow.txt").hash == _b3(b"same bytes\n")
     slow, quick = _journal(ops, engine, "write")
@@ -507,27 +552,29 @@ def test_create_and_flush_answer_as_the_async_handlers(ops: Operations, engine: 
     assert slow.pop("path") == "d/slow.txt"
     assert quick == slow
     counts = reqcount.COUNTS
-    for op in ("create", "flush"):
+    for op in ("create", "flush"):  # awaited or not, one handler answers at once
         assert counts[op] - before[op] == 2, op
-        assert counts[f"nowait_{op}"] - before[f"nowait_{op}"] == 1, op
+        assert counts[f"nowait_{op}"] - before[f"nowait_{op}"] == 2, op
 
 
 def test_create_nowait_declines_what_must_wait(ops: Operations, engine: Any) -> None:
-    """An existing name opened by a create (no O_EXCL) is the async
-    handler's, and nothing is done here; with O_EXCL it is EEXIST here, as
-    there.  A generated tree's name at the root is left to the handler."""
+    """An existing name opened by a create (no O_EXCL) is handed on (the
+    open may wait), and nothing is done at once; with O_EXCL it is EEXIST
+    at once, as is a generated tree's name at the root."""
     ctx: Any = Ctx()
     parent = _ino(ops, "d")
     handles = dict(ops.handles)
-    assert ops.create_nowait(parent, b"b.txt", 0o644, os.O_WRONLY, ctx) is None
+    assert at_once(ops.create(parent, b"b.txt", 0o644, os.O_WRONLY, ctx)) is None
     assert ops.handles == handles
     assert (engine.src / "d" / "b.txt").read_text() == "bee\n"
     with pytest.raises(pyfuse3.FUSEError) as exc:
-        ops.create_nowait(parent, b"b.txt", 0o644, os.O_WRONLY | os.O_EXCL, ctx)
+        at_once(ops.create(parent, b"b.txt", 0o644, os.O_WRONLY | os.O_EXCL, ctx))
     assert exc.value.errno == errno.EEXIST
-    assert ops.create_nowait(pyfuse3.ROOT_INODE, b".parsed", 0o644, os.O_WRONLY, ctx) is None
-    fi, _ = trio.run(ops.create, parent, b"b.txt", 0o644, os.O_WRONLY, ctx)  # opens it
-    assert ops.release_nowait(fi.fh)
+    with pytest.raises(pyfuse3.FUSEError) as exc:
+        at_once(ops.create(pyfuse3.ROOT_INODE, b".parsed", 0o644, os.O_WRONLY, ctx))
+    assert exc.value.errno == errno.EEXIST
+    fi, _ = trio.run(call, ops.create, parent, b"b.txt", 0o644, os.O_WRONLY, ctx)  # opens it
+    assert answered(ops.release(fi.fh))
     assert (engine.src / "d" / "b.txt").read_text() == "bee\n"
 
 
@@ -538,13 +585,33 @@ def test_flush_nowait_leaves_a_large_record_to_a_worker_thread(
     declines here, having recorded nothing; the async flush records it."""
     ctx: Any = Ctx()
     parent = _ino(ops, "d")
-    got = ops.create_nowait(parent, b"big.bin", 0o644, os.O_WRONLY, ctx)
+    got = at_once(ops.create(parent, b"big.bin", 0o644, os.O_WRONLY, ctx))
     assert got is not None
     fi = got[0]
     data = os.urandom(INLINE_RECORD_BYTES + 1)
-    assert ops.write_nowait(fi.fh, 0, data) == len(data)
-    assert ops.flush_nowait(fi.fh) is False
+    assert at_once(ops.write(fi.fh, 0, data)) == len(data)
+    assert answered(ops.flush(fi.fh)) is False
     assert engine.file_state("d/big.bin") is None  # not recorded yet
-    trio.run(ops.flush, fi.fh)
+    trio.run(call, ops.flush, fi.fh)
     assert engine.file_state("d/big.bin").hash == _b3(data)
-    assert ops.release_nowait(fi.fh)
+    assert answered(ops.release(fi.fh))
+
+
+def test_stock_pyfuse3_gets_coroutines_of_the_same_handlers(
+    ops: Operations, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With stock pyfuse3 (which awaits every handler) the binding wraps the
+    handlers that may answer at once in coroutines: the same answers, awaited."""
+    ctx: Any = Ctx()
+    ino = _ino(ops, "d/e/a.txt")
+    direct = at_once(ops.getattr(ino, ctx))
+    monkeypatch.setattr(binding, "FORK", False)
+    assert binding.adapt(ops) is ops
+    for name in binding.IMMEDIATE:
+        assert inspect.iscoroutinefunction(getattr(ops, name)), name
+    got = trio.run(ops.getattr, ino, ctx)
+    assert (got.st_ino, got.st_size) == (direct.st_ino, direct.st_size)
+    fi = trio.run(ops.open, ino, os.O_RDONLY, ctx)
+    assert trio.run(ops.read, fi.fh, 0, 100) == b"alpha\nbeta\n"
+    trio.run(ops.release, fi.fh)
+    assert fi.fh not in ops.handles

@@ -34,6 +34,7 @@ from mountd.operations import Operations
 from mountd.options import MountOptions
 from mountd.passthrough import Passthrough
 from mountd.provider import Provider, ReadOnly
+from mountd.reply import awaited
 from mountd.synthetic import _Index
 from swfs import control
 from swfs.engine import Engine
@@ -75,17 +76,17 @@ def test_the_router_gives_each_node_its_provider(engine: Engine) -> None:
             # class built on Passthrough plugs in unchanged.
             assert native.source is ops.native
             assert isinstance(ops.native, Passthrough)
-            d = await ops.lookup(root.ino, b"d", ctx)
-            a = await ops.lookup(d.st_ino, b"a.txt", ctx)
+            d = await awaited(ops.lookup(root.ino, b"d", ctx))
+            a = await awaited(ops.lookup(d.st_ino, b"a.txt", ctx))
             assert ops.router.route(ops._node(a.st_ino)) is native
             assert ops.router.route_child(root, "d") is native
             # A generated tree's name in the mount root leads into that tree.
             parsed = ops.router.route_child(root, ".parsed")
             assert isinstance(parsed, GeneratedProvider)
             assert parsed.source is ops.router.provider(Tree.PARSED)
-            p = await ops.lookup(root.ino, b".parsed", ctx)
+            p = await awaited(ops.lookup(root.ino, b".parsed", ctx))
             assert ops.router.route(ops._node(p.st_ino)) is parsed
-            pd = await ops.lookup(p.st_ino, b"d", ctx)
+            pd = await awaited(ops.lookup(p.st_ino, b"d", ctx))
             assert ops.router.route(ops._node(pd.st_ino)) is parsed
             assert isinstance(ops.router.route_child(root, ".tab"), TabProvider)
             # One provider per tree, each tree with its own.
@@ -127,10 +128,10 @@ def test_changes_in_a_generated_tree_reach_its_provider_as_erofs(engine: Engine)
         ops = _ops(engine)
         try:
             root = ops.table.root.ino
-            p = await ops.lookup(root, b".parsed", ctx)
-            pd = await ops.lookup(p.st_ino, b"d", ctx)
-            view = await ops.lookup(pd.st_ino, b"a.txt", ctx)
-            unit = await ops.lookup(view.st_ino, b"content.txt", ctx)
+            p = await awaited(ops.lookup(root, b".parsed", ctx))
+            pd = await awaited(ops.lookup(p.st_ino, b"d", ctx))
+            view = await awaited(ops.lookup(pd.st_ino, b"a.txt", ctx))
+            unit = await awaited(ops.lookup(view.st_ino, b"content.txt", ctx))
             spy = _Spy(ops.router.route(ops._node(unit.st_ino)), changes)
             attr = pyfuse3.EntryAttributes()
             fields: Any = SimpleNamespace(
@@ -158,26 +159,31 @@ def test_changes_in_a_generated_tree_reach_its_provider_as_erofs(engine: Engine)
             assert sorted(set(spy.calls)) == sorted(changes)
             # Between trees the router's rule answers: EROFS into a read-only
             # tree, EXDEV into one that takes writes of its own (mv copies).
-            d = await ops.lookup(root, b"d", ctx)
+            d = await awaited(ops.lookup(root, b"d", ctx))
             assert await code(ops.rename(d.st_ino, b"a.txt", view.st_ino, b"z", 0, ctx)) == (
                 errno.EROFS
             )
-            tab = await ops.lookup(root, b".tab", ctx)
+            tab = await awaited(ops.lookup(root, b".tab", ctx))
             assert await code(ops.rename(d.st_ino, b"a.txt", tab.st_ino, b"z", 0, ctx)) == (
                 errno.EXDEV
             )
-            a = await ops.lookup(d.st_ino, b"a.txt", ctx)
+            a = await awaited(ops.lookup(d.st_ino, b"a.txt", ctx))
             assert await code(ops.link(a.st_ino, view.st_ino, b"l", ctx)) == errno.EROFS
             # Reading through the same provider still works, and the native file
             # was never touched.
-            fi = await ops.open(unit.st_ino, os.O_RDONLY, ctx)
+            fi = await awaited(ops.open(unit.st_ino, os.O_RDONLY, ctx))
             assert b"alpha" in await ops.read(fi.fh, 0, 1 << 16)
-            await ops.release(fi.fh)
+            await awaited(ops.release(fi.fh))
             assert (engine.src / "d/a.txt").read_text() == "alpha\n"
         finally:
             ops.close()
 
     trio.run(main)
+
+
+# The requests a provider may answer at once or with an awaitable
+# (mountd.reply): a plain method or an ``async def`` alike.
+ANSWERS = {"attr", "lookup", "open", "create", "getxattr", "write", "flush", "release", "lseek"}
 
 
 def _interface() -> set[str]:
@@ -189,7 +195,7 @@ def _interface() -> set[str]:
 def test_every_provider_offers_the_whole_interface(cls: type) -> None:
     missing = {n for n in _interface() if not hasattr(cls, n)}
     assert not missing, f"{cls.__name__} lacks {sorted(missing)}"
-    for name in _interface() - {"evidence", "rename_across"}:
+    for name in _interface() - {"evidence", "rename_across"} - ANSWERS:
         ours, theirs = getattr(cls, name), getattr(Provider, name)
         assert inspect.iscoroutinefunction(ours) == inspect.iscoroutinefunction(theirs), name
     # The generated trees change nothing unless they say so.

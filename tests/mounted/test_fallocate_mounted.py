@@ -244,7 +244,7 @@ def test_seek_hole_and_data_serve_sparse_copies(mounted: Mount, plain: Path) -> 
         assert allocated(copy) < SLACK, how
         asked = _delta(before, _counts(m))
         assert asked.get("lseek", 0) > 0, f"cp {how} asked no SEEK_DATA"
-        # Each answered in pyfuse3's callback, without a coroutine (mountd.nowait).
+        # Each answered in pyfuse3's callback, without a coroutine (mountd.reply).
         assert asked.get("nowait_lseek", 0) == asked["lseek"], asked
 
     # tar -S: the archive holds the data, not 64 MiB of zeros; it found the

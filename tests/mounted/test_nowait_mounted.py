@@ -1,5 +1,6 @@
-"""Native requests answered without a coroutine (``mountd.nowait``), through
-a real mount with the patched pyfuse3 that calls them:
+"""Native requests answered at once, without a coroutine (``mountd.reply``),
+through a real mount with our pyfuse3, which replies at once to a handler
+that returns its reply:
 
 * 2,000 opens and closes of warm native files reach the daemon as 2,000
   OPENs and 2,000 RELEASEs and nothing else, and once the (background)
@@ -34,7 +35,7 @@ pytestmark = [
     needs_fuse,
     pytest.mark.timeout(300),
     pytest.mark.skipif(
-        not binding.NOWAIT, reason="stock pyfuse3: no *_nowait hooks (vendor/pyfuse3 has them)"
+        not binding.FORK, reason="stock pyfuse3 awaits every handler (vendor/pyfuse3 does not)"
     ),
 ]
 

@@ -19,7 +19,7 @@ import pytest
 from tests.conftest import fuse_available
 from tests.mountutil import REPO, lazy_unmount, wait_until, workdir
 
-FORK = hasattr(pyfuse3, "nowait_available")  # the one probe of this file: is it the fork?
+FORK = hasattr(pyfuse3, "immediate_available")  # the one probe of this file: is it the fork?
 
 pytestmark = [
     pytest.mark.skipif(not FORK, reason="stock pyfuse3 installed, not vendor/pyfuse3"),
@@ -38,7 +38,7 @@ def test_fork_declares_its_additions() -> None:
     assert not fi.cache_readdir
     assert not fi.noflush
     assert pyfuse3.FileInfo().backing_id == 0
-    for probe in ("nowait_available", "fallocate_available", "lseek_available"):
+    for probe in ("immediate_available", "fallocate_available", "lseek_available"):
         assert getattr(pyfuse3, probe)() is True, probe
     assert pyfuse3.passthrough_available() in (True, False)
     assert pyfuse3.passthrough_active() is False  # nothing mounted in this process
@@ -126,6 +126,23 @@ def test_noflush_skips_the_flush_of_a_reader(tiny: Tiny) -> None:
     assert opens == {plain: False, noflush: True}
     flushed = [c[1] for c in tiny.calls("flush")]
     assert flushed == [plain]  # the plain reader's close flushed, the noflush one did not
+
+
+@needs_fuse
+def test_a_handler_answers_at_once_or_hands_back_an_awaitable(tiny: Tiny) -> None:
+    """A plain handler's reply is answered at once, its awaitable awaited,
+    its FUSEError answered with its errno; the mount stays up."""
+    plain = tiny.mnt / "plain"
+    for _ in range(2):
+        assert os.getxattr(plain, "user.now") == b"now"
+        assert os.getxattr(plain, "user.later") == b"later"
+        with pytest.raises(OSError, match="No data available") as exc:
+            os.getxattr(plain, "user.absent")
+        assert exc.value.errno == errno.ENODATA
+    ino = pyfuse3.ROOT_INODE + 2
+    assert (
+        tiny.calls("getxattr") == [["getxattr", ino, "at once"], ["getxattr", ino, "awaited"]] * 2
+    )
 
 
 @needs_fuse

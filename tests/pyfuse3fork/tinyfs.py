@@ -16,6 +16,11 @@ test sees which requests reached the daemon.  FALLOCATE and LSEEK of any
 file, and TMPFILE in the root, are answered and logged with their
 arguments.  LSEEK answers ``offset + 7`` (an offset no file system would
 find), so a test can tell our answer from the kernel's own.
+
+GETXATTR is a plain method (the fork calls it in its callback): it answers
+``user.now`` at once, hands back a coroutine for ``user.later`` (answered
+after a checkpoint in the worker task), and raises ENODATA at once for any
+other name.
 """
 
 from __future__ import annotations
@@ -128,6 +133,21 @@ class TinyFS(pyfuse3.Operations):
 
     async def release(self, fh: int) -> None:
         self.note("release", fh)
+
+    def getxattr(  # type: ignore[override]  # a reply or an awaitable
+        self, inode: int, name: bytes, ctx: pyfuse3.RequestContext
+    ) -> Any:
+        if name == b"user.now":
+            self.note("getxattr", inode, "at once")
+            return b"now"
+        if name == b"user.later":
+            return self._later(inode)
+        raise pyfuse3.FUSEError(errno.ENODATA)
+
+    async def _later(self, inode: int) -> bytes:
+        await trio.lowlevel.checkpoint()
+        self.note("getxattr", inode, "awaited")
+        return b"later"
 
     async def setattr(
         self,

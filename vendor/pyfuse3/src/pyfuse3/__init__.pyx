@@ -79,6 +79,8 @@ import sys
 import trio
 import threading
 import typing
+from collections.abc import Awaitable
+from types import CoroutineType
 
 from . import _pyfuse3
 _pyfuse3.FUSEError = FUSEError
@@ -102,17 +104,6 @@ cdef int session_fd
 cdef int passthrough_on = 0
 cdef double spin_window = 0
 cdef object py_retval
-# The operations' *_nowait methods (None where they define none): answered
-# in the callback itself, without a coroutine, where they can be.
-cdef object lookup_nowait = None
-cdef object getattr_nowait = None
-cdef object open_nowait = None
-cdef object release_nowait = None
-cdef object getxattr_nowait = None
-cdef object write_nowait = None
-cdef object create_nowait = None
-cdef object flush_nowait = None
-cdef object lseek_nowait = None
 
 cdef object _notify_queue = None
 
@@ -866,17 +857,6 @@ def init(ops, mountpoint, options=default_options):
     worker_data = _WorkerData()
     mountpoint_b = str2bytes(os.path.abspath(mountpoint))
     operations = ops
-    global lookup_nowait, getattr_nowait, open_nowait, release_nowait, getxattr_nowait
-    global write_nowait, create_nowait, flush_nowait, lseek_nowait
-    lookup_nowait = getattr(ops, 'lookup_nowait', None)
-    getattr_nowait = getattr(ops, 'getattr_nowait', None)
-    open_nowait = getattr(ops, 'open_nowait', None)
-    release_nowait = getattr(ops, 'release_nowait', None)
-    getxattr_nowait = getattr(ops, 'getxattr_nowait', None)
-    write_nowait = getattr(ops, 'write_nowait', None)
-    create_nowait = getattr(ops, 'create_nowait', None)
-    flush_nowait = getattr(ops, 'flush_nowait', None)
-    lseek_nowait = getattr(ops, 'lseek_nowait', None)
 
     make_fuse_args(options, &f_args)
 
@@ -962,20 +942,21 @@ def set_spin_window(double seconds):
     spin_window = seconds
 
 
-def nowait_available():
-    '''True: before making a coroutine of a LOOKUP, GETATTR, OPEN, RELEASE,
-    GETXATTR, WRITE, CREATE or FLUSH, pyfuse3 calls the operations'
-    `lookup_nowait(parent_inode, name, ctx)`, `getattr_nowait(inode, ctx)`,
-    `open_nowait(inode, flags, ctx)`, `release_nowait(fh)`,
-    `getxattr_nowait(inode, name, ctx)`, `write_nowait(fh, offset, buf)`,
-    `create_nowait(parent_inode, name, mode, flags, ctx)` or
-    `flush_nowait(fh)` where they define it, in the callback itself.  A
-    plain (not async) method: it answers (EntryAttributes, FileInfo, True,
-    bytes, int, (FileInfo, EntryAttributes)) or raises FUSEError, or
-    returns None (False for release and flush) to leave the request to the
-    async handler as before.  Any other exception is logged and answered
-    EIO.  A created file whose reply fails (the caller was interrupted) is
-    released: by release_nowait, else by the async release.'''
+def immediate_available():
+    '''True: the handler of a LOOKUP, GETATTR, OPEN, RELEASE, GETXATTR,
+    WRITE, CREATE, FLUSH or LSEEK (`Operations.lookup`, `getattr`, `open`,
+    `release`, `getxattr`, `write`, `create`, `flush`, `lseek`) is called in
+    the FUSE callback itself, and may return either its reply or an
+    awaitable.  A reply (EntryAttributes, FileInfo, bytes, int,
+    (FileInfo, EntryAttributes); anything but an awaitable for release and
+    flush) is answered at once, without a coroutine; an awaitable (what an
+    `async def` handler returns) is awaited in the worker task and its
+    result answered, as for every other request.  So an `async def`
+    handler works as before, and a plain one that returns
+    `self._slow(...)` where it must wait answers the rest at once.  A
+    FUSEError raised in the call is answered with its errno, any other
+    exception is logged and answered EIO.  A created or opened file whose
+    reply fails (the caller was interrupted) is released.'''
     return True
 
 
@@ -990,10 +971,8 @@ def lseek_available():
     '''True: the kernel's SEEK_DATA and SEEK_HOLE (LSEEK requests) call
     `Operations.lseek(fh, offset, whence)`, which answers the offset found;
     its FUSEError(ENOSYS) (the default) makes the kernel treat every file of
-    the connection as data up to its size.  A plain `Operations.lseek_nowait`
-    with the same arguments, where defined, is called first in the callback
-    itself (see `nowait_available`): an int answers, None hands the request
-    to `lseek`.'''
+    the connection as data up to its size.  It may answer at once (see
+    `immediate_available`).'''
     return True
 
 

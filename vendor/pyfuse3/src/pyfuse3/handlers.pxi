@@ -55,29 +55,46 @@ cdef void fuse_init (void *userdata, fuse_conn_info *conn):
     # init handler modify `conn` in the future.
     operations.init()
 
-cdef int _nowait_failed(fuse_req_t req, what) except -1:
-    '''Reply to a request whose *_nowait method raised (in an except block).'''
+# LOOKUP, GETATTR, OPEN, RELEASE, GETXATTR, WRITE, CREATE, FLUSH and LSEEK
+# call their handler in the callback itself (see `immediate_available`): a
+# handler that returns its reply is answered at once, without a coroutine;
+# one that returns an awaitable (an async handler's coroutine) is awaited in
+# the worker task, as every other request is.
+
+cdef inline bint _pending(obj):
+    '''The handler's result is an awaitable: its reply comes later.'''
+    cdef object kind = type(obj)
+    if kind is CoroutineType:
+        return True
+    if (obj is None or kind is EntryAttributes or kind is FileInfo or kind is bytes
+            or kind is int or kind is tuple):
+        return False  # a reply: no look-up of the Awaitable ABC
+    return isinstance(obj, Awaitable)
+
+
+cdef int _call_failed(fuse_req_t req, what) except -1:
+    '''Reply to a request whose handler raised in the callback (in an
+    except block).'''
     exc = sys.exc_info()[1]
     if isinstance(exc, FUSEError):
         return fuse_reply_err(req, (<FUSEError> exc).errno_)
-    log.exception('%s_nowait failed', what)
+    log.exception('%s failed', what)
     return fuse_reply_err(req, errno.EIO)
 
 
 cdef void _release_unreplied(uint64_t fh):
     '''Release a handle whose open reply the kernel did not take.'''
-    if release_nowait is not None:
-        try:
-            if release_nowait(fh):
-                return
-        except BaseException:
-            log.exception('release_nowait after a failed reply')
-            return
-    save_retval(_release_unreplied_async(fh))
-
-async def _release_unreplied_async(fh):
     try:
-        await operations.release(fh)
+        got = operations.release(fh)
+    except BaseException:
+        log.exception('release after a failed reply')
+        return
+    if _pending(got):
+        save_retval(_release_unreplied_async(got))
+
+async def _release_unreplied_async(got):
+    try:
+        await got
     except FUSEError:
         pass
 
@@ -85,31 +102,27 @@ cdef void fuse_lookup (fuse_req_t req, fuse_ino_t parent,
                        const_char *name):
     cdef _Container c
     cdef EntryAttributes entry
-    if lookup_nowait is not None:
-        try:
-            got = lookup_nowait(parent, PyBytes_FromString(name),
+    try:
+        got = operations.lookup(parent, PyBytes_FromString(name),
                                 get_request_context(req))
-        except BaseException:
-            _nowait_failed(req, 'lookup')
-            return
-        if got is not None:
-            entry = <EntryAttributes?> got
-            if fuse_reply_entry(req, &entry.fuse_param) != 0:
-                log.error('fuse_lookup(): fuse_reply_entry failed')
-            return
+    except BaseException:
+        _call_failed(req, 'lookup')
+        return
+    if not _pending(got):
+        entry = <EntryAttributes?> got
+        if fuse_reply_entry(req, &entry.fuse_param) != 0:
+            log.error('fuse_lookup(): fuse_reply_entry failed')
+        return
     c = _Container()
     c.req = req
-    c.parent = parent
-    save_retval(fuse_lookup_async(c, PyBytes_FromString(name)))
+    save_retval(fuse_lookup_async(c, got))
 
-async def fuse_lookup_async (_Container c, name):
+async def fuse_lookup_async (_Container c, got):
     cdef EntryAttributes entry
     cdef int ret
 
-    ctx = get_request_context(c.req)
     try:
-        entry = <EntryAttributes?> await operations.lookup(
-            c.parent, name, ctx)
+        entry = <EntryAttributes?> await got
     except FUSEError as e:
         ret = fuse_reply_err(c.req, e.errno)
     else:
@@ -138,29 +151,26 @@ cdef void fuse_getattr (fuse_req_t req, fuse_ino_t ino,
                         fuse_file_info *fi):
     cdef _Container c
     cdef EntryAttributes entry
-    if getattr_nowait is not None:
-        try:
-            got = getattr_nowait(ino, get_request_context(req))
-        except BaseException:
-            _nowait_failed(req, 'getattr')
-            return
-        if got is not None:
-            entry = <EntryAttributes?> got
-            if fuse_reply_attr(req, entry.attr, entry.fuse_param.attr_timeout) != 0:
-                log.error('fuse_getattr(): fuse_reply_attr failed')
-            return
+    try:
+        got = operations.getattr(ino, get_request_context(req))
+    except BaseException:
+        _call_failed(req, 'getattr')
+        return
+    if not _pending(got):
+        entry = <EntryAttributes?> got
+        if fuse_reply_attr(req, entry.attr, entry.fuse_param.attr_timeout) != 0:
+            log.error('fuse_getattr(): fuse_reply_attr failed')
+        return
     c = _Container()
     c.req = req
-    c.ino = ino
-    save_retval(fuse_getattr_async(c))
+    save_retval(fuse_getattr_async(c, got))
 
-async def fuse_getattr_async (_Container c):
+async def fuse_getattr_async (_Container c, got):
     cdef int ret
     cdef EntryAttributes entry
 
-    ctx = get_request_context(c.req)
     try:
-        entry = <EntryAttributes?> await operations.getattr(c.ino, ctx)
+        entry = <EntryAttributes?> await got
     except FUSEError as e:
         ret = fuse_reply_err(c.req, e.errno)
     else:
@@ -433,35 +443,31 @@ async def fuse_link_async (_Container c, newname):
 cdef void fuse_open (fuse_req_t req, fuse_ino_t ino, fuse_file_info *fi):
     cdef _Container c
     cdef FileInfo pfi
-    if open_nowait is not None:
-        try:
-            got = open_nowait(ino, fi.flags, get_request_context(req))
-        except BaseException:
-            _nowait_failed(req, 'open')
-            return
-        if got is not None:
-            pfi = <FileInfo?> got
-            pfi._copy_to_fuse(fi)
-            if fuse_reply_open(req, fi) != 0:
-                # The caller is gone (interrupted): no RELEASE will come for
-                # this handle, so let it go here.
-                log.error('fuse_open(): fuse_reply_open failed')
-                _release_unreplied(pfi.fh)
-            return
+    try:
+        got = operations.open(ino, fi.flags, get_request_context(req))
+    except BaseException:
+        _call_failed(req, 'open')
+        return
+    if not _pending(got):
+        pfi = <FileInfo?> got
+        pfi._copy_to_fuse(fi)
+        if fuse_reply_open(req, fi) != 0:
+            # The caller is gone (interrupted): no RELEASE will come for
+            # this handle, so let it go here.
+            log.error('fuse_open(): fuse_reply_open failed')
+            _release_unreplied(pfi.fh)
+        return
     c = _Container()
     c.req = req
-    c.ino = ino
     c.fi = fi[0]
-    save_retval(fuse_open_async(c))
+    save_retval(fuse_open_async(c, got))
 
-async def fuse_open_async (_Container c):
+async def fuse_open_async (_Container c, got):
     cdef int ret
     cdef FileInfo fi
 
-    ctx = get_request_context(c.req)
-
     try:
-        fi = <FileInfo?> await operations.open(c.ino, c.fi.flags, ctx)
+        fi = <FileInfo?> await got
     except FUSEError as e:
         ret = fuse_reply_err(c.req, e.errno)
     else:
@@ -498,23 +504,21 @@ async def fuse_read_async (_Container c):
         log.error('fuse_read(): fuse_reply_* failed with %s', strerror(-ret))
 
 
-cdef int _write_nowait(fuse_req_t req, fuse_file_info *fi, off_t off,
-                       pbuf) except -1:
-    '''1 where write_nowait answered the request, else 0.'''
+cdef object _write_now(fuse_req_t req, fuse_file_info *fi, off_t off, pbuf):
+    '''Call the write handler: None where it answered the request, else
+    the awaitable that will.'''
     cdef size_t len_
-    if write_nowait is None:
-        return 0
     try:
-        got = write_nowait(fi.fh, off, pbuf)
-        if got is None:
-            return 0
+        got = operations.write(fi.fh, off, pbuf)
+        if _pending(got):
+            return got
         len_ = got
     except BaseException:
-        _nowait_failed(req, 'write')
-        return 1
+        _call_failed(req, 'write')
+        return None
     if fuse_reply_write(req, len_) != 0:
         log.error('fuse_write(): fuse_reply_write failed')
-    return 1
+    return None
 
 
 cdef void fuse_write (fuse_req_t req, fuse_ino_t ino, const_char *buf,
@@ -524,21 +528,19 @@ cdef void fuse_write (fuse_req_t req, fuse_ino_t ino, const_char *buf,
     if size > PY_SSIZE_T_MAX:
         raise OverflowError('Value too long to convert to Python')
     pbuf = PyBytes_FromStringAndSize(buf, <ssize_t> size)
-    if _write_nowait(req, fi, off, pbuf):
+    got = _write_now(req, fi, off, pbuf)
+    if got is None:
         return
     c = _Container()
     c.req = req
-    c.size = size
-    c.off = off
-    c.fh = fi.fh
-    save_retval(fuse_write_async(c, pbuf))
+    save_retval(fuse_write_async(c, got))
 
-async def fuse_write_async (_Container c, pbuf):
+async def fuse_write_async (_Container c, got):
     cdef int ret
     cdef size_t len_
 
     try:
-        len_ = await operations.write(c.fh, c.off, pbuf)
+        len_ = await got
     except FUSEError as e:
         ret = fuse_reply_err(c.req, e.errno)
     else:
@@ -552,20 +554,19 @@ cdef void fuse_write_buf(fuse_req_t req, fuse_ino_t ino, fuse_bufvec *bufv,
                          off_t off, fuse_file_info *fi):
     cdef _Container c
     buf = PyBytes_from_bufvec(bufv)
-    if _write_nowait(req, fi, off, buf):
+    got = _write_now(req, fi, off, buf)
+    if got is None:
         return
     c = _Container()
     c.req = req
-    c.off = off
-    c.fh = fi.fh
-    save_retval(fuse_write_buf_async(c, buf))
+    save_retval(fuse_write_buf_async(c, got))
 
-async def fuse_write_buf_async (_Container c, buf):
+async def fuse_write_buf_async (_Container c, got):
     cdef int ret
     cdef size_t len_
 
     try:
-        len_ = await operations.write(c.fh, c.off, buf)
+        len_ = await got
     except FUSEError as e:
         ret = fuse_reply_err(c.req, e.errno)
     else:
@@ -577,26 +578,24 @@ async def fuse_write_buf_async (_Container c, buf):
 
 cdef void fuse_flush (fuse_req_t req, fuse_ino_t ino, fuse_file_info *fi):
     cdef _Container c
-    if flush_nowait is not None:
-        try:
-            done = flush_nowait(fi.fh)
-        except BaseException:
-            _nowait_failed(req, 'flush')
-            return
-        if done:
-            if fuse_reply_err(req, 0) != 0:
-                log.error('fuse_flush(): fuse_reply_err failed')
-            return
+    try:
+        got = operations.flush(fi.fh)
+    except BaseException:
+        _call_failed(req, 'flush')
+        return
+    if not _pending(got):
+        if fuse_reply_err(req, 0) != 0:
+            log.error('fuse_flush(): fuse_reply_err failed')
+        return
     c = _Container()
     c.req = req
-    c.fh = fi.fh
-    save_retval(fuse_flush_async(c))
+    save_retval(fuse_flush_async(c, got))
 
-async def fuse_flush_async (_Container c):
+async def fuse_flush_async (_Container c, got):
     cdef int ret
 
     try:
-        await operations.flush(c.fh)
+        await got
     except FUSEError as e:
         ret = fuse_reply_err(c.req, e.errno)
     else:
@@ -608,26 +607,24 @@ async def fuse_flush_async (_Container c):
 
 cdef void fuse_release (fuse_req_t req, fuse_ino_t ino, fuse_file_info *fi):
     cdef _Container c
-    if release_nowait is not None:
-        try:
-            done = release_nowait(fi.fh)
-        except BaseException:
-            _nowait_failed(req, 'release')
-            return
-        if done:
-            if fuse_reply_err(req, 0) != 0:
-                log.error('fuse_release(): fuse_reply_err failed')
-            return
+    try:
+        got = operations.release(fi.fh)
+    except BaseException:
+        _call_failed(req, 'release')
+        return
+    if not _pending(got):
+        if fuse_reply_err(req, 0) != 0:
+            log.error('fuse_release(): fuse_reply_err failed')
+        return
     c = _Container()
     c.req = req
-    c.fh = fi.fh
-    save_retval(fuse_release_async(c))
+    save_retval(fuse_release_async(c, got))
 
-async def fuse_release_async (_Container c):
+async def fuse_release_async (_Container c, got):
     cdef int ret
 
     try:
-        await operations.release(c.fh)
+        await got
     except FUSEError as e:
         ret = fuse_reply_err(c.req, e.errno)
     else:
@@ -870,32 +867,29 @@ cdef int _reply_xattr(fuse_req_t req, buf, size_t size) except -1:
 cdef void fuse_getxattr (fuse_req_t req, fuse_ino_t ino, const_char *name,
                          size_t size):
     cdef _Container c
-    if getxattr_nowait is not None:
-        try:
-            got = getxattr_nowait(ino, PyBytes_FromString(name),
+    try:
+        got = operations.getxattr(ino, PyBytes_FromString(name),
                                   get_request_context(req))
-        except BaseException:
-            _nowait_failed(req, 'getxattr')
-            return
-        if got is not None:
-            if _reply_xattr(req, got, size) != 0:
-                log.error('fuse_getxattr(): fuse_reply_* failed')
-            return
+    except BaseException:
+        _call_failed(req, 'getxattr')
+        return
+    if not _pending(got):
+        if _reply_xattr(req, got, size) != 0:
+            log.error('fuse_getxattr(): fuse_reply_* failed')
+        return
     c = _Container()
     c.req = req
-    c.ino = ino
     c.size = size
-    save_retval(fuse_getxattr_async(c, PyBytes_FromString(name)))
+    save_retval(fuse_getxattr_async(c, got))
 
-async def fuse_getxattr_async (_Container c, name):
+async def fuse_getxattr_async (_Container c, got):
     cdef int ret
     cdef ssize_t len_s
     cdef size_t len_
     cdef char *cbuf
 
-    ctx = get_request_context(c.req)
     try:
-        buf = await operations.getxattr(c.ino, name, ctx)
+        buf = await got
     except FUSEError as e:
         ret = fuse_reply_err(c.req, e.errno)
     else:
@@ -1038,38 +1032,34 @@ cdef void fuse_create (fuse_req_t req, fuse_ino_t parent, const_char *name,
     cdef _Container c
     cdef EntryAttributes entry
     cdef FileInfo pfi
-    if create_nowait is not None:
-        try:
-            got = create_nowait(parent, PyBytes_FromString(name), mode,
+    try:
+        got = operations.create(parent, PyBytes_FromString(name), mode,
                                 fi.flags, get_request_context(req))
-        except BaseException:
-            _nowait_failed(req, 'create')
-            return
-        if got is not None:
-            pfi = <FileInfo?> got[0]
-            entry = <EntryAttributes?> got[1]
-            pfi._copy_to_fuse(fi)
-            if fuse_reply_create(req, &entry.fuse_param, fi) != 0:
-                # The caller is gone (interrupted): no RELEASE will come for
-                # this handle, so let it go here.
-                log.error('fuse_create(): fuse_reply_create failed')
-                _release_unreplied(pfi.fh)
-            return
+    except BaseException:
+        _call_failed(req, 'create')
+        return
+    if not _pending(got):
+        pfi = <FileInfo?> got[0]
+        entry = <EntryAttributes?> got[1]
+        pfi._copy_to_fuse(fi)
+        if fuse_reply_create(req, &entry.fuse_param, fi) != 0:
+            # The caller is gone (interrupted): no RELEASE will come for
+            # this handle, so let it go here.
+            log.error('fuse_create(): fuse_reply_create failed')
+            _release_unreplied(pfi.fh)
+        return
     c = _Container()
     c.req = req
-    c.parent = parent
-    c.mode = mode
     c.fi = fi[0]
-    save_retval(fuse_create_async(c, PyBytes_FromString(name)))
+    save_retval(fuse_create_async(c, got))
 
-async def fuse_create_async (_Container c, name):
+async def fuse_create_async (_Container c, got):
     cdef int ret
     cdef EntryAttributes entry
     cdef FileInfo fi
 
-    ctx = get_request_context(c.req)
     try:
-        tmp = await operations.create(c.parent, name, c.mode, c.fi.flags, ctx)
+        tmp = await got
     except FUSEError as e:
         ret = fuse_reply_err(c.req, e.errno)
     else:
@@ -1111,31 +1101,26 @@ cdef void fuse_lseek (fuse_req_t req, fuse_ino_t ino, off_t off, int whence,
                       fuse_file_info *fi):
     cdef _Container c
     cdef off_t found
-    if lseek_nowait is not None:
-        try:
-            got = lseek_nowait(fi.fh, off, whence)
-        except BaseException:
-            _nowait_failed(req, 'lseek')
-            return
-        if got is not None:
-            found = got
-            if fuse_reply_lseek(req, found) != 0:
-                log.error('fuse_lseek(): fuse_reply_lseek failed')
-            return
+    try:
+        got = operations.lseek(fi.fh, off, whence)
+    except BaseException:
+        _call_failed(req, 'lseek')
+        return
+    if not _pending(got):
+        found = got
+        if fuse_reply_lseek(req, found) != 0:
+            log.error('fuse_lseek(): fuse_reply_lseek failed')
+        return
     c = _Container()
     c.req = req
-    c.ino = ino
-    c.off = off
-    c.flags = whence
-    c.fh = fi.fh
-    save_retval(fuse_lseek_async(c))
+    save_retval(fuse_lseek_async(c, got))
 
-async def fuse_lseek_async (_Container c):
+async def fuse_lseek_async (_Container c, got):
     cdef int ret
     cdef off_t found
 
     try:
-        found = await operations.lseek(c.fh, c.off, c.flags)
+        found = await got
     except FUSEError as e:
         ret = fuse_reply_err(c.req, e.errno)
     else:
