@@ -45,6 +45,7 @@ from swfs.api import (
 )
 from swfs.history import snapshots as history
 from swfs.history import staging, versioning
+from swfs.history.config import Config
 from swfs.history.writesession import InPlaceWrites
 from swfs.ignore import IgnoreRules
 from swfs.store import treecache
@@ -64,7 +65,7 @@ from swfs.store.records import (
 from swfs.store.reserve import Reserve, is_no_space
 from swfs.views import files as views
 from swfs.views import ranged
-from swfs.views.parsework import FAILED, OK, UNSUPPORTED, ParseOutcome, WorkerLimits
+from swfs.views.parsework import FAILED, OK, UNSUPPORTED, ParseOutcome
 
 log = logging.getLogger(__name__)
 
@@ -90,24 +91,6 @@ def _store_oserror(rel: str, exc: lmdb.Error) -> OSError:
     full = isinstance(exc, lmdb.MapFullError) or "No space left" in text
     code = errno.ENOSPC if full else errno.EIO
     return OSError(code, f"{rel}: not written: the store cannot record its history ({text})")
-
-
-@dataclass(frozen=True)
-class Config:
-    limits: WorkerLimits = WorkerLimits()
-    max_preserve_bytes: int = 1 << 30  # larger files keep hashes but no preserved bytes
-    rescan_interval: float = 30.0
-    # Writes within this many seconds of a burst's first version replace its
-    # last version (swfs.versioning); 0 keeps one version per close.
-    version_interval: float = versioning.DEFAULT_INTERVAL
-    diff_max_lines: int = 4000
-    embed_model: str | None = None  # a local static-embedding model: hybrid search
-    # A path that lived less than this (seconds) and is then deleted or
-    # renamed over another keeps no history of its own: an editor's temp file.
-    temp_lifetime: float = 60.0
-    # Bytes the store holds back for deletes, truncates and gc on a full
-    # disk (swfs.reserve); None: 1/32 of the file system, 1 to 64 MiB.
-    reserve_bytes: int | None = None
 
 
 @dataclass

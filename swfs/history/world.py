@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 import lmdb
 import trio
@@ -54,6 +54,7 @@ from swfs.api import (
     WorkspaceError,
 )
 from swfs.history import snapshots as history
+from swfs.history.config import Config
 from swfs.review import changes as review_mod
 from swfs.store.blobreads import BlobReads
 from swfs.store.blobs import BlobStore, Manifest
@@ -63,10 +64,6 @@ from swfs.store.records import _DBS, FORMAT_VERSION, FileRecord, Store, StoreErr
 from swfs.store.reserve import is_no_space
 from swfs.views import files as views
 from swfs.views.parsework import FAILED, OK, ParseOutcome, ParsePool
-from swfs.workspace import Config
-
-if TYPE_CHECKING:
-    from swfs.workspace import Workspace
 
 log = logging.getLogger(__name__)
 
@@ -238,7 +235,7 @@ class World(BlobReads):
             snap = name
             manifest = store.get_snapshot(name)
             if manifest is None:
-                sub = history.get_submission(cast("Workspace", self), name)
+                sub = history.get_submission(cast("history.Recorded", self), name)
                 if sub is not None:
                     snap, manifest = sub.snapshot, store.get_snapshot(sub.snapshot)
             if manifest is None:
@@ -246,7 +243,7 @@ class World(BlobReads):
                     f"{name!r}: no such snapshot or submission "
                     "(`swfs snapshots` and `swfs submissions` list them; `baseline` is one too)"
                 )
-            info = history.snapshot_info(cast("Workspace", self), snap)
+            info = history.snapshot_info(cast("history.Recorded", self), snap)
             kind, at, dirs = str(info.get("kind")), info.get("at"), list(info.get("dirs") or [])
             dir_modes = info.get("dir_modes")
         self.manifest: dict[str, list[Any]] = manifest
@@ -280,7 +277,7 @@ class World(BlobReads):
             return history.BASELINE, present_at, present
         best: tuple[float, str] | None = None
         for snap in store.snapshot_names():
-            info = history.snapshot_info(cast("Workspace", self), snap)
+            info = history.snapshot_info(cast("history.Recorded", self), snap)
             t = info.get("at")
             if info.get("kind") == history.KIND_BASELINE and t is not None and t <= at:
                 best = max(best or (t, snap), (t, snap))
@@ -581,9 +578,9 @@ class World(BlobReads):
         mine = self._parsed.get((h, parser))
         return list(mine.units) if mine is not None and mine.status == OK else None
 
-    def _as_ws(self) -> Workspace:
+    def _as_ws(self) -> review_mod.Reviewed:
         view = _WorkspaceView(self)
-        return cast("Workspace", view)
+        return cast("review_mod.Reviewed", view)
 
     # -- .review
     def review(self) -> Sequence[ReviewEntry]:
