@@ -690,7 +690,7 @@ class NativeProvider:
         if not rel:
             return {"source": self.mount.src, "store": self.mount.store, **out}
         # Counts versions and reads the baseline: a store read, off the loop.
-        state = await self.source.slow(self.mount.engine.file_state, RelPath(rel))
+        state = await self.source.slow(self.mount.engine.workspace.file_state, RelPath(rel))
         if state is not None:
             out["freshness"] = str(state.freshness)
             out["versions"] = str(state.versions)

@@ -141,6 +141,8 @@ class Workspace(BlobReads):
         self.ignore = IgnoreRules.load(src)
         self._listeners: list[Callable[[RelPath], None]] = []
         self._parse_requests: list[Callable[[RelPath, bool], None]] = []
+        # How far a parse has got, in words: set by the engine that runs them.
+        self.progress: Callable[[str], str] | None = None
         self._view_lock = threading.Lock()
         self._review_cache: tuple[int, Any] | None = None
         # The write protocol (swfs.writesession): paths it is changing (written,
@@ -641,6 +643,10 @@ class Workspace(BlobReads):
             return Freshness.STALE
         return Freshness.PENDING
 
+    def freshness_now(self, rel: RelPath, rec: FileRecord) -> Freshness:
+        """The freshness of ``rel``'s view, its record ``rec`` just read."""
+        return self._freshness_now(rel, rec)
+
     def access(self, rel: RelPath) -> Access | None:
         try:
             st = os.lstat(self.abspath(rel))
@@ -1083,7 +1089,10 @@ class Workspace(BlobReads):
 
     def parse_progress(self, rel: str) -> str:
         """How far the parse of ``rel`` has got, in words (the daemon's engine
-        knows its queue; a workspace without one does not)."""
+        knows its queue and says it through ``progress``; a workspace without
+        one does not)."""
+        if self.progress is not None:
+            return self.progress(rel)
         return "no parse is running (no daemon)"
 
     def parse_units(self, h: str, parser: str) -> list[tuple[str, str, str]] | None:

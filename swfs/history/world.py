@@ -220,6 +220,8 @@ class World(BlobReads):
         self._wanted: dict[str, trio.Event] = {}
         self._send: trio.MemorySendChannel[str] | None = None
         self._changes: list[ReviewEntry] | None = None
+        # The engine's parts (swfs.api.EngineAPI): a world is all of them.
+        self.workspace = self.views = self.reviews = self
 
     # -- what the world is
     def _open(self, name: str) -> None:
