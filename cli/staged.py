@@ -30,7 +30,7 @@ def prepare_mount(src: Path, store: Path, *, staged: bool) -> None:
         from swfs.engine import Engine
 
         with Engine.open(src, store) as engine:
-            staging.recover_ws(engine)
+            staging.recover_ws(engine.workspace)
     if not staged:
         count = len(layer.changes())
         layer.close()
