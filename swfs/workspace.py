@@ -77,13 +77,6 @@ _PRESERVE_TRIES = 5  # a file that changes under every try fails the write (EIO)
 NOT_KEPT_DISK_FULL = "disk full"  # why a version's bytes were not kept (Version.not_kept)
 
 
-_FRESHNESS_OF = {
-    OK: Freshness.CURRENT,
-    FAILED: Freshness.FAILED,
-    UNSUPPORTED: Freshness.UNSUPPORTED,
-}
-
-
 def _store_oserror(rel: str, exc: lmdb.Error) -> OSError:
     """An LMDB failure while keeping ``rel``'s history, as the errno the
     writer gets: ENOSPC for a full disk or map, EIO for anything else."""
@@ -634,14 +627,9 @@ class Workspace(BlobReads):
         return fresh
 
     def _freshness(self, rec: FileRecord, txn: lmdb.Transaction | None = None) -> Freshness:
-        if rec.parser is None:
-            return Freshness.UNSUPPORTED
-        status = self.store.parse_status(rec.hash, rec.parser, txn)
-        if status is not None:
-            return _FRESHNESS_OF[status]
-        if rec.view_hash and rec.view_parser:
-            return Freshness.STALE
-        return Freshness.PENDING
+        status = None if rec.parser is None else self.store.parse_status(rec.hash, rec.parser, txn)
+        prior = bool(rec.view_hash and rec.view_parser)
+        return views.record_freshness(rec.parser, status, prior_view=prior)
 
     def freshness_now(self, rel: RelPath, rec: FileRecord) -> Freshness:
         """The freshness of ``rel``'s view, its record ``rec`` just read."""

@@ -73,7 +73,6 @@ MEMORY_FILE_MAX = 64 << 20
 MEMORY_CACHE_BYTES = 256 << 20
 _PAGE = 4096
 _HASH_AT = len(b'{"h":"')  # where a file record's hash starts, after its signature line
-_FRESHNESS = {OK: Freshness.CURRENT, FAILED: Freshness.FAILED}
 
 
 class ReadOnlyStore(Store):
@@ -445,9 +444,7 @@ class World(BlobReads):
 
     def _freshness(self, rec: FileRecord) -> Freshness:
         status, _ = self._status(rec)
-        if status is None:
-            return Freshness.PENDING
-        return _FRESHNESS.get(status, Freshness.UNSUPPORTED)
+        return views.record_freshness(rec.parser, status, prior_view=False)
 
     def is_unchanged(self, rel: RelPath, st: os.stat_result) -> bool:
         return True
@@ -502,8 +499,8 @@ class World(BlobReads):
         if rec is None or rec.parser is None:
             return None
         status, error = self._status(rec)
-        freshness = Freshness.PENDING if status is None else _FRESHNESS.get(status)
-        if freshness is None:
+        freshness = views.record_freshness(rec.parser, status, prior_view=False)
+        if freshness is Freshness.UNSUPPORTED:
             return None
         return ViewState(
             rel=rel,
