@@ -61,7 +61,7 @@ def _unit_texts(eng: Engine) -> list[tuple[int, str]]:
     for cid, key in conn.execute("SELECT id, key FROM contents").fetchall():
         h, _, parser = key.partition("|")
         ids = conn.execute("SELECT id FROM units WHERE content = ? ORDER BY id", (cid,)).fetchall()
-        units = eng.parse_units(h, parser) or []
+        units = eng.workspace.parse_units(h, parser) or []
         out += [(uid, text) for (uid,), (_n, _l, text) in zip(ids, units, strict=False)]
     return out
 
@@ -182,11 +182,11 @@ def search_index(ctx: Ctx, result: WorkloadResult) -> None:
         ).values.append(sizes["index_bytes"] / max(parsed_bytes, 1))
         for caller, metric in ((Caller(0), engine_ms), (Caller(65534), None)):
             for q in queries[:QUERIES]:
-                eng.search(q, caller)
+                eng.search_index.search(q, caller)
             lat, cpu = [], []
             for q in queries[QUERIES:]:
                 c0 = time.thread_time()
-                lat.append(timed(functools.partial(eng.search, q, caller)) * 1000)
+                lat.append(timed(functools.partial(eng.search_index.search, q, caller)) * 1000)
                 cpu.append((time.thread_time() - c0) * 1000)
             if metric is None:
                 metric = result.metric(

@@ -93,7 +93,7 @@ class LocalClient:
                 await self.engine.drain(Progress("parsing"), scan=False)
 
         trio.run(drain)
-        counts = self.engine.counts()
+        counts = self.engine.workspace.counts()
         return SyncResult(not (counts["pending"] or counts["stale"]), counts)
 
     def baseline(self) -> int:
@@ -103,43 +103,43 @@ class LocalClient:
         # Parse what the baseline will name while its bytes are at hand: a
         # review diff needs the baseline's text after the file changes.
         trio.run(partial(self.engine.drain, Progress("parsing"), scan=False))
-        return self.engine.set_baseline()
+        return self.engine.workspace.set_baseline()
 
     def snapshot(self, name: str) -> int:
         from swfs.history import snapshots as history
 
-        return history.take_snapshot(self.engine, name)
+        return history.take_snapshot(self.engine.workspace, name)
 
     def restore(self, rel: RelPath, number: int) -> int:
-        self.engine.check_file(rel)
-        return self.engine.restore(rel, number).number
+        self.engine.workspace.check_file(rel)
+        return self.engine.workspace.restore(rel, number).number
 
     def restore_from(self, rel: RelPath, source: str) -> str:
         from swfs.history import snapshots as history
 
-        return history.restore_from(self.engine, rel, source)
+        return history.restore_from(self.engine.workspace, rel, source)
 
     def delete_snapshot(self, name: str) -> int:
         from swfs.history import snapshots as history
 
-        return history.delete_snapshot(self.engine, name)
+        return history.delete_snapshot(self.engine.workspace, name)
 
     def submit(self, name: str, paths: list[str]) -> dict[str, Any]:
         from swfs.history import snapshots as history
 
-        return history.submit(self.engine, name, paths or None).as_json()
+        return history.submit(self.engine.workspace, name, paths or None).as_json()
 
     def reset(self, to: str) -> dict[str, Any]:
         from swfs.history import snapshots as history
 
         self.engine.scan()  # no daemon saw the changes: find them first
-        return history.reset(self.engine, to).as_json()
+        return history.reset(self.engine.workspace, to).as_json()
 
     def gc(self, keep_days: float, dry_run: bool) -> dict[str, Any]:
         from swfs.store import gc
 
         self.engine.scan()
-        return gc.collect(self.engine, keep_days=keep_days, dry_run=dry_run).as_json()
+        return gc.collect(self.engine.workspace, keep_days=keep_days, dry_run=dry_run).as_json()
 
 
 @contextmanager

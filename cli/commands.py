@@ -56,10 +56,10 @@ def cmd_index(args: argparse.Namespace) -> int:
     with open_engine(t, args, create=True) as engine:
         scan_progress = Progress("hashing")
         stats = engine.scan(progress=scan_progress)
-        counts = engine.counts()
+        counts = engine.workspace.counts()
         if counts["pending"] or counts["stale"]:
             trio.run(partial(engine.drain, Progress("parsing"), scan=False))
-            counts = engine.counts()
+            counts = engine.workspace.counts()
         # The search index too: a mount (or a task sandbox seeded from this
         # store, cli.sandbox) then starts with it ready.
         engine.search_index.catch_up(Progress("indexing"))
@@ -139,7 +139,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         with open_engine(t, args) as engine:
             if not t.mounted:
                 engine.scan()
-            status = control.status_info(engine)
+            status = control.status_info(engine.workspace)
             status["counts"] = _daemon_counts(t) or status["counts"]
     counts: dict[str, int] = status["counts"]
     content: dict[str, int] = status["content"]
@@ -241,14 +241,14 @@ def cmd_show(args: argparse.Namespace) -> int:
     rel = workspace_rel(t, args.path)
     with open_engine(t, args) as engine:
         if not t.mounted:
-            state = engine.check_file(rel)
+            state = engine.workspace.check_file(rel)
             if state is None:
                 raise CLIError(f"{rel}: no such file in the workspace")
             if state.freshness in (Freshness.PENDING, Freshness.STALE):
                 trio.run(engine.drain)
-        view = engine.parsed_view(rel)
+        view = engine.views.parsed_view(rel)
         if view is None:
-            state = engine.file_state(rel)
+            state = engine.workspace.file_state(rel)
             if state is None:
                 raise CLIError(f"{rel}: no such file in the workspace")
             raise CLIError(f"{rel}: unsupported format: no parsed view")
@@ -310,7 +310,7 @@ def _diff(args: argparse.Namespace) -> int:
         if not t.mounted:
             engine.scan()
             trio.run(engine.drain)
-        entries = review.changes(engine)
+        entries = review.changes(engine.workspace)
         rel = workspace_rel(t, args.path) if args.path else None
         if rel:  # '' (the root) is everything
             entries = [e for e in entries if _under(e.rel, rel) or _under(e.old_rel, rel)]
@@ -322,7 +322,7 @@ def _diff(args: argparse.Namespace) -> int:
             text = f"{rel}: unchanged since the baseline\n"
         else:
             render = review.summary if args.summary else review.all_diff
-            text = render(engine, entries)
+            text = render(engine.workspace, entries)
     sys.stdout.buffer.write(text.encode("utf-8", "surrogateescape"))
     return 1 if args.exit_code and entries else 0
 
@@ -335,9 +335,9 @@ def _under(path: str | None, rel: str) -> bool:
 def _known(engine: Engine, t: Target, rel: str) -> bool:
     """Is ``rel`` a file or directory the workspace has now or had at the
     baseline?"""
-    if engine.file_state(RelPath(rel)) is not None:
+    if engine.workspace.file_state(RelPath(rel)) is not None:
         return True
-    base = engine.baseline_manifest()
+    base = engine.workspace.baseline_manifest()
     if rel in base or any(p.startswith(rel + "/") for p in base):
         return True
     return (t.src / rel).is_dir()
@@ -346,7 +346,7 @@ def _known(engine: Engine, t: Target, rel: str) -> bool:
 def _diff_json(engine: Engine, entries: list[ReviewEntry], *, with_diffs: bool) -> str:
     from swfs.review import changes as review
 
-    at = engine.store.get_meta("baseline_at")
+    at = engine.workspace.store.get_meta("baseline_at")
     changes = []
     for e in entries:
         item: dict[str, Any] = {
@@ -357,7 +357,7 @@ def _diff_json(engine: Engine, entries: list[ReviewEntry], *, with_diffs: bool) 
             "current_hash": e.current_hash,
         }
         if with_diffs:
-            item["diff"] = review.file_diff(engine, e)
+            item["diff"] = review.file_diff(engine.workspace, e)
         changes.append(item)
     doc = {"baseline_at": at, "changes": changes}
     return json.dumps(doc, ensure_ascii=False) + "\n"
@@ -370,9 +370,9 @@ def cmd_versions(args: argparse.Namespace) -> int:
     rel = workspace_rel(t, args.path)
     with open_engine(t, args) as engine:
         if not t.mounted:
-            engine.check_file(rel)
-        versions = engine.versions(rel)
-        base_n = history.baseline_version(engine, rel)
+            engine.workspace.check_file(rel)
+        versions = engine.workspace.versions(rel)
+        base_n = history.baseline_version(engine.workspace, rel)
     if not versions:
         raise CLIError(f"{rel}: no recorded versions")
     if args.json:
@@ -432,7 +432,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
 def _require_tracked(t: Target, args: argparse.Namespace, rel: RelPath) -> None:
     """A path swfs never recorded a version of cannot be restored: say why."""
     with open_engine(t, args) as engine:
-        if engine.versions(rel):
+        if engine.workspace.versions(rel):
             return
     path = t.src / rel
     if not path.exists() and not path.is_symlink():
@@ -472,7 +472,7 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
 def cmd_log(args: argparse.Namespace) -> int:
     t = resolve_target(args.target, args.store)
     with open_engine(t, args) as engine:
-        events = list(engine.store.iter_journal())
+        events = list(engine.workspace.store.iter_journal())
     from .lineage import print_log
 
     print_log(events, t, args)  # with the access journal's reads, listings and writes
@@ -490,7 +490,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         with contextlib.suppress(ControlUnavailable, ControlError, OSError):
             control.request(t.store, "sync", io_timeout=660, timeout=600)
     with open_engine(t, args) as engine:
-        problems = run_checks(engine, repair=args.repair)
+        problems = run_checks(engine.workspace, repair=args.repair)
     for p in problems:
         print(f"{p.check}: {p.message}" + (" (repaired)" if p.repaired else ""))
     left = [p for p in problems if not p.repaired]

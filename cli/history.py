@@ -53,7 +53,7 @@ def cmd_submissions(args: argparse.Namespace) -> int:
 
     t = resolve_target(args.target, args.store)
     with open_engine(t, args) as engine:
-        subs = history.list_submissions(engine)
+        subs = history.list_submissions(engine.workspace)
     if args.json:
         for s in subs:
             print(json.dumps(s.as_json(), ensure_ascii=False))
@@ -94,7 +94,7 @@ def cmd_snapshots(args: argparse.Namespace) -> int:
 
     t = resolve_target(args.target, args.store)
     with open_engine(t, args) as engine:
-        snaps = history.list_snapshots(engine)
+        snaps = history.list_snapshots(engine.workspace)
     if args.json:
         for s in snaps:
             d: dict[str, Any] = {

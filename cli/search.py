@@ -78,13 +78,13 @@ def cmd_search(args: argparse.Namespace) -> int:
         else:
             engine.scan()
             engine.search_index.catch_up(Progress("indexing"))
-            waiting = engine.counts()
+            waiting = engine.workspace.counts()
             if waiting["pending"] or waiting["stale"]:
                 sys.stderr.write(
                     f"swfs: {waiting['pending'] + waiting['stale']} file(s) not parsed in their "
                     f"present version yet (`swfs index {args.target}` parses them)\n"
                 )
-        result = engine.search(args.query, _caller(), args.n)
+        result = engine.search_index.search(args.query, _caller(), args.n)
     if result.unavailable is not None:
         raise CLIError(f"{args.target}: the search index is unavailable: {result.unavailable}", 3)
     if result.error is not None:

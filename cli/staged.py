@@ -30,7 +30,7 @@ def prepare_mount(src: Path, store: Path, *, staged: bool) -> None:
         from swfs.engine import Engine
 
         with Engine.open(src, store) as engine:
-            staging.recover_ws(engine)
+            staging.recover_ws(engine.workspace)
     if not staged:
         count = len(layer.changes())
         layer.close()
@@ -53,7 +53,7 @@ def _call(t: Target, args: argparse.Namespace, op: str, paths: list[str] | None)
             raise CLIError(f"{t.src}: {op}: {exc}") from None
     with open_engine(t, args) as engine:
         try:
-            return staging.CONTROL_OPS[op](engine, {"paths": paths or []})
+            return staging.CONTROL_OPS[op](engine.workspace, {"paths": paths or []})
         except staging.StagingError as exc:
             raise CLIError(str(exc)) from None
         except OSError as exc:

@@ -175,7 +175,7 @@ class GeneratedProvider(ReadOnly):
         native = self.mount.native
         if e.blob is not None:
             # A chunked blob is reassembled on first open: not on the loop.
-            got = await native.slow(self.mount.engine.open_blob_reading, e.blob)
+            got = await native.slow(self.mount.engine.workspace.open_blob_reading, e.blob)
             if not isinstance(got, int):  # no room to reassemble it: read the chunks
                 self.table.opened(node)
                 return read_only(

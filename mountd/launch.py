@@ -268,7 +268,10 @@ async def _serve(
             # Changes behind the mount, seen within a fraction of a second (the
             # engine's periodic rescan is the backstop).
             feed = ChangeFeed(
-                engine, changed=ops.changed_behind, skip=ops.writing, touched=ops.touched_behind
+                engine.workspace,
+                changed=ops.changed_behind,
+                skip=ops.writing,
+                touched=ops.touched_behind,
             )
             stack.callback(feed.stop)
             ops.feed = feed
@@ -277,7 +280,7 @@ async def _serve(
         await nursery.start(_watch_signals)
         await nursery.start(malloc.trim_periodically)  # freed heap back to the kernel
         # SIGUSR1: the task tree, the parse queue and the write sessions to the log.
-        dump = DumpOnSignal(lambda: engine.queue_report() + engine.writes.report())
+        dump = DumpOnSignal(lambda: engine.queue_report() + engine.workspace.writes.report())
         stack.callback(dump.stop)
         await nursery.start(dump.run)
         # A world is mounted read-only: the kernel refuses changes itself and

@@ -225,7 +225,7 @@ class NativeProvider:
             os.close(fd)
 
     def _sync_dir(self, fd: int) -> None:
-        self.mount.engine.writes.drain()
+        self.mount.engine.workspace.writes.drain()
         os.fsync(fd)
 
     # -- files
@@ -709,7 +709,7 @@ class NativeProvider:
         if not rel:
             return {"source": self.mount.src, "store": self.mount.store, **out}
         # Counts versions and reads the baseline: a store read, off the loop.
-        state = await self.source.slow(self.mount.engine.file_state, RelPath(rel))
+        state = await self.source.slow(self.mount.engine.workspace.file_state, RelPath(rel))
         if state is not None:
             out["freshness"] = str(state.freshness)
             out["versions"] = str(state.versions)

@@ -185,9 +185,9 @@ class Operations(pyfuse3.Operations):
         self.journal = open_journal(
             engine.store_dir,
             enabled=options.journal,
-            file_hash=hash_lookup(engine),
+            file_hash=hash_lookup(engine.workspace),
             src=engine.src,
-            locate=engine.abspath,  # a --staged mount's staged bytes
+            locate=engine.workspace.abspath,  # a --staged mount's staged bytes
             callers=options.callers,
         )
         engine.attach_journal(self.journal.health, self.journal.acknowledge)  # a world ignores it
@@ -669,7 +669,7 @@ class Operations(pyfuse3.Operations):
     def writing(self, rels: list[str]) -> set[str]:
         """Change feed: which of ``rels`` an operation through the mount is
         changing right now (the engine's write protocol records them itself)."""
-        return self.engine.writes.busy(rels)
+        return self.engine.workspace.writes.busy(rels)
 
 
 def _hidden(src: str, store: str) -> frozenset[str]:

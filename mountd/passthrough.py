@@ -126,7 +126,7 @@ class Passthrough:
         self.root_fd = os.open(src, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         self.hidden = hidden  # relative paths that do not exist in the mount
         self.hidden_names = frozenset(split(h)[1] for h in hidden)
-        self.writes = engine.writes
+        self.writes = engine.workspace.writes
         self.reserved = RESERVED_ROOTS  # the generated trees' names (the router's, once routed)
         self.limiter = trio.CapacityLimiter(8)
 
@@ -286,7 +286,7 @@ class Passthrough:
         try:
             st = os.fstat(fd)
             regular = stat.S_ISREG(st.st_mode)
-            known = self.engine.unchanged_hash(RelPath(rel), st) if regular else None
+            known = self.engine.workspace.unchanged_hash(RelPath(rel), st) if regular else None
         except BaseException:
             os.close(fd)
             raise
@@ -340,7 +340,7 @@ class Passthrough:
         fd = open_beneath(self.root_fd, rel, flags & ~_STRIP)
         try:
             st = os.fstat(fd)
-            known = self.engine.unchanged_hash(RelPath(rel), st)  # cheap
+            known = self.engine.workspace.unchanged_hash(RelPath(rel), st)  # cheap
         except BaseException:
             os.close(fd)
             raise
@@ -358,7 +358,7 @@ class Passthrough:
         fd = open_beneath(self.root_fd, rel, flags & ~_STRIP)
         try:
             st = os.fstat(fd)
-            known = self.engine.unchanged_hash(RelPath(rel), st)
+            known = self.engine.workspace.unchanged_hash(RelPath(rel), st)
         except BaseException:
             os.close(fd)
             raise
@@ -708,6 +708,6 @@ class Passthrough:
         try:
             # Unless the mount is writing it now: that writer records it, and
             # a check in the middle could record a half-written state.
-            await self.slow(self.writes.check_behind, rel, self.engine.check_file)
+            await self.slow(self.writes.check_behind, rel, self.engine.workspace.check_file)
         except Exception:
             log.exception("check_file(%r) failed", rel)

@@ -46,11 +46,11 @@ class RenderTree(Base):
 
     def __init__(self, engine: EngineAPI, gen: Generation, options: MountOptions) -> None:
         super().__init__(engine, gen, options)
-        self.renderer = Renderer(engine, options.render_dpi)
+        self.renderer = Renderer(engine.workspace, options.render_dpi)
         self._hashes: dict[str, Hash | None] = {}
         self._hashes_at = -1
         self._index = _Cached(
-            gen, lambda: _Index(str(p) for p in engine.parsed_paths() if renderable(str(p)))
+            gen, lambda: _Index(str(p) for p in engine.views.parsed_paths() if renderable(str(p)))
         )
 
     def _hash(self, rel: str) -> Hash | None:
@@ -70,7 +70,7 @@ class RenderTree(Base):
             return h
         # Whether the file holds unrecorded bytes is asked every time (a
         # writer's first write sends no change event).
-        return h if self.engine.settled(RelPath(rel)) else None
+        return h if self.engine.workspace.settled(RelPath(rel)) else None
 
     def _locate(self, path: str) -> tuple[str, str | None] | None:
         """(file rel, unit name or None) for a path inside a file's directory."""
@@ -158,7 +158,7 @@ class RenderTree(Base):
         file then and can now (swfs.permissions)."""
         if page.source_hash is None or page.source_hash == page.current_hash:
             return self.access(rel)
-        return self.engine.content_access(RelPath(rel), page.source_hash)
+        return self.engine.workspace.content_access(RelPath(rel), page.source_hash)
 
     def _file(
         self, rel: str, data: bytes, xattrs: Mapping[str, str], access: Access | None = None

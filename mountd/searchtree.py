@@ -46,7 +46,7 @@ class SearchTree:
         self._limiter = trio.CapacityLimiter(2)
 
     def _access(self) -> Access:
-        root = self.engine.access(RelPath(""))
+        root = self.engine.workspace.access(RelPath(""))
         if root is None:
             return Access(0, 0, 0o444)
         return Access(root.uid, root.gid, 0o444)  # the content is filtered per caller
@@ -61,7 +61,7 @@ class SearchTree:
         hit = self._results.get(key)
         if hit is not None and hit[0] == stamp and time.monotonic() - hit[1] < KEPT:
             return hit[2]
-        search = None if self.engine.search_index is None else self.engine.search
+        search = None if self.engine.search_index is None else self.engine.search_index.search
         if search is None:
             result = SearchResult(name, error="this mount has no search index")
         else:

@@ -78,7 +78,7 @@ class StagedPassthrough(Passthrough):
         super().__init__(engine, src, hidden=hidden, poller=poller)
         self.staging = staging
         # The workspace's records know every name of a hard-linked file.
-        staging.other_names = engine.other_names
+        staging.other_names = engine.workspace.other_names
         self.top = Passthrough(engine, staging.upper, hidden=frozenset(), poller=poller)
         self.top.limiter = self.limiter
         self._reserved = self.reserved

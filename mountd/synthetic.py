@@ -272,10 +272,10 @@ class Base(ABC):
     def access(self, rel: str) -> Access:
         """The owner and bits of ``rel``; for an unknown path only its owner may
         read (the workspace root's owner), never everyone."""
-        acc = self.engine.access(RelPath(rel))
+        acc = self.engine.workspace.access(RelPath(rel))
         if acc is not None:
             return acc
-        root = self.engine.access(RelPath(""))
+        root = self.engine.workspace.access(RelPath(""))
         if root is None:
             return Access(0, 0, 0o400)
         return Access(root.uid, root.gid, root.mode & 0o400)
@@ -318,7 +318,7 @@ class ParsedTree(Base):
 
     def __init__(self, engine: EngineAPI, gen: Generation, options: MountOptions) -> None:
         super().__init__(engine, gen, options)
-        self._index = _Cached(gen, lambda: _Index(str(p) for p in engine.parsed_paths()))
+        self._index = _Cached(gen, lambda: _Index(str(p) for p in engine.views.parsed_paths()))
         self._pending_listed: dict[str, float] = {}  # rel -> when a listing showed pending.md
         # rel -> (generation, time, state): a state is a few fields, whatever the size
         self._states: OrderedDict[str, tuple[int, float, ViewState | None]] = OrderedDict()
@@ -345,7 +345,7 @@ class ParsedTree(Base):
             # writer's first write sends no change event; nor does a change
             # behind the mount until its record): a kept state is used only
             # while the answer is the one it was made with.
-            if state is None or self.engine.settled(RelPath(rel)) == (
+            if state is None or self.engine.workspace.settled(RelPath(rel)) == (
                 state.current_hash is not None
             ):
                 self._states.move_to_end(rel)
@@ -353,7 +353,7 @@ class ParsedTree(Base):
         gen = self.gen.value
         # On the loop: a view's state is a file record and a parse status,
         # a few store lookups whatever the document's size (see ON_LOOP_UNIT).
-        state = self.engine.view_state(RelPath(rel))
+        state = self.engine.views.view_state(RelPath(rel))
         self._states[rel] = (gen, now, state)
         self._states.move_to_end(rel)
         while len(self._states) > STATE_CACHE:
@@ -374,7 +374,7 @@ class ParsedTree(Base):
         if hit is not None and hit[0] == view and view.freshness is not Freshness.PENDING:
             self._units.move_to_end(key)
             return view, hit[1]
-        self._keep_unit(key, view, self.engine.view_unit(view, name, limit=ON_LOOP_UNIT))
+        self._keep_unit(key, view, self.engine.views.view_unit(view, name, limit=ON_LOOP_UNIT))
         return view, self._units[key][1]
 
     def _keep_unit(self, key: tuple[str, str], view: ViewState, unit: RenderedUnit | None) -> None:
@@ -398,7 +398,7 @@ class ParsedTree(Base):
         view = self.cached_view(rel)
         if view is None:
             return None, None
-        unit = await self.call(self.engine.view_unit, view, name)
+        unit = await self.call(self.engine.views.view_unit, view, name)
         self._keep_unit((rel, name), view, unit)
         return view, unit
 
@@ -408,9 +408,9 @@ class ParsedTree(Base):
             self._names.move_to_end(view.rel)
             return hit[1]
         try:
-            names = self.engine.view_unit_names(view, limit=ON_LOOP_NAMES)
+            names = self.engine.views.view_unit_names(view, limit=ON_LOOP_NAMES)
         except UnitTooLarge:
-            names = await self.call(self.engine.view_unit_names, view)
+            names = await self.call(self.engine.views.view_unit_names, view)
         self._names[view.rel] = (view, names)
         while len(self._names) > STATE_CACHE:
             self._names.popitem(last=False)
@@ -421,7 +421,7 @@ class ParsedTree(Base):
         stale view as long as the mount allows (unless it serves stale views
         at once) and, with ``pending``, a pending one; ``brief`` bounds a
         pending wait by the stale wait instead."""
-        fresh = self.engine.freshness(RelPath(rel))  # cheap: no parse record is read
+        fresh = self.engine.workspace.freshness(RelPath(rel))  # cheap: no parse record is read
         if fresh is None:
             view = self.cached_view(rel)
             if view is None:
@@ -441,7 +441,7 @@ class ParsedTree(Base):
         ``unit``: of a view parsed range by range, for that unit only)."""
         limit = self._settle_limit(rel, pending=pending, brief=brief)
         if limit:
-            await self.engine.wait_view(RelPath(rel), limit, unit)
+            await self.engine.views.wait_view(RelPath(rel), limit, unit)
             self._forget(rel)
 
     async def view(self, rel: str, *, wait: bool = True) -> ViewState | None:
@@ -462,7 +462,7 @@ class ParsedTree(Base):
         now (swfs.permissions); any other, the file's present access."""
         if view is None or view.source_hash in (None, view.current_hash):
             return self.access(rel)
-        return self.engine.content_access(RelPath(rel), view.source_hash)
+        return self.engine.workspace.content_access(RelPath(rel), view.source_hash)
 
     def _unit_entry(self, rel: str, view: ViewState, unit: RenderedUnit) -> Entry:
         return Entry(
@@ -493,7 +493,7 @@ class ParsedTree(Base):
             # Its names are the view's: a stale view's are of older content
             # (its state is loaded only then: a listing of .parsed loads none).
             access = self.access(rel)
-            if self.engine.freshness(RelPath(rel)) is Freshness.STALE:
+            if self.engine.workspace.freshness(RelPath(rel)) is Freshness.STALE:
                 access = self._view_access(rel, self.cached_view(rel))
             return Entry(True, access, mtime_ns=self.gen.changed_ns(rel), listing_kept=True)
         if wait and unit_name != PENDING:
@@ -574,7 +574,7 @@ class ParsedTree(Base):
         rebuild it, once per edit): a changed file at or below it still has
         a view.  False where only the index can tell."""
         return any(
-            self.engine.freshness(RelPath(r)) not in (None, Freshness.UNSUPPORTED)
+            self.engine.workspace.freshness(RelPath(r)) not in (None, Freshness.UNSUPPORTED)
             for r in _at_or_below(path, rels)
         )
 
@@ -623,7 +623,7 @@ class ReviewTree(Base):
 
     def _build(self) -> tuple[_Index, dict[str, ReviewEntry]]:
         by_diff: dict[str, ReviewEntry] = {}
-        for e in self.engine.review():
+        for e in self.engine.reviews.review():
             by_diff[f"{e.rel}.diff"] = e
         return _Index(by_diff), by_diff
 
@@ -648,7 +648,11 @@ class ReviewTree(Base):
         # may read all of them may read these.
         # A file's diff shows its baseline bytes too: who could read it then and now.
         engine = self.engine
-        access = engine.review_diff_access(RelPath(rel)) if rel else engine.review_access()
+        access = (
+            engine.reviews.review_diff_access(RelPath(rel))
+            if rel
+            else engine.reviews.review_access()
+        )
         return Entry(False, access, len(data), mtime, xattrs=xattrs, data=data)
 
     async def entry(self, path: str, *, wait: bool = True) -> Entry | None:
@@ -677,12 +681,12 @@ class ReviewTree(Base):
                 await self.call(self._settle_limit, rel, brief), deadline - time.monotonic()
             )
             if limit > 0:
-                await self.engine.wait_view(RelPath(rel), limit)
+                await self.engine.views.wait_view(RelPath(rel), limit)
 
     def _settle_limit(self, rel: str, brief: bool) -> float:
         # A stale view is pending for a diff: the current version's text,
         # which the diff compares, is not there yet; only the bound differs.
-        fresh = self.engine.freshness(RelPath(rel))
+        fresh = self.engine.workspace.freshness(RelPath(rel))
         if fresh is Freshness.PENDING or fresh is Freshness.STALE:
             wait = self.options.pending_wait
             return min(wait, self.options.stale_wait) if brief else wait
@@ -690,14 +694,14 @@ class ReviewTree(Base):
 
     def _entry(self, path: str) -> Entry | None:
         if path == SUMMARY:
-            data = self._content(SUMMARY, self.engine.review_summary)
+            data = self._content(SUMMARY, self.engine.reviews.review_summary)
             return None if data is None else self._file("", data, {})
         if path == ALL_DIFF:
-            data = self._content(ALL_DIFF, self.engine.review_all_diff)
+            data = self._content(ALL_DIFF, self.engine.reviews.review_all_diff)
             return None if data is None else self._file("", data, {})
         if path in (STAGED_MD, STAGED_DIFF) and self.engine.staging is not None:
             make = staging.staged_summary if path == STAGED_MD else staging.staged_diff
-            data = self._content(path, lambda: make(self.engine))
+            data = self._content(path, lambda: make(self.engine.workspace))
             return None if data is None else self._file("", data, {})
         if path == LINEAGE and self.lineage is not None and self.lineage.enabled:
             data = self.lineage.lineage_md(self._entries.get(fresh=False)[1].values())
@@ -708,7 +712,7 @@ class ReviewTree(Base):
         if path in by_diff:
             e = by_diff[path]
             rel = path[: -len(".diff")]
-            data = self._content(path, lambda: self.engine.review_diff(RelPath(rel)))
+            data = self._content(path, lambda: self.engine.reviews.review_diff(RelPath(rel)))
             if data is None:
                 return None
             xattrs = {
@@ -737,7 +741,7 @@ class ReviewTree(Base):
         change below it (its listing, dropped at every event, is right)."""
         prefix = path + "/"
         below = [r for r in rels if r.startswith(prefix)]
-        return not below or any(self.engine.review_lists(RelPath(r)) for r in below)
+        return not below or any(self.engine.reviews.review_lists(RelPath(r)) for r in below)
 
     async def children(self, path: str) -> list[str]:
         idx = (await self._entries.aget())[0]
@@ -776,17 +780,19 @@ class VersionsTree(Base):
 
     def __init__(self, engine: EngineAPI, gen: Generation, options: MountOptions) -> None:
         super().__init__(engine, gen, options)
-        self._index = _Cached(gen, lambda: _Index(str(p) for p in engine.versioned_paths()))
+        self._index = _Cached(
+            gen, lambda: _Index(str(p) for p in engine.workspace.versioned_paths())
+        )
         self._snaps = _Cached(gen, self._build_snapshots)
         self._snap_access: dict[str, Mapping[RelPath, Access]] = {}
 
     def _build_snapshots(self) -> dict[str, tuple[_Index, Mapping[RelPath, Hash]]]:
         out: dict[str, tuple[_Index, Mapping[RelPath, Hash]]] = {}
         recorded: dict[str, Mapping[RelPath, Access]] = {}
-        for name in self.engine.snapshots():
-            manifest = self.engine.snapshot_manifest(name)
+        for name in self.engine.workspace.snapshots():
+            manifest = self.engine.workspace.snapshot_manifest(name)
             out[name] = (_Index(str(r) for r in manifest), manifest)
-            recorded[name] = self.engine.snapshot_accesses(name)
+            recorded[name] = self.engine.workspace.snapshot_accesses(name)
         self._snap_access = recorded  # built in a worker thread: swapped whole
         return out
 
@@ -808,7 +814,7 @@ class VersionsTree(Base):
         truncate on a full disk destroyed unkept (other versions without
         bytes, such as files too large to keep, are left out)."""
         out = {}
-        for v in self.engine.versions(RelPath(rel)):
+        for v in self.engine.workspace.versions(RelPath(rel)):
             if v.available:
                 out[version_name(rel, v)] = v
             elif v.not_kept is not None:
@@ -832,16 +838,16 @@ class VersionsTree(Base):
                 xattrs={**xattrs, "not_kept": v.not_kept or ""},
                 data=note,
             )
-        blob = self.engine.version_ref(RelPath(rel), v.number)
+        blob = self.engine.workspace.version_ref(RelPath(rel), v.number)
         native = None
         if blob is None:
-            state = self.engine.file_state(RelPath(rel))
+            state = self.engine.workspace.file_state(RelPath(rel))
             if state is None or state.hash != v.hash:
                 return None
             native = rel
         size = v.size
         if size is None:
-            size = (self.engine.blob_size(v.hash) or 0) if blob is not None else 0
+            size = (self.engine.workspace.blob_size(v.hash) or 0) if blob is not None else 0
         return Entry(
             False,
             access,
@@ -885,13 +891,13 @@ class VersionsTree(Base):
             return Entry(True, self._snapshot_access(name, ""), mtime_ns=self.started_ns)
         h = manifest.get(RelPath(rel))
         if h is not None:
-            blob = self.engine.blob_ref(h)
+            blob = self.engine.workspace.blob_ref(h)
             if blob is None:
                 return None
             return Entry(
                 False,
                 self._snapshot_access(name, rel),
-                size=self.engine.blob_size(h) or 0,
+                size=self.engine.workspace.blob_size(h) or 0,
                 mtime_ns=self.started_ns,
                 xattrs={"hash": h},
                 blob=blob,
@@ -908,7 +914,7 @@ class VersionsTree(Base):
         index can tell (and for snapshots)."""
         if path == SNAPSHOTS or path.startswith(SNAPSHOTS + "/"):
             return False
-        return any(self.engine.has_versions(RelPath(r)) for r in _at_or_below(path, rels))
+        return any(self.engine.workspace.has_versions(RelPath(r)) for r in _at_or_below(path, rels))
 
     async def children(self, path: str) -> list[str]:
         return await self.call(self._children, path)
@@ -926,7 +932,7 @@ class VersionsTree(Base):
                 n
                 for n in idx.dirs.get(rel, ())
                 if (h := manifest.get(RelPath(f"{rel}/{n}" if rel else n))) is None
-                or self.engine.blob_ref(h) is not None
+                or self.engine.workspace.blob_ref(h) is not None
             )
         idx = self.index()
         if path in idx.leaves:

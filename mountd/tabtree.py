@@ -138,7 +138,7 @@ class TabTree:
         unopened.md) the builder of the last build goes on from the last
         event it took, as long as the workspace has not changed since: in a
         long tab most builds only add the reads made since the last."""
-        search = None if self.engine.search_index is None else self.engine.search
+        search = None if self.engine.search_index is None else self.engine.search_index.search
         key = (tab.name, caller)
         valid = (tab.started, tab.ended, self.gen.value)
         builder: Builder | None = None
@@ -147,7 +147,9 @@ class TabTree:
             if kept is not None and kept[0] == valid:
                 builder = kept[1]
         if builder is None:
-            builder = Builder(self.engine, search, caller, excerpts=excerpts, keep_reads=excerpts)
+            builder = Builder(
+                self.engine.workspace, search, caller, excerpts=excerpts, keep_reads=excerpts
+            )
         note = ""
         if not self.journal.enabled:
             note = "recording is off on this mount (--no-journal): no reads or listings"

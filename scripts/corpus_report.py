@@ -160,16 +160,16 @@ def index(copy: Path, workers: int) -> tuple[dict[str, Row], float]:
     with Engine.open(copy, config=config) as eng:
         trio.run(eng.drain)
         secs = time.monotonic() - t0
-        with eng.store.read() as txn:
-            files = list(eng.store.iter_files(txn))
+        with eng.workspace.store.read() as txn:
+            files = list(eng.workspace.store.iter_files(txn))
         for rel, rec in sorted(files):
             row = rows[extension(rel)]
             row.files += 1
-            record = eng.store.get_parse(rec.hash, rec.parser) if rec.parser else None
+            record = eng.workspace.store.get_parse(rec.hash, rec.parser) if rec.parser else None
             status = record.status if record else ("unsupported" if not rec.parser else "")
             if record is not None and status == "ok":
                 row.current += 1
-                for _name, _locator, text in eng.store.parse_units(rec.hash, rec.parser or ""):
+                for _name, _locator, text in eng.workspace.store.parse_units(rec.hash, rec.parser or ""):
                     row.units += 1
                     if not text.strip():
                         row.empty_units += 1

@@ -1,7 +1,10 @@
 """The engine's public contract: the types the daemon, the CLI and tests use.
 
-``mountd`` only ever talks to the engine through these types and the methods
-of ``swfs.workspace.Workspace`` listed in ``WorkspaceAPI``.
+``mountd`` only ever talks to the engine through these types: ``EngineAPI``
+and its parts, ``WorkspaceAPI`` (``engine.workspace``), ``ViewsAPI``
+(``engine.views``), ``ReviewsAPI`` (``engine.reviews``) and
+``SearchIndexAPI`` (``engine.search_index``).  A world
+(``swfs.history.world``) offers the same parts.
 """
 
 from __future__ import annotations
@@ -282,6 +285,14 @@ class WriteProtocol(Protocol):
     def report(self) -> list[str]: ...
 
 
+class SharedFiles(Protocol):
+    """What the render cache asks of a shared cache (swfs.store.sharedcache)."""
+
+    def get_file(self, h: str, name: str) -> bytes | None: ...
+    def put_file(self, h: str, name: str, data: bytes) -> None: ...
+    def describe(self) -> str: ...
+
+
 class WorkspaceAPI(Protocol):
     """What the daemon calls.  All methods are synchronous and fast unless noted;
     the ones marked *slow* may hash or copy file contents and must be run in a
@@ -298,9 +309,27 @@ class WorkspaceAPI(Protocol):
         ...
 
     @property
+    def shared_cache(self) -> SharedFiles | None:
+        """The shared parse cache (``--cache``), if any (docs/scale.md)."""
+        ...
+
+    @property
     def writes(self) -> WriteProtocol:
         """The write protocol: every change the daemon makes to a native file
         goes through it (``swfs.history.writesession``)."""
+        ...
+
+    def abspath(self, rel: str) -> str:
+        """The file whose bytes the mount serves for ``rel`` (a staged
+        mount's staged copy)."""
+        ...
+
+    def other_names(self, rel: str, st: os.stat_result) -> list[str]:
+        """The workspace's other names of the file ``st`` (hard links)."""
+        ...
+
+    def scan(self) -> object:
+        """*slow*: bring the file table up to date with SRC (the rescan)."""
         ...
 
     # -- native files
@@ -373,56 +402,6 @@ class WorkspaceAPI(Protocol):
     def access(self, rel: RelPath) -> Access | None:
         """Owner and permission bits for synthetic nodes derived from ``rel``;
         for '' (the workspace root) those of the root directory."""
-        ...
-
-    # -- .parsed
-    def parsed_paths(self) -> Iterable[RelPath]:
-        """Every file that has a directory under .parsed (supported formats)."""
-        ...
-
-    def parsed_view(self, rel: RelPath) -> ParsedView | None:
-        """The view with every unit rendered (``swfs show``); the daemon
-        serves units one at a time with the three methods below."""
-        ...
-
-    def view_state(self, rel: RelPath) -> ViewState | None:
-        """``parsed_view`` without its units: what serving one unit needs.
-        Costs the same for a 40-page and a 24,000-page document."""
-        ...
-
-    def view_unit_names(self, view: ViewState, *, limit: int | None = None) -> Sequence[str]:
-        """The names of the units ``view`` shows, in document order.  With
-        ``limit``, UnitTooLarge when there are more than that."""
-        ...
-
-    def view_unit(
-        self, view: ViewState, name: str, *, limit: int | None = None
-    ) -> RenderedUnit | None:
-        """One unit of ``view``, rendered, read without the others.  With
-        ``limit``, UnitTooLarge when its stored text is longer than that."""
-        ...
-
-    # -- .review
-    def review(self) -> Sequence[ReviewEntry]: ...
-    def review_summary(self) -> bytes: ...
-    def review_all_diff(self) -> bytes: ...
-    def review_diff(self, rel: RelPath) -> bytes | None: ...
-    def review_lists(self, rel: RelPath) -> bool:
-        """Cheap (no change set is computed): ``rel`` is a file whose bytes
-        are not the baseline's at that path, so ``.review`` lists its diff
-        under its own path (added, modified or renamed to it).  False when
-        it may not (deleted, unchanged, reverted, unknown)."""
-        ...
-
-    def review_access(self) -> Access:
-        """Owner and bits for SUMMARY.md and ALL.diff: the root's, narrowed so
-        that only those who may read every diff (``review_diff_access``)
-        may read them."""
-        ...
-
-    def review_diff_access(self, rel: RelPath) -> Access:
-        """Owner and bits for ``.review/<rel>.diff``: who could read the file
-        at the baseline and can now (swfs.permissions)."""
         ...
 
     def content_access(self, rel: RelPath, h: str | None) -> Access:
@@ -500,8 +479,102 @@ class SearchIndexAPI(Protocol):
         ...
 
 
-class EngineAPI(WorkspaceAPI, Protocol):
-    """The workspace plus its background work, as the daemon drives it."""
+class ViewsAPI(Protocol):
+    """The parsed views (``.parsed``): the engine's ``views`` part."""
+
+    def parsed_paths(self) -> Iterable[RelPath]:
+        """Every file that has a directory under .parsed (supported formats)."""
+        ...
+
+    def parsed_view(self, rel: RelPath) -> ParsedView | None:
+        """The view with every unit rendered (``swfs show``); the daemon
+        serves units one at a time with the three methods below."""
+        ...
+
+    def view_state(self, rel: RelPath) -> ViewState | None:
+        """``parsed_view`` without its units: what serving one unit needs.
+        Costs the same for a 40-page and a 24,000-page document."""
+        ...
+
+    def view_unit_names(self, view: ViewState, *, limit: int | None = None) -> Sequence[str]:
+        """The names of the units ``view`` shows, in document order.  With
+        ``limit``, UnitTooLarge when there are more than that."""
+        ...
+
+    def view_unit(
+        self, view: ViewState, name: str, *, limit: int | None = None
+    ) -> RenderedUnit | None:
+        """One unit of ``view``, rendered, read without the others.  With
+        ``limit``, UnitTooLarge when its stored text is longer than that."""
+        ...
+
+    def parse_progress(self, rel: str) -> str:
+        """How far the parse of ``rel`` has got, in words."""
+        ...
+
+    async def wait_view(self, rel: RelPath, limit: float, unit: str | None = None) -> None:
+        """Move ``rel`` to the front of the parse queue and wait, at most
+        ``limit`` seconds, until its view is neither pending nor stale; or
+        for a view parsed range by range, until its units are listed and,
+        with ``unit``, that one is parsed."""
+        ...
+
+
+class ReviewsAPI(Protocol):
+    """The change set against the baseline (``.review``): the engine's
+    ``reviews`` part."""
+
+    def review(self) -> Sequence[ReviewEntry]: ...
+    def review_summary(self) -> bytes: ...
+    def review_all_diff(self) -> bytes: ...
+    def review_diff(self, rel: RelPath) -> bytes | None: ...
+    def review_lists(self, rel: RelPath) -> bool:
+        """Cheap (no change set is computed): ``rel`` is a file whose bytes
+        are not the baseline's at that path, so ``.review`` lists its diff
+        under its own path (added, modified or renamed to it).  False when
+        it may not (deleted, unchanged, reverted, unknown)."""
+        ...
+
+    def review_access(self) -> Access:
+        """Owner and bits for SUMMARY.md and ALL.diff: the root's, narrowed so
+        that only those who may read every diff (``review_diff_access``)
+        may read them."""
+        ...
+
+    def review_diff_access(self, rel: RelPath) -> Access:
+        """Owner and bits for ``.review/<rel>.diff``: who could read the file
+        at the baseline and can now (swfs.permissions)."""
+        ...
+
+
+class EngineAPI(Protocol):
+    """The workspace plus its background work, as the daemon drives it: its
+    parts, each behind its own interface, and what runs them."""
+
+    @property
+    def src(self) -> Path:
+        """The workspace root."""
+        ...
+
+    @property
+    def store_dir(self) -> Path:
+        """Where the workspace's store lives (SRC/.swfs unless --store)."""
+        ...
+
+    @property
+    def workspace(self) -> WorkspaceAPI:
+        """Native files, their records, versions, snapshots, permissions."""
+        ...
+
+    @property
+    def views(self) -> ViewsAPI:
+        """The parsed views."""
+        ...
+
+    @property
+    def reviews(self) -> ReviewsAPI:
+        """The change set against the baseline."""
+        ...
 
     # -- optional features, declared, never probed: None where this engine
     # has none.  A world (one fixed past state) has no search index, no staged
@@ -530,15 +603,6 @@ class EngineAPI(WorkspaceAPI, Protocol):
         (a world's engine keeps none and ignores it)."""
         ...
 
-    def abspath(self, rel: str) -> str:
-        """The file whose bytes the mount serves for ``rel`` (a staged
-        mount's staged copy)."""
-        ...
-
-    def other_names(self, rel: str, st: os.stat_result) -> list[str]:
-        """The workspace's other names of the file ``st`` (hard links)."""
-        ...
-
     async def run_background(self, *, task_status: Any = ...) -> None:
         """Parse workers, the re-parse queue and the periodic rescan.  Runs until
         cancelled; calls ``task_status.started()`` once ready."""
@@ -561,11 +625,4 @@ class EngineAPI(WorkspaceAPI, Protocol):
 
     def scan(self) -> object:
         """*slow*: bring the file table up to date with SRC (the rescan)."""
-        ...
-
-    async def wait_view(self, rel: RelPath, limit: float, unit: str | None = None) -> None:
-        """Move ``rel`` to the front of the parse queue and wait, at most
-        ``limit`` seconds, until its view is neither pending nor stale; or
-        for a view parsed range by range, until its units are listed and,
-        with ``unit``, that one is parsed."""
         ...

@@ -26,14 +26,33 @@ if TYPE_CHECKING:
     import trio
 
     from swfs.api import RelPath, Version
-    from swfs.find.query import Caller
-    from swfs.find.search import SearchIndex, SearchResult
+    from swfs.find.search import SearchIndex
     from swfs.history.snapshots import Recorded
     from swfs.store.gc import Collected
+    from swfs.store.sharedcache import ParseCache
 
-    class Controlled(Recorded, Collected, Protocol):
+    class ControlledWorkspace(Recorded, Collected, Protocol):
+        """What the control socket asks of the engine's workspace."""
+
+        shared_cache: ParseCache | None
+        parse_runs: int
+
+        def counts(self) -> dict[str, int]: ...
+        def content_counts(self) -> dict[str, int]: ...
+        def failures(self) -> list[tuple[str, str]]: ...
+        def not_preserved(self) -> int: ...
+        def set_baseline(self) -> int: ...
+        def restore(self, rel: RelPath, number: int) -> Version: ...
+
+    class Controlled(Protocol):
         """What the control socket asks of the engine (``swfs.engine.Engine``)."""
 
+        @property
+        def workspace(self) -> ControlledWorkspace: ...
+        @property
+        def src(self) -> Path: ...
+        @property
+        def store_dir(self) -> Path: ...
         @property
         def search_index(self) -> SearchIndex: ...
         @property
@@ -41,13 +60,7 @@ if TYPE_CHECKING:
         @property
         def journal_ack(self) -> Callable[[], None] | None: ...
         async def wait_all_current(self, limit: float) -> bool: ...
-        def counts(self) -> dict[str, int]: ...
-        def content_counts(self) -> dict[str, int]: ...
-        def failures(self) -> list[tuple[str, str]]: ...
-        def not_preserved(self) -> int: ...
-        def set_baseline(self) -> int: ...
-        def restore(self, rel: RelPath, number: int) -> Version: ...
-        def search(self, query: str, caller: Caller, limit: int = ...) -> SearchResult: ...
+        def scan(self) -> object: ...
 
 # trio is imported where the server runs: the CLI's client side (``request``)
 # must start fast.
@@ -76,13 +89,13 @@ async def _handle(
         return {"pid": os.getpid(), "src": str(engine.src), "store": str(engine.store_dir)}
     if op == "sync":
         ok = await engine.wait_all_current(float(request.get("timeout", 600)))
-        return {"current": ok, "counts": await trio.to_thread.run_sync(engine.counts)}
+        return {"current": ok, "counts": await trio.to_thread.run_sync(engine.workspace.counts)}
     if op == "baseline":
         await trio.to_thread.run_sync(engine.scan)
-        return {"files": await trio.to_thread.run_sync(engine.set_baseline)}
+        return {"files": await trio.to_thread.run_sync(engine.workspace.set_baseline)}
     if op == "restore":
         version = await trio.to_thread.run_sync(
-            engine.restore, request["path"], int(request["version"])
+            engine.workspace.restore, request["path"], int(request["version"])
         )
         return {"version": version.number, "hash": version.hash}
     if op == "search":  # `swfs search` of a mounted workspace, as the connecting user
@@ -90,9 +103,9 @@ async def _handle(
             _search, engine, str(request.get("query", "")), int(request.get("n", 20)), peer
         )
     if op == "status":  # all `swfs status` shows, so it never opens the engine itself
-        return await trio.to_thread.run_sync(status_info, engine)
+        return await trio.to_thread.run_sync(status_info, engine.workspace)
     if op == "counts":  # freshness as the daemon sees it: it knows its open writers
-        return await trio.to_thread.run_sync(engine.counts)
+        return await trio.to_thread.run_sync(engine.workspace.counts)
     if op == "search_state":
         return engine.search_index.health()
     if op == "journal_state":  # the mount's access journal (swfs status, swfs check)
@@ -117,14 +130,14 @@ async def _handle(
     from swfs.history import staging
     from swfs.store import gc
 
-    ops: dict[str, Callable[[Controlled, dict[str, Any]], Any]] = {
+    ops: dict[str, Callable[[ControlledWorkspace, dict[str, Any]], Any]] = {
         **history.CONTROL_OPS,
         **gc.CONTROL_OPS,
         **staging.CONTROL_OPS,
     }
     fn = ops.get(str(op))
     if fn is not None:
-        return await trio.to_thread.run_sync(fn, engine, request)
+        return await trio.to_thread.run_sync(fn, engine.workspace, request)
     raise ControlError(f"unknown operation {op!r}")
 
 
@@ -228,7 +241,7 @@ def _search(engine: Controlled, query: str, n: int, peer: tuple[int, int]) -> di
                     gids.update(int(g) for g in line.split(":", 1)[1].split())
     except (OSError, ValueError):
         pass
-    result = engine.search(query, Caller(uid, frozenset(gids)), n)
+    result = engine.search_index.search(query, Caller(uid, frozenset(gids)), n)
     return {
         "unavailable": result.unavailable,
         "error": result.error,
@@ -238,7 +251,7 @@ def _search(engine: Controlled, query: str, n: int, peer: tuple[int, int]) -> di
     }
 
 
-def status_info(engine: Controlled) -> dict[str, Any]:
+def status_info(engine: ControlledWorkspace) -> dict[str, Any]:
     """What ``swfs status`` shows of a workspace, from its engine: the
     daemon's while it is mounted (control op ``status``), else the CLI's."""
     from swfs.history import staging
@@ -259,9 +272,7 @@ def status_info(engine: Controlled) -> dict[str, Any]:
         "reserve_bytes": gc.reserve_bytes(engine),
         "not_preserved": engine.not_preserved(),
         "staged": staged,
-        "parses": sharedcache.describe_counts(
-            getattr(engine, "shared_cache", None), int(getattr(engine, "parse_runs", 0))
-        ),
+        "parses": sharedcache.describe_counts(engine.shared_cache, engine.parse_runs),
     }
 
 

@@ -19,7 +19,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
@@ -27,17 +27,25 @@ from typing import Any
 import trio
 
 from swfs import permissions
-from swfs.api import Access, Freshness, RelPath, ReviewEntry
+from swfs.api import (
+    Access,
+    Freshness,
+    ParsedView,
+    RelPath,
+    RenderedUnit,
+    ReviewEntry,
+    ViewState,
+)
 from swfs.control import ControlServer
-from swfs.find.search import Caller, SearchIndex, SearchResult
+from swfs.find.search import SearchIndex
+from swfs.history.staging import Staging
 from swfs.review import changes as review_mod
-from swfs.store import cacheopen, sharedcache
 from swfs.store.records import FLUSH_INTERVAL
 from swfs.views import ranged
 from swfs.views.executor import ParseExecutor, open_executor
 from swfs.views.parsework import FAILED, INTERNAL, OK, ParseOutcome
 from swfs.views.scheduler import ParseQueue, ParseScheduler
-from swfs.workspace import Config, Workspace, WorkspaceError
+from swfs.workspace import Config, ScanStats, Workspace, WorkspaceError
 
 log = logging.getLogger(__name__)
 
@@ -54,19 +62,28 @@ INTERNAL_TRIES = 3
 INTERNAL_RETRY_DELAY = 1.0
 
 
-class Engine(Workspace):
-    """Implements ``swfs.api.EngineAPI``."""
+class Engine:
+    """Implements ``swfs.api.EngineAPI``: holds its parts, each behind its own
+    interface, and runs their background work.
+
+    ``workspace`` (``swfs.workspace.Workspace``): the file table, the write
+    protocol, preserved bytes, versions, snapshots, permissions.
+    ``views``: the parsed views and the wait for them (``Views``).
+    ``reviews``: the change set against the baseline (``Reviews``).
+    ``search_index``: the search index (``swfs.find.search``)."""
 
     world_name: str | None = None  # the live workspace, no world (swfs.history.world)
 
     def __init__(self, src: Path, store_dir: Path | None = None, *, config: Config | None = None):
-        super().__init__(src, store_dir, config=config)
+        self.workspace = ws = Workspace(src, store_dir, config=config)
         self.queue: ParseQueue | None = None
-        self._changes: tuple[int, list[ReviewEntry]] | None = None
         self._token: trio.lowlevel.TrioToken | None = None
-        self.add_parse_request_handler(self._on_parse_request)
-        self.search_index = SearchIndex(self, model=_embed_model(self.config.embed_model))
-        super().add_listener(self.search_index.notify)  # from any thread: it only queues
+        ws.add_parse_request_handler(self._on_parse_request)
+        ws.progress = self._parse_progress
+        self.views = Views(self)
+        self.reviews = Reviews(ws)
+        self.search_index = SearchIndex(ws, model=_embed_model(ws.config.embed_model))
+        ws.add_listener(self.search_index.notify)  # from any thread: it only queues
         # rel -> set at its next change notice: readers waiting for a writer's record
         self._notices: dict[str, trio.Event] = {}
         self.add_listener(self._on_notice)
@@ -78,13 +95,6 @@ class Engine(Workspace):
         self._internal_failures: dict[tuple[str, str], int] = {}
         # rel -> ordinals of units readers wait for, of its ranged parse under way
         self._wanted: dict[str, list[int]] = {}
-        # -- shared parse cache (swfs.store.sharedcache), and parse jobs run here
-        try:
-            self.shared_cache = cacheopen.for_store(self.store_dir, self.config.cache_dir)
-        except sharedcache.CacheError as exc:
-            self.close()
-            raise WorkspaceError(f"--cache: {exc}") from None
-        self.parse_runs = 0
 
     @classmethod
     @contextmanager
@@ -99,11 +109,34 @@ class Engine(Workspace):
 
     def close(self) -> None:
         self.search_index.close()
-        super().close()
+        self.workspace.close()
 
-    def search(self, query: str, caller: Caller, limit: int = 20) -> SearchResult:
-        """*slow* (a thread): ranked hits ``caller`` may read (``swfs.find.search``)."""
-        return self.search_index.search(query, caller, limit)
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- what every caller names the workspace by
+    @property
+    def src(self) -> Path:
+        return self.workspace.src
+
+    @property
+    def store_dir(self) -> Path:
+        return self.workspace.store_dir
+
+    @property
+    def config(self) -> Config:
+        return self.workspace.config
+
+    @property
+    def staging(self) -> Staging | None:
+        return self.workspace.staging
+
+    def scan(self, progress: Callable[[int, int], None] | None = None) -> ScanStats:
+        """*slow*: bring the file table up to date with SRC."""
+        return self.workspace.scan(progress)
 
     # -- listeners are called in the trio thread
     def add_listener(self, fn: Callable[[RelPath], None]) -> None:
@@ -119,7 +152,7 @@ class Engine(Workspace):
             with suppress(trio.RunFinishedError):
                 token.run_sync_soon(fn, rel)
 
-        super().add_listener(in_trio)
+        self.workspace.add_listener(in_trio)
 
     @staticmethod
     def _on_loop(token: trio.lowlevel.TrioToken) -> bool:
@@ -138,7 +171,7 @@ class Engine(Workspace):
         with suppress(trio.RunFinishedError):
             token.run_sync_soon(lambda: queue.submit(rel, front=front))
 
-    def parse_progress(self, rel: str) -> str:
+    def _parse_progress(self, rel: str) -> str:
         queue = self.queue
         where = None if queue is None else queue.progress(rel)
         if where is None:
@@ -151,45 +184,6 @@ class Engine(Workspace):
     def queue_report(self) -> list[str]:
         queue = self.queue
         return ["parse queue: not running"] if queue is None else queue.report()
-
-    # -- review (EngineAPI)
-    def review(self) -> Sequence[ReviewEntry]:
-        # SUMMARY.md, ALL.diff, every <rel>.diff and their access bits all ask
-        # for the change set: compute it once per store generation.
-        self.writes.drain()  # the queued records of changes of names first
-        gen = self.generation()
-        if self._changes is None or self._changes[0] != gen:
-            self._changes = (gen, review_mod.changes(self))
-        return self._changes[1]
-
-    def review_summary(self) -> bytes:
-        return review_mod.summary(self, list(self.review())).encode("utf-8", "surrogateescape")
-
-    def review_lists(self, rel: RelPath) -> bool:
-        current = self.store.get_file_hash(rel)
-        if current is None:
-            return False
-        base = self._baseline_manifest().get(rel)
-        return base is None or base[0] != current
-
-    def review_all_diff(self) -> bytes:
-        entries = list(self.review())
-        return review_mod.all_diff(self, entries).encode("utf-8", "surrogateescape")
-
-    def review_diff(self, rel: RelPath) -> bytes | None:
-        for e in self.review():
-            if e.rel == rel:
-                return review_mod.file_diff(self, e).encode("utf-8", "surrogateescape")
-        return None
-
-    def review_access(self) -> Access:
-        return review_mod.all_access(self, list(self.review()), self.access)
-
-    def review_diff_access(self, rel: RelPath) -> Access:
-        for e in self.review():
-            if e.rel == rel:
-                return review_mod.diff_access(self, e, self.access(rel))
-        return self.access(rel) or permissions.owner_only(self.store_dir)
 
     # -- background work
     async def run_background(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
@@ -240,17 +234,17 @@ class Engine(Workspace):
         self.queue = queue = ParseQueue()
         limits = self.config.limits
         try:
-            if drain and not scan and not await trio.to_thread.run_sync(self.needs_parse):
+            if drain and not scan and not await trio.to_thread.run_sync(self.workspace.needs_parse):
                 return  # nothing to parse: no worker processes to start
             # Parse executor hook (swfs.views.executor): local pool or Ray.
             async with open_executor(limits) as pool, trio.open_nursery() as nursery:
                 if not drain:
                     # Before anything is written: space for deletes, truncates
                     # and gc should the disk fill up (swfs.reserve).
-                    await trio.to_thread.run_sync(self.reserve.fill)
+                    await trio.to_thread.run_sync(self.workspace.reserve.fill)
                 if scan:
                     await trio.to_thread.run_sync(self.scan)
-                for rel in await trio.to_thread.run_sync(self.needs_parse):
+                for rel in await trio.to_thread.run_sync(self.workspace.needs_parse):
                     queue.submit(rel)
                 total = len(queue)
                 parse_one = functools.partial(self._parse_one, pool)
@@ -275,27 +269,29 @@ class Engine(Workspace):
 
     async def _parse_one(self, pool: ParseExecutor, rel: str) -> bool:
         # Store reads in a thread: the loop also answers every FUSE request.
-        rec = await trio.to_thread.run_sync(self.store.get_file, rel)
+        rec = await trio.to_thread.run_sync(self.workspace.store.get_file, rel)
         if rec is None or rec.parser is None:
             return False
         h, parser = rec.hash, rec.parser
-        if await trio.to_thread.run_sync(self.store.parse_status, h, parser) is not None:
+        if await trio.to_thread.run_sync(self.workspace.store.parse_status, h, parser) is not None:
             # Another path with the same content was parsed meanwhile.
             await trio.to_thread.run_sync(self._adopt_cached, rel)
             return False
         try:
             return await self._parse_and_apply(pool, rel, h, parser)
         finally:
-            if self.partials.get(h, parser) is not None:
-                self.partials.drop(h, parser)
-                self._changed(rel)  # its view turns back to pending.md, or on to the parse
+            if self.workspace.partials.get(h, parser) is not None:
+                self.workspace.partials.drop(h, parser)
+                self.workspace.notify_changed(
+                    rel
+                )  # its view turns back to pending.md, or on to the parse
 
     async def _parse_and_apply(self, pool: ParseExecutor, rel: str, h: str, parser: str) -> bool:
         try:
             # -- shared cache hooks: a hit runs no parse; a parse is published
             outcome = await self._shared_lookup(h, parser)
             if outcome is None:
-                self.parse_runs += 1
+                self.workspace.parse_runs += 1
                 outcome = await self._parse_file(pool, rel, h, parser)
                 await self._shared_publish(outcome)
         except Exception as exc:  # the pool's machinery, not the parser
@@ -320,7 +316,9 @@ class Engine(Workspace):
         self._internal_failures.pop((rel, h), None)
         try:
             return await trio.to_thread.run_sync(
-                lambda: self.apply_parse(RelPath(rel), outcome, queued_hash=h, queued_parser=parser)
+                lambda: self.workspace.apply_parse(
+                    RelPath(rel), outcome, queued_hash=h, queued_parser=parser
+                )
             )
         except Exception as exc:
             if outcome.status == FAILED:
@@ -337,13 +335,15 @@ class Engine(Workspace):
                 error=f"swfs could not record the parse: {type(exc).__name__}: {exc}",
             )
             return await trio.to_thread.run_sync(
-                lambda: self.apply_parse(RelPath(rel), failed, queued_hash=h, queued_parser=parser)
+                lambda: self.workspace.apply_parse(
+                    RelPath(rel), failed, queued_hash=h, queued_parser=parser
+                )
             )
 
     async def _shared_lookup(self, h: str, parser: str) -> ParseOutcome | None:
         """The parse of (``h``, ``parser``) another workspace put in the
         shared cache, as an outcome this workspace records as its own."""
-        cache = self.shared_cache
+        cache = self.workspace.shared_cache
         if cache is None:
             return None
         found = await trio.to_thread.run_sync(cache.lookup, h, parser)
@@ -352,7 +352,7 @@ class Engine(Workspace):
         return ParseOutcome(OK, hash=h, parser=parser, units=found.units, secs=found.secs)
 
     async def _shared_publish(self, outcome: ParseOutcome) -> None:
-        cache = self.shared_cache
+        cache = self.workspace.shared_cache
         if cache is None or outcome.status != OK or outcome.part is not None:
             return
         if not outcome.hash or not outcome.parser:
@@ -369,23 +369,23 @@ class Engine(Workspace):
         """The outcome of parsing ``rel`` (recorded as ``h``): range by range
         where its parser can (swfs.ranged), its ranges shown as they come."""
         if not pool.limits.range_threshold:
-            return await pool.parse(self.abspath(rel), rel)
+            return await pool.parse(self.workspace.abspath(rel), rel)
         wanted = self._wanted.setdefault(rel, [])
         queue = self.queue
 
         def publish() -> None:
-            self._changed(rel)
+            self.workspace.notify_changed(rel)
             if queue is not None:
                 queue.wake(rel)
 
         try:
             return await ranged.parse_ranged(
                 pool,
-                self.abspath(rel),
+                self.workspace.abspath(rel),
                 rel,
                 h=h,
                 parser=parser,
-                partials=self.partials,
+                partials=self.workspace.partials,
                 wanted=wanted,
                 publish=publish,
             )
@@ -396,21 +396,21 @@ class Engine(Workspace):
         """The parse for ``rel``'s content exists (another path had the same
         bytes): make it ``rel``'s view.  No rehash: the record's hash is what
         the cached parse is keyed by."""
-        with self.store.write() as txn:
-            rec = self.store.get_file(rel, txn)
+        with self.workspace.store.write() as txn:
+            rec = self.workspace.store.get_file(rel, txn)
             if rec is None or rec.parser is None:
                 return
-            if self.store.parse_status(rec.hash, rec.parser, txn) == "ok":
+            if self.workspace.store.parse_status(rec.hash, rec.parser, txn) == "ok":
                 view = dataclasses.replace(rec, view_hash=rec.hash, view_parser=rec.parser)
-                self.store.put_file(txn, rel, view)
-            self._bump(txn)
-        self._changed(rel)
+                self.workspace.store.put_file(txn, rel, view)
+            self.workspace.bump_generation(txn)
+        self.workspace.notify_changed(rel)
 
     async def _flush_loop(self) -> None:
         while True:
             await trio.sleep(FLUSH_INTERVAL)
             try:
-                await trio.to_thread.run_sync(self.store.flush)
+                await trio.to_thread.run_sync(self.workspace.store.flush)
             except Exception:
                 log.exception("%s: flushing the store failed", self.store_dir)
 
@@ -443,7 +443,7 @@ class Engine(Workspace):
         """The mount's access journal, for the control socket to ask after."""
         self.journal_health, self.journal_ack = health, acknowledge
 
-    async def wait_view(self, rel: RelPath, limit: float, unit: str | None = None) -> None:
+    async def _wait_view(self, rel: RelPath, limit: float, unit: str | None = None) -> None:
         """Wait up to ``limit`` seconds for ``rel``'s view to be current: for
         its parse, and first for its record when the file holds bytes not
         recorded yet (a writer's: its close or fsync records them; a change
@@ -485,16 +485,18 @@ class Engine(Workspace):
     def _fresh_settled(
         self, rel: RelPath
     ) -> tuple[Freshness | None, bool, ranged.PartialParse | None]:
-        rec = self.store.get_file(rel)
+        rec = self.workspace.store.get_file(rel)
         if rec is None:
-            return None, self.settled(rel), None
-        partial = self.partials.get(rec.hash, rec.parser) if rec.parser else None
-        return self._freshness_now(rel, rec), self.settled(rel), partial
+            return None, self.workspace.settled(rel), None
+        partial = self.workspace.partials.get(rec.hash, rec.parser) if rec.parser else None
+        return self.workspace.freshness_now(rel, rec), self.workspace.settled(rel), partial
 
     def _check_unsettled(self, rel: RelPath) -> bool:
         """*slow*: record ``rel`` as it is now, unless the mount is changing
         it (the writer records it).  Whether it was checked."""
-        return self.writes.check_behind(rel, lambda r: self.check_file(r, force=True))
+        return self.workspace.writes.check_behind(
+            rel, lambda r: self.workspace.check_file(r, force=True)
+        )
 
     def _notice(self, rel: str) -> trio.Event:
         """Set at the next change notice for ``rel`` (on the loop)."""
@@ -516,20 +518,99 @@ class Engine(Workspace):
                 if queue is not None and not queue.idle():
                     await trio.sleep(0.05)
                     continue
-                counts = await trio.to_thread.run_sync(self.counts)
+                counts = await trio.to_thread.run_sync(self.workspace.counts)
                 if counts["pending"] == 0 and counts["stale"] == 0:
                     return True
                 # Changed behind the mount and not recorded yet: record them
                 # now (those a writer holds are its to record).
-                for rel in await trio.to_thread.run_sync(self.unsettled):
+                for rel in await trio.to_thread.run_sync(self.workspace.unsettled):
                     await trio.to_thread.run_sync(self._check_unsettled, rel)
                 # Stale or pending but not queued (changed behind our back
                 # since the last scan): queue them and wait again.
-                for rel in await trio.to_thread.run_sync(self.needs_parse):
+                for rel in await trio.to_thread.run_sync(self.workspace.needs_parse):
                     if queue is not None:
                         queue.submit(rel)
                 await trio.sleep(0.2)
         return False
+
+
+class Views:
+    """The parsed views (``.parsed/``) as the engine shows them: read from
+    the workspace's records, waited for through the engine's parse queue."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._ws = engine.workspace
+
+    def parsed_paths(self) -> Iterable[RelPath]:
+        return self._ws.parsed_paths()
+
+    def parsed_view(self, rel: RelPath) -> ParsedView | None:
+        return self._ws.parsed_view(rel)
+
+    def view_state(self, rel: RelPath) -> ViewState | None:
+        return self._ws.view_state(rel)
+
+    def view_unit_names(self, view: ViewState, *, limit: int | None = None) -> Sequence[str]:
+        return self._ws.view_unit_names(view, limit=limit)
+
+    def view_unit(
+        self, view: ViewState, name: str, *, limit: int | None = None
+    ) -> RenderedUnit | None:
+        return self._ws.view_unit(view, name, limit=limit)
+
+    def parse_progress(self, rel: str) -> str:
+        return self._ws.parse_progress(rel)
+
+    async def wait_view(self, rel: RelPath, limit: float, unit: str | None = None) -> None:
+        await self._engine._wait_view(rel, limit, unit)
+
+
+class Reviews:
+    """The change set against the baseline (``.review/``), computed once per
+    store generation: SUMMARY.md, ALL.diff, every <rel>.diff and their access
+    bits all ask for it."""
+
+    def __init__(self, ws: Workspace) -> None:
+        self._ws = ws
+        self._changes: tuple[int, list[ReviewEntry]] | None = None
+
+    def review(self) -> Sequence[ReviewEntry]:
+        self._ws.writes.drain()  # the queued records of changes of names first
+        gen = self._ws.generation()
+        if self._changes is None or self._changes[0] != gen:
+            self._changes = (gen, review_mod.changes(self._ws))
+        return self._changes[1]
+
+    def review_summary(self) -> bytes:
+        text = review_mod.summary(self._ws, list(self.review()))
+        return text.encode("utf-8", "surrogateescape")
+
+    def review_lists(self, rel: RelPath) -> bool:
+        current = self._ws.store.get_file_hash(rel)
+        if current is None:
+            return False
+        base = self._ws.baseline_manifest().get(rel)
+        return base is None or base[0] != current
+
+    def review_all_diff(self) -> bytes:
+        entries = list(self.review())
+        return review_mod.all_diff(self._ws, entries).encode("utf-8", "surrogateescape")
+
+    def review_diff(self, rel: RelPath) -> bytes | None:
+        for e in self.review():
+            if e.rel == rel:
+                return review_mod.file_diff(self._ws, e).encode("utf-8", "surrogateescape")
+        return None
+
+    def review_access(self) -> Access:
+        return review_mod.all_access(self._ws, list(self.review()), self._ws.access)
+
+    def review_diff_access(self, rel: RelPath) -> Access:
+        for e in self.review():
+            if e.rel == rel:
+                return review_mod.diff_access(self._ws, e, self._ws.access(rel))
+        return self._ws.access(rel) or permissions.owner_only(self._ws.store_dir)
 
 
 def _embed_model(directory: str | None) -> Any:

@@ -45,9 +45,10 @@ from swfs.api import (
 )
 from swfs.history import snapshots as history
 from swfs.history import staging, versioning
+from swfs.history.config import Config
 from swfs.history.writesession import InPlaceWrites
 from swfs.ignore import IgnoreRules
-from swfs.store import treecache
+from swfs.store import cacheopen, sharedcache, treecache
 from swfs.store.blobreads import BlobReads
 from swfs.store.blobs import BlobStore, HashMismatch
 from swfs.store.fsutil import open_dir_noatime, open_to_read
@@ -64,7 +65,7 @@ from swfs.store.records import (
 from swfs.store.reserve import Reserve, is_no_space
 from swfs.views import files as views
 from swfs.views import ranged
-from swfs.views.parsework import FAILED, OK, UNSUPPORTED, ParseOutcome, WorkerLimits
+from swfs.views.parsework import FAILED, OK, UNSUPPORTED, ParseOutcome
 
 log = logging.getLogger(__name__)
 
@@ -76,13 +77,6 @@ _PRESERVE_TRIES = 5  # a file that changes under every try fails the write (EIO)
 NOT_KEPT_DISK_FULL = "disk full"  # why a version's bytes were not kept (Version.not_kept)
 
 
-_FRESHNESS_OF = {
-    OK: Freshness.CURRENT,
-    FAILED: Freshness.FAILED,
-    UNSUPPORTED: Freshness.UNSUPPORTED,
-}
-
-
 def _store_oserror(rel: str, exc: lmdb.Error) -> OSError:
     """An LMDB failure while keeping ``rel``'s history, as the errno the
     writer gets: ENOSPC for a full disk or map, EIO for anything else."""
@@ -90,27 +84,6 @@ def _store_oserror(rel: str, exc: lmdb.Error) -> OSError:
     full = isinstance(exc, lmdb.MapFullError) or "No space left" in text
     code = errno.ENOSPC if full else errno.EIO
     return OSError(code, f"{rel}: not written: the store cannot record its history ({text})")
-
-
-@dataclass(frozen=True)
-class Config:
-    limits: WorkerLimits = WorkerLimits()
-    max_preserve_bytes: int = 1 << 30  # larger files keep hashes but no preserved bytes
-    rescan_interval: float = 30.0
-    # Writes within this many seconds of a burst's first version replace its
-    # last version (swfs.versioning); 0 keeps one version per close.
-    version_interval: float = versioning.DEFAULT_INTERVAL
-    diff_max_lines: int = 4000
-    embed_model: str | None = None  # a local static-embedding model: hybrid search
-    # A path that lived less than this (seconds) and is then deleted or
-    # renamed over another keeps no history of its own: an editor's temp file.
-    temp_lifetime: float = 60.0
-    # Bytes the store holds back for deletes, truncates and gc on a full
-    # disk (swfs.reserve); None: 1/32 of the file system, 1 to 64 MiB.
-    reserve_bytes: int | None = None
-    # A shared parse cache (``--cache DIR``, swfs.store.sharedcache); None:
-    # the one the store remembers, if any.
-    cache_dir: str | None = None
 
 
 @dataclass
@@ -161,6 +134,8 @@ class Workspace(BlobReads):
         self.ignore = IgnoreRules.load(src)
         self._listeners: list[Callable[[RelPath], None]] = []
         self._parse_requests: list[Callable[[RelPath, bool], None]] = []
+        # How far a parse has got, in words: set by the engine that runs them.
+        self.progress: Callable[[str], str] | None = None
         self._view_lock = threading.Lock()
         self._review_cache: tuple[int, Any] | None = None
         # The write protocol (swfs.writesession): paths it is changing (written,
@@ -179,6 +154,14 @@ class Workspace(BlobReads):
         self.partials = ranged.Partials()
         # A --staged mount's layer over SRC: every path is read through it.
         self.staging = staging.Staging.load(src, self.store_dir)
+        # The shared parse cache (swfs.store.sharedcache), if any, and how
+        # many parse jobs ran here (the engine counts them; swfs status).
+        try:
+            self.shared_cache = cacheopen.for_store(self.store_dir, self.config.cache_dir)
+        except sharedcache.CacheError as exc:
+            self.close()
+            raise WorkspaceError(f"--cache: {exc}") from None
+        self.parse_runs = 0
         try:  # swfs.history.recorder: bytes a killed daemon held
             self.writes.recover_held()
         except OSError as exc:
@@ -657,14 +640,13 @@ class Workspace(BlobReads):
         return fresh
 
     def _freshness(self, rec: FileRecord, txn: lmdb.Transaction | None = None) -> Freshness:
-        if rec.parser is None:
-            return Freshness.UNSUPPORTED
-        status = self.store.parse_status(rec.hash, rec.parser, txn)
-        if status is not None:
-            return _FRESHNESS_OF[status]
-        if rec.view_hash and rec.view_parser:
-            return Freshness.STALE
-        return Freshness.PENDING
+        status = None if rec.parser is None else self.store.parse_status(rec.hash, rec.parser, txn)
+        prior = bool(rec.view_hash and rec.view_parser)
+        return views.record_freshness(rec.parser, status, prior_view=prior)
+
+    def freshness_now(self, rel: RelPath, rec: FileRecord) -> Freshness:
+        """The freshness of ``rel``'s view, its record ``rec`` just read."""
+        return self._freshness_now(rel, rec)
 
     def access(self, rel: RelPath) -> Access | None:
         try:
@@ -1158,7 +1140,10 @@ class Workspace(BlobReads):
 
     def parse_progress(self, rel: str) -> str:
         """How far the parse of ``rel`` has got, in words (the daemon's engine
-        knows its queue; a workspace without one does not)."""
+        knows its queue and says it through ``progress``; a workspace without
+        one does not)."""
+        if self.progress is not None:
+            return self.progress(rel)
         return "no parse is running (no daemon)"
 
     def parse_units(self, h: str, parser: str) -> list[tuple[str, str, str]] | None:

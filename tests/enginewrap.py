@@ -66,19 +66,24 @@ def _rel(arg: Any) -> str:
 
 
 class Watched:
+    """The engine, its parts (``workspace``, ``views``, ``reviews``) watched."""
+
     def __init__(
         self, engine: EngineAPI, *, calls: Path | None = None, crash_after: float | None = None
     ) -> None:
         self._engine = engine
-        # The write protocol asks the engine's history primitives (preserve,
-        # record_write...) of whatever it was given: route them through here,
-        # so they are logged and faulted like the daemon's own calls.
-        writes = getattr(engine, "writes", None)
-        if writes is not None and hasattr(writes, "history"):
-            writes.history = self
         self._calls_file = calls
         self._crash_after = crash_after
         self.calls: list[list[str]] = []
+        self.workspace = _Part(engine.workspace, self)
+        self.views = _Part(engine.views, self)
+        self.reviews = _Reviews(engine, self)
+        # The write protocol asks the workspace's history primitives (preserve,
+        # record_write...) of whatever it was given: route them through here,
+        # so they are logged and faulted like the daemon's own calls.
+        writes = getattr(engine.workspace, "writes", None)
+        if writes is not None and hasattr(writes, "history"):
+            writes.history = self.workspace
 
     def _log(self, call: list[str]) -> None:
         self.calls.append(call)
@@ -86,40 +91,8 @@ class Watched:
             with self._calls_file.open("a", encoding="utf-8") as f:
                 f.write(json.dumps(call) + "\n")
 
-    def review_all_diff(self) -> bytes:
-        gate = Path(self._engine.src).parent
-        if (gate / "slow-diff").exists():
-            (gate / "diff-started").touch()
-            deadline = time.monotonic() + 120
-            while not (gate / "diff-go").exists() and time.monotonic() < deadline:
-                time.sleep(0.01)
-        return bytes(self._engine.review_all_diff())
-
     def __getattr__(self, name: str) -> Any:
-        attr = getattr(self._engine, name)
-        if not callable(attr) or (name not in HOOKS and name not in FAULTED):
-            return attr
-        if name == "wait_view":
-
-            async def waiting(rel: Any, limit: float, unit: str | None = None) -> None:
-                self._log([name, _rel(rel)])
-                await attr(rel, limit, unit)
-
-            return waiting
-
-        @functools.wraps(attr)
-        def call(*args: Any, **kwargs: Any) -> Any:
-            rels = [_rel(a) for a in args if isinstance(a, str) or hasattr(a, "rel")]
-            if name in HOOKS:
-                self._log([name, *rels])
-            base = os.path.basename(rels[0]) if rels else ""
-            if name in FAULTED and base.startswith("boom"):
-                raise RuntimeError(f"injected engine fault on {rels[0]}")
-            if name == "preserve" and base.startswith("nospace"):
-                raise OSError(errno.ENOSPC, "injected: no space to preserve", rels[0])
-            return attr(*args, **kwargs)
-
-        return call
+        return getattr(self._engine, name)
 
     async def run_background(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         if self._crash_after is None:
@@ -144,3 +117,53 @@ def watched(factory: Callable[[], Any], **kw: Any) -> Callable[[], Any]:
             yield Watched(engine, **kw)
 
     return make
+
+
+class _Part:
+    """One part of the engine: its hooks logged, its answers faulted."""
+
+    def __init__(self, part: Any, watched: Watched) -> None:
+        self._part = part
+        self._watched = watched
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._part, name)
+        if not callable(attr) or (name not in HOOKS and name not in FAULTED):
+            return attr
+        log = self._watched._log
+        if name == "wait_view":
+
+            async def waiting(rel: Any, limit: float, unit: str | None = None) -> None:
+                log([name, _rel(rel)])
+                await attr(rel, limit, unit)
+
+            return waiting
+
+        @functools.wraps(attr)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            rels = [_rel(a) for a in args if isinstance(a, str) or hasattr(a, "rel")]
+            if name in HOOKS:
+                log([name, *rels])
+            base = os.path.basename(rels[0]) if rels else ""
+            if name in FAULTED and base.startswith("boom"):
+                raise RuntimeError(f"injected engine fault on {rels[0]}")
+            if name == "preserve" and base.startswith("nospace"):
+                raise OSError(errno.ENOSPC, "injected: no space to preserve", rels[0])
+            return attr(*args, **kwargs)
+
+        return call
+
+
+class _Reviews(_Part):
+    def __init__(self, engine: EngineAPI, watched: Watched) -> None:
+        super().__init__(engine.reviews, watched)
+        self._src = engine.src
+
+    def review_all_diff(self) -> bytes:
+        gate = Path(self._src).parent
+        if (gate / "slow-diff").exists():
+            (gate / "diff-started").touch()
+            deadline = time.monotonic() + 120
+            while not (gate / "diff-go").exists() and time.monotonic() < deadline:
+                time.sleep(0.01)
+        return bytes(self._part.review_all_diff())

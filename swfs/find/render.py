@@ -871,7 +871,7 @@ class Renderer:
     async def _from_shared(self, h: str, names: list[str]) -> bool:
         """Whether the files ``names`` of content ``h`` came from the shared
         cache into this store's render cache (all of them, or none)."""
-        shared = getattr(self.engine, "shared_cache", None)
+        shared = self.engine.shared_cache
         if shared is None:
             return False
 
@@ -895,7 +895,7 @@ class Renderer:
             return False
 
     async def _to_shared(self, h: str, names: list[str]) -> None:
-        shared = getattr(self.engine, "shared_cache", None)
+        shared = self.engine.shared_cache
         if shared is None:
             return
 

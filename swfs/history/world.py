@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 import lmdb
 import trio
@@ -48,12 +48,14 @@ from swfs.api import (
     RenderedUnit,
     ReviewEntry,
     Service,
+    SharedFiles,
     UnitTooLarge,
     Version,
     ViewState,
     WorkspaceError,
 )
 from swfs.history import snapshots as history
+from swfs.history.config import Config
 from swfs.review import changes as review_mod
 from swfs.store.blobreads import BlobReads
 from swfs.store.blobs import BlobStore, Manifest
@@ -63,10 +65,6 @@ from swfs.store.records import _DBS, FORMAT_VERSION, FileRecord, Store, StoreErr
 from swfs.store.reserve import is_no_space
 from swfs.views import files as views
 from swfs.views.parsework import FAILED, OK, ParseOutcome, ParsePool
-from swfs.workspace import Config
-
-if TYPE_CHECKING:
-    from swfs.workspace import Workspace
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +74,6 @@ MEMORY_FILE_MAX = 64 << 20
 MEMORY_CACHE_BYTES = 256 << 20
 _PAGE = 4096
 _HASH_AT = len(b'{"h":"')  # where a file record's hash starts, after its signature line
-_FRESHNESS = {OK: Freshness.CURRENT, FAILED: Freshness.FAILED}
 
 
 class ReadOnlyStore(Store):
@@ -209,6 +206,9 @@ class World(BlobReads):
         self.src = Path(src).resolve()
         self.store_dir = Path(store_dir).resolve()
         self.config = config or Config()
+        # A world parses nothing through a shared cache, and runs no parse job.
+        self.shared_cache: SharedFiles | None = None
+        self.parse_runs = 0
         try:
             self.store = ReadOnlyStore(self.store_dir)
         except StoreError as exc:
@@ -226,6 +226,8 @@ class World(BlobReads):
         self._wanted: dict[str, trio.Event] = {}
         self._send: trio.MemorySendChannel[str] | None = None
         self._changes: list[ReviewEntry] | None = None
+        # The engine's parts (swfs.api.EngineAPI): a world is all of them.
+        self.workspace = self.views = self.reviews = self
 
     # -- what the world is
     def _open(self, name: str) -> None:
@@ -241,7 +243,7 @@ class World(BlobReads):
             snap = name
             manifest = store.get_snapshot(name)
             if manifest is None:
-                sub = history.get_submission(cast("Workspace", self), name)
+                sub = history.get_submission(cast("history.Recorded", self), name)
                 if sub is not None:
                     snap, manifest = sub.snapshot, store.get_snapshot(sub.snapshot)
             if manifest is None:
@@ -249,7 +251,7 @@ class World(BlobReads):
                     f"{name!r}: no such snapshot or submission "
                     "(`swfs snapshots` and `swfs submissions` list them; `baseline` is one too)"
                 )
-            info = history.snapshot_info(cast("Workspace", self), snap)
+            info = history.snapshot_info(cast("history.Recorded", self), snap)
             kind, at, dirs = str(info.get("kind")), info.get("at"), list(info.get("dirs") or [])
             dir_modes = info.get("dir_modes")
         self.manifest: dict[str, list[Any]] = manifest
@@ -283,7 +285,7 @@ class World(BlobReads):
             return history.BASELINE, present_at, present
         best: tuple[float, str] | None = None
         for snap in store.snapshot_names():
-            info = history.snapshot_info(cast("Workspace", self), snap)
+            info = history.snapshot_info(cast("history.Recorded", self), snap)
             t = info.get("at")
             if info.get("kind") == history.KIND_BASELINE and t is not None and t <= at:
                 best = max(best or (t, snap), (t, snap))
@@ -449,9 +451,7 @@ class World(BlobReads):
 
     def _freshness(self, rec: FileRecord) -> Freshness:
         status, _ = self._status(rec)
-        if status is None:
-            return Freshness.PENDING
-        return _FRESHNESS.get(status, Freshness.UNSUPPORTED)
+        return views.record_freshness(rec.parser, status, prior_view=False)
 
     def is_unchanged(self, rel: RelPath, st: os.stat_result) -> bool:
         return True
@@ -506,8 +506,8 @@ class World(BlobReads):
         if rec is None or rec.parser is None:
             return None
         status, error = self._status(rec)
-        freshness = Freshness.PENDING if status is None else _FRESHNESS.get(status)
-        if freshness is None:
+        freshness = views.record_freshness(rec.parser, status, prior_view=False)
+        if freshness is Freshness.UNSUPPORTED:
             return None
         return ViewState(
             rel=rel,
@@ -584,9 +584,9 @@ class World(BlobReads):
         mine = self._parsed.get((h, parser))
         return list(mine.units) if mine is not None and mine.status == OK else None
 
-    def _as_ws(self) -> Workspace:
+    def _as_ws(self) -> review_mod.Reviewed:
         view = _WorkspaceView(self)
-        return cast("Workspace", view)
+        return cast("review_mod.Reviewed", view)
 
     # -- .review
     def review(self) -> Sequence[ReviewEntry]:

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 from swfs.api import Freshness, Hash, RelPath, RenderedUnit, UnitTooLarge, ViewState
 from swfs.store import hashform
 from swfs.store.records import FileRecord, Store
+from swfs.views import parsework
 
 if TYPE_CHECKING:
     from swfs.views.ranged import PartialParse
@@ -109,6 +110,26 @@ PENDING_UNIT = "pending.md"  # the one unit of a view without any parse yet
 ERROR_UNIT = "error.md"  # the one unit of a failed view
 
 Progress = Callable[[str], str]  # rel -> how far its parse has got, in words
+
+# A parse status (swfs.views.parsework) as the freshness of the view it makes.
+_FRESHNESS_OF = {
+    parsework.OK: Freshness.CURRENT,
+    parsework.FAILED: Freshness.FAILED,
+    parsework.UNSUPPORTED: Freshness.UNSUPPORTED,
+}
+
+
+def record_freshness(parser: str | None, status: str | None, *, prior_view: bool) -> Freshness:
+    """The freshness of a file record's view: from the parse status of its
+    content (None: not parsed yet) under its ``parser`` (None: no parser for
+    its format).  ``prior_view``: the record keeps an older parse of the path
+    to show meanwhile (stale, not pending).  One mapping for the live
+    workspace and a world (swfs.history.world)."""
+    if parser is None:
+        return Freshness.UNSUPPORTED
+    if status is None:
+        return Freshness.STALE if prior_view else Freshness.PENDING
+    return _FRESHNESS_OF.get(status, Freshness.UNSUPPORTED)
 
 
 def view_state(

@@ -119,7 +119,7 @@ def engine(tmp_path: Path) -> Iterator[Any]:
     (src / "bin.dat").write_bytes(b"\0\1")
     with Engine.open(src, config=Config(rescan_interval=0)) as e:
         trio.run(e.drain)
-        e.snapshot("start")
+        e.workspace.snapshot("start")
         yield Watched(e)
 
 
@@ -165,7 +165,7 @@ def test_versions_tree_names(engine: Any) -> None:
     blob = run(main)
     assert blob is not None
     # A chunked blob's path is a reference: the engine reassembles it on open.
-    fd = engine.open_blob(blob)
+    fd = engine.workspace.open_blob(blob)
     try:
         assert os.read(fd, 100) == b"alpha\n"
     finally:
@@ -175,7 +175,7 @@ def test_versions_tree_names(engine: Any) -> None:
 def test_unknown_paths_are_owner_only(engine: Any) -> None:
     tree = ParsedTree(engine, Generation(), MountOptions())
     acc = tree.access("never/seen")
-    assert acc.mode == 0o400 & engine.access(RelPath("")).mode  # type: ignore[union-attr]
+    assert acc.mode == 0o400 & engine.workspace.access(RelPath("")).mode  # type: ignore[union-attr]
 
 
 # -- the adapter
@@ -245,7 +245,7 @@ def test_operations_without_a_kernel(engine: Any) -> None:
             assert exc.value.errno == errno.ENODATA
             await ops.unlink(d.st_ino, b"a.txt", ctx)
             assert not (engine.src / "d/a.txt").exists()
-            engine.writes.drain()  # recorded after the reply (swfs.history.recorder)
+            engine.workspace.writes.drain()  # recorded after the reply (swfs.history.recorder)
             assert [c[:2] for c in engine.calls[-2:]] == [
                 ["keep_held", "d/a.txt"],
                 ["record_unlink", "d/a.txt"],
@@ -266,7 +266,7 @@ def test_fallocate_seek_and_tmpfile_without_a_kernel(engine: Any) -> None:
     ctx: Any = Ctx()
     big = os.urandom(2 * 1024 * 1024)
     (engine.src / "big.bin").write_bytes(big)
-    engine.check_file(RelPath("big.bin"))
+    engine.workspace.check_file(RelPath("big.bin"))
 
     async def main() -> None:
         ops = Operations(engine, str(engine.src), str(engine.store_dir), MountOptions())
@@ -315,7 +315,7 @@ def test_a_view_is_loaded_once_per_listing(engine: Any, monkeypatch: pytest.Monk
     tree = ParsedTree(engine, Generation(), MountOptions())
     loads: list[str] = []
     for method in ("view_state", "view_unit_names", "parsed_view"):
-        real = getattr(engine, method)
+        real = getattr(engine.views, method)
 
         def counting(
             arg: Any, *rest: Any, _real: Any = real, _name: str = method, **kw: Any
@@ -323,7 +323,7 @@ def test_a_view_is_loaded_once_per_listing(engine: Any, monkeypatch: pytest.Monk
             loads.append(f"{_name} {getattr(arg, 'rel', arg)}")
             return _real(arg, *rest, **kw)
 
-        monkeypatch.setattr(engine, method, counting)
+        monkeypatch.setattr(engine.views, method, counting)
 
     async def main() -> None:
         # Listing .parsed itself loads no view at all.
@@ -346,13 +346,13 @@ def test_opening_one_unit_asks_for_that_unit_only(
     tree = ParsedTree(engine, Generation(), MountOptions())
     asked: list[str] = []
     for method in ("view_state", "view_unit_names", "view_unit", "parsed_view"):
-        real = getattr(engine, method)
+        real = getattr(engine.views, method)
 
         def counting(*args: Any, _real: Any = real, _name: str = method, **kw: Any) -> Any:
             asked.append(_name)
             return _real(*args, **kw)
 
-        monkeypatch.setattr(engine, method, counting)
+        monkeypatch.setattr(engine.views, method, counting)
 
     async def main() -> None:
         for _ in range(3):  # lookup, getattr, open
@@ -383,7 +383,7 @@ def test_small_units_are_read_on_the_loop_and_large_ones_in_a_thread(
         engine = Watched(e)
         tree = ParsedTree(engine, Generation(), MountOptions())
         where: dict[str, list[str]] = {}
-        real = engine.view_unit
+        real = engine.views.view_unit
 
         def watching(view: Any, name: str, **kw: Any) -> Any:
             try:
@@ -395,7 +395,7 @@ def test_small_units_are_read_on_the_loop_and_large_ones_in_a_thread(
                 thread = threading.current_thread() is threading.main_thread()
                 where.setdefault(view.rel, []).append("loop" if thread else "thread")
 
-        monkeypatch.setattr(engine, "view_unit", watching)
+        monkeypatch.setattr(engine.views, "view_unit", watching)
 
         async def main() -> None:
             for rel, text in (("small.txt", small), ("large.txt", large)):
@@ -416,7 +416,7 @@ def test_a_view_with_many_units_is_listed_in_a_thread(
     ON_LOOP_NAMES units; past that the store refuses there (before reading
     any name) and the listing is read in a thread, whole."""
     where: list[str] = []
-    real = engine.view_unit_names
+    real = engine.views.view_unit_names
 
     def watching(view: Any, **kw: Any) -> Any:
         on_loop = threading.current_thread() is threading.main_thread()
@@ -428,7 +428,7 @@ def test_a_view_with_many_units_is_listed_in_a_thread(
         finally:
             where.append("loop" if on_loop else "thread")
 
-    monkeypatch.setattr(engine, "view_unit_names", watching)
+    monkeypatch.setattr(engine.views, "view_unit_names", watching)
 
     async def listing() -> list[str]:
         tree = ParsedTree(engine, Generation(), MountOptions())
@@ -448,13 +448,13 @@ def test_lookups_do_not_rebuild_listings_on_every_change(
     gen = Generation()
     tree = ParsedTree(engine, gen, MountOptions())
     builds: list[int] = []
-    real = engine.parsed_paths
+    real = engine.views.parsed_paths
 
     def counting() -> Any:
         builds.append(1)
         return real()
 
-    monkeypatch.setattr(engine, "parsed_paths", counting)
+    monkeypatch.setattr(engine.views, "parsed_paths", counting)
 
     async def main() -> None:
         for _ in range(50):
@@ -463,7 +463,7 @@ def test_lookups_do_not_rebuild_listings_on_every_change(
         assert len(builds) < 5
         # ... but a name the cached listing lacks is looked up in a fresh one.
         (engine.src / "new.txt").write_text("n\n")
-        engine.record_write(RelPath("new.txt"))
+        engine.workspace.record_write(RelPath("new.txt"))
         gen.bump("new.txt")
         assert await tree.entry("new.txt", wait=False) is not None
 

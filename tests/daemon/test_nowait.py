@@ -228,10 +228,10 @@ def test_writers_and_changed_files_are_left_to_open(ops: Operations, engine: Any
     got = ops.release(fi.fh)
     assert pending(got)
     assert path.read_bytes() == b"BEE\n"
-    assert engine.file_state("d/b.txt").hash != _b3(b"BEE\n")  # not recorded yet
+    assert engine.workspace.file_state("d/b.txt").hash != _b3(b"BEE\n")  # not recorded yet
     trio.run(call, lambda: got)
     assert path.read_bytes() == b"BEE\n"
-    assert engine.file_state("d/b.txt").hash == _b3(b"BEE\n")
+    assert engine.workspace.file_state("d/b.txt").hash == _b3(b"BEE\n")
 
     # One whose close (FLUSH) recorded them, or that wrote nothing: its
     # session ends here.
@@ -243,9 +243,9 @@ def test_writers_and_changed_files_are_left_to_open(ops: Operations, engine: Any
         assert answered(ops.release(fi.fh)) is True
         assert fi.fh not in ops.handles
         assert _fds_on(path) == []
-    assert not engine.writes.busy(["d/b.txt"])
-    assert engine.file_state("d/b.txt").hash == _b3(b"BEA\n")
-    assert engine.versions("d/b.txt")[-1].hash == _b3(b"BEA\n")  # recorded at the close
+    assert not engine.workspace.writes.busy(["d/b.txt"])
+    assert engine.workspace.file_state("d/b.txt").hash == _b3(b"BEA\n")
+    assert engine.workspace.versions("d/b.txt")[-1].hash == _b3(b"BEA\n")  # recorded at the close
 
     # Changed behind the mount: the engine must look first (a thread).
     path.write_text("changed behind\n")
@@ -334,7 +334,7 @@ def test_a_unit_of_a_stale_view_is_left_to_open(ops: Operations, engine: Any) ->
     ctx: Any = Ctx()
     ino, unit = _unit_ino(ops, "d/b.txt")
     (engine.src / "d" / "b.txt").write_text("changed behind\n")
-    engine.check_file("d/b.txt")
+    engine.workspace.check_file("d/b.txt")
     handles = dict(ops.handles)
     before = reqcount.COUNTS.copy()
     assert at_once(ops.open(ino, os.O_RDONLY, ctx)) is None
@@ -482,7 +482,7 @@ def test_write_nowait_writes_unless_bytes_must_be_kept_first(ops: Operations, en
     assert path.read_bytes() == b"SEE\n"
     assert reqcount.COUNTS["write"] - before["write"] == 3  # two handed on, one at once
     assert reqcount.COUNTS["nowait_write"] - before["nowait_write"] == 1
-    old = engine.versions("d/b.txt")[0]
+    old = engine.workspace.versions("d/b.txt")[0]
     assert old.available  # "bee" was kept before the first write
 
     parent = _ino(ops, "d")
@@ -490,7 +490,7 @@ def test_write_nowait_writes_unless_bytes_must_be_kept_first(ops: Operations, en
     assert at_once(ops.write(fi.fh, 0, b"fresh\n")) == 6  # nothing to keep
     trio.run(call, ops.flush, fi.fh)
     assert answered(ops.release(fi.fh))
-    assert engine.file_state("d/new.txt").hash == _b3(b"fresh\n")
+    assert engine.workspace.file_state("d/new.txt").hash == _b3(b"fresh\n")
 
     ro = at_once(ops.open(ino, os.O_RDONLY, ctx))
     assert ro is not None
@@ -543,10 +543,12 @@ def test_create_and_flush_answer_as_the_async_handlers(ops: Operations, engine: 
     assert _fds_on(path) == [h.fh.fd]
     assert at_once(ops.write(fi.fh, 0, b"same bytes\n")) == 11
     assert answered(ops.flush(fi.fh)) is True
-    assert engine.file_state("d/quick.txt").hash == _b3(b"same bytes\n")  # recorded at close
+    assert engine.workspace.file_state("d/quick.txt").hash == _b3(
+        b"same bytes\n"
+    )  # recorded at close
     assert answered(ops.release(fi.fh))
     assert _fds_on(path) == []
-    assert engine.file_state("d/slow.txt").hash == _b3(b"same bytes\n")
+    assert engine.workspace.file_state("d/slow.txt").hash == _b3(b"same bytes\n")
     slow, quick = _journal(ops, engine, "write")
     assert quick.pop("path") == "d/quick.txt"
     assert slow.pop("path") == "d/slow.txt"
@@ -591,9 +593,9 @@ def test_flush_nowait_leaves_a_large_record_to_a_worker_thread(
     data = os.urandom(INLINE_RECORD_BYTES + 1)
     assert at_once(ops.write(fi.fh, 0, data)) == len(data)
     assert answered(ops.flush(fi.fh)) is False
-    assert engine.file_state("d/big.bin") is None  # not recorded yet
+    assert engine.workspace.file_state("d/big.bin") is None  # not recorded yet
     trio.run(call, ops.flush, fi.fh)
-    assert engine.file_state("d/big.bin").hash == _b3(data)
+    assert engine.workspace.file_state("d/big.bin").hash == _b3(data)
     assert answered(ops.release(fi.fh))
 
 

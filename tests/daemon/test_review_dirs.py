@@ -39,7 +39,7 @@ def _listed(tree: ReviewTree, folder: str) -> bool:
 
 
 def _record(engine: Engine, rel: str) -> None:
-    engine.check_file(rel)  # type: ignore[arg-type]
+    engine.workspace.check_file(rel)  # type: ignore[arg-type]
 
 
 def test_dir_stays_agrees_with_the_listing_and_never_computes_it(
@@ -58,13 +58,13 @@ def test_dir_stays_agrees_with_the_listing_and_never_computes_it(
     assert _listed(tree, "d/e")
 
     asked: list[str] = []
-    real = engine.review
+    real = engine.reviews.review
 
     def counted() -> Any:
         asked.append("review")
         return real()
 
-    monkeypatch.setattr(engine, "review", counted)
+    monkeypatch.setattr(engine.reviews, "review", counted)
     # Modified and added files keep their folders (and every folder above).
     assert tree.dir_stays("d", {"d/b.txt"})
     assert tree.dir_stays("d/e", {"d/e/new.txt"})
@@ -110,8 +110,8 @@ def test_parsed_and_versions_folders_stay_without_their_index(
         asked.append("index")
         raise AssertionError("the index was rebuilt")
 
-    monkeypatch.setattr(engine, "parsed_paths", no_index)
-    monkeypatch.setattr(engine, "versioned_paths", no_index)
+    monkeypatch.setattr(engine.views, "parsed_paths", no_index)
+    monkeypatch.setattr(engine.workspace, "versioned_paths", no_index)
     for tree in (parsed, versions):
         assert tree.dir_stays("d/b.txt", {"d/b.txt"})
         assert tree.dir_stays("d", {"d/b.txt"})

@@ -51,7 +51,7 @@ def truth(engine: Engine, rel: str) -> str:
 
 
 def recorded(engine: Engine, rel: str) -> str:
-    state = engine.file_state(RelPath(rel))
+    state = engine.workspace.file_state(RelPath(rel))
     assert state is not None
     return str(state.hash)
 
@@ -61,7 +61,7 @@ def count(what: str) -> int:
 
 
 def write_session(engine: Engine, rel: str, *edits: tuple[int, bytes]) -> WriteSession:
-    s = engine.begin_write(
+    s = engine.workspace.begin_write(
         rel, lambda: os.open(engine.src / rel, os.O_RDWR | os.O_CLOEXEC), truncate=False
     )
     for off, data in edits:
@@ -78,7 +78,7 @@ def test_a_one_byte_edit_records_blake3_by_one_leaf(engine: Engine) -> None:
     assert count("incremental") == incremental + 1
     assert count("leaves") == leaves + 1
     # The version before the edit is kept, under the hash of its bytes.
-    versions = engine.versions(RelPath("big.bin"))
+    versions = engine.workspace.versions(RelPath("big.bin"))
     assert len(versions) == 2
     assert versions[-1].hash == truth(engine, "big.bin")
 
@@ -115,7 +115,7 @@ def test_a_change_in_src_after_the_last_write_is_hashed_whole(engine: Engine) ->
 def test_a_new_sparse_file_and_its_edits(engine: Engine) -> None:
     rel = "disk.img"
     fd = os.open(engine.src / rel, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
-    s = engine.writes.adopt_new(rel, fd)
+    s = engine.workspace.writes.adopt_new(rel, fd)
     s.truncate(64 * MiB)
     s.write(0, b"boot sector")
     s.write(32 * MiB, b"superblock")

@@ -38,15 +38,15 @@ def engine(src: Path) -> Iterator[Engine]:
 
 
 def parse_events(eng: Engine) -> list[dict[str, object]]:
-    return [ev for _, ev in eng.store.iter_journal() if ev["ev"] == "parse"]
+    return [ev for _, ev in eng.workspace.store.iter_journal() if ev["ev"] == "parse"]
 
 
 def test_index_makes_every_supported_file_current(engine: Engine) -> None:
-    counts = engine.counts()
+    counts = engine.workspace.counts()
     assert counts["files"] == 4
     assert counts["current"] == 3
     assert counts["unsupported"] == 1
-    view = engine.parsed_view(RelPath("docs/a.txt"))
+    view = engine.views.parsed_view(RelPath("docs/a.txt"))
     assert view is not None
     assert view.freshness == Freshness.CURRENT
     content = view.units[0].content.decode()
@@ -68,8 +68,8 @@ def test_edit_reparses_only_the_edited_file(engine: Engine, src: Path) -> None:
     before = len(parse_events(engine))
     (src / "notes.md").write_text("# Notes\nthe slow red fox\n")
     engine.scan()
-    assert engine.file_state(RelPath("notes.md")).freshness == Freshness.STALE  # type: ignore[union-attr]
-    view = engine.parsed_view(RelPath("notes.md"))
+    assert engine.workspace.file_state(RelPath("notes.md")).freshness == Freshness.STALE  # type: ignore[union-attr]
+    view = engine.views.parsed_view(RelPath("notes.md"))
     assert view is not None
     assert view.freshness == Freshness.STALE
     assert b"quick brown" in view.units[0].content  # the prior view, marked stale
@@ -77,7 +77,7 @@ def test_edit_reparses_only_the_edited_file(engine: Engine, src: Path) -> None:
     trio.run(engine.drain)
     events = parse_events(engine)[before:]
     assert [ev["path"] for ev in events] == ["notes.md"]
-    view = engine.parsed_view(RelPath("notes.md"))
+    view = engine.views.parsed_view(RelPath("notes.md"))
     assert view is not None
     assert view.freshness == Freshness.CURRENT
     assert b"slow red fox" in view.units[0].content
@@ -98,8 +98,8 @@ def test_rename_copy_and_revert_reuse_the_cache(engine: Engine, src: Path) -> No
     trio.run(engine.drain)
     assert len(parse_events(engine)) == after_edit
     for rel in ("docs/renamed.txt", "copy.md", "notes.md"):
-        assert engine.file_state(RelPath(rel)).freshness == Freshness.CURRENT  # type: ignore[union-attr]
-    entries = {e.rel: e for e in engine.review()}
+        assert engine.workspace.file_state(RelPath(rel)).freshness == Freshness.CURRENT  # type: ignore[union-attr]
+    entries = {e.rel: e for e in engine.reviews.review()}
     assert entries["docs/renamed.txt"].status == ChangeStatus.RENAMED
     assert entries["docs/renamed.txt"].old_rel == "docs/a.txt"
     assert entries["copy.md"].status == ChangeStatus.ADDED
@@ -108,44 +108,44 @@ def test_rename_copy_and_revert_reuse_the_cache(engine: Engine, src: Path) -> No
 
 def test_editor_save_is_one_new_version(engine: Engine, src: Path) -> None:
     rel = RelPath("notes.md")
-    assert len(engine.versions(rel)) == 1
+    assert len(engine.workspace.versions(rel)) == 1
     # What an editor does through the mount: write a temp file, rename it over.
-    engine.preserve(rel)
+    engine.workspace.preserve(rel)
     tmp = src / ".notes.md.swp"
     tmp.write_text("# Notes\nrewritten\n")
-    engine.record_write(RelPath(".notes.md.swp"))
-    engine.preserve_inode(rel)
+    engine.workspace.record_write(RelPath(".notes.md.swp"))
+    engine.workspace.preserve_inode(rel)
     os.rename(tmp, src / "notes.md")
-    engine.record_rename(RelPath(".notes.md.swp"), rel)
-    versions = engine.versions(rel)
+    engine.workspace.record_rename(RelPath(".notes.md.swp"), rel)
+    versions = engine.workspace.versions(rel)
     assert [v.number for v in versions] == [1, 2]
     assert versions[1].hash == hash_file(src / "notes.md")
-    assert engine.versions(RelPath(".notes.md.swp")) == []
-    assert engine.file_state(RelPath(".notes.md.swp")) is None
+    assert engine.workspace.versions(RelPath(".notes.md.swp")) == []
+    assert engine.workspace.file_state(RelPath(".notes.md.swp")) is None
     # The old bytes were preserved and are readable as version 1.
-    old = engine.version_file(rel, 1)
+    old = engine.workspace.version_file(rel, 1)
     assert old is not None
     assert Path(old).read_text() == "# Notes\nthe quick brown fox\n"
-    statuses = {e.rel: e.status for e in engine.review()}
+    statuses = {e.rel: e.status for e in engine.reviews.review()}
     assert statuses == {"notes.md": ChangeStatus.MODIFIED}
 
 
 def test_in_place_write_preserves_old_bytes(engine: Engine, src: Path) -> None:
     rel = RelPath("docs/a.txt")
     h0 = hash_file(src / rel)
-    engine.preserve(rel)
+    engine.workspace.preserve(rel)
     with open(src / rel, "r+") as f:
         f.write("ALPHA")
-    state = engine.record_write(rel)
+    state = engine.workspace.record_write(rel)
     assert state is not None
     assert state.hash != h0
-    v1 = engine.version_file(rel, 1)
+    v1 = engine.workspace.version_file(rel, 1)
     assert v1 is not None
     assert hash_file(v1) == h0
-    restored = engine.restore(rel, 1)
+    restored = engine.workspace.restore(rel, 1)
     assert restored.number == 3
     assert hash_file(src / rel) == h0
-    causes = [v.cause.value for v in engine.versions(rel)]
+    causes = [v.cause.value for v in engine.workspace.versions(rel)]
     assert causes == ["baseline", "write", "restore"]
 
 
@@ -153,23 +153,23 @@ def test_text_review_diff_has_git_headers(engine: Engine, src: Path) -> None:
     (src / "docs" / "a.txt").write_text("alpha\nBETA\ngamma\n")
     engine.scan()
     trio.run(engine.drain)
-    diff = engine.review_diff(RelPath("docs/a.txt"))
+    diff = engine.reviews.review_diff(RelPath("docs/a.txt"))
     assert diff is not None
     text = diff.decode()
     assert "--- a/docs/a.txt" in text
     assert "+++ b/docs/a.txt" in text
     assert "-beta" in text
     assert "+BETA" in text
-    assert engine.review_diff(RelPath("notes.md")) is None
-    assert b"docs/a.txt" in engine.review_summary()
+    assert engine.reviews.review_diff(RelPath("notes.md")) is None
+    assert b"docs/a.txt" in engine.reviews.review_summary()
 
 
 def test_baseline_accepts_present_state(engine: Engine, src: Path) -> None:
     (src / "notes.md").write_text("new\n")
     engine.scan()
-    assert engine.review()
-    engine.set_baseline()
-    assert list(engine.review()) == []
+    assert engine.reviews.review()
+    engine.workspace.set_baseline()
+    assert list(engine.reviews.review()) == []
 
 
 def test_symlinks_are_never_followed(tmp_path: Path, src: Path) -> None:
@@ -180,11 +180,11 @@ def test_symlinks_are_never_followed(tmp_path: Path, src: Path) -> None:
     with Engine.open(src) as eng:
         eng.scan()
         trio.run(eng.drain)
-        assert eng.file_state(RelPath("link.txt")) is None
-        assert eng.check_file(RelPath("link.txt")) is None
-        assert all(not p.startswith("linkdir") for p in eng.parsed_paths())
-        for rel in eng.parsed_paths():
-            view = eng.parsed_view(rel)
+        assert eng.workspace.file_state(RelPath("link.txt")) is None
+        assert eng.workspace.check_file(RelPath("link.txt")) is None
+        assert all(not p.startswith("linkdir") for p in eng.views.parsed_paths())
+        for rel in eng.views.parsed_paths():
+            view = eng.views.parsed_view(rel)
             assert view is not None
             assert all(b"TOP SECRET" not in u.content for u in view.units)
 
@@ -192,10 +192,10 @@ def test_symlinks_are_never_followed(tmp_path: Path, src: Path) -> None:
 def test_external_change_detected_on_access(engine: Engine, src: Path) -> None:
     rel = RelPath("data.csv")
     (src / rel).write_text("x,y\n3,4\n")
-    state = engine.check_file(rel)
+    state = engine.workspace.check_file(rel)
     assert state is not None
     assert state.freshness == Freshness.STALE
-    versions = engine.versions(rel)
+    versions = engine.workspace.versions(rel)
     assert [v.cause.value for v in versions] == ["baseline", "external"]
     assert not versions[0].available  # overwritten behind our back: hash only
 
@@ -205,7 +205,7 @@ def test_journal_records_transitions(engine: Engine, src: Path) -> None:
     engine.scan()
     os.unlink(src / "data.csv")
     engine.scan()
-    events = [ev["ev"] for _, ev in engine.store.iter_journal()]
+    events = [ev["ev"] for _, ev in engine.workspace.store.iter_journal()]
     for ev in ("add", "scan", "baseline", "parse", "write", "unlink"):
         assert ev in events
 
@@ -215,13 +215,13 @@ def test_failed_rename_after_preserve_inode_never_lets_a_write_change_history(
 ) -> None:
     rel = RelPath("notes.md")
     mode = os.stat(src / rel).st_mode
-    engine.preserve_inode(rel)  # ... and then the rename over it fails
+    engine.workspace.preserve_inode(rel)  # ... and then the rename over it fails
     assert os.stat(src / rel).st_mode == mode  # the user's file is untouched
-    engine.preserve(rel)  # before an in-place write
+    engine.workspace.preserve(rel)  # before an in-place write
     with open(src / rel, "a") as f:
         f.write("appended\n")
-    engine.record_write(rel)
-    old = engine.version_file(rel, 1)
+    engine.workspace.record_write(rel)
+    old = engine.workspace.version_file(rel, 1)
     assert old is not None
     assert Path(old).read_text() == "# Notes\nthe quick brown fox\n"
 
@@ -237,12 +237,12 @@ def test_long_paths_round_trip(tmp_path: Path) -> None:
         trio.run(eng.drain)
         rel = RelPath((deep / "file.txt").relative_to(root).as_posix())
         assert len(rel.encode()) > 511
-        assert rel in list(eng.parsed_paths())
-        view = eng.parsed_view(rel)
+        assert rel in list(eng.views.parsed_paths())
+        view = eng.views.parsed_view(rel)
         assert view is not None
         assert view.freshness == Freshness.CURRENT
-        assert [v.number for v in eng.versions(rel)] == [1]
-        assert RelPath(rel) in list(eng.versioned_paths())
+        assert [v.number for v in eng.workspace.versions(rel)] == [1]
+        assert RelPath(rel) in list(eng.workspace.versioned_paths())
 
 
 def test_ignored_and_oversized_files_keep_hashes_but_no_bytes(tmp_path: Path) -> None:
@@ -258,14 +258,14 @@ def test_ignored_and_oversized_files_keep_hashes_but_no_bytes(tmp_path: Path) ->
     with Engine.open(root, config=config) as eng:
         eng.scan()
         for name in ("scratch/tmp.txt", "run.log", "big.txt", "kept.txt"):
-            eng.preserve(RelPath(name))
+            eng.workspace.preserve(RelPath(name))
             (root / name).write_text("changed\n")
-            eng.record_write(RelPath(name))
+            eng.workspace.record_write(RelPath(name))
         for name in ("scratch/tmp.txt", "run.log", "big.txt"):
-            versions = eng.versions(RelPath(name))
+            versions = eng.workspace.versions(RelPath(name))
             assert len(versions) == 2, name  # the hash history is kept...
             assert not versions[0].available, name  # ...but not the bytes
-        assert eng.versions(RelPath("kept.txt"))[0].available
+        assert eng.workspace.versions(RelPath("kept.txt"))[0].available
 
 
 def test_format_1_store_is_upgraded_when_opened(tmp_path: Path) -> None:
@@ -314,8 +314,8 @@ def test_new_parsers_reexamine_unchanged_files(
     (src / "notes.txt").write_text("alpha\n")
     with Engine.open(src) as eng:
         trio.run(eng.drain)
-        before = eng.store.get_file("notes.txt")
-        versions = len(eng.store.get_versions("notes.txt"))
+        before = eng.workspace.store.get_file("notes.txt")
+        versions = len(eng.workspace.store.get_versions("notes.txt"))
     assert before is not None
     assert before.parser is not None
     assert before.parser.startswith("text@")
@@ -325,12 +325,12 @@ def test_new_parsers_reexamine_unchanged_files(
     try:
         with Engine.open(src) as eng:
             trio.run(eng.drain)
-            after = eng.store.get_file("notes.txt")
+            after = eng.workspace.store.get_file("notes.txt")
             assert after is not None
             assert after.parser == evilparsers.UpgradedTextParser.key()
             assert after.hash == before.hash
-            assert len(eng.store.get_versions("notes.txt")) == versions
-            view = eng.parsed_view(RelPath("notes.txt"))
+            assert len(eng.workspace.store.get_versions("notes.txt")) == versions
+            view = eng.views.parsed_view(RelPath("notes.txt"))
             assert view is not None
             assert view.freshness == Freshness.CURRENT
             assert view.units[0].content.endswith(b"upgraded: alpha\n")
@@ -347,14 +347,14 @@ def test_unchanged_hash_is_the_recorded_hash_only_while_the_stat_matches(
     once the file changed behind the engine's back."""
     path = src / "docs" / "a.txt"
     rel = RelPath("docs/a.txt")
-    assert engine.unchanged_hash(rel, os.stat(path)) == hash_file(path)
-    assert engine.is_unchanged(rel, os.stat(path))
+    assert engine.workspace.unchanged_hash(rel, os.stat(path)) == hash_file(path)
+    assert engine.workspace.is_unchanged(rel, os.stat(path))
     path.write_text("alpha\nbeta\ngamma\ndelta\n")
-    assert engine.unchanged_hash(rel, os.stat(path)) is None
-    assert not engine.is_unchanged(rel, os.stat(path))
-    assert engine.unchanged_hash(RelPath("docs/never.txt"), os.stat(path)) is None
-    engine.check_file(rel)
-    assert engine.unchanged_hash(rel, os.stat(path)) == hash_file(path)
+    assert engine.workspace.unchanged_hash(rel, os.stat(path)) is None
+    assert not engine.workspace.is_unchanged(rel, os.stat(path))
+    assert engine.workspace.unchanged_hash(RelPath("docs/never.txt"), os.stat(path)) is None
+    engine.workspace.check_file(rel)
+    assert engine.workspace.unchanged_hash(rel, os.stat(path)) == hash_file(path)
 
 
 def test_the_backstop_rescan_waits_fifty_times_its_length(

@@ -140,7 +140,7 @@ def test_engine_reparses_in_parallel_once_workers_went_idle(
 
         trio.run(main)
         assert peak == 4
-        assert eng.counts()["current"] == 8
+        assert eng.workspace.counts()["current"] == 8
 
 
 # -- no silent loss ---------------------------------------------------------------------
@@ -172,14 +172,14 @@ def test_preserve_that_never_gets_a_stable_version_fails_with_eio(
         tries += 1
         raise HashMismatch(expected=expected or "", actual="0" * 64, source=f"fd {fd}")
 
-    monkeypatch.setattr(engine.blobs, "put_fd", always_changed)
+    monkeypatch.setattr(engine.workspace.blobs, "put_fd", always_changed)
     with pytest.raises(OSError, match="kept changing") as info:
-        engine.preserve(rel)
+        engine.workspace.preserve(rel)
     assert info.value.errno == errno.EIO
     assert tries >= 3
-    assert not engine.blobs.has(hash_file(path))
+    assert not engine.workspace.blobs.has(hash_file(path))
     # The failed preserve does not shield the path from the next rescan.
-    assert rel not in engine.writes.busy_paths()
+    assert rel not in engine.workspace.writes.busy_paths()
 
 
 def test_preserve_of_a_file_rewritten_while_hashed_fails_with_eio(
@@ -202,7 +202,7 @@ def test_preserve_of_a_file_rewritten_while_hashed_fails_with_eio(
     path.write_text("# Readme\nchanged behind the engine\n")
     monkeypatch.setattr(treecache, "hash_fd", hash_while_written)
     with pytest.raises(OSError, match="kept changing") as info:
-        engine.preserve(rel)
+        engine.workspace.preserve(rel)
     assert info.value.errno == errno.EIO
 
 
@@ -210,18 +210,18 @@ def test_preserve_still_keeps_a_file_that_changed_once_behind_our_back(engine: E
     rel = RelPath("notes/readme.md")
     path = engine.src / rel
     path.write_text("# Readme\nchanged behind the engine\n")
-    engine.preserve(rel)
+    engine.workspace.preserve(rel)
     h = hash_file(path)
-    assert engine.blobs.has(h)
-    assert engine.versions(rel)[-1].hash == h
-    assert run_checks(engine) == []
+    assert engine.workspace.blobs.has(h)
+    assert engine.workspace.versions(rel)[-1].hash == h
+    assert run_checks(engine.workspace) == []
 
 
 # -- hard links -------------------------------------------------------------------------
 
 
 def _header(engine: Engine, rel: str) -> str:
-    view = engine.parsed_view(RelPath(rel))
+    view = engine.views.parsed_view(RelPath(rel))
     assert view is not None
     return view.units[0].content.decode().partition("\n")[0]
 
@@ -233,42 +233,42 @@ def test_a_write_through_one_hard_link_makes_every_name_stale_at_once(engine: En
     trio.run(engine.drain)
     a, b = RelPath("notes/readme.md"), RelPath("notes/hardlink.md")
     old = hash_file(src / a)
-    assert engine.freshness(a) is Freshness.CURRENT
-    a_versions = len(engine.versions(a))
-    b_versions = len(engine.versions(b))
+    assert engine.workspace.freshness(a) is Freshness.CURRENT
+    a_versions = len(engine.workspace.versions(a))
+    b_versions = len(engine.workspace.versions(b))
 
     # What the daemon does for `echo x >> notes/hardlink.md` through the mount.
-    engine.preserve(b)
+    engine.workspace.preserve(b)
     with open(src / b, "a") as f:
         f.write("x\n")
-    engine.record_write(b)
+    engine.workspace.record_write(b)
 
     new = hash_file(src / a)
     assert new != old
     for rel in (a, b):
-        assert engine.freshness(rel) is Freshness.STALE, rel
-        state = engine.file_state(rel)
+        assert engine.workspace.freshness(rel) is Freshness.STALE, rel
+        state = engine.workspace.file_state(rel)
         assert state is not None
         assert state.hash == new, rel
         head = _header(engine, rel)
         assert 'freshness="stale"' in head
         assert f'current="b3:{new[:16]}"' in head
         assert f'current="b3:{old[:16]}"' not in head
-    summary = engine.review_summary().decode()
+    summary = engine.reviews.review_summary().decode()
     assert new[:16] in summary
     # Each name keeps its own history: one new version each, caused by the write.
-    va, vb = engine.versions(a), engine.versions(b)
+    va, vb = engine.workspace.versions(a), engine.workspace.versions(b)
     assert len(va) == a_versions + 1
     assert len(vb) == b_versions + 1
     assert va[-1].hash == vb[-1].hash == new
     assert va[-1].cause is Cause.WRITE
     # The old bytes are kept for both histories.
-    assert engine.version_file(a, va[-2].number) is not None
-    assert run_checks(engine) == []
+    assert engine.workspace.version_file(a, va[-2].number) is not None
+    assert run_checks(engine.workspace) == []
     trio.run(engine.drain)
     for rel in (a, b):
-        assert engine.freshness(rel) is Freshness.CURRENT
-        view = engine.parsed_view(rel)
+        assert engine.workspace.freshness(rel) is Freshness.CURRENT
+        view = engine.views.parsed_view(rel)
         assert view is not None
         assert view.units[0].content.decode().endswith("x\n")
 
@@ -279,12 +279,14 @@ def test_a_hard_link_that_went_away_is_not_recorded_again(engine: Engine) -> Non
     engine.scan()
     os.unlink(src / "notes" / "hardlink.md")
     os.link(src / "other.txt", src / "other-link.txt")  # another inode with two names
-    engine.preserve(RelPath("notes/readme.md"))
+    engine.workspace.preserve(RelPath("notes/readme.md"))
     with open(src / "notes" / "readme.md", "a") as f:
         f.write("x\n")
-    engine.record_write(RelPath("notes/readme.md"))
-    assert engine.get_record("notes/hardlink.md") is not None  # the rescan removes it
-    assert engine.other_names("notes/readme.md", os.lstat(src / "notes" / "readme.md")) == []
+    engine.workspace.record_write(RelPath("notes/readme.md"))
+    assert engine.workspace.get_record("notes/hardlink.md") is not None  # the rescan removes it
+    assert (
+        engine.workspace.other_names("notes/readme.md", os.lstat(src / "notes" / "readme.md")) == []
+    )
 
 
 # -- swfs check: no view claims current for other bytes -------------------------------
@@ -311,7 +313,7 @@ def test_check_finds_every_view_the_hard_link_trial_left_claiming_current(
     # And one deleted.
     os.unlink(src / "gone.txt")
 
-    problems = [p for p in run_checks(engine) if p.check == "views"]
+    problems = [p for p in run_checks(engine.workspace) if p.check == "views"]
     messages = "\n".join(p.message for p in problems)
     assert len(problems) == 4, messages
     for rel in ("notes/readme.md", "notes/hardlink.md"):
@@ -322,19 +324,19 @@ def test_check_finds_every_view_the_hard_link_trial_left_claiming_current(
     assert "other.txt: its view claims current" in messages
     assert "gone.txt: its view claims current but the file is gone" in messages
 
-    repaired = run_checks(engine, repair=True)
+    repaired = run_checks(engine.workspace, repair=True)
     assert all(p.repaired for p in repaired if p.check == "views")
-    assert run_checks(engine) == []
-    assert engine.freshness(RelPath("notes/readme.md")) is Freshness.STALE
-    assert engine.get_record("gone.txt") is None
+    assert run_checks(engine.workspace) == []
+    assert engine.workspace.freshness(RelPath("notes/readme.md")) is Freshness.STALE
+    assert engine.workspace.get_record("gone.txt") is None
 
 
 def test_check_accepts_a_touched_file_and_a_stale_view(engine: Engine) -> None:
     os.utime(engine.src / "other.txt", (1, 1))  # new signature, same bytes
     (engine.src / "notes" / "readme.md").write_text("# Readme\nnew\n")
-    engine.check_file(RelPath("notes/readme.md"))  # stale: claims nothing current
-    assert engine.freshness(RelPath("notes/readme.md")) is Freshness.STALE
-    assert run_checks(engine) == []
+    engine.workspace.check_file(RelPath("notes/readme.md"))  # stale: claims nothing current
+    assert engine.workspace.freshness(RelPath("notes/readme.md")) is Freshness.STALE
+    assert run_checks(engine.workspace) == []
 
 
 def test_check_views_handles_paths_longer_than_a_store_key(engine: Engine) -> None:
@@ -343,8 +345,8 @@ def test_check_views_handles_paths_longer_than_a_store_key(engine: Engine) -> No
     (deep / "long.txt").write_text("long\n")
     engine.scan()
     trio.run(engine.drain)
-    assert run_checks(engine) == []
+    assert run_checks(engine.workspace) == []
     (deep / "long.txt").write_text("longer now\n")
-    problems = run_checks(engine)
+    problems = run_checks(engine.workspace)
     assert [p.check for p in problems] == ["views"]
     assert "long.txt: its view claims current" in problems[0].message

@@ -20,7 +20,7 @@ from tests import docgen
 
 
 def unit_text(eng: Engine, rel: str, name: str) -> str:
-    view = eng.parsed_view(RelPath(rel))
+    view = eng.views.parsed_view(RelPath(rel))
     assert view is not None, rel
     for u in view.units:
         if u.name == name:
@@ -29,7 +29,7 @@ def unit_text(eng: Engine, rel: str, name: str) -> str:
 
 
 def test_sample_workspace_is_all_current(sample: Engine) -> None:
-    counts = sample.counts()
+    counts = sample.workspace.counts()
     assert counts["files"] == counts["current"] == 8
     assert "EMEA" in unit_text(sample, "reports/q3-report.pdf", "page-0007.md")
     assert "EMEA" not in unit_text(sample, "reports/q3-report.pdf", "page-0006.md")
@@ -57,7 +57,7 @@ def test_content_counts_match_the_documents(sample: Engine) -> None:
                 c.value is not None for ws in wb.worksheets for row in ws.iter_rows() for c in row
             )
     assert min(pages, slides, sheets, cells) > 0
-    assert sample.content_counts() == {
+    assert sample.workspace.content_counts() == {
         "pages": pages,
         "slides": slides,
         "sheets": sheets,
@@ -69,13 +69,13 @@ def test_fig2_cell_edit_goes_stale_then_current_and_diffs_by_cell(sample: Engine
     """The paper's Fig. 2: budget.xlsx Sheet1!B12 goes from 1200 to 1350."""
     rel = RelPath("budget.xlsx")
     path = sample.src / rel
-    parses_before = sum(1 for _, ev in sample.store.iter_journal() if ev["ev"] == "parse")
-    sample.preserve(rel)
+    parses_before = sum(1 for _, ev in sample.workspace.store.iter_journal() if ev["ev"] == "parse")
+    sample.workspace.preserve(rel)
     wb = openpyxl.load_workbook(path)
     wb["Sheet1"]["B12"] = 1350
     wb.save(path)
     set_cached_values(path, {("Sheet1", "C12"): 2700})
-    state = sample.record_write(rel)
+    state = sample.workspace.record_write(rel)
     assert state is not None
     assert state.freshness == Freshness.STALE
     stale = unit_text(sample, rel, "sheet-Sheet1.md")
@@ -85,16 +85,16 @@ def test_fig2_cell_edit_goes_stale_then_current_and_diffs_by_cell(sample: Engine
     current = unit_text(sample, rel, "sheet-Sheet1.md")
     assert 'freshness="current"' in current.splitlines()[0]
     assert "Sheet1!B12 = 1350" in current
-    diff = sample.review_diff(rel)
+    diff = sample.reviews.review_diff(rel)
     assert diff is not None
     text = diff.decode()
     assert "Sheet1!B12: 1200 -> 1350" in text
-    assert [e.status for e in sample.review()] == [ChangeStatus.MODIFIED]
+    assert [e.status for e in sample.reviews.review()] == [ChangeStatus.MODIFIED]
     # Only the edited workbook was parsed again; everything else reused its record.
-    parses = [ev for _, ev in sample.store.iter_journal() if ev["ev"] == "parse"]
+    parses = [ev for _, ev in sample.workspace.store.iter_journal() if ev["ev"] == "parse"]
     assert [ev["path"] for ev in parses[parses_before:]] == ["budget.xlsx"]
     # The old bytes are a readable version.
-    old = sample.version_file(rel, 1)
+    old = sample.workspace.version_file(rel, 1)
     assert old is not None
     with open(old, "rb") as f:
         wb_old = openpyxl.load_workbook(f)
@@ -106,9 +106,9 @@ def test_parsed_diff_works_after_an_overwrite_behind_the_mount(sample: Engine) -
     path = sample.src / rel
     path.write_bytes(docgen.pdf_bytes(12, fact_page=3, fact="Churn rose to 9% in Q3."))
     sample.scan()  # the old bytes were never preserved
-    assert not sample.versions(rel)[0].available
+    assert not sample.workspace.versions(rel)[0].available
     trio.run(sample.drain)
-    diff = (sample.review_diff(rel) or b"").decode()
+    diff = (sample.reviews.review_diff(rel) or b"").decode()
     assert "page-0007.md" in diff
     assert "-Churn in the EMEA segment fell to 3.2% in Q3." in diff
     assert "+Churn rose to 9% in Q3." in diff
@@ -142,11 +142,11 @@ def test_hostile_documents_fail_with_a_reason(tmp_path: Path) -> None:
     limits = WorkerLimits(timeout=30, memory_mb=2048, workers=2)
     with Engine.open(src, config=Config(limits=limits, rescan_interval=0)) as eng:
         trio.run(eng.drain)
-        assert eng.parsed_view(RelPath("ok.txt")).freshness == Freshness.CURRENT  # type: ignore[union-attr]
+        assert eng.views.parsed_view(RelPath("ok.txt")).freshness == Freshness.CURRENT  # type: ignore[union-attr]
         for name in names:
-            view = eng.parsed_view(RelPath(name))
+            view = eng.views.parsed_view(RelPath(name))
             if view is None:  # unsupported: no parser claims it (the random .docx may be)
-                state = eng.file_state(RelPath(name))
+                state = eng.workspace.file_state(RelPath(name))
                 assert state is not None
                 assert state.freshness == Freshness.UNSUPPORTED, name
                 continue

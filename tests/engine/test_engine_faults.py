@@ -20,7 +20,7 @@ from swfs.store.fsutil import hash_file
 from swfs.store.records import dumps
 from swfs.store.reserve import Reserve, default_size
 from swfs.views.parsework import WorkerLimits
-from swfs.workspace import Config
+from swfs.workspace import Config, Workspace
 from tests import evilparsers
 from tests.tmpfs import small_tmpfs
 
@@ -48,7 +48,7 @@ def test_crash_hang_and_memory_blowup_fail_only_their_file(tmp_path: Path) -> No
     with Engine.open(src, config=Config(limits=limits, rescan_interval=0)) as eng:
         trio.run(eng.drain)
         states = {
-            rel: eng.parsed_view(RelPath(rel))
+            rel: eng.views.parsed_view(RelPath(rel))
             for rel in ("a.crash", "b.hang", "c.hog", "d.bug", "e.panic", "f.abort", "fine.txt")
         }
         errors = {rel: v.error for rel, v in states.items() if v is not None}
@@ -91,13 +91,13 @@ def test_unprintable_errors_and_real_native_panics_settle_their_file(tmp_path: P
     limits = WorkerLimits(timeout=60.0, memory_mb=1024, workers=2)
     with Engine.open(src, config=Config(limits=limits, rescan_interval=0)) as eng:
         trio.run(eng.drain)
-        assert not eng.needs_parse()
-        fine = eng.parsed_view(RelPath("fine.txt"))
+        assert not eng.workspace.needs_parse()
+        fine = eng.views.parsed_view(RelPath("fine.txt"))
         assert fine is not None
         assert fine.freshness == Freshness.CURRENT
         errors: dict[str, str] = {}
         for rel in names:
-            view = eng.parsed_view(RelPath(rel))
+            view = eng.views.parsed_view(RelPath(rel))
             assert view is not None, rel
             assert view.freshness == Freshness.FAILED, rel
             errors[rel] = view.error or ""
@@ -120,13 +120,13 @@ def test_preserve_on_a_full_disk_fails_with_enospc_and_keeps_the_store(tmp_path:
         (src / "big.bin").write_bytes(os.urandom(4 * 1024 * 1024))
         with Engine.open(src, store, config=Config(rescan_interval=0)) as eng:
             eng.scan()
-            eng.preserve(RelPath("small.txt"))
+            eng.workspace.preserve(RelPath("small.txt"))
             with pytest.raises(OSError, match="No space left") as info:
-                eng.preserve(RelPath("big.bin"))
+                eng.workspace.preserve(RelPath("big.bin"))
             assert info.value.errno == errno.ENOSPC
-            assert eng.version_file(RelPath("small.txt"), 1) is not None
-            assert not run_checks(eng)
-            assert eng.blobs.verify(hash_file(src / "small.txt"))
+            assert eng.workspace.version_file(RelPath("small.txt"), 1) is not None
+            assert not run_checks(eng.workspace)
+            assert eng.workspace.blobs.verify(hash_file(src / "small.txt"))
 
 
 def test_the_reserve_is_held_spent_and_filled_again(tmp_path: Path) -> None:
@@ -181,32 +181,32 @@ def test_a_full_disk_spends_the_reserve_to_delete_and_records_what_it_could_not_
         config = Config(rescan_interval=0, reserve_bytes=1 << 20)
         with Engine.open(src, config=config) as eng:
             eng.scan()
-            eng.reserve.fill()
+            eng.workspace.reserve.fill()
             _fill(src / "filler")
             # An in-place write cannot keep the bytes: ENOSPC, the reserve untouched.
             with pytest.raises(OSError, match="No space left") as info:
-                eng.preserve(RelPath("big.bin"))
+                eng.workspace.preserve(RelPath("big.bin"))
             assert info.value.errno == errno.ENOSPC
-            assert eng.reserve.held() >= 1 << 20
+            assert eng.workspace.reserve.held() >= 1 << 20
             # A delete keeps what the reserve allows ...
-            assert eng.preserve_freeing(RelPath("small.bin"), link=True) is not None
+            assert eng.workspace.preserve_freeing(RelPath("small.bin"), link=True) is not None
             os.unlink(src / "small.bin")
-            eng.record_unlink(RelPath("small.bin"))
-            (small,) = eng.versions(RelPath("small.bin"))
+            eng.workspace.record_unlink(RelPath("small.bin"))
+            (small,) = eng.workspace.versions(RelPath("small.bin"))
             assert small.available
             assert small.not_kept is None
             # ... and records what it could not keep.
-            eng.preserve_freeing(RelPath("big.bin"), link=True)
+            eng.workspace.preserve_freeing(RelPath("big.bin"), link=True)
             os.unlink(src / "big.bin")
-            eng.record_unlink(RelPath("big.bin"))
-            (big,) = eng.versions(RelPath("big.bin"))
+            eng.workspace.record_unlink(RelPath("big.bin"))
+            (big,) = eng.workspace.versions(RelPath("big.bin"))
             assert not big.available
             assert big.not_kept == "disk full"
-            events = [e for _, e in eng.store.iter_journal() if e["ev"] == "not-kept"]
+            events = [e for _, e in eng.workspace.store.iter_journal() if e["ev"] == "not-kept"]
             assert [e["path"] for e in events] == ["big.bin"]
             os.unlink(src / "filler")
             eng.scan()
-            assert not run_checks(eng)
+            assert not run_checks(eng.workspace)
 
 
 def test_a_full_disk_without_a_reserve_drops_reassembled_versions_first(tmp_path: Path) -> None:
@@ -218,20 +218,20 @@ def test_a_full_disk_without_a_reserve_drops_reassembled_versions_first(tmp_path
         (src / "other.bin").write_bytes(os.urandom(256 << 10))
         with Engine.open(src, config=Config(rescan_interval=0, reserve_bytes=0)) as eng:
             eng.scan()
-            eng.preserve(RelPath("doc.bin"))
+            eng.workspace.preserve(RelPath("doc.bin"))
             (src / "doc.bin").write_bytes(b"new")
-            eng.record_write(RelPath("doc.bin"))
-            path = eng.version_file(RelPath("doc.bin"), 1)  # reassembled into the cache
+            eng.workspace.record_write(RelPath("doc.bin"))
+            path = eng.workspace.version_file(RelPath("doc.bin"), 1)  # reassembled into the cache
             assert path is not None
             assert Path(path).read_bytes() == old
             _fill(src / "filler")
             # No reserve at all: the cache of reassembled versions makes the room.
-            assert eng.preserve_freeing(RelPath("other.bin"), link=True) is not None
+            assert eng.workspace.preserve_freeing(RelPath("other.bin"), link=True) is not None
             assert not Path(path).exists()
-            assert eng.versions(RelPath("other.bin"))[0].not_kept is None
-            ref = eng.version_ref(RelPath("doc.bin"), 1)
+            assert eng.workspace.versions(RelPath("other.bin"))[0].not_kept is None
+            ref = eng.workspace.version_ref(RelPath("doc.bin"), 1)
             assert ref is not None
-            reader = eng.open_blob_reading(ref)  # no room to reassemble it again
+            reader = eng.workspace.open_blob_reading(ref)  # no room to reassemble it again
             assert not isinstance(reader, int)
             assert reader.pread(len(old) + 1, 0) == old
 
@@ -244,64 +244,64 @@ def indexed(tmp_path: Path) -> Iterator[Engine]:
     (src / "b.txt").write_text("two\n")
     with Engine.open(src, config=Config(rescan_interval=0)) as eng:
         trio.run(eng.drain)
-        eng.preserve(RelPath("a.txt"))
+        eng.workspace.preserve(RelPath("a.txt"))
         (src / "a.txt").write_text("one, edited\n")
-        eng.record_write(RelPath("a.txt"))
+        eng.workspace.record_write(RelPath("a.txt"))
         trio.run(eng.drain)
-        assert run_checks(eng) == []
+        assert run_checks(eng.workspace) == []
         yield eng
 
 
 def test_check_finds_a_corrupt_blob_and_repair_moves_it_aside(indexed: Engine) -> None:
-    h = indexed.versions(RelPath("a.txt"))[0].hash
-    path = indexed.blobs.path(h)
+    h = indexed.workspace.versions(RelPath("a.txt"))[0].hash
+    path = indexed.workspace.blobs.path(h)
     os.chmod(path, 0o600)
     path.write_bytes(b"rot")
-    problems = run_checks(indexed)
+    problems = run_checks(indexed.workspace)
     assert any(p.check == "blobs" and "does not match" in p.message for p in problems)
-    run_checks(indexed, repair=True)
-    assert not indexed.blobs.has(h)
+    run_checks(indexed.workspace, repair=True)
+    assert not indexed.workspace.blobs.has(h)
     assert (indexed.store_dir / f"corrupt-blob-{h}").exists()
 
 
 def test_check_finds_an_orphan_blob(indexed: Engine) -> None:
-    indexed.blobs.put_bytes(b"nobody refers to me")
-    problems = run_checks(indexed)
+    indexed.workspace.blobs.put_bytes(b"nobody refers to me")
+    problems = run_checks(indexed.workspace)
     assert [p.check for p in problems] == ["orphans"]
-    run_checks(indexed, repair=True)
-    assert run_checks(indexed) == []
+    run_checks(indexed.workspace, repair=True)
+    assert run_checks(indexed.workspace) == []
 
 
 def test_check_finds_broken_versions_and_repairs_them(indexed: Engine) -> None:
-    with indexed.store.write() as txn:
-        indexed.store.put_versions(txn, "b.txt", [])
-        indexed.store.put_versions(
+    with indexed.workspace.store.write() as txn:
+        indexed.workspace.store.put_versions(txn, "b.txt", [])
+        indexed.workspace.store.put_versions(
             txn, "a.txt", [[2, "0" * 64, 0.0, "write", 1], [1, "1" * 64, 0.0, "write", 1]]
         )
-    problems = run_checks(indexed)
+    problems = run_checks(indexed.workspace)
     messages = " ".join(p.message for p in problems)
     assert "b.txt: tracked file without versions" in messages
     assert "a.txt: version list out of order" in messages
-    run_checks(indexed, repair=True)
-    assert run_checks(indexed) == []
+    run_checks(indexed.workspace, repair=True)
+    assert run_checks(indexed.workspace) == []
 
 
 def test_check_drops_malformed_parse_records(indexed: Engine) -> None:
-    with indexed.store.write() as txn:
-        txn.put(b"zz|text@1", dumps({"status": "weird"}), db=indexed.store.dbs["parses"])
-        txn.put(b"not-json", b"\xff{", db=indexed.store.dbs["parses"])
-    problems = run_checks(indexed)
+    with indexed.workspace.store.write() as txn:
+        txn.put(b"zz|text@1", dumps({"status": "weird"}), db=indexed.workspace.store.dbs["parses"])
+        txn.put(b"not-json", b"\xff{", db=indexed.workspace.store.dbs["parses"])
+    problems = run_checks(indexed.workspace)
     assert sum(p.check == "parses" for p in problems) == 2
-    run_checks(indexed, repair=True)
-    assert run_checks(indexed) == []
+    run_checks(indexed.workspace, repair=True)
+    assert run_checks(indexed.workspace) == []
 
 
 def test_check_finds_malformed_file_records(indexed: Engine) -> None:
-    with indexed.store.write() as txn:
-        txn.put(b"ghost.txt", b"{}", db=indexed.store.dbs["files"])
-    assert any(p.check == "files" for p in run_checks(indexed))
-    run_checks(indexed, repair=True)
-    assert run_checks(indexed) == []
+    with indexed.workspace.store.write() as txn:
+        txn.put(b"ghost.txt", b"{}", db=indexed.workspace.store.dbs["files"])
+    assert any(p.check == "files" for p in run_checks(indexed.workspace))
+    run_checks(indexed.workspace, repair=True)
+    assert run_checks(indexed.workspace) == []
 
 
 def _failing_pool(monkeypatch: pytest.MonkeyPatch, failures: int) -> list[str]:
@@ -334,7 +334,7 @@ def test_a_parse_whose_machinery_fails_once_is_tried_again(
     calls = _failing_pool(monkeypatch, failures=1)
     with Engine.open(src, config=Config(rescan_interval=0)) as eng:
         trio.run(eng.drain)
-        view = eng.parsed_view(RelPath("notes.txt"))
+        view = eng.views.parsed_view(RelPath("notes.txt"))
         assert view is not None
         assert view.freshness == Freshness.CURRENT
     assert calls == ["notes.txt", "notes.txt"]
@@ -351,7 +351,7 @@ def test_a_parse_whose_machinery_keeps_failing_fails_the_view_and_names_why(
     calls = _failing_pool(monkeypatch, failures=1000)
     with Engine.open(src, config=Config(rescan_interval=0)) as eng:
         trio.run(eng.drain)
-        view = eng.parsed_view(RelPath("notes.txt"))
+        view = eng.views.parsed_view(RelPath("notes.txt"))
         assert view is not None
         assert view.freshness == Freshness.FAILED
         assert "could not run its parser" in (view.error or "")
@@ -369,19 +369,19 @@ def test_a_parse_the_engine_cannot_record_fails_the_view_and_names_why(
     src = tmp_path / "ws"
     src.mkdir()
     (src / "notes.txt").write_text("parsed, but not recordable\n")
-    real = Engine.apply_parse
+    real = Workspace.apply_parse
     refused: list[str] = []
 
-    def apply_parse(self: Engine, rel: RelPath, outcome: ParseOutcome, **kwargs: Any) -> bool:
+    def apply_parse(self: Workspace, rel: RelPath, outcome: ParseOutcome, **kwargs: Any) -> bool:
         if outcome.status != "failed":
             refused.append(outcome.status)
             raise ValueError("a unit the store refuses")
         return real(self, rel, outcome, **kwargs)
 
-    monkeypatch.setattr(Engine, "apply_parse", apply_parse)
+    monkeypatch.setattr(Workspace, "apply_parse", apply_parse)
     with Engine.open(src, config=Config(rescan_interval=0)) as eng:
         trio.run(eng.drain)
-        view = eng.parsed_view(RelPath("notes.txt"))
+        view = eng.views.parsed_view(RelPath("notes.txt"))
         assert view is not None
         assert view.freshness == Freshness.FAILED
         assert view.error == (

@@ -16,7 +16,7 @@ from swfs.workspace import Config
 
 def grep(eng: Engine, rel: str, needle: str) -> list[str]:
     """``grep -rn needle .parsed/<rel>/``: 'unit:line:text' for each hit."""
-    view = eng.parsed_view(RelPath(rel))
+    view = eng.views.parsed_view(RelPath(rel))
     assert view is not None
     hits = []
     for unit in view.units:
@@ -30,15 +30,15 @@ def test_openpyxl_edit_makes_the_computed_value_greppable(sample: Engine) -> Non
     rel = RelPath("budget.xlsx")
     path = sample.src / rel
     assert grep(sample, rel, "2700") == []
-    sample.preserve(rel)
+    sample.workspace.preserve(rel)
     wb = openpyxl.load_workbook(path)
     wb["Sheet1"]["B12"] = 1350
     wb.save(path)  # openpyxl drops every cached formula value
-    state = sample.record_write(rel)
+    state = sample.workspace.record_write(rel)
     assert state is not None
     assert state.freshness == Freshness.STALE
     trio.run(sample.drain)
-    view = sample.parsed_view(rel)
+    view = sample.views.parsed_view(rel)
     assert view is not None
     header = view.units[0].content.decode().splitlines()[0]
     assert 'freshness="current"' in header
@@ -49,7 +49,7 @@ def test_openpyxl_edit_makes_the_computed_value_greppable(sample: Engine) -> Non
         "sheet-Summary.md:5:Summary!B2 = =Sheet1!C12 -> 2700 (computed)",
     ]
     assert grep(sample, rel, "-> 2400") == []
-    diff = (sample.review_diff(rel) or b"").decode()
+    diff = (sample.reviews.review_diff(rel) or b"").decode()
     assert "Sheet1!B12: 1200 -> 1350" in diff
     assert "Sheet1!C12: =B12*2 -> 2400  =>  =B12*2 -> 2700 (computed)" in diff
 
@@ -66,5 +66,5 @@ def test_cell_counts_leave_out_annotation_lines(tmp_path: Path) -> None:
     values = sum(c.value is not None for ws in wb.worksheets for row in ws.iter_rows() for c in row)
     with Engine.open(src, config=Config(rescan_interval=0)) as eng:
         trio.run(eng.drain)
-        assert eng.counts()["current"] == 1
-        assert eng.content_counts()["cells"] == values
+        assert eng.workspace.counts()["current"] == 1
+        assert eng.workspace.content_counts()["cells"] == values

@@ -17,7 +17,7 @@ from swfs.history import snapshots as history
 from swfs.review import changes as review
 from swfs.store import gc
 from swfs.store.fsutil import hash_bytes
-from swfs.workspace import Config, WorkspaceError
+from swfs.workspace import Config, Workspace, WorkspaceError
 
 # -------------------------------------------------------------- helpers
 
@@ -40,24 +40,24 @@ def write(eng: Engine, rel: str, data: bytes) -> None:
     """An in-place write through the mount."""
     path = eng.src / rel
     if path.exists():
-        eng.preserve(RelPath(rel))
+        eng.workspace.preserve(RelPath(rel))
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(data)
-    eng.record_write(RelPath(rel))
+    eng.workspace.record_write(RelPath(rel))
 
 
 def unlink(eng: Engine, rel: str) -> None:
-    eng.preserve_inode(RelPath(rel))
+    eng.workspace.preserve_inode(RelPath(rel))
     (eng.src / rel).unlink()
-    eng.record_unlink(RelPath(rel))
+    eng.workspace.record_unlink(RelPath(rel))
 
 
 def rename(eng: Engine, old: str, new: str) -> None:
     if (eng.src / new).exists():
-        eng.preserve_inode(RelPath(new))
+        eng.workspace.preserve_inode(RelPath(new))
     (eng.src / new).parent.mkdir(parents=True, exist_ok=True)
     os.rename(eng.src / old, eng.src / new)
-    eng.record_rename(RelPath(old), RelPath(new))
+    eng.workspace.record_rename(RelPath(old), RelPath(new))
 
 
 @pytest.fixture
@@ -98,18 +98,18 @@ def change_everything(eng: Engine) -> None:
 
 
 def table(eng: Engine) -> dict[str, str]:
-    return {rel: rec.hash for rel, rec in eng.store.all_files().items()}
+    return {rel: rec.hash for rel, rec in eng.workspace.store.all_files().items()}
 
 
 def test_reset_to_baseline_restores_the_tree_byte_for_byte(engine: Engine) -> None:
     before = tree(engine.src)
-    assert history.current_hashes(engine) == table(engine)  # the index is built
+    assert history.current_hashes(engine.workspace) == table(engine)  # the index is built
     inodes = {rel: os.stat(engine.src / "notes.md").st_ino for rel in ("notes.md",)}
     change_everything(engine)
     assert tree(engine.src) != before
-    result = history.reset(engine)
+    result = history.reset(engine.workspace)
     assert tree(engine.src) == before
-    assert review.changes(engine) == []
+    assert review.changes(engine.workspace) == []
     assert os.stat(engine.src / "script.sh").st_mode & 0o777 == 0o755
     # Unchanged files are not touched: same inode.
     assert os.stat(engine.src / "notes.md").st_ino == inodes["notes.md"]
@@ -119,29 +119,29 @@ def test_reset_to_baseline_restores_the_tree_byte_for_byte(engine: Engine) -> No
     assert result.dirs_removed == 4  # new/sub/dir, new/sub, new, moved
     assert result.dirs_created == 1  # empty/inner
     # What the reset replaced is kept: the agent's edit is a version.
-    versions = engine.versions(RelPath("docs/a.txt"))
+    versions = engine.workspace.versions(RelPath("docs/a.txt"))
     assert [v.hash for v in versions][-2:] == [
         hash_bytes(b"alpha\nBETA\n"),
         hash_bytes(b"alpha\nbeta\n"),
     ]
     assert all(v.available for v in versions[-2:])
     # The in-memory index followed every change the engine recorded.
-    assert history.current_hashes(engine) == table(engine)
+    assert history.current_hashes(engine.workspace) == table(engine)
     change_everything(engine)
-    assert history.current_hashes(engine) == table(engine)
-    history.reset(engine)
+    assert history.current_hashes(engine.workspace) == table(engine)
+    history.reset(engine.workspace)
     assert tree(engine.src) == before
     # A second reset has nothing to do.
-    again = history.reset(engine)
+    again = history.reset(engine.workspace)
     assert (again.removed, again.restored, again.renamed) == (0, 0, 0)
-    kinds = [ev["ev"] for _, ev in engine.store.iter_journal()]
+    kinds = [ev["ev"] for _, ev in engine.workspace.store.iter_journal()]
     assert kinds.count("reset") == 3
 
 
 def test_reset_to_a_submission_brings_back_the_submitted_state(engine: Engine) -> None:
     change_everything(engine)
     submitted = tree(engine.src)
-    sub = history.submit(engine, "task1")
+    sub = history.submit(engine.workspace, "task1")
     assert {f.path: f.status for f in sub.files} == {
         "docs/a.txt": "modified",
         "script.sh": "modified",
@@ -152,33 +152,33 @@ def test_reset_to_a_submission_brings_back_the_submitted_state(engine: Engine) -
     }
     for f in sub.files:
         assert f.hash == hash_bytes((engine.src / f.path).read_bytes())
-    history.reset(engine)
+    history.reset(engine.workspace)
     assert tree(engine.src) != submitted
-    history.reset(engine, "task1")
+    history.reset(engine.workspace, "task1")
     # Directories that held no file in the submitted state are not in a
     # manifest of files: the snapshot recorded them.
     assert tree(engine.src) == submitted
-    listed = history.list_submissions(engine)
+    listed = history.list_submissions(engine.workspace)
     assert [s.name for s in listed] == ["task1"]
     assert listed[0].files == sub.files
-    assert any(ev["ev"] == "submit" for _, ev in engine.store.iter_journal())
+    assert any(ev["ev"] == "submit" for _, ev in engine.workspace.store.iter_journal())
 
 
 def test_submit_named_paths_and_directories(engine: Engine) -> None:
     write(engine, "out/report.md", b"# report\n")
     write(engine, "out/data.csv", b"a,b\n")
     write(engine, "scratch.txt", b"notes\n")
-    sub = history.submit(engine, "final", ["out", "notes.md"])
+    sub = history.submit(engine.workspace, "final", ["out", "notes.md"])
     assert [(f.path, f.status) for f in sub.files] == [
         ("notes.md", "unchanged"),
         ("out/data.csv", "added"),
         ("out/report.md", "added"),
     ]
     with pytest.raises(WorkspaceError, match="nope.txt: no such file"):
-        history.submit(engine, "other", ["nope.txt"])
+        history.submit(engine.workspace, "other", ["nope.txt"])
     with pytest.raises(WorkspaceError, match="exists already"):
-        history.submit(engine, "final")
-    assert "other" not in engine.snapshots()  # nothing half-made
+        history.submit(engine.workspace, "final")
+    assert "other" not in engine.workspace.snapshots()  # nothing half-made
 
 
 def test_reset_refuses_when_bytes_were_not_kept_and_changes_nothing(engine: Engine) -> None:
@@ -188,7 +188,7 @@ def test_reset_refuses_when_bytes_were_not_kept_and_changes_nothing(engine: Engi
     engine.scan()
     before = tree(engine.src)
     with pytest.raises(WorkspaceError, match=r"notes\.md.*nothing was changed"):
-        history.reset(engine)
+        history.reset(engine.workspace)
     assert tree(engine.src) == before
 
 
@@ -197,7 +197,7 @@ def test_reset_takes_bytes_from_a_copy_that_still_holds_them(engine: Engine) -> 
     os.link(engine.src / "notes.md", engine.src / "copy.md")
     os.unlink(engine.src / "notes.md")
     engine.scan()
-    history.reset(engine)
+    history.reset(engine.workspace)
     assert (engine.src / "notes.md").read_text() == "# Notes\n"
     assert not (engine.src / "copy.md").exists()
 
@@ -205,7 +205,7 @@ def test_reset_takes_bytes_from_a_copy_that_still_holds_them(engine: Engine) -> 
 def test_reset_leaves_a_directory_with_untracked_content(engine: Engine) -> None:
     write(engine, "new/a.txt", b"a\n")
     os.symlink("a.txt", engine.src / "new" / "link")
-    result = history.reset(engine)
+    result = history.reset(engine.workspace)
     assert not (engine.src / "new" / "a.txt").exists()
     assert (engine.src / "new" / "link").is_symlink()
     assert result.kept_dirs == ["new"]
@@ -219,17 +219,19 @@ def test_reset_of_many_files_touches_only_the_changes(tmp_path: Path) -> None:
         (d / f"f{i:05d}.txt").write_text(f"file {i}\n")
     with Engine.open(root, config=Config(rescan_interval=0)) as eng:
         eng.scan()
-        ctimes = {rel: st.st_ctime_ns for rel, st in eng.walk()}
+        ctimes = {rel: st.st_ctime_ns for rel, st in eng.workspace.walk()}
         for i in range(0, 2000, 100):
             write(eng, f"d{i % 40:02d}/f{i:05d}.txt", b"changed\n")
-        plan = history.plan_reset(eng, history.target_state(eng, history.BASELINE))
+        plan = history.plan_reset(
+            eng.workspace, history.target_state(eng.workspace, history.BASELINE)
+        )
         assert plan.changes() == 20
         assert len(plan.write) == 20
-        history.reset(eng)
-        after = {rel: st.st_ctime_ns for rel, st in eng.walk()}
+        history.reset(eng.workspace)
+        after = {rel: st.st_ctime_ns for rel, st in eng.workspace.walk()}
         touched = {rel for rel in after if after[rel] != ctimes[rel]}
         assert touched == {f"d{i % 40:02d}/f{i:05d}.txt" for i in range(0, 2000, 100)}
-        assert review.changes(eng) == []
+        assert review.changes(eng.workspace) == []
 
 
 # ------------------------------------------------------------- snapshots
@@ -237,59 +239,61 @@ def test_reset_of_many_files_touches_only_the_changes(tmp_path: Path) -> None:
 
 def test_restore_from_snapshot_and_baseline(engine: Engine) -> None:
     write(engine, "docs/a.txt", b"v2\n")
-    history.take_snapshot(engine, "s1")
+    history.take_snapshot(engine.workspace, "s1")
     write(engine, "docs/a.txt", b"v3\n")
-    history.restore_from(engine, "docs/a.txt", "s1")
+    history.restore_from(engine.workspace, "docs/a.txt", "s1")
     assert (engine.src / "docs/a.txt").read_bytes() == b"v2\n"
-    history.restore_from(engine, "docs/a.txt", history.BASELINE)
+    history.restore_from(engine.workspace, "docs/a.txt", history.BASELINE)
     assert (engine.src / "docs/a.txt").read_bytes() == b"alpha\nbeta\n"
-    assert [v.cause.value for v in engine.versions(RelPath("docs/a.txt"))][-2:] == [
+    assert [v.cause.value for v in engine.workspace.versions(RelPath("docs/a.txt"))][-2:] == [
         "restore",
         "restore",
     ]
     with pytest.raises(WorkspaceError, match="no such snapshot"):
-        history.restore_from(engine, "docs/a.txt", "nope")
+        history.restore_from(engine.workspace, "docs/a.txt", "nope")
     with pytest.raises(WorkspaceError, match="not in 's1'"):
-        history.restore_from(engine, "other.txt", "s1")
+        history.restore_from(engine.workspace, "other.txt", "s1")
 
 
 def test_snapshot_names_listing_and_deletion(engine: Engine) -> None:
-    history.take_snapshot(engine, "one")
+    history.take_snapshot(engine.workspace, "one")
     for bad in ("baseline", "a/b", ".hidden", "x@y", "one", "2024", ""):
         with pytest.raises(WorkspaceError):
-            history.take_snapshot(engine, bad)
-    history.submit(engine, "sub")
-    snaps = {s.name: s for s in history.list_snapshots(engine)}
+            history.take_snapshot(engine.workspace, bad)
+    history.submit(engine.workspace, "sub")
+    snaps = {s.name: s for s in history.list_snapshots(engine.workspace)}
     assert snaps["one"].kind == "snapshot"
     assert snaps["sub"].kind == "submission"
     assert snaps["one"].files == 6
     assert snaps["one"].bytes == sum(len(d) for d in tree(engine.src).values() if d)
     with pytest.raises(WorkspaceError, match="submission"):
-        history.delete_snapshot(engine, "sub")
-    assert history.delete_snapshot(engine, "one") == 6
-    assert "one" not in engine.snapshots()
+        history.delete_snapshot(engine.workspace, "sub")
+    assert history.delete_snapshot(engine.workspace, "one") == 6
+    assert "one" not in engine.workspace.snapshots()
     with pytest.raises(WorkspaceError, match="no such snapshot"):
-        history.delete_snapshot(engine, "one")
+        history.delete_snapshot(engine.workspace, "one")
 
 
 def test_rebaseline_keeps_the_previous_baseline(engine: Engine) -> None:
     write(engine, "docs/a.txt", b"second\n")
-    engine.set_baseline()
-    kept = [s for s in history.list_snapshots(engine) if s.kind == "baseline"]
+    engine.workspace.set_baseline()
+    kept = [s for s in history.list_snapshots(engine.workspace) if s.kind == "baseline"]
     assert len(kept) == 1
     assert kept[0].name.startswith("baseline-")
-    assert engine.snapshot_manifest(kept[0].name)["docs/a.txt"] == hash_bytes(b"alpha\nbeta\n")
+    assert engine.workspace.snapshot_manifest(kept[0].name)["docs/a.txt"] == hash_bytes(
+        b"alpha\nbeta\n"
+    )
     # The version marked as the baseline is the present baseline's.
-    assert history.baseline_version(engine, "docs/a.txt") == 2
+    assert history.baseline_version(engine.workspace, "docs/a.txt") == 2
     write(engine, "docs/a.txt", b"alpha\nbeta\n")  # back to the first bytes: version 3
-    assert history.baseline_version(engine, "docs/a.txt") == 2
+    assert history.baseline_version(engine.workspace, "docs/a.txt") == 2
     # Reset to the former baseline brings its bytes back.
-    history.reset(engine, kept[0].name)
+    history.reset(engine.workspace, kept[0].name)
     assert (engine.src / "docs/a.txt").read_bytes() == b"alpha\nbeta\n"
     # A baseline that changes nothing keeps no copy of itself.
-    engine.set_baseline()
-    engine.set_baseline()
-    assert len([s for s in history.list_snapshots(engine) if s.kind == "baseline"]) == 2
+    engine.workspace.set_baseline()
+    engine.workspace.set_baseline()
+    assert len([s for s in history.list_snapshots(engine.workspace) if s.kind == "baseline"]) == 2
 
 
 # ------------------------------------------------------------- temp files
@@ -299,15 +303,15 @@ def test_short_lived_files_keep_no_history(engine: Engine) -> None:
     write(engine, ".a.txt.swp", b"one\n")
     write(engine, ".a.txt.swp", b"two\n")
     unlink(engine, ".a.txt.swp")
-    assert engine.versions(RelPath(".a.txt.swp")) == []
+    assert engine.workspace.versions(RelPath(".a.txt.swp")) == []
     write(engine, "docs/.a.txt.tmp", b"draft 1\n")
     write(engine, "docs/.a.txt.tmp", b"draft 2\n")
     rename(engine, "docs/.a.txt.tmp", "docs/a.txt")
-    assert engine.versions(RelPath("docs/.a.txt.tmp")) == []
-    assert engine.versions(RelPath("docs/a.txt"))[-1].hash == hash_bytes(b"draft 2\n")
+    assert engine.workspace.versions(RelPath("docs/.a.txt.tmp")) == []
+    assert engine.workspace.versions(RelPath("docs/a.txt"))[-1].hash == hash_bytes(b"draft 2\n")
     # A file of the baseline is never a temp file.
     unlink(engine, "notes.md")
-    assert len(engine.versions(RelPath("notes.md"))) == 1
+    assert len(engine.workspace.versions(RelPath("notes.md"))) == 1
 
 
 def test_long_lived_files_keep_their_history(src: Path) -> None:
@@ -316,7 +320,7 @@ def test_long_lived_files_keep_their_history(src: Path) -> None:
         write(eng, "draft.txt", b"one\n")
         write(eng, "draft.txt", b"two\n")
         unlink(eng, "draft.txt")
-        assert len(eng.versions(RelPath("draft.txt"))) == 2
+        assert len(eng.workspace.versions(RelPath("draft.txt"))) == 2
 
 
 # -------------------------------------------------------------------- gc
@@ -336,48 +340,53 @@ def test_gc_frees_what_nothing_needs_and_keeps_snapshots(lasting: Engine) -> Non
     engine = lasting
     big = os.urandom(300_000)
     write(engine, "big.bin", big)
-    history.take_snapshot(engine, "keep-me")
+    history.take_snapshot(engine.workspace, "keep-me")
     for i in range(3):
         write(engine, "big.bin", os.urandom(300_000) + bytes([i]))
     write(engine, "docs/a.txt", b"edited\n")
     unlink(engine, "big.bin")
-    before = sum(engine.blobs.size(h) for h in engine.blobs.iter_hashes())
-    dry = gc.collect(engine, keep_days=0, dry_run=True)
+    before = sum(engine.workspace.blobs.size(h) for h in engine.workspace.blobs.iter_hashes())
+    dry = gc.collect(engine.workspace, keep_days=0, dry_run=True)
     assert dry.blob_bytes >= 900_000
-    assert sum(engine.blobs.size(h) for h in engine.blobs.iter_hashes()) == before
-    report = gc.collect(engine, keep_days=0)
+    assert (
+        sum(engine.workspace.blobs.size(h) for h in engine.workspace.blobs.iter_hashes()) == before
+    )
+    report = gc.collect(engine.workspace, keep_days=0)
     assert report.blob_bytes == dry.blob_bytes
     assert report.blobs_removed >= 3
-    after = sum(engine.blobs.size(h) for h in engine.blobs.iter_hashes())
+    after = sum(engine.workspace.blobs.size(h) for h in engine.workspace.blobs.iter_hashes())
     assert before - after == report.blob_bytes
     # Every byte a snapshot or the baseline needs is still there.
-    for name in engine.snapshots():
-        for h in engine.snapshot_manifest(name).values():
-            assert engine.blobs.has(h) or h in history.current_hashes(engine).values()
-    assert engine.blobs.has(hash_bytes(big))
-    assert engine.blobs.has(hash_bytes(b"alpha\nbeta\n"))  # the baseline's a.txt
+    for name in engine.workspace.snapshots():
+        for h in engine.workspace.snapshot_manifest(name).values():
+            assert (
+                engine.workspace.blobs.has(h)
+                or h in history.current_hashes(engine.workspace).values()
+            )
+    assert engine.workspace.blobs.has(hash_bytes(big))
+    assert engine.workspace.blobs.has(hash_bytes(b"alpha\nbeta\n"))  # the baseline's a.txt
     # The dropped versions are gone from the history; the kept ones readable.
-    big_versions = engine.versions(RelPath("big.bin"))
+    big_versions = engine.workspace.versions(RelPath("big.bin"))
     assert [v.hash for v in big_versions] == [hash_bytes(big)]
     assert all(v.available for v in big_versions)
-    history.reset(engine, "keep-me")
+    history.reset(engine.workspace, "keep-me")
     assert (engine.src / "big.bin").read_bytes() == big
-    history.reset(engine)
-    assert review.changes(engine) == []
-    again = gc.collect(engine, keep_days=0)
+    history.reset(engine.workspace)
+    assert review.changes(engine.workspace) == []
+    again = gc.collect(engine.workspace, keep_days=0)
     assert again.blobs_removed == 0 or again.blob_bytes > 0
     from swfs.check import run_checks
 
-    assert [p for p in run_checks(engine) if p.check == "blobs"] == []
+    assert [p for p in run_checks(engine.workspace) if p.check == "blobs"] == []
 
 
 def test_gc_keeps_the_retention_window(engine: Engine) -> None:
     write(engine, "docs/a.txt", b"one\n")
     write(engine, "docs/a.txt", b"two\n")
-    report = gc.collect(engine, keep_days=7)
+    report = gc.collect(engine.workspace, keep_days=7)
     assert report.blobs_removed == 0
     assert report.versions_dropped == 0
-    assert all(v.available for v in engine.versions(RelPath("docs/a.txt")))
+    assert all(v.available for v in engine.workspace.versions(RelPath("docs/a.txt")))
 
 
 def test_gc_drops_parses_of_hashes_nothing_keeps(engine: Engine) -> None:
@@ -388,33 +397,33 @@ def test_gc_drops_parses_of_hashes_nothing_keeps(engine: Engine) -> None:
     trio.run(engine.drain)
     write(engine, "docs/a.txt", b"second edit\n")
     trio.run(engine.drain)
-    rec = engine.get_record("docs/a.txt")
+    rec = engine.workspace.get_record("docs/a.txt")
     assert rec is not None
     assert rec.parser
     first = hash_bytes(b"first edit\n")
-    assert engine.store.get_parse(first, rec.parser) is not None
-    report = gc.collect(engine, keep_days=0)
+    assert engine.workspace.store.get_parse(first, rec.parser) is not None
+    report = gc.collect(engine.workspace, keep_days=0)
     assert report.parses_dropped >= 1
-    assert engine.store.get_parse(first, rec.parser) is None
-    assert engine.store.get_parse(rec.hash, rec.parser) is not None  # the present one
-    base = engine.baseline_manifest()["docs/a.txt"]
-    assert engine.store.get_parse(base[0], base[5]) is not None  # the baseline's
+    assert engine.workspace.store.get_parse(first, rec.parser) is None
+    assert engine.workspace.store.get_parse(rec.hash, rec.parser) is not None  # the present one
+    base = engine.workspace.baseline_manifest()["docs/a.txt"]
+    assert engine.workspace.store.get_parse(base[0], base[5]) is not None  # the baseline's
 
 
 def test_gc_rejects_a_negative_window(engine: Engine) -> None:
     with pytest.raises(ValueError, match="0 or more"):
-        gc.collect(engine, keep_days=-1)
+        gc.collect(engine.workspace, keep_days=-1)
 
 
 def test_store_bytes_counts_the_store(engine: Engine) -> None:
     db = engine.store_dir / "db" / "data.mdb"
-    assert gc.store_bytes(engine) >= db.stat().st_blocks * 512 > 0
+    assert gc.store_bytes(engine.workspace) >= db.stat().st_blocks * 512 > 0
     # The reserve for a full disk is said apart: it is no cost of history.
-    before = gc.store_bytes(engine)
+    before = gc.store_bytes(engine.workspace)
     with open(engine.store_dir / "reserve", "wb") as f:
         f.write(b"\1" * (1 << 20))
-    assert gc.store_bytes(engine) == before
-    assert gc.reserve_bytes(engine) >= 1 << 20
+    assert gc.store_bytes(engine.workspace) == before
+    assert gc.reserve_bytes(engine.workspace) >= 1 << 20
 
 
 def test_reset_where_files_and_directories_swapped_places(engine: Engine) -> None:
@@ -425,10 +434,10 @@ def test_reset_where_files_and_directories_swapped_places(engine: Engine) -> Non
     os.rmdir(engine.src / "docs" / "deep")
     write(engine, "docs/deep", b"a file now\n")
     write(engine, "docs/sub/c.txt", b"beside a restored file\n")
-    result = history.reset(engine)
+    result = history.reset(engine.workspace)
     assert tree(engine.src) == before
     assert result.kept_dirs == []
-    assert review.changes(engine) == []
+    assert review.changes(engine.workspace) == []
 
 
 def test_temp_files_leave_no_blob_behind_but_reset_keeps_young_work(engine: Engine) -> None:
@@ -442,19 +451,19 @@ def test_temp_files_leave_no_blob_behind_but_reset_keeps_young_work(engine: Engi
     # The first draft's bytes were kept by the second write; nothing refers
     # to them now, and check knows why.
     draft = hash_bytes(b"one\n")
-    assert engine.blobs.has(draft)
-    assert gc.reclaimable(engine) == {draft}
-    assert run_checks(engine) == []
-    report = gc.collect(engine)  # within the retention window, still reclaimed
+    assert engine.workspace.blobs.has(draft)
+    assert gc.reclaimable(engine.workspace) == {draft}
+    assert run_checks(engine.workspace) == []
+    report = gc.collect(engine.workspace)  # within the retention window, still reclaimed
     assert report.blobs_removed == 1
-    assert not engine.blobs.has(draft)
-    assert gc.reclaimable(engine) == set()
+    assert not engine.workspace.blobs.has(draft)
+    assert gc.reclaimable(engine.workspace) == set()
     write(engine, "out.txt", b"young output\n")
-    history.reset(engine)
-    versions = engine.versions(RelPath("out.txt"))
+    history.reset(engine.workspace)
+    versions = engine.workspace.versions(RelPath("out.txt"))
     assert [v.hash for v in versions] == [hash_bytes(b"young output\n")]
     assert versions[0].available
-    assert run_checks(engine) == []
+    assert run_checks(engine.workspace) == []
 
 
 def test_a_young_file_with_an_ordinary_name_keeps_its_history(engine: Engine) -> None:
@@ -463,7 +472,7 @@ def test_a_young_file_with_an_ordinary_name_keeps_its_history(engine: Engine) ->
     write(engine, "report.md", b"findings, first draft\n")
     write(engine, "report.md", b"findings, second draft\n")
     unlink(engine, "report.md")
-    kept = engine.versions(RelPath("report.md"))
+    kept = engine.workspace.versions(RelPath("report.md"))
     assert [v.hash for v in kept][-1] == hash_bytes(b"findings, second draft\n")
     assert history.looks_temporary("docs/.a.txt.swp")
     assert history.looks_temporary(".~lock.book.xlsx#")
@@ -488,18 +497,18 @@ def test_a_file_deleted_and_written_again_in_one_burst_keeps_the_deleted_bytes(
         _burst_over_a_deletion(engine, run_checks)
 
 
-def _burst_over_a_deletion(engine: Engine, run_checks: Callable[[Engine], list[object]]) -> None:
+def _burst_over_a_deletion(engine: Engine, run_checks: Callable[[Workspace], list[object]]) -> None:
     write(engine, "report.md", b"first\n")
     write(engine, "report.md", b"second\n")  # opens a burst
     unlink(engine, "report.md")  # keeps the second version's bytes
     write(engine, "report.md", b"third\n")  # inside the burst
-    versions = engine.versions(RelPath("report.md"))
+    versions = engine.workspace.versions(RelPath("report.md"))
     assert [v.hash for v in versions][-2:] == [hash_bytes(b"second\n"), hash_bytes(b"third\n")]
     assert versions[-2].available
-    assert run_checks(engine) == []
+    assert run_checks(engine.workspace) == []
     write(engine, "report.md", b"fourth\n")  # still inside the burst: replaces the third
-    assert [v.hash for v in engine.versions(RelPath("report.md"))][-2:] == [
+    assert [v.hash for v in engine.workspace.versions(RelPath("report.md"))][-2:] == [
         hash_bytes(b"second\n"),
         hash_bytes(b"fourth\n"),
     ]
-    assert run_checks(engine) == []
+    assert run_checks(engine.workspace) == []

@@ -27,23 +27,25 @@ def test_a_file_opened_later_keeps_its_old_content_closed(tmp_path: Path) -> Non
     rel = RelPath("secret.env")
     with Engine.open(src) as ws:
         ws.scan()
-        ws.set_baseline()
-        history.take_snapshot(ws, "then")
+        ws.workspace.set_baseline()
+        history.take_snapshot(ws.workspace, "then")
         secret.write_text("PASSWORD=new\n")
         ws.scan()
         secret.chmod(0o644)
         ws.scan()
-        now = ws.access(rel)
+        now = ws.workspace.access(rel)
         assert now == Access(UID, GID, 0o644)
-        versions = ws.versions(rel)
+        versions = ws.workspace.versions(rel)
         assert [v.access for v in versions] == [Access(UID, GID, 0o600)] * 2
         assert then_and_now(versions[0].access or now, now).mode == 0o600
-        assert ws.review_diff_access(rel).mode == 0o600
-        assert ws.review_access().mode & 0o044 == 0  # ALL.diff: not for others
+        assert ws.reviews.review_diff_access(rel).mode == 0o600
+        assert ws.reviews.review_access().mode & 0o044 == 0  # ALL.diff: not for others
         old = versions[0].hash
-        assert ws.content_access(rel, old).mode == 0o600  # a stale view of the old bytes
-        assert ws.content_access(rel, versions[-1].hash).mode == 0o644  # the present bytes
-        recorded = ws.snapshot_accesses("then")
+        assert ws.workspace.content_access(rel, old).mode == 0o600  # a stale view of the old bytes
+        assert (
+            ws.workspace.content_access(rel, versions[-1].hash).mode == 0o644
+        )  # the present bytes
+        recorded = ws.workspace.snapshot_accesses("then")
         assert recorded[rel].mode == 0o600
         assert recorded[RelPath("closed")].mode == 0o700
         assert recorded[RelPath("")].mode == os.stat(src).st_mode & 0o7777
@@ -68,17 +70,19 @@ def test_records_without_modes_are_owner_only(tmp_path: Path) -> None:
     rel = RelPath("open/a.txt")
     with Engine.open(src) as ws:
         ws.scan()
-        history.take_snapshot(ws, "old")
+        history.take_snapshot(ws.workspace, "old")
         # As an older swfs wrote them: five-item versions, no folder modes.
-        with ws.store.write() as txn:
-            ws.store.put_versions(txn, rel, [v[:5] for v in ws.store.get_versions(rel, txn)])
-            info = history.snapshot_info(ws, "old", txn)
+        with ws.workspace.store.write() as txn:
+            ws.workspace.store.put_versions(
+                txn, rel, [v[:5] for v in ws.workspace.store.get_versions(rel, txn)]
+            )
+            info = history.snapshot_info(ws.workspace, "old", txn)
             del info["dir_modes"]
-            history._put_info(txn, ws, "old", info)
+            history._put_info(txn, ws.workspace, "old", info)
         owner = os.stat(src / ".swfs")
         only = Access(owner.st_uid, owner.st_gid, 0o600)
-        assert [v.access for v in ws.versions(rel)] == [only]
-        recorded = ws.snapshot_accesses("old")
+        assert [v.access for v in ws.workspace.versions(rel)] == [only]
+        recorded = ws.workspace.snapshot_accesses("old")
         assert recorded[RelPath("open")] == Access(owner.st_uid, owner.st_gid, 0o700)
         assert recorded[rel].mode == 0o644  # a manifest always kept file modes
     with open_world(src, src / ".swfs", "old") as world:
@@ -100,7 +104,7 @@ def test_a_save_by_rename_records_the_access_of_then(tmp_path: Path) -> None:
         tmp.chmod(0o640)
         ws.scan()
         os.rename(tmp, notes)  # an editor's save: write a temp file, rename it over
-        ws.record_rename(RelPath("notes.txt.swp"), rel)
-        versions = ws.versions(rel)
+        ws.workspace.record_rename(RelPath("notes.txt.swp"), rel)
+        versions = ws.workspace.versions(rel)
         assert len(versions) == 2
         assert [v.access for v in versions] == [Access(UID, GID, 0o640)] * 2

@@ -34,11 +34,11 @@ def whole_parse(path: Path) -> list[tuple[str, str, str]]:
 
 
 def stored(eng: Engine, rel: str) -> list[tuple[str, str, str]]:
-    rec = eng.store.get_file(rel)
+    rec = eng.workspace.store.get_file(rel)
     assert rec is not None
     assert rec.parser is not None
-    units = eng.parse_units(rec.hash, rec.parser)
-    assert units is not None, eng.failures()
+    units = eng.workspace.parse_units(rec.hash, rec.parser)
+    assert units is not None, eng.workspace.failures()
     return units
 
 
@@ -73,10 +73,10 @@ def test_a_long_pdf_is_stored_as_a_whole_parse_would_be(tmp_path: Path) -> None:
         for name in ("long.pdf", "short.pdf", "blank.pdf", "scan.pdf"):
             assert stored(eng, name) == whole_parse(src / name), name
         assert "no text found" in stored(eng, "scan.pdf")[0][2]
-        assert eng.counts()["current"] == 4
+        assert eng.workspace.counts()["current"] == 4
         # Ranges came one by one (each a change notice), the short file whole.
         assert notices.count("long.pdf") >= notices.count("short.pdf") + 3
-        assert run_checks(eng) == []
+        assert run_checks(eng.workspace) == []
 
 
 @pytest.mark.timeout(300)
@@ -89,22 +89,22 @@ def test_pages_read_as_their_range_comes_in(gated: Path) -> None:
             async with trio.open_nursery() as nursery:
                 await nursery.start(eng.run_background)
                 # A listing's wait ends once the first range is in: the units are known.
-                await eng.wait_view(RelPath(rel), 120)
-                view = eng.view_state(RelPath(rel))
+                await eng.views.wait_view(RelPath(rel), 120)
+                view = eng.views.view_state(RelPath(rel))
                 assert view is not None
                 assert view.partial, view
                 assert view.freshness is Freshness.PENDING
-                names = list(eng.view_unit_names(view))
+                names = list(eng.views.view_unit_names(view))
                 assert names == [f"page-{n:04d}.md" for n in range(1, PAGES + 1)]
                 # A page of the first range: its text, current (made from the present hash).
-                first = eng.view_unit(view, "page-0002.md")
+                first = eng.views.view_unit(view, "page-0002.md")
                 assert first is not None
                 assert first.state is not None
                 text = first.content.decode()
                 assert 'freshness="current"' in text.splitlines()[0]
                 assert docgen.FACT in text
                 # A page not parsed yet says so and never claims current.
-                last = eng.view_unit(view, f"page-{PAGES:04d}.md")
+                last = eng.views.view_unit(view, f"page-{PAGES:04d}.md")
                 assert last is not None
                 assert last.state is not None
                 head, _, body = last.content.decode().partition("\n")
@@ -112,26 +112,28 @@ def test_pages_read_as_their_range_comes_in(gated: Path) -> None:
                 assert 'hash="none"' in head
                 assert "has not parsed" in body
                 # Waiting for it is bounded (its range is held by the gate).
-                await eng.wait_view(RelPath(rel), 0.5, f"page-{PAGES:04d}.md")
-                assert eng.freshness(RelPath(rel)) is Freshness.PENDING
+                await eng.views.wait_view(RelPath(rel), 0.5, f"page-{PAGES:04d}.md")
+                assert eng.workspace.freshness(RelPath(rel)) is Freshness.PENDING
                 (gated / f"{rel}.go").touch()
-                await eng.wait_view(RelPath(rel), 120, f"page-{PAGES:04d}.md")
-                last = eng.view_unit(eng.view_state(RelPath(rel)), f"page-{PAGES:04d}.md")
+                await eng.views.wait_view(RelPath(rel), 120, f"page-{PAGES:04d}.md")
+                last = eng.views.view_unit(
+                    eng.views.view_state(RelPath(rel)), f"page-{PAGES:04d}.md"
+                )
                 assert last is not None
                 assert f"Section {PAGES}" in last.content.decode()
                 for _ in range(2400):  # up to 120 s
-                    if eng.freshness(RelPath(rel)) is Freshness.CURRENT:
+                    if eng.workspace.freshness(RelPath(rel)) is Freshness.CURRENT:
                         break
                     await trio.sleep(0.05)
                 nursery.cancel_scope.cancel()
 
         trio.run(main)
         assert stored(eng, rel) == whole_parse(gated / rel)
-        view = eng.view_state(RelPath(rel))
+        view = eng.views.view_state(RelPath(rel))
         assert view is not None
         assert not view.partial
-        assert eng.partials.get(view.source_hash or "", view.parser or "") is None
-        assert run_checks(eng) == []
+        assert eng.workspace.partials.get(view.source_hash or "", view.parser or "") is None
+        assert run_checks(eng.workspace) == []
 
 
 def _with_blank_pages(pages: int, blank: set[int]) -> bytes:
@@ -258,29 +260,29 @@ def test_a_file_changed_while_its_ranges_come_in_shows_none_of_them(gated: Path)
         async def main() -> None:
             async with trio.open_nursery() as nursery:
                 await nursery.start(eng.run_background)
-                await eng.wait_view(rel, 120)
-                view = eng.view_state(rel)
+                await eng.views.wait_view(rel, 120)
+                view = eng.views.view_state(rel)
                 assert view is not None
                 assert view.partial
                 (gated / rel).write_bytes(docgen.pdf_bytes(PAGES + 20, fact_page=PAGES + 5))
-                await trio.to_thread.run_sync(lambda: eng.check_file(rel, force=True))
-                view = eng.view_state(rel)
+                await trio.to_thread.run_sync(lambda: eng.workspace.check_file(rel, force=True))
+                view = eng.views.view_state(rel)
                 assert view is not None
                 assert not view.partial
                 assert view.source_hash is None
-                assert list(eng.view_unit_names(view)) == ["pending.md"]
+                assert list(eng.views.view_unit_names(view)) == ["pending.md"]
                 (gated / f"{rel}.go").touch()
                 for _ in range(2400):  # up to 120 s
-                    if eng.freshness(rel) is Freshness.CURRENT:
+                    if eng.workspace.freshness(rel) is Freshness.CURRENT:
                         break
                     await trio.sleep(0.05)
                 nursery.cancel_scope.cancel()
 
         trio.run(main)
-        assert eng.freshness(rel) is Freshness.CURRENT
+        assert eng.workspace.freshness(rel) is Freshness.CURRENT
         assert stored(eng, rel) == whole_parse(gated / rel)
         assert len(stored(eng, rel)) == PAGES + 20
-        assert run_checks(eng) == []
+        assert run_checks(eng.workspace) == []
 
 
 def test_a_reader_ahead_of_the_parse_gets_a_short_range_one_at_its_heels_a_long_one() -> None:
@@ -303,7 +305,7 @@ def test_a_range_is_never_stored_as_a_parse(tmp_path: Path) -> None:
     (src / "long.pdf").write_bytes(docgen.pdf_bytes(PAGES))
     with Engine.open(src, config=CONFIG) as eng:
         eng.scan()
-        rec = eng.store.get_file("long.pdf")
+        rec = eng.workspace.store.get_file("long.pdf")
         assert rec is not None
         assert rec.parser is not None
         names = tuple((f"page-{n:04d}.md", f"page={n}") for n in range(1, PAGES + 1))
@@ -315,10 +317,10 @@ def test_a_range_is_never_stored_as_a_parse(tmp_path: Path) -> None:
             part=Part(names, 0, (False,), 5),
         )
         with pytest.raises(ValueError, match="a range of units"):
-            eng.apply_parse(
+            eng.workspace.apply_parse(
                 RelPath("long.pdf"), outcome, queued_hash=rec.hash, queued_parser=rec.parser
             )
-        assert eng.store.get_parse(rec.hash, rec.parser) is None
+        assert eng.workspace.store.get_parse(rec.hash, rec.parser) is None
 
 
 def test_a_page_without_text_waits_until_the_file_is_known_to_hold_text() -> None:

@@ -152,7 +152,7 @@ def test_listing_renders_nothing_and_a_read_renders_one_page(engine: Engine) -> 
         assert page.size == len(page.data)
         assert page.xattrs["freshness"] == "current"
         assert page.xattrs["locator"] == "big.pdf#page=12345"
-        assert page.xattrs["source_hash"] == engine.file_state(RelPath("big.pdf")).hash  # type: ignore[union-attr]
+        assert page.xattrs["source_hash"] == engine.workspace.file_state(RelPath("big.pdf")).hash  # type: ignore[union-attr]
         assert len(pngs(cache)) == 1
         # The listing's entry now has the size, still without rendering.
         again = await tree.entry("big.pdf/page-12345.png", wait=False)
@@ -199,7 +199,7 @@ def test_render_dpi_option(engine: Engine) -> None:
 
 def test_changed_file_is_not_stored_under_its_old_hash(engine: Engine, tmp_path: Path) -> None:
     src = engine.src / "poster.pdf"
-    old = engine.file_state(RelPath("poster.pdf"))
+    old = engine.workspace.file_state(RelPath("poster.pdf"))
     assert old is not None
     assert old.hash is not None
     st = os.stat(src)
@@ -234,7 +234,7 @@ def test_a_page_past_its_time_limit_has_an_error_beside_it(tmp_path: Path) -> No
     with Engine.open(src, config=Config(rescan_interval=0)) as eng:
         eng.scan()
         tree = RenderTree(eng, Generation(), MountOptions(pending_wait=60))
-        tree.renderer = render.Renderer(eng, 110, page_timeout=1.0)
+        tree.renderer = render.Renderer(eng.workspace, 110, page_timeout=1.0)
 
         async def main() -> None:
             assert await tree.children("heavy.pdf") == ["page-0001.png", "page-0002.png"]

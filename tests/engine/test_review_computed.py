@@ -47,9 +47,9 @@ def test_an_openpyxl_save_shows_only_what_changed(engine: Engine) -> None:
     wb = openpyxl.load_workbook(engine.src / BOOK)
     wb["Regions"]["B4"] = 9999
     wb.save(engine.src / BOOK)  # no cached values any more
-    engine.check_file(BOOK)
+    engine.workspace.check_file(BOOK)
     trio.run(engine.drain)
-    diff = (engine.review_diff(BOOK) or b"").decode()
+    diff = (engine.reviews.review_diff(BOOK) or b"").decode()
     lines = [ln for ln in diff.splitlines() if ln.startswith(("Regions", "("))]
     assert lines[0] == "Regions!B4: 4000 -> 9999"
     assert lines[1] == "Regions!F4: =SUM(B4:E4) -> 16006  =>  =SUM(B4:E4) -> 22005 (computed)"

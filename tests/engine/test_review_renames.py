@@ -31,7 +31,7 @@ def test_each_moved_file_pairs_with_the_one_it_resembles(tmp_path: Path) -> None
     (src / "old" / "pic.bin").write_bytes(bytes(range(256)) * 8)
     with Engine.open(src, config=Config(rescan_interval=0)) as eng:
         settle(eng)
-        eng.set_baseline()
+        eng.workspace.set_baseline()
         (src / "new").mkdir()
         # Moved and edited, under names that do not give the pairing away.
         (src / "new" / "one.md").write_text(note("beta").replace("line 3:", "line three:"))
@@ -45,7 +45,7 @@ def test_each_moved_file_pairs_with_the_one_it_resembles(tmp_path: Path) -> None
         (src / "old" / "pic.bin").unlink()
         (src / "new" / "pic.bin").write_bytes(bytes(range(256)) * 8 + b"x")
         settle(eng)
-        got = {(e.status, e.old_rel, e.rel) for e in review.changes(eng)}
+        got = {(e.status, e.old_rel, e.rel) for e in review.changes(eng.workspace)}
     assert got == {
         (ChangeStatus.RENAMED, "old/beta.md", "new/one.md"),
         (ChangeStatus.RENAMED, "old/alpha.md", "new/two.md"),
@@ -62,11 +62,11 @@ def test_too_different_files_stay_a_delete_and_an_add(tmp_path: Path) -> None:
     (src / "a.md").write_text(note("alpha", 10))
     with Engine.open(src, config=Config(rescan_interval=0)) as eng:
         settle(eng)
-        eng.set_baseline()
+        eng.workspace.set_baseline()
         # Fewer than half the lines survive the move.
         kept = note("alpha", 10).splitlines(keepends=True)[:4]
         (src / "b.md").write_text("".join(kept) + note("other", 8))
         (src / "a.md").unlink()
         settle(eng)
-        statuses = sorted(e.status for e in review.changes(eng))
+        statuses = sorted(e.status for e in review.changes(eng.workspace))
     assert statuses == [ChangeStatus.ADDED, ChangeStatus.DELETED]

@@ -44,7 +44,7 @@ def test_a_scan_keeps_every_directory_s_access_time(tmp_path: Path) -> None:
         (src / "a" / "b" / "g.txt").write_text("y\n")
         times[src / "a" / "b"] = _old_atime(src / "a" / "b")
         eng.scan()
-        assert eng.store.get_file("a/b/g.txt") is not None
+        assert eng.workspace.store.get_file("a/b/g.txt") is not None
     for d, atime in times.items():
         assert os.stat(d).st_atime_ns == atime, d
 

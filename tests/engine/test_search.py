@@ -51,7 +51,7 @@ def engine(src: Path) -> Iterator[Engine]:
 
 
 def paths(engine: Engine, query: str, caller: Caller = ROOT) -> list[str]:
-    result = engine.search(query, caller)
+    result = engine.search_index.search(query, caller)
     assert result.error is None, result.error
     return [h.path for h in result.hits]
 
@@ -76,7 +76,7 @@ def test_query_syntax() -> None:
 
 
 def test_paraphrase_ranks_the_fact_first(engine: Engine) -> None:
-    result = engine.search("regional revenue north", ROOT)
+    result = engine.search_index.search("regional revenue north", ROOT)
     hits = [h.path for h in result.hits]
     assert hits[0] == ".parsed/finance/q3.md/content.txt"
     # Each of the others shares one word only: found, ranked below.
@@ -107,12 +107,12 @@ def test_phrases_paths_and_stems(engine: Engine) -> None:
     assert paths(engine, "north path:fin") == []  # a folder, not a prefix of a name
     assert paths(engine, "revenues") == paths(engine, "revenue")  # stemmed
     assert len(paths(engine, "revenue")) == 2
-    assert engine.search("north", ROOT, limit=1).hits[0].path.endswith("content.txt")
-    assert len(engine.search("north", ROOT, limit=1).hits) == 1
+    assert engine.search_index.search("north", ROOT, limit=1).hits[0].path.endswith("content.txt")
+    assert len(engine.search_index.search("north", ROOT, limit=1).hits) == 1
 
 
 def test_bad_query_file_explains_the_syntax(engine: Engine) -> None:
-    text = engine.search('"unclosed', ROOT).render().decode()
+    text = engine.search_index.search('"unclosed', ROOT).render().decode()
     assert text.startswith("# swfs search: a quote is not closed")
     assert "quoted phrase" in text
     assert "path:finance" in text
@@ -161,14 +161,14 @@ def test_a_reparse_replaces_the_file_entries(engine: Engine, src: Path) -> None:
     engine.scan()
     # Not parsed yet: the old text is still the view, and its hits say stale.
     engine.search_index.catch_up()
-    stale = engine.search("wind harbour", ROOT).hits
+    stale = engine.search_index.search("wind harbour", ROOT).hits
     assert [h.path for h in stale] == [".parsed/other/weather.txt/content.txt"]
     assert stale[0].freshness == "stale"
     assert paths(engine, "apples") == []
     trio.run(engine.drain)
     engine.search_index.catch_up()
     assert paths(engine, "wind harbour") == []
-    fresh = engine.search("apples harvest", ROOT).hits
+    fresh = engine.search_index.search("apples harvest", ROOT).hits
     assert [h.path for h in fresh] == [".parsed/other/weather.txt/content.txt"]
     assert fresh[0].freshness == "current"
     assert engine.search_index.sizes()["units"] == 4  # the old content's entries are gone
@@ -178,7 +178,7 @@ def test_hits_between_the_parse_and_the_index_are_stale(engine: Engine, src: Pat
     (src / "other" / "weather.txt").write_text("Calm seas and a harvest of apples.\n")
     engine.scan()
     trio.run(engine.drain)  # parsed, but the index has not caught up
-    hits = engine.search("wind", ROOT).hits
+    hits = engine.search_index.search("wind", ROOT).hits
     assert [(h.path, h.freshness) for h in hits] == [
         (".parsed/other/weather.txt/content.txt", "stale")
     ]
@@ -220,7 +220,7 @@ def test_callers_see_only_what_they_may_read(engine: Engine, src: Path) -> None:
         ".parsed/other/zebra.txt/content.txt",
     ]
     # Nothing about the others, not even how many: the text says no hits.
-    text = engine.search("payroll", USER).render().decode()
+    text = engine.search_index.search("payroll", USER).render().decode()
     assert text == '# swfs search "payroll": no hits\n'
     (src).chmod(0o700)  # the workspace root closed: nothing at all
     try:
@@ -246,12 +246,12 @@ def test_hybrid_finds_what_the_words_do_not_say(src: Path, tmp_path: Path) -> No
     model = write_model(tmp_path / "model")
     with Engine.open(src) as eng:
         refresh(eng)
-        plain = eng.search("income", ROOT)
+        plain = eng.search_index.search("income", ROOT)
         assert plain.mode == "bm25"
         assert plain.hits == ()
     with Engine.open(src, config=Config(embed_model=str(model))) as eng:
         eng.search_index.catch_up()  # vectors for the units indexed before
-        result = eng.search("income", ROOT)
+        result = eng.search_index.search("income", ROOT)
         assert result.mode == "hybrid"
         found = [h.path for h in result.hits]
         # Both texts that speak of revenue or sales, and nothing else.
@@ -261,11 +261,14 @@ def test_hybrid_finds_what_the_words_do_not_say(src: Path, tmp_path: Path) -> No
         }
         assert ".parsed/other/weather.txt/content.txt" not in found
         # Words still count: "wind" finds the weather text first.
-        assert eng.search("wind", ROOT).hits[0].path == ".parsed/other/weather.txt/content.txt"
+        assert (
+            eng.search_index.search("wind", ROOT).hits[0].path
+            == ".parsed/other/weather.txt/content.txt"
+        )
         # The filter applies to vector hits too.
         (src / "finance" / "q3.md").chmod(0o600)
         assert ".parsed/finance/q3.md/content.txt" not in [
-            h.path for h in eng.search("income", USER).hits
+            h.path for h in eng.search_index.search("income", USER).hits
         ]
 
 

@@ -33,7 +33,7 @@ def engine(tmp_path: Path) -> Iterator[Engine]:
 
 
 def found(engine: Engine, word: str) -> list[str]:
-    result = engine.search(word, ROOT)
+    result = engine.search_index.search(word, ROOT)
     assert result.error is None, result.error
     assert result.unavailable is None, result.unavailable
     return [h.rel for h in result.hits]
@@ -85,7 +85,7 @@ def test_a_damaged_index_is_noticed_shown_and_rebuilt(
 def test_a_readers_connection_leaves_the_wal_files(engine: Engine) -> None:
     db = engine.store_dir / DB_NAME
     assert found(engine, "territory") == ["north.txt"]
-    reader = SearchIndex(engine)
+    reader = SearchIndex(engine.workspace)
     reader.as_reader()
     try:
         assert [h.rel for h in reader.search("harbour", ROOT).hits] == ["south.txt"]

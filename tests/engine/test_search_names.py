@@ -50,7 +50,7 @@ def test_escaped_form() -> None:
 def test_a_name_that_is_not_utf8_is_indexed_and_found(src: Path) -> None:
     with Engine.open(src) as engine:
         refresh(engine)
-        result = engine.search("descaled espresso", ROOT)
+        result = engine.search_index.search("descaled espresso", ROOT)
         assert result.error is None, result.error
         assert not result.behind
         top = result.hits[0]
@@ -63,18 +63,18 @@ def test_a_name_that_is_not_utf8_is_indexed_and_found(src: Path) -> None:
         rendered = result.render().decode("utf-8")  # valid UTF-8 text, the name escaped
         assert f".parsed/{SHOWN}/content.txt\t" in rendered
         # The UTF-8 look-alike is another file, indexed on its own.
-        rels = {h.rel for h in engine.search("espresso", ROOT).hits}
+        rels = {h.rel for h in engine.search_index.search("espresso", ROOT).hits}
         assert rels == {NAME, LOOKALIKE, f"{FOLDER}/plat.txt"}
 
 
 def test_path_filter_and_access_with_such_names(src: Path) -> None:
     with Engine.open(src) as engine:
         refresh(engine)
-        hits = engine.search(f"espresso path:{FOLDER}", ROOT).hits
+        hits = engine.search_index.search(f"espresso path:{FOLDER}", ROOT).hits
         assert [h.rel for h in hits] == [f"{FOLDER}/plat.txt"]
         assert hits[0].path == ".parsed/men\\xfc/plat.txt/content.txt"
         os.chmod(src / NAME, 0o600)
-        seen = {h.rel for h in engine.search("espresso", USER).hits}
+        seen = {h.rel for h in engine.search_index.search("espresso", USER).hits}
         assert NAME not in seen
         assert LOOKALIKE in seen
 
@@ -90,10 +90,10 @@ def test_renames_and_rescans(src: Path) -> None:
         renamed = os.fsdecode(b"d\xe9tartrage.txt")
         os.rename(src / NAME, src / renamed)
         refresh(eng)
-        assert [h.rel for h in eng.search("descaled", ROOT).hits] == [renamed]
+        assert [h.rel for h in eng.search_index.search("descaled", ROOT).hits] == [renamed]
         (src / renamed).unlink()
         refresh(eng)
-        assert eng.search("descaled", ROOT).hits == ()
+        assert eng.search_index.search("descaled", ROOT).hits == ()
 
 
 def swfs_cli(*args: str) -> subprocess.CompletedProcess[bytes]:

@@ -41,7 +41,7 @@ def _results(src: Path, caller: Caller, config: Config | None = None) -> dict[st
         engine.scan()
         trio.run(engine.drain)
         engine.search_index.catch_up()
-        return {q: engine.search(q, caller) for q in QUERIES}
+        return {q: engine.search_index.search(q, caller) for q in QUERIES}
 
 
 def _lines(result: SearchResult) -> bytes:
@@ -94,7 +94,9 @@ def test_the_snippet_weighs_words_by_the_callers_own_units(tmp_path: Path) -> No
         engine.scan()
         trio.run(engine.drain)
         engine.search_index.catch_up()
-        hit = next(h for h in engine.search("alpha beta", USER).hits if h.rel == "doc.txt")
+        hit = next(
+            h for h in engine.search_index.search("alpha beta", USER).hits if h.rel == "doc.txt"
+        )
     assert "**beta**" in hit.snippet
     assert "**alpha**" not in hit.snippet
 

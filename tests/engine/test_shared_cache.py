@@ -39,10 +39,10 @@ def index(src: Path, cache: Path | None) -> Engine:
 
 
 def units(eng: Engine, rel: str) -> list[tuple[str, str, str]]:
-    rec = eng.store.get_file(rel)
+    rec = eng.workspace.store.get_file(rel)
     assert rec is not None
     assert rec.parser is not None
-    return eng.store.parse_units(rec.hash, rec.parser)
+    return eng.workspace.store.parse_units(rec.hash, rec.parser)
 
 
 def test_second_workspace_parses_nothing(tmp_path: Path) -> None:
@@ -61,10 +61,10 @@ def test_second_workspace_parses_nothing(tmp_path: Path) -> None:
         assert b.parse_runs == 0
         assert b.shared_cache is not None
         assert b.shared_cache.counts.hits == len(FILES)
-        assert b.counts()["current"] == len(FILES)
+        assert b.workspace.counts()["current"] == len(FILES)
         for rel in FILES:
             assert units(b, rel) == units(a, rel)
-            assert b.freshness(RelPath(rel)).value == "current"  # type: ignore[union-attr]
+            assert b.workspace.freshness(RelPath(rel)).value == "current"  # type: ignore[union-attr]
     finally:
         a.close()
         b.close()
@@ -224,7 +224,7 @@ def test_damaged_entry_is_parsed_afresh_by_the_engine(tmp_path: Path) -> None:
         assert b.parse_runs == len(FILES)  # each parsed here, none from a torn entry
         assert b.shared_cache is not None
         assert b.shared_cache.counts.corrupt == len(FILES)
-        assert b.counts()["current"] == len(FILES)
+        assert b.workspace.counts()["current"] == len(FILES)
         assert "quick brown fox" in units(b, "notes.md")[0][2]
     finally:
         b.close()

@@ -39,14 +39,14 @@ def test_resolution_and_whiteouts(ws: Engine) -> None:
     assert st.resolve("a.txt") == os.path.join(ws.src, "a.txt")
     write_upper(st, "a.txt", "A\n")
     assert st.resolve("a.txt") == st.upath("a.txt")
-    assert Path(ws.abspath("a.txt")).read_text() == "A\n"
+    assert Path(ws.workspace.abspath("a.txt")).read_text() == "A\n"
     assert (ws.src / "a.txt").read_text() == "a\n"
     # A whited-out directory hides everything below it, also once made again.
     st.whiteout("d/x.txt")
     st.whiteout("d/y.txt")
     st.whiteout("d")
     assert st.resolve("d/x.txt") is None
-    assert not os.path.exists(ws.abspath("d/x.txt"))
+    assert not os.path.exists(ws.workspace.abspath("d/x.txt"))
     os.makedirs(st.upath("d"), exist_ok=True)
     Path(st.upath("d/z.txt")).write_text("z\n")
     assert sorted(st.names("d")) == ["z.txt"]
@@ -91,15 +91,15 @@ def test_discard_per_path_and_whole(ws: Engine) -> None:
     write_upper(st, "d/new.txt", "new\n")
     st.whiteout("d/x.txt")
     ws.scan()
-    assert ws.get_record("d/x.txt") is None
-    assert staging.discard_ws(ws, ["d/x.txt"])["discarded"] == ["d/x.txt"]
-    assert ws.get_record("d/x.txt") is not None  # back, and the engine knows
+    assert ws.workspace.get_record("d/x.txt") is None
+    assert staging.discard_ws(ws.workspace, ["d/x.txt"])["discarded"] == ["d/x.txt"]
+    assert ws.workspace.get_record("d/x.txt") is not None  # back, and the engine knows
     assert sorted(c.path for c in st.changes()) == ["a.txt", "d/new.txt"]
-    staging.discard_ws(ws)
+    staging.discard_ws(ws.workspace)
     assert st.changes() == []
     assert not os.path.exists(st.upath("d"))
-    assert Path(ws.abspath("a.txt")).read_text() == "a\n"
-    assert ws.get_record("d/new.txt") is None
+    assert Path(ws.workspace.abspath("a.txt")).read_text() == "a\n"
+    assert ws.workspace.get_record("d/new.txt") is None
 
 
 def test_interrupted_commit_is_reported_and_finished(ws: Engine) -> None:
@@ -113,7 +113,7 @@ def test_interrupted_commit_is_reported_and_finished(ws: Engine) -> None:
     (ws.src / "a.txt").write_text("A\n")
     (ws.src / "d" / ".x.txt.swfs-commit").write_text("X")
     assert dict(staging.committed_report(st)) == {"a.txt": "committed", "d/x.txt": "staged"}
-    assert staging.recover_ws(ws) is not None
+    assert staging.recover_ws(ws.workspace) is not None
     assert (ws.src / "d" / "x.txt").read_text() == "X\n"
     assert not (ws.src / "d" / ".x.txt.swfs-commit").exists()
     assert st.intent() is None

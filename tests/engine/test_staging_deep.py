@@ -55,7 +55,7 @@ def test_a_deep_file_is_found_copied_up_and_committed(ws: Engine) -> None:
     dp.write(Path(st.upper), rel, b"staged bytes\n")
     assert {c.path: c.status for c in st.changes()} == {rel: "modified"}
     assert dp.read(ws.src, rel) == b"deep bytes\n"  # SRC untouched until the commit
-    assert staging.commit_ws(ws, [rel])["committed"] == [rel]
+    assert staging.commit_ws(ws.workspace, [rel])["committed"] == [rel]
     assert dp.read(ws.src, rel) == b"staged bytes\n"
     assert st.changes() == []
     assert not st.in_upper(DEEP[0])  # the layer's copies of the folders pruned
@@ -74,7 +74,7 @@ def test_deep_additions_and_deletions_listed_discarded_and_committed(ws: Engine)
     dp.makedirs(Path(st.upper), new_dir.split("/"))
     dp.write(Path(st.upper), new, b"new\n")
     st.whiteout(f"{deep}/old.txt")
-    listed = staging.list_staged(ws)
+    listed = staging.list_staged(ws.workspace)
     assert {r["path"]: r["status"] for r in listed["staged"]} == {
         new_dir: "added",
         new: "added",
@@ -84,7 +84,7 @@ def test_deep_additions_and_deletions_listed_discarded_and_committed(ws: Engine)
     assert sorted(r for r, _ in staging.walk(st, frozenset({".swfs"}))) == sorted(
         ["a.txt", f"{deep}/{'f' * 255}", new]
     )
-    staging.discard_ws(ws)
+    staging.discard_ws(ws.workspace)
     assert st.changes() == []
     assert st.whiteouts == set()
     assert dp.tree(ws.src, frozenset({".swfs"})) == before
@@ -94,7 +94,7 @@ def test_deep_additions_and_deletions_listed_discarded_and_committed(ws: Engine)
     dp.makedirs(Path(st.upper), new_dir.split("/"))
     dp.write(Path(st.upper), new, b"new\n")
     st.whiteout(f"{deep}/old.txt")
-    staging.commit_ws(ws)
+    staging.commit_ws(ws.workspace)
     after = dict(before)
     del after[f"{deep}/old.txt"]
     after[new_dir] = "dir"
@@ -112,7 +112,7 @@ def test_names_of_name_max_bytes_commit_through_short_temp_names(ws: Engine) -> 
     st.copy_up("a.txt")
     os.rename(Path(st.upper) / "a.txt", Path(st.upper) / ("a" * 255))
     st.whiteout("a.txt")
-    staging.commit_ws(ws)
+    staging.commit_ws(ws.workspace)
     assert (ws.src / name).read_bytes() == b"euro\n"
     assert (ws.src / ("a" * 255)).read_text() == "a\n"
     assert not (ws.src / "a.txt").exists()
@@ -155,7 +155,7 @@ def test_deep_folders_replaced_in_the_layer_are_replaced_in_src(ws: Engine) -> N
     dp.write(Path(st.upper), f"{deep}/again/new.txt", b"new\n")
     dp.write(Path(st.upper), f"{deep}/to-file", b"a file now\n")
     assert sorted(st.names(f"{deep}/again")) == ["new.txt"]
-    staging.commit_ws(ws)
+    staging.commit_ws(ws.workspace)
     after = {k: v for k, v in before.items() if not k.startswith(f"{deep}/again/")}
     after = {k: v for k, v in after.items() if not k.startswith(f"{deep}/to-file/")}
     after[f"{deep}/again/new.txt"] = b"new\n"

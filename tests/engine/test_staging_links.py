@@ -26,7 +26,7 @@ def ws(tmp_path: Path) -> Iterator[Engine]:
     with Engine.open(src, src / ".swfs") as engine:
         engine.scan()
         assert engine.staging is not None
-        engine.staging.other_names = engine.other_names  # as the staged mount sets it
+        engine.staging.other_names = engine.workspace.other_names  # as the staged mount sets it
         yield engine
 
 
@@ -43,7 +43,7 @@ def test_copy_up_keeps_src_hard_links_one_file(ws: Engine) -> None:
     # A write through one name is the other's bytes too; SRC is untouched.
     with open(st.upath("a.txt"), "w") as f:
         f.write("shared v2\n")
-    assert Path(ws.abspath("sub/b.txt")).read_text() == "shared v2\n"
+    assert Path(ws.workspace.abspath("sub/b.txt")).read_text() == "shared v2\n"
     assert (ws.src / "sub" / "b.txt").read_text() == "shared v1\n"
     assert {c.path: c.status for c in st.changes()} == {
         "a.txt": "modified",

@@ -178,8 +178,10 @@ def test_reports_without_excerpts_say_the_same(tmp_path: Path) -> None:
                 }
             )
         caller = Caller(0)
-        full = Builder(engine, engine.search, caller).build(tab, events)
-        lean = Builder(engine, engine.search, caller, excerpts=False).build(tab, events)
+        full = Builder(engine.workspace, engine.search_index.search, caller).build(tab, events)
+        lean = Builder(engine.workspace, engine.search_index.search, caller, excerpts=False).build(
+            tab, events
+        )
 
         def same(r: Read) -> tuple[object, ...]:
             return (r.seq, r.path, r.locator, r.source, r.process)
@@ -205,7 +207,13 @@ def test_reports_without_excerpts_say_the_same(tmp_path: Path) -> None:
         # Folded in two goes (as the mount goes on from its last build),
         # the report says what one build of every event says.
         for cut in range(len(events) + 1):
-            step = Builder(engine, engine.search, caller, excerpts=False, keep_reads=False)
+            step = Builder(
+                engine.workspace,
+                engine.search_index.search,
+                caller,
+                excerpts=False,
+                keep_reads=False,
+            )
             step.fold(events[:cut])
             first = step.finish(tab)
             assert first.read_count == sum(1 for e in events[:cut] if e["kind"] == "read")

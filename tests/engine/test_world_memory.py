@@ -33,7 +33,7 @@ def test_a_file_opened_again_is_not_reassembled(tmp_path: Path) -> None:
         (src / name).write_bytes(data)
     with Engine.open(src) as ws:
         ws.scan()
-        history.take_snapshot(ws, "then")
+        history.take_snapshot(ws.workspace, "then")
     for name in files:
         (src / name).write_bytes(b"changed since\n")
     with open_world(src, src / ".swfs", "then") as world:
@@ -97,7 +97,7 @@ def test_a_large_file_of_a_world_reads_on_a_full_disk(
     (src / "big.bin").write_bytes(data)
     with Engine.open(src) as ws:
         ws.scan()
-        history.take_snapshot(ws, "then")
+        history.take_snapshot(ws.workspace, "then")
     monkeypatch.setattr(world_mod, "MEMORY_FILE_MAX", 64 << 10)
     with open_world(src, src / ".swfs", "then") as world:
         refused: list[object] = []

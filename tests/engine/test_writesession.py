@@ -39,33 +39,33 @@ def opener(engine: Engine, rel: str, flags: int = os.O_RDWR) -> object:
 
 
 def versions(engine: Engine, rel: str) -> list[str]:
-    return [v.hash for v in engine.versions(RelPath(rel))]
+    return [v.hash for v in engine.workspace.versions(RelPath(rel))]
 
 
 def test_first_write_preserves_and_release_records(
     engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls: list[str] = []
-    real = engine.preserve
-    monkeypatch.setattr(engine, "preserve", lambda rel: (calls.append(rel), real(rel))[1])
+    real = engine.workspace.preserve
+    monkeypatch.setattr(engine.workspace, "preserve", lambda rel: (calls.append(rel), real(rel))[1])
     before = versions(engine, "a.txt")
-    s = engine.begin_write("a.txt", opener(engine, "a.txt"), truncate=False)
+    s = engine.workspace.begin_write("a.txt", opener(engine, "a.txt"), truncate=False)
     assert s.needs_preserve
     assert not s.dirty
     s.write(0, b"THE")
     s.write(3, b" new")  # the recorded bytes are kept once, not per write
     assert calls == ["a.txt"]
-    assert engine.writes.busy_paths() == {"a.txt"}  # the rescan leaves it to the session
+    assert engine.workspace.writes.busy_paths() == {"a.txt"}  # the rescan leaves it to the session
     s.release()
     after = versions(engine, "a.txt")
     assert len(after) == len(before) + 1
-    assert engine.writes.busy_paths() == set()
+    assert engine.workspace.writes.busy_paths() == set()
     # The old bytes are a version one can read back.
-    blob = engine.version_file(RelPath("a.txt"), 1)
+    blob = engine.workspace.version_file(RelPath("a.txt"), 1)
     assert blob is not None
     assert Path(blob).read_bytes() == OLD
     # The next session on the new version keeps it first.
-    s2 = engine.begin_write("a.txt", opener(engine, "a.txt"), truncate=False)
+    s2 = engine.workspace.begin_write("a.txt", opener(engine, "a.txt"), truncate=False)
     assert s2.needs_preserve
     s2.release()
     assert len(versions(engine, "a.txt")) == len(after)  # nothing written: no version
@@ -78,18 +78,18 @@ def _disk_full(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
     def full(*_: object, **__: object) -> None:
         raise OSError(errno.ENOSPC, "no space left in the store")
 
-    monkeypatch.setattr(engine.blobs, "put_fd", full)
-    monkeypatch.setattr(engine.blobs, "link_in", full)
+    monkeypatch.setattr(engine.workspace.blobs, "put_fd", full)
+    monkeypatch.setattr(engine.workspace.blobs, "link_in", full)
 
 
 def not_kept(engine: Engine, rel: str) -> list[str | None]:
-    return [v.not_kept for v in engine.versions(RelPath(rel))]
+    return [v.not_kept for v in engine.workspace.versions(RelPath(rel))]
 
 
 def test_a_write_whose_bytes_cannot_be_kept_fails_and_leaves_the_file(
     engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    s = engine.begin_write("a.txt", opener(engine, "a.txt"), truncate=False)
+    s = engine.workspace.begin_write("a.txt", opener(engine, "a.txt"), truncate=False)
     _disk_full(engine, monkeypatch)
     with pytest.raises(OSError, match="no space") as info:
         s.write(0, b"XXXX")
@@ -101,34 +101,36 @@ def test_a_write_whose_bytes_cannot_be_kept_fails_and_leaves_the_file(
     assert not s.dirty
     s.release()
     assert not_kept(engine, "a.txt") == [None]
-    assert engine.writes.busy_paths() == set()
+    assert engine.workspace.writes.busy_paths() == set()
 
 
 def test_a_truncate_on_a_full_disk_goes_on_and_records_the_loss(
     engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    s = engine.begin_write("a.txt", opener(engine, "a.txt"), truncate=False)
+    s = engine.workspace.begin_write("a.txt", opener(engine, "a.txt"), truncate=False)
     _disk_full(engine, monkeypatch)
     s.truncate(4)  # frees space: never ENOSPC
     assert (engine.src / "a.txt").read_bytes() == OLD[:4]
     s.write(0, b"more")  # the bytes to keep are gone already: nothing to keep
     s.release()
-    vs = engine.versions(RelPath("a.txt"))
+    vs = engine.workspace.versions(RelPath("a.txt"))
     assert [v.not_kept for v in vs] == ["disk full", None]
     assert not vs[0].available
-    events = [e for _, e in engine.store.iter_journal() if e["ev"] == "not-kept"]
+    events = [e for _, e in engine.workspace.store.iter_journal() if e["ev"] == "not-kept"]
     assert [(e["path"], e["version"], e["why"]) for e in events] == [("a.txt", 1, "disk full")]
     with pytest.raises(WorkspaceError, match="not kept: disk full"):
-        engine.restore(RelPath("a.txt"), 1)
+        engine.workspace.restore(RelPath("a.txt"), 1)
     # An O_TRUNC open goes on too; so does an unlink.
-    fd = engine.begin_write("b.txt", opener(engine, "b.txt", os.O_RDWR | os.O_TRUNC), truncate=True)
+    fd = engine.workspace.begin_write(
+        "b.txt", opener(engine, "b.txt", os.O_RDWR | os.O_TRUNC), truncate=True
+    )
     fd.release()
     assert (engine.src / "b.txt").read_bytes() == b""
     assert not_kept(engine, "b.txt") == ["disk full", None]
-    engine.writes.unlink("a.txt").run(lambda: os.unlink(engine.src / "a.txt"))
+    engine.workspace.writes.unlink("a.txt").run(lambda: os.unlink(engine.src / "a.txt"))
     assert not_kept(engine, "a.txt") == ["disk full", "disk full"]
-    assert engine.store.get_file("a.txt") is None
-    assert engine.writes.busy_paths() == set()
+    assert engine.workspace.store.get_file("a.txt") is None
+    assert engine.workspace.writes.busy_paths() == set()
 
 
 def test_sessions_on_one_inode_share_what_is_kept(
@@ -137,10 +139,10 @@ def test_sessions_on_one_inode_share_what_is_kept(
     os.link(engine.src / "a.txt", engine.src / "link.txt")
     engine.scan()
     calls: list[str] = []
-    real = engine.preserve
-    monkeypatch.setattr(engine, "preserve", lambda rel: (calls.append(rel), real(rel))[1])
-    s1 = engine.begin_write("a.txt", opener(engine, "a.txt"), truncate=False)
-    s2 = engine.begin_write("link.txt", opener(engine, "link.txt"), truncate=False)
+    real = engine.workspace.preserve
+    monkeypatch.setattr(engine.workspace, "preserve", lambda rel: (calls.append(rel), real(rel))[1])
+    s1 = engine.workspace.begin_write("a.txt", opener(engine, "a.txt"), truncate=False)
+    s2 = engine.workspace.begin_write("link.txt", opener(engine, "link.txt"), truncate=False)
     s1.write(0, b"one")
     assert not s2.needs_preserve  # the same inode's bytes are kept already
     s2.write(3, b"two")
@@ -156,9 +158,9 @@ def test_rename_over_settles_the_writer_first_and_follows_open_sessions(engine: 
     # An editor: writes a temp file, and renames it over the original while
     # the kernel's release of the temp file is still on its way.
     fd = os.open(src / ".a.txt.tmp", os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
-    tmp = engine.writes.adopt_new(".a.txt.tmp", fd)
+    tmp = engine.workspace.writes.adopt_new(".a.txt.tmp", fd)
     tmp.write(0, b"saved by an editor\n")
-    change = engine.writes.rename(".a.txt.tmp", "a.txt", replaces_file=True)
+    change = engine.workspace.writes.rename(".a.txt.tmp", "a.txt", replaces_file=True)
     change.prepare()  # records the temp file, keeps the inode of a.txt
     assert not tmp.dirty
     os.rename(src / ".a.txt.tmp", src / "a.txt")
@@ -166,7 +168,7 @@ def test_rename_over_settles_the_writer_first_and_follows_open_sessions(engine: 
     assert tmp.rel == "a.txt"  # the open session follows its file
     hashes = versions(engine, "a.txt")
     assert len(hashes) == 2
-    assert Path(str(engine.version_file(RelPath("a.txt"), 1))).read_bytes() == OLD
+    assert Path(str(engine.workspace.version_file(RelPath("a.txt"), 1))).read_bytes() == OLD
     assert versions(engine, ".a.txt.tmp") == []
     # Writes through the renamed session are recorded under the new name.
     tmp.write(0, b"SAVED")
@@ -176,23 +178,25 @@ def test_rename_over_settles_the_writer_first_and_follows_open_sessions(engine: 
 
 
 def test_unlink_keeps_the_inode_and_forgets_the_name(engine: Engine) -> None:
-    s = engine.begin_write("b.txt", opener(engine, "b.txt"), truncate=False)
-    assert engine.writes.unlink("b.txt").run(lambda: os.unlink(engine.src / "b.txt")) is None
+    s = engine.workspace.begin_write("b.txt", opener(engine, "b.txt"), truncate=False)
+    assert (
+        engine.workspace.writes.unlink("b.txt").run(lambda: os.unlink(engine.src / "b.txt")) is None
+    )
     assert s.rel is None
-    assert engine.file_state(RelPath("b.txt")) is None
-    blob = engine.version_file(RelPath("b.txt"), 1)
+    assert engine.workspace.file_state(RelPath("b.txt")) is None
+    blob = engine.workspace.version_file(RelPath("b.txt"), 1)
     assert blob is not None
     assert Path(blob).read_bytes() == b"bee\n"
     s.write(0, b"after unlink")  # an unlinked but open file: nothing to record
     s.release()
-    assert engine.writes.busy_paths() == set()
+    assert engine.workspace.writes.busy_paths() == set()
 
 
 def test_a_failed_change_is_not_recorded_and_frees_its_paths(engine: Engine) -> None:
-    change = engine.writes.rename("nope.txt", "a.txt", replaces_file=True)
+    change = engine.workspace.writes.rename("nope.txt", "a.txt", replaces_file=True)
     with pytest.raises(FileNotFoundError):
         change.run(lambda: os.rename(engine.src / "nope.txt", engine.src / "a.txt"))
-    assert engine.writes.busy_paths() == set()
+    assert engine.workspace.writes.busy_paths() == set()
     assert (engine.src / "a.txt").read_bytes() == OLD
     assert len(versions(engine, "a.txt")) == 1
 
@@ -216,10 +220,10 @@ def test_a_check_behind_the_mount_never_reads_half_a_write(engine: Engine) -> No
     """The change feed checks a file changed behind the mount while a write
     through the mount begins: the write waits until the check has read the
     file, so the check records the old bytes, never a torn state."""
-    locks = [_WatchedLock() for _ in engine.writes._stripes]
-    engine.writes._stripes = tuple(locks)  # type: ignore[assignment]
+    locks = [_WatchedLock() for _ in engine.workspace.writes._stripes]
+    engine.workspace.writes._stripes = tuple(locks)  # type: ignore[assignment]
     lock = locks[hash("a.txt") % len(locks)]
-    s = engine.begin_write("a.txt", opener(engine, "a.txt"), truncate=False)
+    s = engine.workspace.begin_write("a.txt", opener(engine, "a.txt"), truncate=False)
     assert not s.dirty
     lock.waiting.clear()  # begin_write took it on its way through
     seen: list[bytes] = []
@@ -230,11 +234,11 @@ def test_a_check_behind_the_mount_never_reads_half_a_write(engine: Engine) -> No
         # The write below has come for the path's lock, and must wait for us.
         assert lock.waiting.wait(60)
         seen.append((engine.src / rel).read_bytes())
-        engine.check_file(rel)
+        engine.workspace.check_file(rel)
 
     result: list[bool] = []
     checker = threading.Thread(
-        target=lambda: result.append(engine.writes.check_behind("a.txt", check))
+        target=lambda: result.append(engine.workspace.writes.check_behind("a.txt", check))
     )
     checker.start()
     assert in_check.wait(60)
@@ -250,10 +254,10 @@ def test_a_check_behind_the_mount_never_reads_half_a_write(engine: Engine) -> No
     # Now the session is changing the file: a check leaves it to the session.
     assert s.dirty
     ran: list[str] = []
-    assert engine.writes.check_behind("a.txt", ran.append) is False
+    assert engine.workspace.writes.check_behind("a.txt", ran.append) is False
     assert ran == []
     s.release()
-    assert engine.writes.check_behind("a.txt", ran.append) is True
+    assert engine.workspace.writes.check_behind("a.txt", ran.append) is True
     assert ran == ["a.txt"]
 
 
@@ -275,7 +279,9 @@ def b3(*contents: bytes) -> list[str]:
 
 def truncating(eng: Engine) -> WriteSession:
     """What a write_text (or `> f`) through the mount opens: O_TRUNC, then writes."""
-    return eng.begin_write("a.txt", opener(eng, "a.txt", os.O_WRONLY | os.O_TRUNC), truncate=True)
+    return eng.workspace.begin_write(
+        "a.txt", opener(eng, "a.txt", os.O_WRONLY | os.O_TRUNC), truncate=True
+    )
 
 
 def test_a_scan_never_records_bytes_older_than_a_write_it_overlapped(
@@ -308,7 +314,7 @@ def test_a_scan_never_records_bytes_older_than_a_write_it_overlapped(
     assert wrote  # the write did overlap the scan
     want = b3(OLD, behind, through)
     assert versions(eng, "a.txt") == want
-    rec = eng.store.get_file("a.txt")
+    rec = eng.workspace.store.get_file("a.txt")
     assert rec is not None
     assert rec.hash == want[-1]
     # The next scan finds nothing to do: the record describes the file.
@@ -323,12 +329,12 @@ def test_a_parse_that_saw_a_write_midway_records_no_torn_version(every_write: En
     # just truncated, as `> f` or write_text does first), the look must be
     # left to the writer: recording then stored the empty file as a version.
     eng = every_write
-    rec = eng.store.get_file("a.txt")
+    rec = eng.workspace.store.get_file("a.txt")
     assert rec is not None
     new = b"the next revision\n"
     s = truncating(eng)
     outcome = ParseOutcome(CHANGED, hash=b3(b"")[0])
-    eng.apply_parse(
+    eng.workspace.apply_parse(
         RelPath("a.txt"), outcome, queued_hash=rec.hash, queued_parser=rec.parser or "text"
     )
     s.write(0, new)
@@ -345,7 +351,7 @@ def test_a_parse_landing_midway_through_a_write_records_no_torn_version(
     # a change behind the mount (it recorded it as a version before keeping
     # it; seen under load as one version too many).
     eng = every_write
-    rec = eng.store.get_file("a.txt")
+    rec = eng.workspace.store.get_file("a.txt")
     assert rec is not None
     assert rec.parser is not None
     new = b"the next revision\n"
@@ -353,7 +359,9 @@ def test_a_parse_landing_midway_through_a_write_records_no_torn_version(
     landed = ParseOutcome(
         OK, hash=rec.hash, parser=rec.parser, units=(("content.txt", "content", OLD.decode()),)
     )
-    eng.apply_parse(RelPath("a.txt"), landed, queued_hash=rec.hash, queued_parser=rec.parser)
+    eng.workspace.apply_parse(
+        RelPath("a.txt"), landed, queued_hash=rec.hash, queued_parser=rec.parser
+    )
     if s.needs_preserve:
         s.preserve()  # what the daemon does in a worker thread before a write
     s.write(0, new)
@@ -370,19 +378,19 @@ def test_a_notice_for_the_kept_version_keeps_nothing_again(
     and kept by nobody: swfs.history.versioning.)"""
     engine = every_write
     calls: list[str] = []
-    real = engine.preserve
-    monkeypatch.setattr(engine, "preserve", lambda rel: (calls.append(rel), real(rel))[1])
-    a = engine.begin_write("a.txt", opener(engine, "a.txt"), truncate=False)
-    b = engine.begin_write("a.txt", opener(engine, "a.txt"), truncate=False)
+    real = engine.workspace.preserve
+    monkeypatch.setattr(engine.workspace, "preserve", lambda rel: (calls.append(rel), real(rel))[1])
+    a = engine.workspace.begin_write("a.txt", opener(engine, "a.txt"), truncate=False)
+    b = engine.workspace.begin_write("a.txt", opener(engine, "a.txt"), truncate=False)
     a.write(0, b"A")
     a.sync(False)  # records A's version
-    recorded = engine.recorded_hash(RelPath("a.txt"))
+    recorded = engine.workspace.recorded_hash(RelPath("a.txt"))
     assert recorded == blake3.blake3(b"A" + OLD[1:]).hexdigest()
     assert b.needs_preserve  # A's bytes are not kept yet
     b.preserve()
-    assert blake3.blake3(engine.blobs.read_bytes(recorded)).hexdigest() == recorded
-    engine.writes.changed("a.txt")  # a late notice for the record B kept
-    engine.writes.changed("a.txt")  # or one for its view
+    assert blake3.blake3(engine.workspace.blobs.read_bytes(recorded)).hexdigest() == recorded
+    engine.workspace.writes.changed("a.txt")  # a late notice for the record B kept
+    engine.workspace.writes.changed("a.txt")  # or one for its view
     assert not b.needs_preserve
     b.write(1, b"B")
     assert calls == ["a.txt", "a.txt"]  # A's first write, then B's, once
@@ -393,13 +401,13 @@ def test_a_notice_for_the_kept_version_keeps_nothing_again(
 
 
 def test_a_notice_for_a_newer_record_keeps_again(engine: Engine) -> None:
-    b = engine.begin_write("a.txt", opener(engine, "a.txt"), truncate=False)
+    b = engine.workspace.begin_write("a.txt", opener(engine, "a.txt"), truncate=False)
     b.preserve()
     assert not b.needs_preserve
     # A version recorded behind B's back (a change behind the mount, found
     # by a check): its notice names another hash than the one B kept.
     (engine.src / "a.txt").write_bytes(b"changed behind the mount\n")
-    engine.check_file(RelPath("a.txt"), force=True)
+    engine.workspace.check_file(RelPath("a.txt"), force=True)
     assert b.needs_preserve
     b.write(0, b"X")
     b.release()
@@ -412,24 +420,24 @@ def test_a_record_landing_during_a_preserve_is_kept_by_the_write(
 ) -> None:
     """The preserve kept the old version; a record landed before it
     finished: the session must not believe the new version kept."""
-    b = engine.begin_write("a.txt", opener(engine, "a.txt"), truncate=False)
-    real = engine.preserve
+    b = engine.workspace.begin_write("a.txt", opener(engine, "a.txt"), truncate=False)
+    real = engine.workspace.preserve
 
     def preserve_then_record(rel: RelPath) -> str | None:
         kept = real(rel)
         (engine.src / "a.txt").write_bytes(b"recorded meanwhile\n")
-        engine.check_file(RelPath("a.txt"), force=True)
+        engine.workspace.check_file(RelPath("a.txt"), force=True)
         return kept
 
-    monkeypatch.setattr(engine, "preserve", preserve_then_record)
+    monkeypatch.setattr(engine.workspace, "preserve", preserve_then_record)
     b.preserve()
     assert b.needs_preserve
-    monkeypatch.setattr(engine, "preserve", real)
+    monkeypatch.setattr(engine.workspace, "preserve", real)
     b.write(0, b"Z")
     b.release()
     meanwhile = blake3.blake3(b"recorded meanwhile\n").hexdigest()
     assert meanwhile in versions(engine, "a.txt")
-    assert engine.blobs.read_bytes(meanwhile) == b"recorded meanwhile\n"
+    assert engine.workspace.blobs.read_bytes(meanwhile) == b"recorded meanwhile\n"
 
 
 # -- the close of a small file, recorded on the closing thread (flush_now)
@@ -437,18 +445,18 @@ def test_a_record_landing_during_a_preserve_is_kept_by_the_write(
 
 def test_flush_now_records_a_small_file_on_the_calling_thread(engine: Engine) -> None:
     fd = os.open(engine.src / "new.txt", os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
-    s = engine.writes.adopt_new("new.txt", fd)
+    s = engine.workspace.writes.adopt_new("new.txt", fd)
     s.write(0, b"small and new\n")
     assert s.flush_now()
     assert versions(engine, "new.txt") == [blake3.blake3(b"small and new\n").hexdigest()]
-    assert engine.writes.busy_paths() == set()
+    assert engine.workspace.writes.busy_paths() == set()
     assert s.flush_now()  # nothing written since: nothing to record, no version
     assert len(versions(engine, "new.txt")) == 1
     s.release()
 
 
 def _written(engine: Engine, rel: str, data: bytes) -> WriteSession:
-    s = engine.begin_write(rel, opener(engine, rel), truncate=False)
+    s = engine.workspace.begin_write(rel, opener(engine, rel), truncate=False)
     s.write(0, data)
     return s
 
@@ -462,7 +470,7 @@ def test_flush_now_leaves_to_a_thread_what_would_wait(engine: Engine) -> None:
     holding, release = threading.Event(), threading.Event()
 
     def writer() -> None:
-        with engine.store.write():
+        with engine.workspace.store.write():
             holding.set()
             release.wait(30)
 
@@ -472,12 +480,12 @@ def test_flush_now_leaves_to_a_thread_what_would_wait(engine: Engine) -> None:
         assert holding.wait(30)
         assert not s.flush_now()
         assert versions(engine, "a.txt") == before
-        assert engine.writes.busy_paths() == {"a.txt"}  # still the session's to record
+        assert engine.workspace.writes.busy_paths() == {"a.txt"}  # still the session's to record
     finally:
         release.set()
         t.join(30)
 
-    stripe = engine.writes.stripe("a.txt")
+    stripe = engine.workspace.writes.stripe("a.txt")
     with stripe:  # what check_behind holds while it reads the file
         assert not s.flush_now()
     assert versions(engine, "a.txt") == before
@@ -494,7 +502,7 @@ def test_flush_now_leaves_to_a_thread_what_would_wait(engine: Engine) -> None:
     linked = _written(engine, "b.txt", b"y")
     assert not linked.flush_now()
     linked.release()
-    assert engine.writes.busy_paths() == set()
+    assert engine.workspace.writes.busy_paths() == set()
 
 
 def test_fallocate_is_a_write_only_where_it_changes_what_the_file_reads_as(
@@ -503,10 +511,10 @@ def test_fallocate_is_a_write_only_where_it_changes_what_the_file_reads_as(
     from swfs.store.fsutil import FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE
 
     calls: list[str] = []
-    real = engine.preserve
-    monkeypatch.setattr(engine, "preserve", lambda rel: (calls.append(rel), real(rel))[1])
+    real = engine.workspace.preserve
+    monkeypatch.setattr(engine.workspace, "preserve", lambda rel: (calls.append(rel), real(rel))[1])
     before = versions(engine, "a.txt")
-    s = engine.begin_write("a.txt", opener(engine, "a.txt"), truncate=False)
+    s = engine.workspace.begin_write("a.txt", opener(engine, "a.txt"), truncate=False)
     # An allocation within the size (or past it, keeping the size): nothing
     # to keep, nothing to record.
     assert not s.fallocate_changes(0, 0, len(OLD))
@@ -521,12 +529,12 @@ def test_fallocate_is_a_write_only_where_it_changes_what_the_file_reads_as(
     s.release()
     assert (engine.src / "a.txt").read_bytes() == OLD[:4] + bytes(3) + OLD[7:]
     assert len(versions(engine, "a.txt")) == len(before) + 1
-    blob = engine.version_file(RelPath("a.txt"), 1)
+    blob = engine.workspace.version_file(RelPath("a.txt"), 1)
     assert blob is not None
     assert Path(blob).read_bytes() == OLD
     # Growing the file is a write too (one burst with the last: it replaces
     # that version, as a write would: swfs.versioning).
-    s = engine.begin_write("a.txt", opener(engine, "a.txt"), truncate=False)
+    s = engine.workspace.begin_write("a.txt", opener(engine, "a.txt"), truncate=False)
     assert s.fallocate_changes(0, 0, 4096)
     s.fallocate(0, 0, 4096)
     s.release()
@@ -536,22 +544,22 @@ def test_fallocate_is_a_write_only_where_it_changes_what_the_file_reads_as(
 
 def test_an_unnamed_file_records_nothing_until_it_is_linked_in(engine: Engine) -> None:
     fd = os.open(engine.src, os.O_TMPFILE | os.O_RDWR | os.O_CLOEXEC, 0o644)
-    s = engine.writes.adopt_unnamed(fd)
+    s = engine.workspace.writes.adopt_unnamed(fd)
     assert s.rel is None
     assert not s.needs_preserve
     s.write(0, b"no name yet\n")
     s.sync(False)
-    assert engine.writes.busy_paths() == set()
+    assert engine.workspace.writes.busy_paths() == set()
     libc_link(fd, engine.src / "named.txt")
-    engine.writes.named(s, "named.txt")
-    assert engine.writes.busy_paths() == {"named.txt"}  # the session records it
+    engine.workspace.writes.named(s, "named.txt")
+    assert engine.workspace.writes.busy_paths() == {"named.txt"}  # the session records it
     s.write(12, b"and a name\n")
     s.release()
     data = b"no name yet\nand a name\n"
     assert versions(engine, "named.txt") == [blake3.blake3(data).hexdigest()]
     # One never linked: nothing recorded, nothing left.
     fd = os.open(engine.src, os.O_TMPFILE | os.O_RDWR | os.O_CLOEXEC, 0o644)
-    s = engine.writes.adopt_unnamed(fd)
+    s = engine.workspace.writes.adopt_unnamed(fd)
     s.write(0, b"gone at close\n")
     s.release()
     assert sorted(p.name for p in engine.src.iterdir()) == ["a.txt", "b.txt", "named.txt"]

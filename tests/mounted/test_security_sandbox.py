@@ -184,7 +184,7 @@ def test_the_engine_parses_in_the_sandbox(scene: dict[str, object], probe_instal
     src = Path(str(scene["src"]))
     with Engine.open(src, config=Config(rescan_interval=0)) as eng:
         trio.run(eng.drain)
-        view = eng.parsed_view(RelPath("probe.probe"))
+        view = eng.views.parsed_view(RelPath("probe.probe"))
         assert view is not None
         _assert_confined(_report(view.units[0].content.decode()), scene)
 

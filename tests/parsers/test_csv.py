@@ -227,7 +227,7 @@ def test_review_of_a_large_csv(tmp_path: pathlib.Path) -> None:
     rel = RelPath("export.csv")
     with Engine.open(src, config=Config(rescan_interval=0)) as eng:
         trio.run(eng.drain)
-        view = eng.parsed_view(rel)
+        view = eng.views.parsed_view(rel)
         assert view is not None
         assert [u.name for u in view.units][:2] == [
             "rows-000001-005000.md",
@@ -240,14 +240,14 @@ def test_review_of_a_large_csv(tmp_path: pathlib.Path) -> None:
         write_csv(path, records(20_000), lineterminator="\n")
         eng.scan()
         trio.run(eng.drain)
-        text = (eng.review_diff(rel) or b"").decode()
+        text = (eng.reviews.review_diff(rel) or b"").decode()
         assert "(no cell changes; the file differs in line endings" in text
         assert len(text.splitlines()) < 5
 
         write_csv(path, records(20_000, changed={12_345: "999"}), lineterminator="\n")
         eng.scan()
         trio.run(eng.drain)
-        text = (eng.review_diff(rel) or b"").decode()
+        text = (eng.reviews.review_diff(rel) or b"").decode()
         assert body(text) == ["export.csv row 12345 [amount]: 123450 -> 999"]
 
 

@@ -442,17 +442,17 @@ def test_engine_parses_legacy_files_in_its_workers(
     with Engine.open(src, config=Config(limits=limits, rescan_interval=0)) as eng:
         trio.run(eng.drain)
         for fmt in ("doc", "rtf", "odt"):
-            view = eng.parsed_view(RelPath(f"report-{fmt}.{fmt}"))
+            view = eng.views.parsed_view(RelPath(f"report-{fmt}.{fmt}"))
             assert view is not None
             assert view.freshness == Freshness.CURRENT, (fmt, view.error)
             assert FACT in view.units[0].content.decode()
         for fmt in ("ppt", "odp"):
-            view = eng.parsed_view(RelPath(f"deck-{fmt}.{fmt}"))
+            view = eng.views.parsed_view(RelPath(f"deck-{fmt}.{fmt}"))
             assert view is not None
             assert view.freshness == Freshness.CURRENT, (fmt, view.error)
             assert [u.name for u in view.units] == ["slide-001.md", "slide-002.md", "slide-003.md"]
             assert "Churn fell" in view.units[1].content.decode()
-        damaged = eng.parsed_view(RelPath("damaged.doc"))
+        damaged = eng.views.parsed_view(RelPath("damaged.doc"))
         assert damaged is not None
         assert damaged.freshness == Freshness.FAILED
         assert damaged.error
@@ -473,14 +473,14 @@ def test_engine_without_soffice_marks_unsupported(
     with Engine.open(src, config=Config(limits=limits, rescan_interval=0)) as eng:
         trio.run(eng.drain)
         for name in ("plain.doc", "notes.rtf"):
-            state = eng.file_state(RelPath(name))
+            state = eng.workspace.file_state(RelPath(name))
             assert state is not None
             assert state.freshness == Freshness.UNSUPPORTED, name
-            assert eng.parsed_view(RelPath(name)) is None
-            rec = eng.store.get_file(name)
+            assert eng.views.parsed_view(RelPath(name)) is None
+            rec = eng.workspace.store.get_file(name)
             assert rec is not None
             assert rec.parser is not None
-            record = eng.store.get_parse(rec.hash, rec.parser)
+            record = eng.workspace.store.get_parse(rec.hash, rec.parser)
             assert record is not None
             assert "needs LibreOffice" in (record.error or "")
 
@@ -501,7 +501,7 @@ def test_worker_killed_by_the_pool_takes_soffice_with_it(
     with Engine.open(src, config=Config(limits=limits, rescan_interval=0)) as eng:
         with _watching(pids, seen):
             trio.run(eng.drain)
-        view = eng.parsed_view(RelPath("slow.doc"))
+        view = eng.views.parsed_view(RelPath("slow.doc"))
         assert view is not None
         assert view.freshness == Freshness.FAILED
         assert view.error

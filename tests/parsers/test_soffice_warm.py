@@ -304,7 +304,7 @@ def test_sandboxed_workers_keep_one_instance_warm(
 
         trio.run(drain_watching)
         for name in names:
-            view = eng.parsed_view(RelPath(name))
+            view = eng.views.parsed_view(RelPath(name))
             assert view is not None
             assert view.freshness == Freshness.CURRENT, (name, view.error)
     assert seen, "no warm instance ran in the workers"

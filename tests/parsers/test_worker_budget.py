@@ -48,7 +48,7 @@ def test_workers_retiring_after_every_job_still_parse_everything(
     with Engine.open(src, config=Config(limits=limits, rescan_interval=0)) as eng:
         trio.run(eng.drain)
         for n in range(6):
-            view = eng.parsed_view(RelPath(f"note{n}.md"))
+            view = eng.views.parsed_view(RelPath(f"note{n}.md"))
             assert view is not None
             assert view.freshness == Freshness.CURRENT, view.error
             assert f"figure {n * 11}" in view.units[0].content.decode()

@@ -49,14 +49,14 @@ def engine(src: Path) -> Iterator[Engine]:
 def write_in_place(eng: Engine, rel: str, pieces: dict[int, bytes]) -> None:
     """What a write through the mount does: keep the recorded bytes, change
     the file in place, record."""
-    eng.preserve(RelPath(rel))
+    eng.workspace.preserve(RelPath(rel))
     fd = os.open(eng.src / rel, os.O_WRONLY)
     try:
         for offset, data in pieces.items():
             os.pwrite(fd, data, offset)
     finally:
         os.close(fd)
-    eng.record_write(RelPath(rel))
+    eng.workspace.record_write(RelPath(rel))
 
 
 # -- the copy used by restore and reset
@@ -126,27 +126,27 @@ def test_version_of_a_sparse_file_holds_no_hole_bytes(tmp_path: Path) -> None:
 def test_restore_of_a_sparse_version_recreates_its_holes(engine: Engine) -> None:
     rel = RelPath("disk.img")
     make_sparse(engine.src / rel, SIZE, PIECES_V1)
-    engine.record_write(rel)
+    engine.workspace.record_write(rel)
     write_in_place(engine, rel, PIECES_V2)
-    versions = engine.versions(rel)
+    versions = engine.workspace.versions(rel)
     assert [v.hash for v in versions] == [
         stream_hash(SIZE, PIECES_V1),
         stream_hash(SIZE, PIECES_V2),
     ]
-    assert engine.blobs.total_bytes() < SLACK  # version 1 kept, without its holes
-    engine.restore(rel, versions[0].number)
+    assert engine.workspace.blobs.total_bytes() < SLACK  # version 1 kept, without its holes
+    engine.workspace.restore(rel, versions[0].number)
     holds(engine.src / rel, SIZE, PIECES_V1)
     assert allocated(engine.src / rel) < SLACK
-    assert engine.versions(rel)[-1].hash == stream_hash(SIZE, PIECES_V1)
+    assert engine.workspace.versions(rel)[-1].hash == stream_hash(SIZE, PIECES_V1)
 
 
 def test_reset_recreates_holes(engine: Engine) -> None:
     rel = RelPath("disk.img")
     make_sparse(engine.src / rel, SIZE, PIECES_V1)
-    engine.record_write(rel)
-    engine.set_baseline()
+    engine.workspace.record_write(rel)
+    engine.workspace.set_baseline()
     write_in_place(engine, rel, PIECES_V2)
-    history.reset(engine)
+    history.reset(engine.workspace)
     holds(engine.src / rel, SIZE, PIECES_V1)
     assert allocated(engine.src / rel) < SLACK
 
@@ -154,20 +154,20 @@ def test_reset_recreates_holes(engine: Engine) -> None:
 def test_check_verifies_the_chunks_of_a_sparse_version(engine: Engine) -> None:
     rel = RelPath("disk.img")
     make_sparse(engine.src / rel, SIZE, PIECES_V1)
-    engine.record_write(rel)
+    engine.workspace.record_write(rel)
     write_in_place(engine, rel, PIECES_V2)
-    assert run_checks(engine) == []
-    h = engine.versions(rel)[0].hash
-    m = engine.blobs.manifest(h)
+    assert run_checks(engine.workspace) == []
+    h = engine.workspace.versions(rel)[0].hash
+    m = engine.workspace.blobs.manifest(h)
     assert m is not None
     # Rot one byte of the chunk that holds the middle piece.
     c = next(e.chunk for e in m.extents if e.chunk is not None and e.offset >= 200 * MiB)
-    p = engine.blobs.chunk_path(c)
+    p = engine.workspace.blobs.chunk_path(c)
     raw = bytearray(p.read_bytes())
     raw[len(raw) // 2] ^= 0x40
     p.chmod(0o600)
     p.write_bytes(bytes(raw))
-    problems = run_checks(engine)
+    problems = run_checks(engine.workspace)
     assert [x.check for x in problems] == ["chunks"]
     assert c[:16] in problems[0].message
 
@@ -175,13 +175,13 @@ def test_check_verifies_the_chunks_of_a_sparse_version(engine: Engine) -> None:
 def test_gc_reclaims_the_chunks_of_a_dropped_sparse_history(engine: Engine) -> None:
     rel = RelPath("disk.img")
     make_sparse(engine.src / rel, SIZE, PIECES_V1)
-    engine.record_write(rel)
+    engine.workspace.record_write(rel)
     write_in_place(engine, rel, PIECES_V2)
-    assert list(engine.blobs.iter_chunks())
-    engine.preserve_inode(rel)
+    assert list(engine.workspace.blobs.iter_chunks())
+    engine.workspace.preserve_inode(rel)
     (engine.src / rel).unlink()
-    engine.record_unlink(rel)
-    report = gc.collect(engine, keep_days=0)
+    engine.workspace.record_unlink(rel)
+    report = gc.collect(engine.workspace, keep_days=0)
     assert report.chunks_removed > 0
-    assert list(engine.blobs.iter_chunks()) == []
-    assert run_checks(engine) == []
+    assert list(engine.workspace.blobs.iter_chunks()) == []
+    assert run_checks(engine.workspace) == []
