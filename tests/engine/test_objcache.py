@@ -87,20 +87,20 @@ def index(root: Path, cache: str) -> Engine:
 def test_second_workspace_parses_nothing_through_s3(tmp_path: Path, s3: str) -> None:
     a = index(tmp_path / "a", s3)
     try:
-        assert isinstance(a.shared_cache, ObjectStoreCache)
-        assert a.parse_runs == len(FILES)
-        assert a.shared_cache.counts.published == len(FILES)
+        assert isinstance(a.workspace.shared_cache, ObjectStoreCache)
+        assert a.workspace.parse_runs == len(FILES)
+        assert a.workspace.shared_cache.counts.published == len(FILES)
     finally:
         a.close()
     b = index(tmp_path / "b", s3)
     try:
-        assert b.parse_runs == 0
-        assert b.shared_cache is not None
-        assert b.shared_cache.counts.hits == len(FILES)
-        rec = b.store.get_file("notes.md")
+        assert b.workspace.parse_runs == 0
+        assert b.workspace.shared_cache is not None
+        assert b.workspace.shared_cache.counts.hits == len(FILES)
+        rec = b.workspace.store.get_file("notes.md")
         assert rec is not None
         assert rec.parser is not None
-        assert "quick brown fox" in b.store.parse_units(rec.hash, rec.parser)[0][2]
+        assert "quick brown fox" in b.workspace.store.parse_units(rec.hash, rec.parser)[0][2]
     finally:
         b.close()
 

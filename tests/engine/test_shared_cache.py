@@ -49,18 +49,18 @@ def test_second_workspace_parses_nothing(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     a = index(make_ws(tmp_path / "a"), cache)
     try:
-        assert a.parse_runs == len(FILES)
-        assert a.shared_cache is not None
-        assert a.shared_cache.counts.published == len(FILES)
+        assert a.workspace.parse_runs == len(FILES)
+        assert a.workspace.shared_cache is not None
+        assert a.workspace.shared_cache.counts.published == len(FILES)
         assert oct(cache.stat().st_mode & 0o777) == oct(0o700)
     finally:
         a.close()
     b = index(make_ws(tmp_path / "b"), cache)
     a = Engine(tmp_path / "a", config=Config(rescan_interval=0))
     try:
-        assert b.parse_runs == 0
-        assert b.shared_cache is not None
-        assert b.shared_cache.counts.hits == len(FILES)
+        assert b.workspace.parse_runs == 0
+        assert b.workspace.shared_cache is not None
+        assert b.workspace.shared_cache.counts.hits == len(FILES)
         assert b.workspace.counts()["current"] == len(FILES)
         for rel in FILES:
             assert units(b, rel) == units(a, rel)
@@ -74,8 +74,8 @@ def test_without_cache_each_parses(tmp_path: Path) -> None:
     index(make_ws(tmp_path / "a"), None).close()
     b = index(make_ws(tmp_path / "b"), None)
     try:
-        assert b.parse_runs == len(FILES)
-        assert b.shared_cache is None
+        assert b.workspace.parse_runs == len(FILES)
+        assert b.workspace.shared_cache is None
     finally:
         b.close()
 
@@ -87,8 +87,8 @@ def test_store_remembers_its_cache(tmp_path: Path) -> None:
     Engine(src, config=Config(cache_dir=str(cache))).close()  # remembered, not parsed
     b = index(src, None)
     try:
-        assert b.shared_cache is not None
-        assert b.parse_runs == 0
+        assert b.workspace.shared_cache is not None
+        assert b.workspace.parse_runs == 0
     finally:
         b.close()
 
@@ -98,7 +98,7 @@ def test_different_content_is_parsed(tmp_path: Path) -> None:
     index(make_ws(tmp_path / "a"), cache).close()
     b = index(make_ws(tmp_path / "b", {**FILES, "notes.md": "# Other\n"}), cache)
     try:
-        assert b.parse_runs == 1
+        assert b.workspace.parse_runs == 1
         assert "Other" in units(b, "notes.md")[0][2]
     finally:
         b.close()
@@ -185,7 +185,7 @@ def test_renders_are_shared(tmp_path: Path) -> None:
         (src / "doc.pdf").write_bytes(pdf)
         with Engine.open(src, config=Config(rescan_interval=0, cache_dir=str(cache))) as eng:
             eng.scan()
-            renderer = render.Renderer(eng)
+            renderer = render.Renderer(eng.workspace)
 
             async def main() -> bytes | None:
                 page = await renderer.page("doc.pdf", "page-0002.png", 120)
@@ -193,13 +193,13 @@ def test_renders_are_shared(tmp_path: Path) -> None:
                 return page.data
 
             data = trio.run(main)
-            assert eng.shared_cache is not None
+            assert eng.workspace.shared_cache is not None
             made = sorted(
                 os.path.relpath(os.path.join(d, n), eng.store_dir / "render")
                 for d, _, names in os.walk(eng.store_dir / "render")
                 for n in names
             )
-            return data, eng.shared_cache.counts.as_json(), made
+            return data, eng.workspace.shared_cache.counts.as_json(), made
 
     first, counts, made = render_page("a")
     assert first is not None
@@ -221,16 +221,16 @@ def test_damaged_entry_is_parsed_afresh_by_the_engine(tmp_path: Path) -> None:
         p.write_bytes(p.read_bytes()[:-5])  # torn writes
     b = index(make_ws(tmp_path / "b"), cache)
     try:
-        assert b.parse_runs == len(FILES)  # each parsed here, none from a torn entry
-        assert b.shared_cache is not None
-        assert b.shared_cache.counts.corrupt == len(FILES)
+        assert b.workspace.parse_runs == len(FILES)  # each parsed here, none from a torn entry
+        assert b.workspace.shared_cache is not None
+        assert b.workspace.shared_cache.counts.corrupt == len(FILES)
         assert b.workspace.counts()["current"] == len(FILES)
         assert "quick brown fox" in units(b, "notes.md")[0][2]
     finally:
         b.close()
     c = index(make_ws(tmp_path / "c"), cache)  # b published whole entries again
     try:
-        assert c.parse_runs == 0
+        assert c.workspace.parse_runs == 0
     finally:
         c.close()
 
@@ -280,7 +280,7 @@ def test_a_remembered_cache_that_cannot_be_used_is_skipped(tmp_path: Path) -> No
         Engine(src, config=Config(cache_dir=str(cache)))
     b = index(src, None)
     try:
-        assert b.shared_cache is None
-        assert b.parse_runs == len(FILES)
+        assert b.workspace.shared_cache is None
+        assert b.workspace.parse_runs == len(FILES)
     finally:
         b.close()
