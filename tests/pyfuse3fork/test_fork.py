@@ -146,6 +146,33 @@ def test_a_handler_answers_at_once_or_hands_back_an_awaitable(tiny: Tiny) -> Non
 
 
 @needs_fuse
+def test_setxattr_flags_ask_a_getxattr_that_answers_at_once_or_later(tiny: Tiny) -> None:
+    """XATTR_CREATE and XATTR_REPLACE make the binding ask getxattr first,
+    whether that handler answers at once or hands back an awaitable (a plain
+    reply once crashed the session loop: 'bytes can't be used in await')."""
+    plain = tiny.mnt / "plain"
+    os.setxattr(plain, "user.now", b"1", os.XATTR_REPLACE)  # exists, answered at once
+    os.setxattr(plain, "user.later", b"2", os.XATTR_REPLACE)  # exists, awaited
+    with pytest.raises(FileExistsError) as exc:
+        os.setxattr(plain, "user.now", b"3", os.XATTR_CREATE)
+    assert exc.value.errno == errno.EEXIST
+    with pytest.raises(FileExistsError) as exc:
+        os.setxattr(plain, "user.later", b"4", os.XATTR_CREATE)
+    assert exc.value.errno == errno.EEXIST
+    os.setxattr(plain, "user.absent", b"5", os.XATTR_CREATE)
+    with pytest.raises(OSError, match="No data available") as exc:
+        os.setxattr(plain, "user.absent", b"6", os.XATTR_REPLACE)
+    assert exc.value.errno == errno.ENODATA
+    ino = pyfuse3.ROOT_INODE + 2
+    assert tiny.calls("setxattr") == [
+        ["setxattr", ino, "user.now", "1"],
+        ["setxattr", ino, "user.later", "2"],
+        ["setxattr", ino, "user.absent", "5"],
+    ]
+    assert os.getxattr(plain, "user.now") == b"now"  # the mount is still up
+
+
+@needs_fuse
 def test_fallocate_lseek_tmpfile_reach_the_operations(tiny: Tiny) -> None:
     fd = os.open(tiny.mnt / "plain", os.O_RDWR)
     try:

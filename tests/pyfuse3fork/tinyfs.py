@@ -144,6 +144,11 @@ class TinyFS(pyfuse3.Operations):
             return self._later(inode)
         raise pyfuse3.FUSEError(errno.ENODATA)
 
+    async def setxattr(
+        self, inode: int, name: bytes, value: bytes, ctx: pyfuse3.RequestContext
+    ) -> None:
+        self.note("setxattr", inode, name.decode(), value.decode())
+
     async def _later(self, inode: int) -> bytes:
         await trio.lowlevel.checkpoint()
         self.note("getxattr", inode, "awaited")

@@ -831,7 +831,9 @@ async def fuse_setxattr_async (_Container c, name, value):
     try:
         if c.flags & libc_extra.XATTR_CREATE: # Attribute must not exist
             try:
-                await operations.getxattr(c.ino, name, ctx)
+                got = operations.getxattr(c.ino, name, ctx)
+                if _pending(got):
+                    await got
             except FUSEError as e:
                 if e.errno != ENOATTR:
                     raise
@@ -839,7 +841,9 @@ async def fuse_setxattr_async (_Container c, name, value):
                 raise FUSEError(errno.EEXIST)
 
         elif c.flags & libc_extra.XATTR_REPLACE: # Attribute must exist
-            await operations.getxattr(c.ino, name, ctx)
+            got = operations.getxattr(c.ino, name, ctx)  # a reply or an awaitable
+            if _pending(got):
+                await got
 
         await operations.setxattr(c.ino, name, value, ctx)
     except FUSEError as e:
