@@ -158,21 +158,9 @@ def encode_entry(h: str, parser: str, units: Sequence[UnitTuple], *, secs: float
 
 def decode_entry(data: bytes, h: str, parser: str) -> CachedParse:
     """The parse an entry holds; ValueError naming what is wrong with it."""
-    cut = data.find(b"\n", 0, _HEADER_MAX)
-    if cut < 0:
-        raise ValueError("no header line")
-    head = json.loads(data[:cut])
-    if not isinstance(head, dict) or head.get("v") != VERSION:
-        raise ValueError("not a version 1 entry")
-    if head.get("hash") != h or head.get("parser") != parser:
-        raise ValueError("it is the entry of another content or parser")
+    head, body = _checked(data, h, "parser", parser, "parser")
     if head.get("status") != OK:
         raise ValueError("not a successful parse")
-    body = data[cut + 1 :]
-    if head.get("len") != len(body):
-        raise ValueError(f"{len(body)} bytes where its header says {head.get('len')}")
-    if head.get("b3") != blake3.blake3(body).hexdigest():
-        raise ValueError("its digest does not match its bytes")
     raw = json.loads(body.decode("utf-8", "surrogateescape"))
     if not isinstance(raw, list) or len(raw) != head.get("n"):
         raise ValueError("its units are not the list its header counts")
@@ -194,20 +182,27 @@ def encode_file(h: str, name: str, data: bytes) -> bytes:
 
 def decode_file(data: bytes, h: str, name: str) -> bytes:
     """The bytes a file entry holds; ValueError naming what is wrong."""
+    return _checked(data, h, "name", name, "file")[1]
+
+
+def _checked(data: bytes, h: str, key: str, value: str, what: str) -> tuple[dict[str, Any], bytes]:
+    """An entry's header and body, once its header names content ``h`` and
+    ``key`` ``value``, and its body has the length and digest the header
+    gives; ValueError naming what is wrong."""
     cut = data.find(b"\n", 0, _HEADER_MAX)
     if cut < 0:
         raise ValueError("no header line")
     head = json.loads(data[:cut])
     if not isinstance(head, dict) or head.get("v") != VERSION:
         raise ValueError("not a version 1 entry")
-    if head.get("hash") != h or head.get("name") != name:
-        raise ValueError("it is the entry of another content or file")
+    if head.get("hash") != h or head.get(key) != value:
+        raise ValueError(f"it is the entry of another content or {what}")
     body = data[cut + 1 :]
     if head.get("len") != len(body):
         raise ValueError(f"{len(body)} bytes where its header says {head.get('len')}")
     if head.get("b3") != blake3.blake3(body).hexdigest():
         raise ValueError("its digest does not match its bytes")
-    return body
+    return head, body
 
 
 class LocalCache:
