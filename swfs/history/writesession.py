@@ -206,6 +206,12 @@ class InPlaceSession:
         ``freeing``: for a change that frees space (a truncate that
         shrinks), which goes on without them on a full disk (never ENOSPC;
         ``History.preserve_freeing``)."""
+        if self._kept.preserved or self.rel is None:
+            # Nothing to keep (a file this mount created, or bytes kept
+            # already): queued records of the path (the unlink of the file
+            # that had its name before) change no bytes of this inode, so
+            # the write need not wait for them.
+            return
         self._writes.drain_for(self.rel)
         rel = self.rel
         if self._kept.preserved or rel is None:

@@ -112,3 +112,40 @@ def test_bytes_held_by_a_killed_daemon_are_kept(
         for mount in (m, m2):
             if mount is not None:
                 mount.stop()
+
+
+def test_a_write_into_a_new_file_does_not_wait_for_queued_records(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """git checkout's pattern: unlink a recorded file, create a new one under
+    the same name, write it.  The new file has nothing recorded to keep, so
+    its writes go on while the unlink's record is still queued (they used to
+    drain the whole queue, on the daemon's loop); the close then records
+    both, in order."""
+    root = workdir()
+    src, mnt = root / "src", root / "mnt"
+    src.mkdir()
+    mnt.mkdir()
+    monkeypatch.setenv(RECORD_QUIET_ENV, "600")
+    m = start_mount(src, mnt, "--version-interval", "0")
+    try:
+        _setup(src, mnt)
+        held = src / ".swfs" / "held"
+        os.unlink(mnt / "c.bin")
+        assert os.listdir(held)  # the unlink's record is queued, its bytes held
+        new = b"c, a new file under the old name\n"
+        fd = os.open(mnt / "c.bin", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            assert os.write(fd, new) == len(new)
+            # The write did not wait for the queued record.
+            assert os.listdir(held)
+        finally:
+            os.close(fd)  # close records c.bin: the unlink's record first
+        wait_until("the queued record", lambda: not os.listdir(held), timeout=120)
+        swfs("sync", mnt, timeout=120)
+        kept = [blake3(b).hexdigest() for b in _versions(mnt, "c.bin").values()]
+        assert blake3(C1).hexdigest() in kept, kept
+        assert blake3(new).hexdigest() == kept[-1], kept
+        swfs("check", mnt)
+    finally:
+        m.stop()
