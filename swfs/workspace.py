@@ -881,6 +881,11 @@ class Workspace(BlobReads):
         """*slow*: keep the bytes a killed daemon held (under their hash)."""
         self.blobs.link_in(Path(path))
 
+    def deferring_syncs(self) -> contextlib.AbstractContextManager[None]:
+        """A block whose kept bytes are fsynced at its end
+        (``BlobStore.deferring_syncs``)."""
+        return self.blobs.deferring_syncs()
+
     def _replaced_soon(self, rel: str, h: str) -> bool:
         """Whether the in-place write about to happen makes a version that
         replaces ``rel``'s present one (``h``), so its bytes need no keeping

@@ -32,6 +32,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 
 log = logging.getLogger(__name__)
 
@@ -50,9 +51,15 @@ class Recorder:
     """One thread that runs queued records in order."""
 
     def __init__(
-        self, name: str = "swfs-recorder", *, quiet: float = QUIET, max_delay: float = MAX_DELAY
+        self,
+        name: str = "swfs-recorder",
+        *,
+        quiet: float = QUIET,
+        max_delay: float = MAX_DELAY,
+        batch: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext,
     ) -> None:
         self._name = name
+        self._batch = batch  # entered around each batch of jobs, on the thread
         self._quiet, self._max_delay = quiet, max_delay
         self._queue: deque[Callable[[], None]] = deque()
         self._cond = threading.Condition()
@@ -124,8 +131,14 @@ class Recorder:
                 self._queue.clear()
                 self._running += len(jobs)
             try:
-                for job in jobs:
-                    _run_job(job)
+                with self._batch():
+                    for job in jobs:
+                        _run_job(job)
+            except Exception:
+                # The batch's end (its deferred fsyncs) failed: the records
+                # are made; what the batch held stays held, kept again at
+                # the next open (Held.recover).
+                log.exception("%s: the end of a batch of records failed", self._name)
             finally:
                 with self._cond:
                     self._running -= len(jobs)

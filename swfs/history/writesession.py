@@ -61,6 +61,7 @@ import stat
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
@@ -115,6 +116,11 @@ class History(Protocol):
     def keep_held_orphan(self, path: str) -> None:
         """*slow*: keep the bytes at ``path``, held by a daemon that was
         killed before it recorded its change (under their own hash)."""
+        ...
+
+    def deferring_syncs(self) -> AbstractContextManager[None]:
+        """A block whose kept bytes are fsynced at its end, not one by one
+        (``BlobStore.deferring_syncs``)."""
         ...
 
 
@@ -457,7 +463,8 @@ class InPlaceWrites:
         # Records of changes of names, made off the reply path, in order
         # (swfs.history.recorder); the hard links that hold what they destroy.
         quiet = float(os.environ.get(RECORD_QUIET_ENV) or QUIET)
-        self.recorder = Recorder(quiet=quiet, max_delay=max(MAX_DELAY, quiet))
+        self.recorder = Recorder(quiet=quiet, max_delay=max(MAX_DELAY, quiet), batch=self._batch)
+        self._batch_drops = threading.local()  # held links a batch drops at its end
         self._held: Held | None = None
         self._held_known = False
 
@@ -486,6 +493,31 @@ class InPlaceWrites:
 
     def close(self) -> None:
         self.recorder.close()
+
+    @contextlib.contextmanager
+    def _batch(self) -> Iterator[None]:
+        """Around each batch of queued records (on the recorder's thread):
+        the bytes its changes keep are fsynced once, at its end, and only
+        then are the links that held them dropped, so that until they are
+        durable in the store they are durable in ``held/``."""
+        drops: list[str] = []
+        self._batch_drops.paths = drops
+        try:
+            with self.history.deferring_syncs():
+                yield
+        finally:
+            self._batch_drops.paths = None
+        for path in drops:
+            Held.drop(path)
+
+    def _drop_held(self, path: str | None) -> None:
+        """Drop a held link: at the end of the batch on the recorder's
+        thread, at once elsewhere (an aborted change)."""
+        drops: list[str] | None = getattr(self._batch_drops, "paths", None)
+        if drops is None or path is None:
+            Held.drop(path)
+        else:
+            drops.append(path)
 
     def _holder(self) -> Held | None:
         if not self._held_known:
@@ -645,7 +677,7 @@ class InPlaceWrites:
         r = RelPath(rel)
         regular = target is None or stat.S_ISREG(target[2].st_mode)
         held = self._hold(target) if regular else None
-        gone = Held.drop
+        gone = self._drop_held
 
         def commit() -> None:
             if held is not None:
@@ -686,7 +718,7 @@ class InPlaceWrites:
         (both names stay)."""
         over = replaces_file and not exchange
         held = self._hold(target) if over else None
-        gone = Held.drop
+        gone = self._drop_held
 
         def prepare() -> None:
             # What was written under either name must be recorded before the

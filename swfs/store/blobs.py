@@ -38,7 +38,9 @@ Invariants (``swfs.check`` relies on them):
 
 - A file under its final name holds exactly what its name says (a chunk's
   bytes, a manifest of a blob with that hash, a legacy blob's bytes); it was
-  complete and fsynced before a link made it visible.  Nothing is rewritten.
+  complete and fsynced before a link made it visible (inside a
+  ``deferring_syncs`` block: before the block ends, while its bytes have
+  another durable copy).  Nothing is rewritten.
 - Every chunk a manifest names was fsynced and linked before the manifest
   was: a crash leaves at most chunks nobody names, which ``collect()`` drops.
 - Only ``tmp/`` may hold partial files; ``cleanup_temp()`` removes those left
@@ -338,6 +340,8 @@ class BlobStore:
         self._cache_used: int | None = None
         self._cache_added = 0
         self.cache_scans = 0
+        # The fsyncs a thread's ``deferring_syncs`` block owes (``_pending``).
+        self._local = threading.local()
 
     # -- names
 
@@ -562,7 +566,7 @@ class BlobStore:
             finally:
                 os.close(dst)
             self._link_into(tmp, self.legacy_path(expected))
-            fsync_dir(self.legacy_path(expected).parent)
+            self._sync_dir(self.legacy_path(expected).parent)
         except BaseException as exc:
             self._discard(tmp)
             _reraise_naming(exc, tmp)
@@ -836,7 +840,7 @@ class BlobStore:
     def _commit_manifest(self, h: Hash, m: Manifest, new_chunks: set[str]) -> None:
         # The chunks' names must be durable before a manifest names them.
         for fan in {c[:2] for c in new_chunks}:
-            fsync_dir(self.chunks / fan)
+            self._sync_dir(self.chunks / fan)
         tmp, fd = self._new_temp()
         try:
             try:
@@ -846,7 +850,7 @@ class BlobStore:
                 os.close(fd)
             final = self.manifest_path(h)
             self._link_into(tmp, final)
-            fsync_dir(final.parent)
+            self._sync_dir(final.parent)
         except BaseException as exc:
             self._discard(tmp)
             _reraise_naming(exc, tmp)
@@ -865,17 +869,50 @@ class BlobStore:
             raise
         return tmp, fd
 
-    @staticmethod
-    def _seal(fd: int) -> None:
-        os.fsync(fd)
+    def _seal(self, fd: int) -> None:
+        pending = self._pending()
+        if pending is None:
+            os.fsync(fd)
+        else:
+            pending.file(fd)
         os.fchmod(fd, BLOB_MODE)
+
+    def _sync_dir(self, path: Path) -> None:
+        pending = self._pending()
+        if pending is None:
+            fsync_dir(path)
+        else:
+            pending.folder(path)
+
+    def _pending(self) -> _PendingSyncs | None:
+        pending: _PendingSyncs | None = getattr(self._local, "pending", None)
+        return pending
+
+    @contextlib.contextmanager
+    def deferring_syncs(self) -> Iterator[None]:
+        """*slow* at exit: what this thread stores in the block is fsynced
+        when the block ends (or whenever PENDING_MAX files wait), not one
+        fsync per file and folder as it is stored.  For a batch of stores
+        whose bytes have another copy until the block ends (the links an
+        unlink holds: swfs.history.recorder): one fsync per kept file cost
+        about 15 ms on ext4, against 0.4 ms for the rest of a small file's
+        store.  Nested blocks sync at the outermost one's end."""
+        if self._pending() is not None:
+            yield
+            return
+        pending = self._local.pending = _PendingSyncs()
+        try:
+            yield
+        finally:
+            self._local.pending = None
+            pending.sync()
 
     def _link_into(self, tmp: Path, final: Path) -> None:
         """Give the complete, fsynced temp ``tmp`` its final name."""
         fan = final.parent
         if not fan.is_dir():
             fan.mkdir(mode=DIR_MODE, exist_ok=True)
-            fsync_dir(fan.parent)
+            self._sync_dir(fan.parent)
         # link, not rename: rename would replace a file another thread stored
         # meanwhile (same bytes, but under a reader's feet); link fails instead.
         try:
@@ -1078,3 +1115,37 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+PENDING_MAX = 256  # deferred files at most (each holds a descriptor until synced)
+
+
+class _PendingSyncs:
+    """The fsyncs one thread's ``deferring_syncs`` block owes: duplicated
+    descriptors of sealed files (their names change meanwhile) and the
+    folders whose entries changed."""
+
+    def __init__(self) -> None:
+        self._fds: list[int] = []
+        self._folders: set[Path] = set()
+
+    def file(self, fd: int) -> None:
+        self._fds.append(os.dup(fd))
+        if len(self._fds) >= PENDING_MAX:
+            self.sync()
+
+    def folder(self, path: Path) -> None:
+        self._folders.add(Path(path))
+
+    def sync(self) -> None:
+        fds, self._fds = self._fds, []
+        folders, self._folders = self._folders, set()
+        try:
+            for fd in fds:  # files first: a folder's sync makes their names durable
+                os.fsync(fd)
+            for path in sorted(folders):
+                with contextlib.suppress(FileNotFoundError):
+                    fsync_dir(path)
+        finally:
+            for fd in fds:
+                os.close(fd)

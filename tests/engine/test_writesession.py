@@ -574,3 +574,59 @@ def libc_link(fd: int, path: Path) -> None:
         link_fd(fd, dfd, path.name)
     finally:
         os.close(dfd)
+
+
+def test_a_batch_of_unlinks_syncs_its_kept_bytes_once_then_drops_the_held_links(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The recorder keeps the bytes of a batch of unlinked files with no
+    fsync in between (each cost about 15 ms), syncs them at the batch's end,
+    and only then drops the links that held them: until the kept bytes are
+    durable in the store, they are durable in ``held/``."""
+    from swfs.history.writesession import RECORD_QUIET_ENV
+
+    monkeypatch.setenv(RECORD_QUIET_ENV, "1")  # both unlinks land in one batch
+    src = tmp_path / "src"
+    src.mkdir()
+    data = {f"f{i}.bin": os.urandom(3000 + i) for i in range(3)}
+    for name, b in data.items():
+        (src / name).write_bytes(b)
+    with Engine.open(src, tmp_path / "store", config=Config(rescan_interval=0)) as eng:
+        eng.scan()
+        ws = eng.workspace
+        held = Path(str(ws.held_dir()))
+        events: list[str] = []
+        real_link_in, real_fsync = ws.blobs.link_in, os.fsync
+
+        def link_in(path: Path, expected: str | None = None) -> object:
+            events.append("keep")
+            return real_link_in(path, expected=expected)
+
+        def fsync(fd: int) -> None:
+            events.append("fsync held" if os.listdir(held) else "fsync")
+            real_fsync(fd)
+
+        monkeypatch.setattr(ws.blobs, "link_in", link_in)
+        monkeypatch.setattr(os, "fsync", fsync)
+        dfd = os.open(src, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            for name in data:
+                change = ws.writes.unlink(name, target=(dfd, name, os.lstat(src / name)))
+                assert not change.needs_prepare()  # held, nothing to keep first
+                os.unlink(src / name)
+                change.commit_later()
+            ws.writes.drain()
+        finally:
+            os.close(dfd)
+        monkeypatch.setattr(os, "fsync", real_fsync)
+        assert events.count("keep") == len(data), events
+        last_keep = max(i for i, e in enumerate(events) if e == "keep")
+        syncs = events[last_keep + 1 :]
+        assert syncs, events
+        assert set(events[: last_keep + 1]) == {"keep"}, events  # no fsync between keeps
+        assert all(e == "fsync held" for e in syncs), events  # held until synced
+        assert not os.listdir(held)
+        for name, b in data.items():
+            (v,) = ws.versions(RelPath(name))
+            assert blake3.blake3(b).hexdigest() == v.hash
+            assert ws.blobs.read_bytes(v.hash) == b
