@@ -59,6 +59,30 @@ def inval_entry_held(m: Mount) -> bool:
     return False
 
 
+def waits_for_daemon(thread: threading.Thread) -> bool:
+    """``thread`` (of this process) waits in the kernel for the daemon's reply."""
+    try:
+        wchan = Path(f"/proc/self/task/{thread.native_id}/wchan").read_text()
+    except OSError:
+        return False
+    return wchan == "request_wait_answer"
+
+
+def steadily(cond: Callable[[], bool], hold: float = 1.0) -> Callable[[], bool]:
+    """``cond`` as a poll condition that holds once ``cond`` has held for
+    ``hold`` seconds on end (not a request of a moment ago)."""
+    since: list[float] = []
+
+    def check() -> bool:
+        if not cond():
+            since.clear()
+            return False
+        since[:1] = since[:1] or [time.monotonic()]
+        return time.monotonic() - since[0] >= hold
+
+    return check
+
+
 def populate(src: Path) -> None:
     (src / "other.txt").write_text("first bytes\n")
     (src / "gone.txt").write_text("removed behind the mount\n")
@@ -105,7 +129,10 @@ def test_a_held_lookup_holds_back_only_its_own_folder() -> None:
             before = waiting(m.mnt)
             held = threading.Thread(target=_stat, args=(view / "content.txt",), daemon=True)
             held.start()
-            poll(lambda: waiting(m.mnt) > before, "the lookup reaches the daemon")
+            poll(
+                steadily(lambda: waiting(m.mnt) > before and waits_for_daemon(held)),
+                "the lookup waits for the daemon",
+            )
             # The document changes: its view's entries are invalidated, among
             # them pending.md in the held folder, which waits for the lookup.
             (m.mnt / "report.gated").write_text("the report, second draft\n")
