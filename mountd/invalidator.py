@@ -7,6 +7,15 @@ kernel's inodes, entries and listings and sends them from a worker thread:
 the kernel may wait on pages an in-flight request holds, so never from a
 handler.  Started by the daemon's lifecycle with ``nursery.start(run)``,
 ended by ``stop()``.
+
+Entry invalidations go through ``EntrySender``, one parent directory per
+thread: the kernel sends one only once it holds the parent's lock, which a
+request in that directory the daemon has not answered holds (a lookup of a
+unit whose parse is pending waits up to ``--wait-timeout``).  On one queue
+(pyfuse3's ``invalidate_entry_async``) that held every entry invalidation
+of the mount behind it: a file removed or renamed behind the mount stayed
+visible for as long.  Now only that directory's entries wait, until its
+request is answered.
 """
 
 from __future__ import annotations
@@ -15,7 +24,8 @@ import errno
 import logging
 import os
 import stat
-from collections.abc import Iterable
+import threading
+from collections.abc import Callable, Iterable
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -33,6 +43,11 @@ if TYPE_CHECKING:
     from mountd.provider import Routes
 
 log = logging.getLogger(__name__)
+
+#: Threads that send entry invalidations at most, each for one parent
+#: directory at a time: so many directories held by unanswered requests at
+#: once hold back the others.
+ENTRY_SENDERS = 8
 
 
 def sig(st: os.stat_result) -> tuple[int, int, int]:
@@ -74,9 +89,11 @@ class Invalidator:
         self._pending = _Pending()
         self._token: trio.lowlevel.TrioToken | None = None
         self._cancel = trio.CancelScope()
+        self.entries = EntrySender(lambda: self.ops.mounted)
 
     def stop(self) -> None:
         self._cancel.cancel()
+        self.entries.close()
 
     def gone(self, links: Iterable[tuple[int, str]]) -> None:
         """These names no longer lead to their node: the kernel drops them."""
@@ -149,6 +166,7 @@ class Invalidator:
                     todo.entries += self._synthetic_link(node)
             if self.ops.mounted:
                 await trio.to_thread.run_sync(_notify_kernel, todo)
+                self.entries.send(todo.entries)
 
     def _stays(self, node: Node, changed: AbstractSet[str]) -> bool:
         """Whether generated folder ``node`` surely still shows after
@@ -307,6 +325,7 @@ class _Invalidation:
 
 
 def _notify_kernel(todo: _Invalidation) -> None:
+    """Attributes and pages (entries: ``EntrySender``)."""
     for ino in todo.attrs:
         invalidate_attrs(ino)
     for ino in todo.inodes:
@@ -315,8 +334,69 @@ def _notify_kernel(todo: _Invalidation) -> None:
         except OSError as exc:
             if exc.errno != errno.ENOENT:
                 log.debug("invalidate_inode(%d): %s", ino, exc)
-    for parent, name in todo.entries:
-        try:
-            pyfuse3.invalidate_entry_async(parent, name, ignore_enoent=True)
-        except Exception:
-            log.exception("invalidate_entry_async(%d, %r)", parent, name)
+
+
+class EntrySender:
+    """Sends entry invalidations from up to ``workers`` threads, started as
+    work comes and ended when it is done, each sending the names of one
+    parent directory at a time (in the order they came, each name once).
+    No two threads send for one parent: a parent whose lock the kernel
+    holds for an unanswered request holds one thread and its own names,
+    never the other directories'.  ``send`` never blocks (any thread)."""
+
+    def __init__(self, mounted: Callable[[], bool], workers: int = ENTRY_SENDERS) -> None:
+        self._mounted = mounted
+        self._workers = workers
+        self._lock = threading.Lock()
+        self._todo: dict[int, dict[bytes, None]] = {}  # parent -> names, oldest first
+        self._busy: set[int] = set()  # parents a thread is sending for
+        self._running = 0  # threads started and not ended
+        self._closed = False
+
+    def send(self, entries: Iterable[tuple[int, bytes]]) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            for parent, name in entries:
+                self._todo.setdefault(parent, {})[name] = None
+            ready = len(self._todo) - len(self._busy & self._todo.keys())
+            free = self._running - len(self._busy)
+            while free < ready and self._running < self._workers:
+                threading.Thread(target=self._work, name="swfs-inval-entry", daemon=True).start()
+                self._running += 1
+                free += 1
+
+    def close(self) -> None:
+        """Send nothing more (the threads end after the name they are at)."""
+        with self._lock:
+            self._closed = True
+            self._todo.clear()
+
+    def _work(self) -> None:
+        while True:
+            with self._lock:
+                parent = next((p for p in self._todo if p not in self._busy), None)
+                if parent is None or self._closed:
+                    self._running -= 1
+                    return
+                names = self._todo.pop(parent)
+                self._busy.add(parent)
+            try:
+                for name in names:
+                    if self._closed or not self._mounted():
+                        break
+                    _invalidate_entry(parent, name)
+            finally:
+                with self._lock:
+                    self._busy.discard(parent)
+
+
+def _invalidate_entry(parent: int, name: bytes) -> None:
+    """Blocks while the kernel holds ``parent``'s lock (a request in it)."""
+    try:
+        pyfuse3.invalidate_entry(parent, name)
+    except OSError as exc:
+        if exc.errno != errno.ENOENT:  # the kernel holds no such entry
+            log.debug("invalidate_entry(%d, %r): %s", parent, name, exc)
+    except Exception:
+        log.exception("invalidate_entry(%d, %r)", parent, name)

@@ -48,6 +48,15 @@ def test_fork_declares_its_additions() -> None:
     assert "+swfs" in pyfuse3.__version__
 
 
+def test_the_installed_build_is_the_fork_in_the_repository() -> None:
+    """``make install`` rebuilds the fork when its files change; a version
+    bumped there and not installed is a stale build (run ``make install``)."""
+    import tomllib
+
+    project = tomllib.loads((REPO / "vendor" / "pyfuse3" / "pyproject.toml").read_text())
+    assert pyfuse3.__version__ == project["project"]["version"]
+
+
 @dataclass
 class Tiny:
     mnt: Path
