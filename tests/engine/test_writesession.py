@@ -39,7 +39,7 @@ def opener(engine: Engine, rel: str, flags: int = os.O_RDWR) -> object:
 
 
 def versions(engine: Engine, rel: str) -> list[str]:
-    return [v.hash for v in engine.workspace.versions(RelPath(rel))]
+    return [v.hash for v in engine.history.versions(RelPath(rel))]
 
 
 def test_first_write_preserves_and_release_records(
@@ -61,7 +61,7 @@ def test_first_write_preserves_and_release_records(
     assert len(after) == len(before) + 1
     assert engine.workspace.writes.busy_paths() == set()
     # The old bytes are a version one can read back.
-    blob = engine.workspace.version_file(RelPath("a.txt"), 1)
+    blob = engine.history.version_file(RelPath("a.txt"), 1)
     assert blob is not None
     assert Path(blob).read_bytes() == OLD
     # The next session on the new version keeps it first.
@@ -83,7 +83,7 @@ def _disk_full(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def not_kept(engine: Engine, rel: str) -> list[str | None]:
-    return [v.not_kept for v in engine.workspace.versions(RelPath(rel))]
+    return [v.not_kept for v in engine.history.versions(RelPath(rel))]
 
 
 def test_a_write_whose_bytes_cannot_be_kept_fails_and_leaves_the_file(
@@ -113,13 +113,13 @@ def test_a_truncate_on_a_full_disk_goes_on_and_records_the_loss(
     assert (engine.src / "a.txt").read_bytes() == OLD[:4]
     s.write(0, b"more")  # the bytes to keep are gone already: nothing to keep
     s.release()
-    vs = engine.workspace.versions(RelPath("a.txt"))
+    vs = engine.history.versions(RelPath("a.txt"))
     assert [v.not_kept for v in vs] == ["disk full", None]
     assert not vs[0].available
     events = [e for _, e in engine.workspace.store.iter_journal() if e["ev"] == "not-kept"]
     assert [(e["path"], e["version"], e["why"]) for e in events] == [("a.txt", 1, "disk full")]
     with pytest.raises(WorkspaceError, match="not kept: disk full"):
-        engine.workspace.restore(RelPath("a.txt"), 1)
+        engine.history.restore(RelPath("a.txt"), 1)
     # An O_TRUNC open goes on too; so does an unlink.
     fd = engine.workspace.begin_write(
         "b.txt", opener(engine, "b.txt", os.O_RDWR | os.O_TRUNC), truncate=True
@@ -168,7 +168,7 @@ def test_rename_over_settles_the_writer_first_and_follows_open_sessions(engine: 
     assert tmp.rel == "a.txt"  # the open session follows its file
     hashes = versions(engine, "a.txt")
     assert len(hashes) == 2
-    assert Path(str(engine.workspace.version_file(RelPath("a.txt"), 1))).read_bytes() == OLD
+    assert Path(str(engine.history.version_file(RelPath("a.txt"), 1))).read_bytes() == OLD
     assert versions(engine, ".a.txt.tmp") == []
     # Writes through the renamed session are recorded under the new name.
     tmp.write(0, b"SAVED")
@@ -184,7 +184,7 @@ def test_unlink_keeps_the_inode_and_forgets_the_name(engine: Engine) -> None:
     )
     assert s.rel is None
     assert engine.workspace.file_state(RelPath("b.txt")) is None
-    blob = engine.workspace.version_file(RelPath("b.txt"), 1)
+    blob = engine.history.version_file(RelPath("b.txt"), 1)
     assert blob is not None
     assert Path(blob).read_bytes() == b"bee\n"
     s.write(0, b"after unlink")  # an unlinked but open file: nothing to record
@@ -529,7 +529,7 @@ def test_fallocate_is_a_write_only_where_it_changes_what_the_file_reads_as(
     s.release()
     assert (engine.src / "a.txt").read_bytes() == OLD[:4] + bytes(3) + OLD[7:]
     assert len(versions(engine, "a.txt")) == len(before) + 1
-    blob = engine.workspace.version_file(RelPath("a.txt"), 1)
+    blob = engine.history.version_file(RelPath("a.txt"), 1)
     assert blob is not None
     assert Path(blob).read_bytes() == OLD
     # Growing the file is a write too (one burst with the last: it replaces
