@@ -39,7 +39,6 @@ from swfs.api import (
     RenderedUnit,
     ViewState,
     WorkspaceError,
-    WriteSession,
 )
 from swfs.history import snapshots as history
 from swfs.history import staging, versioning
@@ -746,10 +745,6 @@ class Workspace(BlobReads):
             if freed:
                 log.warning("disk full: dropped %d bytes of reassembled versions", freed)
             yield
-
-    def begin_write(self, rel: str, opener: Callable[[], int], *, truncate: bool) -> WriteSession:
-        """*slow*: ``swfs.history.writesession.InPlaceWrites.begin_write``."""
-        return self.writes.begin_write(rel, opener, truncate=truncate)
 
     def _preserve(self, rel: RelPath, *, link: bool, keep_temp: bool = False) -> str | None:
         """Keep the bytes ``rel`` holds now, or raise OSError: ENOSPC (or

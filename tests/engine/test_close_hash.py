@@ -61,7 +61,7 @@ def count(what: str) -> int:
 
 
 def write_session(engine: Engine, rel: str, *edits: tuple[int, bytes]) -> WriteSession:
-    s = engine.workspace.begin_write(
+    s = engine.workspace.writes.begin_write(
         rel, lambda: os.open(engine.src / rel, os.O_RDWR | os.O_CLOEXEC), truncate=False
     )
     for off, data in edits:

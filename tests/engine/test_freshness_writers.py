@@ -45,7 +45,9 @@ def header(engine: Engine) -> str:
 
 def opened(engine: Engine) -> WriteSession:
     path = engine.workspace.abspath(REL)
-    return engine.workspace.begin_write(REL, lambda: os.open(path, os.O_RDWR), truncate=False)
+    return engine.workspace.writes.begin_write(
+        REL, lambda: os.open(path, os.O_RDWR), truncate=False
+    )
 
 
 def claims_current(engine: Engine) -> list[str]:

@@ -518,7 +518,7 @@ def test_fsyncs_in_a_burst_replace_its_last_version(burst_ws: Workspace) -> None
     rewrites, one version per interval, and nothing of the versions replaced
     is kept (the fsynced bytes are durable in the file itself)."""
     fd = os.open(burst_ws.src / "f.txt", os.O_RDWR)
-    session = burst_ws.begin_write("f.txt", lambda: os.dup(fd), truncate=False)
+    session = burst_ws.writes.begin_write("f.txt", lambda: os.dup(fd), truncate=False)
     os.close(fd)
     try:
         for i in range(1, 6):
@@ -540,7 +540,9 @@ def test_fsync_after_the_interval_starts_a_new_burst(tmp_path: Path) -> None:
     (src / "f.txt").write_text("v0\n")
     with Workspace(src, config=Config(version_interval=0)) as ws:
         ws.scan()
-        session = ws.begin_write("f.txt", lambda: os.open(src / "f.txt", os.O_RDWR), truncate=False)
+        session = ws.writes.begin_write(
+            "f.txt", lambda: os.open(src / "f.txt", os.O_RDWR), truncate=False
+        )
         try:
             for i in range(1, 4):
                 session.write(0, f"v{i}\n".encode())
