@@ -103,7 +103,7 @@ class LocalClient:
         # Parse what the baseline will name while its bytes are at hand: a
         # review diff needs the baseline's text after the file changes.
         trio.run(partial(self.engine.drain, Progress("parsing"), scan=False))
-        return self.engine.workspace.set_baseline()
+        return self.engine.history.set_baseline()
 
     def snapshot(self, name: str) -> int:
         from swfs.history import snapshots as history
@@ -112,7 +112,7 @@ class LocalClient:
 
     def restore(self, rel: RelPath, number: int) -> int:
         self.engine.workspace.check_file(rel)
-        return self.engine.workspace.restore(rel, number).number
+        return self.engine.history.restore(rel, number).number
 
     def restore_from(self, rel: RelPath, source: str) -> str:
         from swfs.history import snapshots as history

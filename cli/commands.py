@@ -371,7 +371,7 @@ def cmd_versions(args: argparse.Namespace) -> int:
     with open_engine(t, args) as engine:
         if not t.mounted:
             engine.workspace.check_file(rel)
-        versions = engine.workspace.versions(rel)
+        versions = engine.history.versions(rel)
         base_n = history.baseline_version(engine.workspace, rel)
     if not versions:
         raise CLIError(f"{rel}: no recorded versions")
@@ -432,7 +432,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
 def _require_tracked(t: Target, args: argparse.Namespace, rel: RelPath) -> None:
     """A path swfs never recorded a version of cannot be restored: say why."""
     with open_engine(t, args) as engine:
-        if engine.workspace.versions(rel):
+        if engine.history.versions(rel):
             return
     path = t.src / rel
     if not path.exists() and not path.is_symlink():

@@ -190,7 +190,9 @@ class Operations(pyfuse3.Operations):
             locate=engine.workspace.abspath,  # a --staged mount's staged bytes
             callers=options.callers,
         )
-        engine.attach_journal(self.journal.health, self.journal.acknowledge)  # a world ignores it
+        engine.evidence.attach_journal(
+            self.journal.health, self.journal.acknowledge
+        )  # a world ignores it
         # The generated trees, by top-level name (mountd.router).
         self.trees: dict[Tree, SyntheticTree] = dict(make_trees(engine, self.gen, options))
         self.trees[Tree.SEARCH] = SearchTree(engine, self.gen)

@@ -46,7 +46,7 @@ class RenderTree(Base):
 
     def __init__(self, engine: EngineAPI, gen: Generation, options: MountOptions) -> None:
         super().__init__(engine, gen, options)
-        self.renderer = Renderer(engine.workspace, options.render_dpi)
+        self.renderer = Renderer(engine.workspace, engine.history, options.render_dpi)
         self._hashes: dict[str, Hash | None] = {}
         self._hashes_at = -1
         self._index = _Cached(
@@ -158,7 +158,7 @@ class RenderTree(Base):
         file then and can now (swfs.permissions)."""
         if page.source_hash is None or page.source_hash == page.current_hash:
             return self.access(rel)
-        return self.engine.workspace.content_access(RelPath(rel), page.source_hash)
+        return self.engine.evidence.content_access(RelPath(rel), page.source_hash)
 
     def _file(
         self, rel: str, data: bytes, xattrs: Mapping[str, str], access: Access | None = None

@@ -46,7 +46,7 @@ class SearchTree:
         self._limiter = trio.CapacityLimiter(2)
 
     def _access(self) -> Access:
-        root = self.engine.workspace.access(RelPath(""))
+        root = self.engine.evidence.access(RelPath(""))
         if root is None:
             return Access(0, 0, 0o444)
         return Access(root.uid, root.gid, 0o444)  # the content is filtered per caller

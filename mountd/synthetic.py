@@ -272,10 +272,10 @@ class Base(ABC):
     def access(self, rel: str) -> Access:
         """The owner and bits of ``rel``; for an unknown path only its owner may
         read (the workspace root's owner), never everyone."""
-        acc = self.engine.workspace.access(RelPath(rel))
+        acc = self.engine.evidence.access(RelPath(rel))
         if acc is not None:
             return acc
-        root = self.engine.workspace.access(RelPath(""))
+        root = self.engine.evidence.access(RelPath(""))
         if root is None:
             return Access(0, 0, 0o400)
         return Access(root.uid, root.gid, root.mode & 0o400)
@@ -462,7 +462,7 @@ class ParsedTree(Base):
         now (swfs.permissions); any other, the file's present access."""
         if view is None or view.source_hash in (None, view.current_hash):
             return self.access(rel)
-        return self.engine.workspace.content_access(RelPath(rel), view.source_hash)
+        return self.engine.evidence.content_access(RelPath(rel), view.source_hash)
 
     def _unit_entry(self, rel: str, view: ViewState, unit: RenderedUnit) -> Entry:
         return Entry(
@@ -780,19 +780,17 @@ class VersionsTree(Base):
 
     def __init__(self, engine: EngineAPI, gen: Generation, options: MountOptions) -> None:
         super().__init__(engine, gen, options)
-        self._index = _Cached(
-            gen, lambda: _Index(str(p) for p in engine.workspace.versioned_paths())
-        )
+        self._index = _Cached(gen, lambda: _Index(str(p) for p in engine.history.versioned_paths()))
         self._snaps = _Cached(gen, self._build_snapshots)
         self._snap_access: dict[str, Mapping[RelPath, Access]] = {}
 
     def _build_snapshots(self) -> dict[str, tuple[_Index, Mapping[RelPath, Hash]]]:
         out: dict[str, tuple[_Index, Mapping[RelPath, Hash]]] = {}
         recorded: dict[str, Mapping[RelPath, Access]] = {}
-        for name in self.engine.workspace.snapshots():
-            manifest = self.engine.workspace.snapshot_manifest(name)
+        for name in self.engine.history.snapshots():
+            manifest = self.engine.history.snapshot_manifest(name)
             out[name] = (_Index(str(r) for r in manifest), manifest)
-            recorded[name] = self.engine.workspace.snapshot_accesses(name)
+            recorded[name] = self.engine.evidence.snapshot_accesses(name)
         self._snap_access = recorded  # built in a worker thread: swapped whole
         return out
 
@@ -814,7 +812,7 @@ class VersionsTree(Base):
         truncate on a full disk destroyed unkept (other versions without
         bytes, such as files too large to keep, are left out)."""
         out = {}
-        for v in self.engine.workspace.versions(RelPath(rel)):
+        for v in self.engine.history.versions(RelPath(rel)):
             if v.available:
                 out[version_name(rel, v)] = v
             elif v.not_kept is not None:
@@ -838,7 +836,7 @@ class VersionsTree(Base):
                 xattrs={**xattrs, "not_kept": v.not_kept or ""},
                 data=note,
             )
-        blob = self.engine.workspace.version_ref(RelPath(rel), v.number)
+        blob = self.engine.history.version_ref(RelPath(rel), v.number)
         native = None
         if blob is None:
             state = self.engine.workspace.file_state(RelPath(rel))
@@ -914,7 +912,7 @@ class VersionsTree(Base):
         index can tell (and for snapshots)."""
         if path == SNAPSHOTS or path.startswith(SNAPSHOTS + "/"):
             return False
-        return any(self.engine.workspace.has_versions(RelPath(r)) for r in _at_or_below(path, rels))
+        return any(self.engine.history.has_versions(RelPath(r)) for r in _at_or_below(path, rels))
 
     async def children(self, path: str) -> list[str]:
         return await self.call(self._children, path)

@@ -391,51 +391,8 @@ class WorkspaceAPI(Protocol):
         version if the hash changed, mark the view stale and queue a re-parse."""
         ...
 
-    def pin_version(self, rel: RelPath) -> None:
-        """Keep ``rel``'s present version even if the same burst of rewrites
-        goes on (see ``swfs.history.versioning``); an fsync no longer pins."""
-        ...
-
     def record_rename(self, old: RelPath, new: RelPath) -> None: ...
     def record_unlink(self, rel: RelPath) -> None: ...
-
-    def access(self, rel: RelPath) -> Access | None:
-        """Owner and permission bits for synthetic nodes derived from ``rel``;
-        for '' (the workspace root) those of the root directory."""
-        ...
-
-    def content_access(self, rel: RelPath, h: str | None) -> Access:
-        """Owner and bits for content ``h`` of ``rel`` that may be older than
-        the file (a stale view's units): who could read it when it was
-        recorded and can now (swfs.permissions)."""
-        ...
-
-    # -- .versions
-    def versioned_paths(self) -> Iterable[RelPath]: ...
-    def has_versions(self, rel: RelPath) -> bool:
-        """Cheap (one record): ``rel`` is among ``versioned_paths``."""
-        ...
-
-    def versions(self, rel: RelPath) -> Sequence[Version]: ...
-    def version_file(self, rel: RelPath, number: int) -> str | None:
-        """*slow*: a readable path holding that version's bytes (a blob), or
-        None when its bytes are not kept.  For the current version this may be
-        a preserved blob or None; the daemon then serves the native file."""
-        ...
-
-    def snapshots(self) -> Sequence[str]: ...
-    def snapshot_manifest(self, name: str) -> dict[RelPath, Hash]: ...
-    def snapshot_accesses(self, name: str) -> dict[RelPath, Access]:
-        """Owner, group and mode of every file and folder ('' the root) of
-        snapshot ``name`` as it recorded them; owner-only where it recorded
-        none.  Not narrowed by the present ones (swfs.permissions does)."""
-        ...
-
-    def version_ref(self, rel: RelPath, number: int) -> str | None:
-        """Like ``version_file`` but cheap, for lookups: the path may not
-        exist until ``open_blob`` opens it (a chunked blob is reassembled
-        then, in the daemon's worker thread, not on its loop)."""
-        ...
 
     def blob_path(self, h: Hash) -> str | None:
         """*slow*: a readable path holding blob ``h``, or None if not kept."""
@@ -458,6 +415,68 @@ class WorkspaceAPI(Protocol):
         """*slow*: ``open_blob``, or on a disk too full to reassemble the
         blob, a reader of its chunks (``pread(size, offset)``): reading
         history never needs free space."""
+        ...
+
+
+class HistoryAPI(Protocol):
+    """Versions and snapshots as the daemon reads them (``.versions``,
+    ``.snapshots``): the engine's ``history`` part
+    (``swfs.history.part.History``, which also takes snapshots, sets the
+    baseline and restores for the CLI and the control socket)."""
+
+    def versioned_paths(self) -> Iterable[RelPath]: ...
+    def has_versions(self, rel: RelPath) -> bool:
+        """Cheap (one record): ``rel`` is among ``versioned_paths``."""
+        ...
+
+    def versions(self, rel: RelPath) -> Sequence[Version]: ...
+    def version_file(self, rel: RelPath, number: int) -> str | None:
+        """*slow*: a readable path holding that version's bytes (a blob), or
+        None when its bytes are not kept.  For the current version this may be
+        a preserved blob or None; the daemon then serves the native file."""
+        ...
+
+    def snapshots(self) -> Sequence[str]: ...
+    def snapshot_manifest(self, name: str) -> dict[RelPath, Hash]: ...
+    def version_ref(self, rel: RelPath, number: int) -> str | None:
+        """Like ``version_file`` but cheap, for lookups: the path may not
+        exist until ``open_blob`` opens it (a chunked blob is reassembled
+        then, in the daemon's worker thread, not on its loop)."""
+        ...
+
+    def pin_version(self, rel: RelPath) -> None:
+        """Keep ``rel``'s present version even if the same burst of rewrites
+        goes on (see ``swfs.history.versioning``); an fsync no longer pins."""
+        ...
+
+
+class EvidenceAPI(Protocol):
+    """Who may read what the mount shows, now and as recorded in the past,
+    and the mount's access journal: the engine's ``evidence`` part
+    (``swfs.evidence.part.Evidence``)."""
+
+    def access(self, rel: RelPath) -> Access | None:
+        """Owner and permission bits for synthetic nodes derived from ``rel``;
+        for '' (the workspace root) those of the root directory."""
+        ...
+
+    def content_access(self, rel: RelPath, h: str | None) -> Access:
+        """Owner and bits for content ``h`` of ``rel`` that may be older than
+        the file (a stale view's units): who could read it when it was
+        recorded and can now (swfs.permissions)."""
+        ...
+
+    def snapshot_accesses(self, name: str) -> dict[RelPath, Access]:
+        """Owner, group and mode of every file and folder ('' the root) of
+        snapshot ``name`` as it recorded them; owner-only where it recorded
+        none.  Not narrowed by the present ones (swfs.permissions does)."""
+        ...
+
+    def attach_journal(
+        self, health: Callable[[], dict[str, Any]], acknowledge: Callable[[], None]
+    ) -> None:
+        """The mount's access journal, for the control socket to ask after
+        (a world's engine keeps none and ignores it)."""
         ...
 
 
@@ -563,7 +582,17 @@ class EngineAPI(Protocol):
 
     @property
     def workspace(self) -> WorkspaceAPI:
-        """Native files, their records, versions, snapshots, permissions."""
+        """Native files, their records, the write protocol, kept bytes."""
+        ...
+
+    @property
+    def history(self) -> HistoryAPI:
+        """Versions, snapshots, the baseline and restore."""
+        ...
+
+    @property
+    def evidence(self) -> EvidenceAPI:
+        """Who may read what, and the mount's access journal."""
         ...
 
     @property
@@ -594,13 +623,6 @@ class EngineAPI(Protocol):
     @property
     def world_name(self) -> str | None:
         """The world shown (``swfs mount --at``); None for the live workspace."""
-        ...
-
-    def attach_journal(
-        self, health: Callable[[], dict[str, Any]], acknowledge: Callable[[], None]
-    ) -> None:
-        """The mount's access journal, for the control socket to ask after
-        (a world's engine keeps none and ignores it)."""
         ...
 
     async def run_background(self, *, task_status: Any = ...) -> None:

@@ -41,8 +41,20 @@ if TYPE_CHECKING:
         def content_counts(self) -> dict[str, int]: ...
         def failures(self) -> list[tuple[str, str]]: ...
         def not_preserved(self) -> int: ...
+
+    class ControlledHistory(Protocol):
+        """What the control socket asks of the engine's history part."""
+
         def set_baseline(self) -> int: ...
         def restore(self, rel: RelPath, number: int) -> Version: ...
+
+    class ControlledEvidence(Protocol):
+        """What the control socket asks of the engine's evidence part."""
+
+        @property
+        def journal_health(self) -> Callable[[], dict[str, Any]] | None: ...
+        @property
+        def journal_ack(self) -> Callable[[], None] | None: ...
 
     class Controlled(Protocol):
         """What the control socket asks of the engine (``swfs.engine.Engine``)."""
@@ -56,9 +68,9 @@ if TYPE_CHECKING:
         @property
         def search_index(self) -> SearchIndex: ...
         @property
-        def journal_health(self) -> Callable[[], dict[str, Any]] | None: ...
+        def history(self) -> ControlledHistory: ...
         @property
-        def journal_ack(self) -> Callable[[], None] | None: ...
+        def evidence(self) -> ControlledEvidence: ...
         async def wait_all_current(self, limit: float) -> bool: ...
         def scan(self) -> object: ...
 
@@ -92,10 +104,10 @@ async def _handle(
         return {"current": ok, "counts": await trio.to_thread.run_sync(engine.workspace.counts)}
     if op == "baseline":
         await trio.to_thread.run_sync(engine.scan)
-        return {"files": await trio.to_thread.run_sync(engine.workspace.set_baseline)}
+        return {"files": await trio.to_thread.run_sync(engine.history.set_baseline)}
     if op == "restore":
         version = await trio.to_thread.run_sync(
-            engine.workspace.restore, request["path"], int(request["version"])
+            engine.history.restore, request["path"], int(request["version"])
         )
         return {"version": version.number, "hash": version.hash}
     if op == "search":  # `swfs search` of a mounted workspace, as the connecting user
@@ -109,11 +121,12 @@ async def _handle(
     if op == "search_state":
         return engine.search_index.health()
     if op == "journal_state":  # the mount's access journal (swfs status, swfs check)
-        health = engine.journal_health
+        health = engine.evidence.journal_health
         return {"state": "off", "reason": "not kept by this daemon"} if health is None else health()
     if op == "journal_ack":  # swfs check --repair: a journal started afresh was seen
-        if engine.journal_ack is not None:
-            engine.journal_ack()
+        ack = engine.evidence.journal_ack
+        if ack is not None:
+            ack()
         return {}
     if op == "sandbox":  # the parse sandbox this daemon's workers get
         from swfs.views import sandbox

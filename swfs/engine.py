@@ -37,7 +37,9 @@ from swfs.api import (
     ViewState,
 )
 from swfs.control import ControlServer
+from swfs.evidence.part import Evidence
 from swfs.find.search import SearchIndex
+from swfs.history.part import History
 from swfs.history.staging import Staging
 from swfs.review import changes as review_mod
 from swfs.store.records import FLUSH_INTERVAL
@@ -67,7 +69,9 @@ class Engine:
     interface, and runs their background work.
 
     ``workspace`` (``swfs.workspace.Workspace``): the file table, the write
-    protocol, preserved bytes, versions, snapshots, permissions.
+    protocol, preserved bytes.
+    ``history``: versions, snapshots, the baseline, restore (``History``).
+    ``evidence``: who may read what, the mount's access journal (``Evidence``).
     ``views``: the parsed views and the wait for them (``Views``).
     ``reviews``: the change set against the baseline (``Reviews``).
     ``search_index``: the search index (``swfs.find.search``)."""
@@ -80,17 +84,17 @@ class Engine:
         self._token: trio.lowlevel.TrioToken | None = None
         ws.add_parse_request_handler(self._on_parse_request)
         ws.progress = self._parse_progress
+        self.history = History(ws)
+        self.evidence = Evidence(ws)
         self.views = Views(self)
-        self.reviews = Reviews(ws)
-        self.search_index = SearchIndex(ws, model=_embed_model(ws.config.embed_model))
+        self.reviews = Reviews(ws, self.evidence)
+        self.search_index = SearchIndex(
+            ws, self.evidence.access, model=_embed_model(ws.config.embed_model)
+        )
         ws.add_listener(self.search_index.notify)  # from any thread: it only queues
         # rel -> set at its next change notice: readers waiting for a writer's record
         self._notices: dict[str, trio.Event] = {}
         self.add_listener(self._on_notice)
-        # How the mount's access journal is (``swfs.evidence.access.Journal.health``:
-        # the mount sets it; the control socket and swfs check ask).
-        self.journal_health: Callable[[], dict[str, Any]] | None = None
-        self.journal_ack: Callable[[], None] | None = None
         # (rel, hash) -> parses of it whose machinery failed (INTERNAL_TRIES)
         self._internal_failures: dict[tuple[str, str], int] = {}
         # rel -> ordinals of units readers wait for, of its ranged parse under way
@@ -437,12 +441,6 @@ class Engine:
                     stats.removed,
                 )
 
-    def attach_journal(
-        self, health: Callable[[], dict[str, Any]], acknowledge: Callable[[], None]
-    ) -> None:
-        """The mount's access journal, for the control socket to ask after."""
-        self.journal_health, self.journal_ack = health, acknowledge
-
     async def _wait_view(self, rel: RelPath, limit: float, unit: str | None = None) -> None:
         """Wait up to ``limit`` seconds for ``rel``'s view to be current: for
         its parse, and first for its record when the file holds bytes not
@@ -571,8 +569,9 @@ class Reviews:
     store generation: SUMMARY.md, ALL.diff, every <rel>.diff and their access
     bits all ask for it."""
 
-    def __init__(self, ws: Workspace) -> None:
+    def __init__(self, ws: Workspace, evidence: Evidence) -> None:
         self._ws = ws
+        self._access = evidence.access
         self._changes: tuple[int, list[ReviewEntry]] | None = None
 
     def review(self) -> Sequence[ReviewEntry]:
@@ -604,13 +603,13 @@ class Reviews:
         return None
 
     def review_access(self) -> Access:
-        return review_mod.all_access(self._ws, list(self.review()), self._ws.access)
+        return review_mod.all_access(self._ws, list(self.review()), self._access)
 
     def review_diff_access(self, rel: RelPath) -> Access:
         for e in self.review():
             if e.rel == rel:
-                return review_mod.diff_access(self._ws, e, self._ws.access(rel))
-        return self._ws.access(rel) or permissions.owner_only(self._ws.store_dir)
+                return review_mod.diff_access(self._ws, e, self._access(rel))
+        return self._access(rel) or permissions.owner_only(self._ws.store_dir)
 
 
 def _embed_model(directory: str | None) -> Any:

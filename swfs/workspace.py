@@ -27,10 +27,9 @@ import lmdb
 from parsers import registry
 from parsers._base import FileInfo
 from parsers.cells import count_cells
-from swfs import api, permissions
+from swfs import api
 from swfs.api import (
     RESERVED_ROOTS,
-    Access,
     Cause,
     FileState,
     Freshness,
@@ -38,10 +37,8 @@ from swfs.api import (
     ParsedView,
     RelPath,
     RenderedUnit,
-    Version,
     ViewState,
     WorkspaceError,
-    WriteSession,
 )
 from swfs.history import snapshots as history
 from swfs.history import staging, versioning
@@ -56,7 +53,6 @@ from swfs.store.records import (
     FileRecord,
     ParseRecord,
     Store,
-    dumps,
     mark_not_kept,
     signature_bytes,
     stat_signature,
@@ -143,7 +139,9 @@ class Workspace(BlobReads):
         # half-written bytes as an external change.
         self.writes = InPlaceWrites(self)
         self._listeners.append(self.writes.changed)
-        self._windows = versioning.VersionWindows()
+        # The burst windows (swfs.history.versioning): whether a rewrite
+        # replaces the last version; the history part pins and closes them.
+        self.windows = versioning.VersionWindows()
         self._parsed_paths_cache: tuple[int, list[RelPath]] | None = None
         # Inode number -> paths whose record names it, built on first need:
         # the other names a write through one hard link changed.  A superset
@@ -379,7 +377,7 @@ class Workspace(BlobReads):
                 )
                 self._bump(txn)
         if first:
-            self.set_baseline()
+            history.set_baseline(self)
         if self.store.get_meta("parsers") != parsers_now:
             self.store.put_meta("parsers", parsers_now)
         for rel, _ in results:
@@ -463,7 +461,7 @@ class Workspace(BlobReads):
         number = versions[-1][0] + 1 if versions else 1
         if (
             versions
-            and self._windows.decide(
+            and self.windows.decide(
                 rel,
                 last_hash=versions[-1][1],
                 last_cause=versions[-1][3],
@@ -648,20 +646,6 @@ class Workspace(BlobReads):
         """The freshness of ``rel``'s view, its record ``rec`` just read."""
         return self._freshness_now(rel, rec)
 
-    def access(self, rel: RelPath) -> Access | None:
-        try:
-            st = os.lstat(self.abspath(rel))
-            return Access(st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode))
-        except OSError:
-            pass
-        rec = self.store.get_file(rel)
-        if rec is not None:
-            return Access(rec.uid, rec.gid, stat.S_IMODE(rec.mode))
-        entry = self._baseline_manifest().get(rel)
-        if entry is not None:
-            return Access(entry[3], entry[4], stat.S_IMODE(entry[2]))
-        return None
-
     # ------------------------------------------------------------- preserving
     def _keeps_bytes(self, rel: str, size: int) -> bool:
         if size > self.config.max_preserve_bytes:
@@ -761,10 +745,6 @@ class Workspace(BlobReads):
             if freed:
                 log.warning("disk full: dropped %d bytes of reassembled versions", freed)
             yield
-
-    def begin_write(self, rel: str, opener: Callable[[], int], *, truncate: bool) -> WriteSession:
-        """*slow*: ``swfs.history.writesession.InPlaceWrites.begin_write``."""
-        return self.writes.begin_write(rel, opener, truncate=truncate)
 
     def _preserve(self, rel: RelPath, *, link: bool, keep_temp: bool = False) -> str | None:
         """Keep the bytes ``rel`` holds now, or raise OSError: ENOSPC (or
@@ -893,7 +873,7 @@ class Workspace(BlobReads):
         versions = self.store.get_versions(rel)
         if not versions or versions[-1][1] != h or self.blobs.has(h):
             return False
-        return self._windows.skip_keep(
+        return self.windows.skip_keep(
             rel,
             last_hash=h,
             last_cause=versions[-1][3],
@@ -922,14 +902,6 @@ class Workspace(BlobReads):
         """``Store.writer_if_free``: whether a record can be made now
         without waiting on another thread's write."""
         return self.store.writer_if_free()
-
-    def pin_version(self, rel: RelPath) -> None:
-        """``rel``'s present version is never replaced by a rewrite in the
-        same burst.  An fsync no longer pins (swfs.history.versioning): a
-        database's commits are a burst like any other rewrites."""
-        rec = self.store.get_file(rel)
-        if rec is not None:
-            self._windows.pin(rel, rec.hash)
 
     def record_rename(self, old: RelPath, new: RelPath) -> None:
         """After ``old`` was renamed to ``new`` (a file or a directory)."""
@@ -1233,184 +1205,5 @@ class Workspace(BlobReads):
     def manifest(self) -> dict[str, list[Any]]:
         return {rel: rec.manifest_entry() for rel, rec in self.store.all_files().items()}
 
-    def set_baseline(self) -> int:
-        manifest = self.manifest()
-        # Deleted since the last baseline: what .review shows of them goes too.
-        gone = [rel for rel in self._baseline_manifest() if rel not in manifest]
-        dirs, dir_modes = history.folders(self, manifest)
-        self.store.ensure_room(400 * len(manifest))
-        with self.store.write() as txn:
-            meta = self.store.dbs["meta"]
-            data = dumps(manifest)
-            history.keep_previous_baseline(self, txn, data)
-            txn.put(b"baseline", data, db=meta)
-            txn.put(b"baseline_dirs", dumps(dirs), db=meta)
-            txn.put(b"baseline_dir_modes", dumps(dir_modes), db=meta)
-            txn.put(b"baseline", dumps(manifest), db=meta)
-            self._windows.close_all()
-            txn.put(b"baseline_at", dumps(time.time()), db=meta)
-            gen = int(bytes(txn.get(b"baseline_gen", db=meta) or b"0"))
-            txn.put(b"baseline_gen", str(gen + 1).encode(), db=meta)
-            self.store.append_journal(txn, "baseline", files=len(manifest))
-            self._bump(txn)
-        self.store.flush()
-        for rel in [*manifest, *gone]:
-            self._changed(rel)
-        return len(manifest)
-
     def baseline_manifest(self) -> dict[str, list[Any]]:
         return self._baseline_manifest()
-
-    # ------------------------------------------------------------- versions
-    def versioned_paths(self) -> Iterable[RelPath]:
-        self.writes.drain()  # the queued records of changes of names first
-        with self.store.read() as txn:
-            return [RelPath(rel) for rel, _ in self.store.iter_versions(txn)]
-
-    def has_versions(self, rel: RelPath) -> bool:
-        self.writes.drain()  # the queued records of changes of names first
-        return bool(self.store.get_versions(rel))
-
-    def versions(self, rel: RelPath) -> Sequence[Version]:
-        self.writes.drain()  # the queued records of changes of names first
-        rec = self.store.get_file(rel)
-        out = []
-        for v in self.store.get_versions(rel):
-            number, h, at, cause, size, *kept = v
-            available = self.blobs.has(h) or (rec is not None and rec.hash == h)
-            then = permissions.recorded(*kept[:3]) if len(kept) >= 3 else None
-            then = then or permissions.owner_only(self.store_dir)
-            not_kept = None if available else version_not_kept(v)
-            out.append(Version(number, Hash(h), at, Cause(cause), available, size, then, not_kept))
-        return out
-
-    def content_access(self, rel: RelPath, h: str | None) -> Access:
-        """Who may read content ``h`` of ``rel`` (a stale view's units): its
-        present access if ``h`` is what the file holds now, else the one
-        recorded with its last version of ``h`` narrowed by the present one
-        (swfs.permissions); owner-only when none was recorded."""
-        now = self.access(rel)
-        rec = self.store.get_file(rel)
-        if now is not None and rec is not None and rec.hash == h:
-            return now
-        then = None
-        for _, vh, _, _, _, *kept in reversed(self.store.get_versions(rel)):
-            if vh == h:
-                then = permissions.recorded(*kept[:3]) if len(kept) >= 3 else None
-                break
-        return permissions.then_and_now(then or permissions.owner_only(self.store_dir), now)
-
-    def version_file(self, rel: RelPath, number: int) -> str | None:
-        """*slow*: a readable path holding version ``number``'s bytes (a
-        chunked blob is reassembled), or None when they were not kept."""
-        ref = self.version_ref(rel, number)
-        return None if ref is None else str(self.blobs.readable_path_of(ref))
-
-    def version_ref(self, rel: RelPath, number: int) -> str | None:
-        """Like ``version_file`` but cheap: the path may not exist until
-        ``open_blob`` opens it."""
-        self.writes.drain()  # the queued records of changes of names first
-        for v in self.versions(rel):
-            if v.number == number:
-                if self.blobs.has(v.hash):
-                    return str(self.blobs.lazy_path(v.hash))
-                rec = self.store.get_file(rel)
-                if rec is not None and rec.hash == v.hash:
-                    return self.abspath(rel)
-                return None
-        return None
-
-    # blob_path, blob_ref, blob_size, open_blob: swfs.blobreads.BlobReads
-
-    # ------------------------------------------------------------ snapshots
-    def snapshots(self) -> Sequence[str]:
-        return self.store.snapshot_names()
-
-    def snapshot_manifest(self, name: str) -> dict[RelPath, Hash]:
-        m = self.store.get_snapshot(name) or {}
-        return {RelPath(rel): Hash(entry[0]) for rel, entry in m.items()}
-
-    def snapshot_accesses(self, name: str) -> dict[RelPath, Access]:
-        return {RelPath(r): a for r, a in history.snapshot_accesses(self, name).items()}
-
-    def snapshot(self, name: str) -> int:
-        """*slow*: record the present state as ``name`` and keep every byte it names."""
-        if not name or "/" in name or name.startswith(".") or len(name.encode()) > 200:
-            raise WorkspaceError(f"{name!r}: not a valid snapshot name")
-        if name in self.store.snapshot_names():
-            raise WorkspaceError(f"snapshot {name!r} exists already")
-        self.scan()
-        manifest = self.manifest()
-        for rel, entry in manifest.items():
-            if self.blobs.has(entry[0]):
-                continue
-            try:
-                fd = open_to_read(self.abspath(rel), os.O_NOFOLLOW)
-            except OSError as exc:
-                raise WorkspaceError(
-                    f"{rel}: cannot read for the snapshot: {exc.strerror}"
-                ) from exc
-            try:
-                self.blobs.put_fd(fd, expected=entry[0])
-            except HashMismatch as exc:
-                raise WorkspaceError(f"{rel}: changed while the snapshot was taken") from exc
-            finally:
-                os.close(fd)
-        self.store.put_snapshot(name, manifest)
-        self._windows.close_all()  # the versions it names are never replaced
-        with self.store.write() as txn:
-            self.store.append_journal(txn, "snapshot", name=name, files=len(manifest))
-            self._bump(txn)
-        self.store.flush()
-        return len(manifest)
-
-    # --------------------------------------------------------------- restore
-    def restore(self, rel: RelPath, number: int) -> Version:
-        """*slow*: bring back version ``number`` of ``rel`` as a new version."""
-        history.not_staged(self, "restore")
-        versions = {v.number: v for v in self.versions(rel)}
-        if number not in versions:
-            raise WorkspaceError(f"{rel}: no version {number}")
-        source = self.version_ref(rel, number)
-        if source is None:
-            why = versions[number].not_kept
-            raise WorkspaceError(
-                f"{rel}@{number}: its bytes were not kept" + (f": {why}" if why else "")
-            )
-        dest = self.abspath(rel)
-        os.makedirs(os.path.dirname(dest) or ".", exist_ok=True)
-        if os.path.lexists(dest):
-            self.preserve_inode(rel)
-        tmp = f"{dest}.swfs-restore.{os.getpid()}"
-        try:
-            src_fd = self.open_blob(source)
-        except OSError as exc:
-            raise WorkspaceError(f"{rel}@{number}: cannot read its bytes: {exc.strerror}") from exc
-        try:
-            from swfs.store.fsutil import copy_fd, fsync_dir
-
-            mode = 0o644
-            old = self.store.get_file(rel)
-            if old is not None:
-                mode = stat.S_IMODE(old.mode)
-            dst_fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
-            try:
-                copy_fd(src_fd, dst_fd)
-                os.fsync(dst_fd)
-            finally:
-                os.close(dst_fd)
-            os.replace(tmp, dest)
-            fsync_dir(os.path.dirname(dest))
-        except OSError as exc:
-            if os.path.lexists(tmp):
-                os.unlink(tmp)
-            raise WorkspaceError(f"{rel}: cannot restore: {exc.strerror}") from exc
-        finally:
-            os.close(src_fd)
-        self.check_file(rel, cause=Cause.RESTORE, force=True)
-        with self.store.write() as txn:
-            self.store.append_journal(
-                txn, "restore", path=rel, version=number, hash=versions[number].hash
-            )
-        self.store.flush()
-        return self.versions(rel)[-1]

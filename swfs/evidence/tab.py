@@ -430,7 +430,8 @@ def _unit_locator(path: str, ev: dict[str, Any]) -> str:
 class Builder:
     """Builds a tab's report from journal events for one caller.
 
-    ``ws``: ``access(rel)``, ``parsed_view(rel)``, ``store.get_file(rel)``;
+    ``ws``: ``parsed_view(rel)``, ``store.get_file(rel)`` (and ``access(rel)``
+    unless ``access`` is given: the engine's ``evidence.access``);
     ``search``: the search index's query function."""
 
     def __init__(

@@ -57,7 +57,7 @@ from typing import Any
 import trio
 import trio_parallel
 
-from swfs.api import FileState, Freshness, Hash, RelPath, WorkspaceAPI
+from swfs.api import FileState, Freshness, Hash, HistoryAPI, RelPath, WorkspaceAPI
 from swfs.store.fsutil import open_to_read, save_file
 from swfs.views.parsework import describe_broken
 
@@ -732,6 +732,7 @@ class Renderer:
     def __init__(
         self,
         engine: WorkspaceAPI,
+        history: HistoryAPI,
         dpi: float = DEFAULT_DPI,
         *,
         workers: int = WORKERS,
@@ -740,6 +741,7 @@ class Renderer:
         page_timeout: float = PAGE_TIMEOUT,
     ) -> None:
         self.engine = engine
+        self.history = history  # older contents of a file (older_hashes)
         self.dpi = clamp_dpi(dpi)
         self.cache = RenderCache(Path(engine.store_dir) / "render")
         self.memory_mb = memory_mb
@@ -809,7 +811,7 @@ class Renderer:
     def _older_hashes(self, rel: str, current: str | None) -> list[Hash]:
         seen: set[str] = set() if current is None else {current}
         out: list[Hash] = []
-        for v in reversed(list(self.engine.versions(RelPath(rel)))):
+        for v in reversed(list(self.history.versions(RelPath(rel)))):
             if v.hash not in seen:
                 seen.add(v.hash)
                 out.append(v.hash)

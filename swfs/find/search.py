@@ -99,7 +99,6 @@ class Indexed(Protocol):
     @property
     def store_dir(self) -> Path: ...
     def parse_units(self, h: str, parser: str) -> list[tuple[str, str, str]] | None: ...
-    def access(self, rel: RelPath) -> Access | None: ...
     def settled(self, rel: RelPath) -> bool: ...
 
 
@@ -329,8 +328,15 @@ class SearchIndex:
     # of it would drop their locks: ``_private``): its header is read by it.
     _fd: int | None = None
 
-    def __init__(self, ws: Indexed, *, model: EmbedModel | None = None) -> None:
+    def __init__(
+        self,
+        ws: Indexed,
+        access: Callable[[RelPath], Access | None],
+        *,
+        model: EmbedModel | None = None,
+    ) -> None:
         self.ws = ws
+        self._access = access  # who may read a path (the engine's evidence part)
         self.path = Path(ws.store_dir) / DB_NAME
         self.model = model
         self._local = threading.local()
@@ -720,7 +726,7 @@ class SearchIndex:
         except QueryError as exc:
             return SearchResult(text, error=str(exc))
         limit = max(1, min(limit, MAX_LIMIT))
-        check = AccessCheck(self.ws.access, caller)
+        check = AccessCheck(self._access, caller)
         if self._trouble is not None:
             return SearchResult(text, unavailable=f"{self._trouble}; it is being rebuilt")
         try:

@@ -35,7 +35,8 @@ from typing import Any, Protocol
 import lmdb
 
 from swfs import api, permissions
-from swfs.api import Access, Cause, ChangeStatus, FileState, RelPath, WorkspaceError
+from swfs.api import Access, Cause, ChangeStatus, FileState, RelPath, WorkspaceError, WriteProtocol
+from swfs.history.versioning import VersionWindows
 from swfs.store import seed
 from swfs.store.blobs import BlobStore, HashMismatch
 from swfs.store.fsutil import copy_fd, open_dir_noatime, open_to_read
@@ -80,8 +81,13 @@ class Recorded(Protocol):
     def staging(self) -> object | None: ...
     def abspath(self, rel: str) -> str: ...
     def is_hidden(self, rel: str) -> bool: ...
+    @property
+    def windows(self) -> VersionWindows: ...
+    @property
+    def writes(self) -> WriteProtocol: ...
     def baseline_manifest(self) -> dict[str, list[Any]]: ...
-    def snapshot(self, name: str) -> int: ...
+    def manifest(self) -> dict[str, list[Any]]: ...
+    def open_blob(self, path: str) -> int: ...
     def scan(self) -> object: ...
     def check_file(
         self, rel: RelPath, *, cause: Cause = ..., force: bool = ...
@@ -189,9 +195,9 @@ def snapshot_kind(ws: Recorded, name: str) -> str:
 
 
 def take_snapshot(ws: Recorded, name: str, *, kind: str = KIND_SNAPSHOT) -> int:
-    """*slow*: ``Workspace.snapshot`` plus the directories it cannot name."""
+    """*slow*: ``record_snapshot`` plus the directories it cannot name."""
     check_name(ws, name, "submission" if kind == KIND_SUBMISSION else "snapshot")
-    files = ws.snapshot(name)
+    files = record_snapshot(ws, name)
     manifest = ws.store.get_snapshot(name) or {}
     dirs, modes = folders(ws, manifest)
     with ws.store.write() as txn:
@@ -236,6 +242,64 @@ def delete_snapshot(ws: Recorded, name: str) -> int:
         ws.store.append_journal(txn, "snapshot-delete", name=name, files=len(manifest))
         ws.bump_generation(txn)
     ws.store.flush()
+    return len(manifest)
+
+
+def record_snapshot(ws: Recorded, name: str) -> int:
+    """*slow*: record the present state as ``name`` and keep every byte it names."""
+    if not name or "/" in name or name.startswith(".") or len(name.encode()) > 200:
+        raise WorkspaceError(f"{name!r}: not a valid snapshot name")
+    if name in ws.store.snapshot_names():
+        raise WorkspaceError(f"snapshot {name!r} exists already")
+    ws.scan()
+    manifest = ws.manifest()
+    for rel, entry in manifest.items():
+        if ws.blobs.has(entry[0]):
+            continue
+        try:
+            fd = open_to_read(ws.abspath(rel), os.O_NOFOLLOW)
+        except OSError as exc:
+            raise WorkspaceError(f"{rel}: cannot read for the snapshot: {exc.strerror}") from exc
+        try:
+            ws.blobs.put_fd(fd, expected=entry[0])
+        except HashMismatch as exc:
+            raise WorkspaceError(f"{rel}: changed while the snapshot was taken") from exc
+        finally:
+            os.close(fd)
+    ws.store.put_snapshot(name, manifest)
+    ws.windows.close_all()  # the versions it names are never replaced
+    with ws.store.write() as txn:
+        ws.store.append_journal(txn, "snapshot", name=name, files=len(manifest))
+        ws.bump_generation(txn)
+    ws.store.flush()
+    return len(manifest)
+
+
+def set_baseline(ws: Recorded) -> int:
+    """*slow*: record the present file table as the baseline (the one it
+    replaces is kept as a snapshot: ``keep_previous_baseline``)."""
+    manifest = ws.manifest()
+    # Deleted since the last baseline: what .review shows of them goes too.
+    gone = [rel for rel in ws.baseline_manifest() if rel not in manifest]
+    dirs, dir_modes = folders(ws, manifest)
+    ws.store.ensure_room(400 * len(manifest))
+    with ws.store.write() as txn:
+        meta = ws.store.dbs["meta"]
+        data = dumps(manifest)
+        keep_previous_baseline(ws, txn, data)
+        txn.put(b"baseline", data, db=meta)
+        txn.put(b"baseline_dirs", dumps(dirs), db=meta)
+        txn.put(b"baseline_dir_modes", dumps(dir_modes), db=meta)
+        txn.put(b"baseline", dumps(manifest), db=meta)
+        ws.windows.close_all()
+        txn.put(b"baseline_at", dumps(time.time()), db=meta)
+        gen = int(bytes(txn.get(b"baseline_gen", db=meta) or b"0"))
+        txn.put(b"baseline_gen", str(gen + 1).encode(), db=meta)
+        ws.store.append_journal(txn, "baseline", files=len(manifest))
+        ws.bump_generation(txn)
+    ws.store.flush()
+    for rel in [*manifest, *gone]:
+        ws.notify_changed(rel)
     return len(manifest)
 
 

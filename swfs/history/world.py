@@ -227,7 +227,7 @@ class World(BlobReads):
         self._send: trio.MemorySendChannel[str] | None = None
         self._changes: list[ReviewEntry] | None = None
         # The engine's parts (swfs.api.EngineAPI): a world is all of them.
-        self.workspace = self.views = self.reviews = self
+        self.workspace = self.views = self.reviews = self.history = self.evidence = self
 
     # -- what the world is
     def _open(self, name: str) -> None:

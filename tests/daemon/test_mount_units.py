@@ -119,7 +119,7 @@ def engine(tmp_path: Path) -> Iterator[Any]:
     (src / "bin.dat").write_bytes(b"\0\1")
     with Engine.open(src, config=Config(rescan_interval=0)) as e:
         trio.run(e.drain)
-        e.workspace.snapshot("start")
+        e.history.snapshot("start")
         yield Watched(e)
 
 
@@ -175,7 +175,7 @@ def test_versions_tree_names(engine: Any) -> None:
 def test_unknown_paths_are_owner_only(engine: Any) -> None:
     tree = ParsedTree(engine, Generation(), MountOptions())
     acc = tree.access("never/seen")
-    assert acc.mode == 0o400 & engine.workspace.access(RelPath("")).mode  # type: ignore[union-attr]
+    assert acc.mode == 0o400 & engine.evidence.access(RelPath("")).mode  # type: ignore[union-attr]
 
 
 # -- the adapter

@@ -245,7 +245,7 @@ def test_writers_and_changed_files_are_left_to_open(ops: Operations, engine: Any
         assert _fds_on(path) == []
     assert not engine.workspace.writes.busy(["d/b.txt"])
     assert engine.workspace.file_state("d/b.txt").hash == _b3(b"BEA\n")
-    assert engine.workspace.versions("d/b.txt")[-1].hash == _b3(b"BEA\n")  # recorded at the close
+    assert engine.history.versions("d/b.txt")[-1].hash == _b3(b"BEA\n")  # recorded at the close
 
     # Changed behind the mount: the engine must look first (a thread).
     path.write_text("changed behind\n")
@@ -482,7 +482,7 @@ def test_write_nowait_writes_unless_bytes_must_be_kept_first(ops: Operations, en
     assert path.read_bytes() == b"SEE\n"
     assert reqcount.COUNTS["write"] - before["write"] == 3  # two handed on, one at once
     assert reqcount.COUNTS["nowait_write"] - before["nowait_write"] == 1
-    old = engine.workspace.versions("d/b.txt")[0]
+    old = engine.history.versions("d/b.txt")[0]
     assert old.available  # "bee" was kept before the first write
 
     parent = _ino(ops, "d")

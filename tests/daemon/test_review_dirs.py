@@ -111,7 +111,7 @@ def test_parsed_and_versions_folders_stay_without_their_index(
         raise AssertionError("the index was rebuilt")
 
     monkeypatch.setattr(engine.views, "parsed_paths", no_index)
-    monkeypatch.setattr(engine.workspace, "versioned_paths", no_index)
+    monkeypatch.setattr(engine.history, "versioned_paths", no_index)
     for tree in (parsed, versions):
         assert tree.dir_stays("d/b.txt", {"d/b.txt"})
         assert tree.dir_stays("d", {"d/b.txt"})

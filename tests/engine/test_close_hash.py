@@ -61,7 +61,7 @@ def count(what: str) -> int:
 
 
 def write_session(engine: Engine, rel: str, *edits: tuple[int, bytes]) -> WriteSession:
-    s = engine.workspace.begin_write(
+    s = engine.workspace.writes.begin_write(
         rel, lambda: os.open(engine.src / rel, os.O_RDWR | os.O_CLOEXEC), truncate=False
     )
     for off, data in edits:
@@ -78,7 +78,7 @@ def test_a_one_byte_edit_records_blake3_by_one_leaf(engine: Engine) -> None:
     assert count("incremental") == incremental + 1
     assert count("leaves") == leaves + 1
     # The version before the edit is kept, under the hash of its bytes.
-    versions = engine.workspace.versions(RelPath("big.bin"))
+    versions = engine.history.versions(RelPath("big.bin"))
     assert len(versions) == 2
     assert versions[-1].hash == truth(engine, "big.bin")
 

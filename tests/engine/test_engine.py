@@ -108,7 +108,7 @@ def test_rename_copy_and_revert_reuse_the_cache(engine: Engine, src: Path) -> No
 
 def test_editor_save_is_one_new_version(engine: Engine, src: Path) -> None:
     rel = RelPath("notes.md")
-    assert len(engine.workspace.versions(rel)) == 1
+    assert len(engine.history.versions(rel)) == 1
     # What an editor does through the mount: write a temp file, rename it over.
     engine.workspace.preserve(rel)
     tmp = src / ".notes.md.swp"
@@ -117,13 +117,13 @@ def test_editor_save_is_one_new_version(engine: Engine, src: Path) -> None:
     engine.workspace.preserve_inode(rel)
     os.rename(tmp, src / "notes.md")
     engine.workspace.record_rename(RelPath(".notes.md.swp"), rel)
-    versions = engine.workspace.versions(rel)
+    versions = engine.history.versions(rel)
     assert [v.number for v in versions] == [1, 2]
     assert versions[1].hash == hash_file(src / "notes.md")
-    assert engine.workspace.versions(RelPath(".notes.md.swp")) == []
+    assert engine.history.versions(RelPath(".notes.md.swp")) == []
     assert engine.workspace.file_state(RelPath(".notes.md.swp")) is None
     # The old bytes were preserved and are readable as version 1.
-    old = engine.workspace.version_file(rel, 1)
+    old = engine.history.version_file(rel, 1)
     assert old is not None
     assert Path(old).read_text() == "# Notes\nthe quick brown fox\n"
     statuses = {e.rel: e.status for e in engine.reviews.review()}
@@ -139,13 +139,13 @@ def test_in_place_write_preserves_old_bytes(engine: Engine, src: Path) -> None:
     state = engine.workspace.record_write(rel)
     assert state is not None
     assert state.hash != h0
-    v1 = engine.workspace.version_file(rel, 1)
+    v1 = engine.history.version_file(rel, 1)
     assert v1 is not None
     assert hash_file(v1) == h0
-    restored = engine.workspace.restore(rel, 1)
+    restored = engine.history.restore(rel, 1)
     assert restored.number == 3
     assert hash_file(src / rel) == h0
-    causes = [v.cause.value for v in engine.workspace.versions(rel)]
+    causes = [v.cause.value for v in engine.history.versions(rel)]
     assert causes == ["baseline", "write", "restore"]
 
 
@@ -168,7 +168,7 @@ def test_baseline_accepts_present_state(engine: Engine, src: Path) -> None:
     (src / "notes.md").write_text("new\n")
     engine.scan()
     assert engine.reviews.review()
-    engine.workspace.set_baseline()
+    engine.history.set_baseline()
     assert list(engine.reviews.review()) == []
 
 
@@ -195,7 +195,7 @@ def test_external_change_detected_on_access(engine: Engine, src: Path) -> None:
     state = engine.workspace.check_file(rel)
     assert state is not None
     assert state.freshness == Freshness.STALE
-    versions = engine.workspace.versions(rel)
+    versions = engine.history.versions(rel)
     assert [v.cause.value for v in versions] == ["baseline", "external"]
     assert not versions[0].available  # overwritten behind our back: hash only
 
@@ -221,7 +221,7 @@ def test_failed_rename_after_preserve_inode_never_lets_a_write_change_history(
     with open(src / rel, "a") as f:
         f.write("appended\n")
     engine.workspace.record_write(rel)
-    old = engine.workspace.version_file(rel, 1)
+    old = engine.history.version_file(rel, 1)
     assert old is not None
     assert Path(old).read_text() == "# Notes\nthe quick brown fox\n"
 
@@ -241,8 +241,8 @@ def test_long_paths_round_trip(tmp_path: Path) -> None:
         view = eng.views.parsed_view(rel)
         assert view is not None
         assert view.freshness == Freshness.CURRENT
-        assert [v.number for v in eng.workspace.versions(rel)] == [1]
-        assert RelPath(rel) in list(eng.workspace.versioned_paths())
+        assert [v.number for v in eng.history.versions(rel)] == [1]
+        assert RelPath(rel) in list(eng.history.versioned_paths())
 
 
 def test_ignored_and_oversized_files_keep_hashes_but_no_bytes(tmp_path: Path) -> None:
@@ -262,10 +262,10 @@ def test_ignored_and_oversized_files_keep_hashes_but_no_bytes(tmp_path: Path) ->
             (root / name).write_text("changed\n")
             eng.workspace.record_write(RelPath(name))
         for name in ("scratch/tmp.txt", "run.log", "big.txt"):
-            versions = eng.workspace.versions(RelPath(name))
+            versions = eng.history.versions(RelPath(name))
             assert len(versions) == 2, name  # the hash history is kept...
             assert not versions[0].available, name  # ...but not the bytes
-        assert eng.workspace.versions(RelPath("kept.txt"))[0].available
+        assert eng.history.versions(RelPath("kept.txt"))[0].available
 
 
 def test_format_1_store_is_upgraded_when_opened(tmp_path: Path) -> None:

@@ -213,7 +213,7 @@ def test_preserve_still_keeps_a_file_that_changed_once_behind_our_back(engine: E
     engine.workspace.preserve(rel)
     h = hash_file(path)
     assert engine.workspace.blobs.has(h)
-    assert engine.workspace.versions(rel)[-1].hash == h
+    assert engine.history.versions(rel)[-1].hash == h
     assert run_checks(engine.workspace) == []
 
 
@@ -234,8 +234,8 @@ def test_a_write_through_one_hard_link_makes_every_name_stale_at_once(engine: En
     a, b = RelPath("notes/readme.md"), RelPath("notes/hardlink.md")
     old = hash_file(src / a)
     assert engine.workspace.freshness(a) is Freshness.CURRENT
-    a_versions = len(engine.workspace.versions(a))
-    b_versions = len(engine.workspace.versions(b))
+    a_versions = len(engine.history.versions(a))
+    b_versions = len(engine.history.versions(b))
 
     # What the daemon does for `echo x >> notes/hardlink.md` through the mount.
     engine.workspace.preserve(b)
@@ -257,13 +257,13 @@ def test_a_write_through_one_hard_link_makes_every_name_stale_at_once(engine: En
     summary = engine.reviews.review_summary().decode()
     assert new[:16] in summary
     # Each name keeps its own history: one new version each, caused by the write.
-    va, vb = engine.workspace.versions(a), engine.workspace.versions(b)
+    va, vb = engine.history.versions(a), engine.history.versions(b)
     assert len(va) == a_versions + 1
     assert len(vb) == b_versions + 1
     assert va[-1].hash == vb[-1].hash == new
     assert va[-1].cause is Cause.WRITE
     # The old bytes are kept for both histories.
-    assert engine.workspace.version_file(a, va[-2].number) is not None
+    assert engine.history.version_file(a, va[-2].number) is not None
     assert run_checks(engine.workspace) == []
     trio.run(engine.drain)
     for rel in (a, b):

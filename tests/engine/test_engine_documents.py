@@ -94,7 +94,7 @@ def test_fig2_cell_edit_goes_stale_then_current_and_diffs_by_cell(sample: Engine
     parses = [ev for _, ev in sample.workspace.store.iter_journal() if ev["ev"] == "parse"]
     assert [ev["path"] for ev in parses[parses_before:]] == ["budget.xlsx"]
     # The old bytes are a readable version.
-    old = sample.workspace.version_file(rel, 1)
+    old = sample.history.version_file(rel, 1)
     assert old is not None
     with open(old, "rb") as f:
         wb_old = openpyxl.load_workbook(f)
@@ -106,7 +106,7 @@ def test_parsed_diff_works_after_an_overwrite_behind_the_mount(sample: Engine) -
     path = sample.src / rel
     path.write_bytes(docgen.pdf_bytes(12, fact_page=3, fact="Churn rose to 9% in Q3."))
     sample.scan()  # the old bytes were never preserved
-    assert not sample.workspace.versions(rel)[0].available
+    assert not sample.history.versions(rel)[0].available
     trio.run(sample.drain)
     diff = (sample.reviews.review_diff(rel) or b"").decode()
     assert "page-0007.md" in diff

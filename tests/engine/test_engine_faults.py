@@ -124,7 +124,7 @@ def test_preserve_on_a_full_disk_fails_with_enospc_and_keeps_the_store(tmp_path:
             with pytest.raises(OSError, match="No space left") as info:
                 eng.workspace.preserve(RelPath("big.bin"))
             assert info.value.errno == errno.ENOSPC
-            assert eng.workspace.version_file(RelPath("small.txt"), 1) is not None
+            assert eng.history.version_file(RelPath("small.txt"), 1) is not None
             assert not run_checks(eng.workspace)
             assert eng.workspace.blobs.verify(hash_file(src / "small.txt"))
 
@@ -192,14 +192,14 @@ def test_a_full_disk_spends_the_reserve_to_delete_and_records_what_it_could_not_
             assert eng.workspace.preserve_freeing(RelPath("small.bin"), link=True) is not None
             os.unlink(src / "small.bin")
             eng.workspace.record_unlink(RelPath("small.bin"))
-            (small,) = eng.workspace.versions(RelPath("small.bin"))
+            (small,) = eng.history.versions(RelPath("small.bin"))
             assert small.available
             assert small.not_kept is None
             # ... and records what it could not keep.
             eng.workspace.preserve_freeing(RelPath("big.bin"), link=True)
             os.unlink(src / "big.bin")
             eng.workspace.record_unlink(RelPath("big.bin"))
-            (big,) = eng.workspace.versions(RelPath("big.bin"))
+            (big,) = eng.history.versions(RelPath("big.bin"))
             assert not big.available
             assert big.not_kept == "disk full"
             events = [e for _, e in eng.workspace.store.iter_journal() if e["ev"] == "not-kept"]
@@ -221,15 +221,15 @@ def test_a_full_disk_without_a_reserve_drops_reassembled_versions_first(tmp_path
             eng.workspace.preserve(RelPath("doc.bin"))
             (src / "doc.bin").write_bytes(b"new")
             eng.workspace.record_write(RelPath("doc.bin"))
-            path = eng.workspace.version_file(RelPath("doc.bin"), 1)  # reassembled into the cache
+            path = eng.history.version_file(RelPath("doc.bin"), 1)  # reassembled into the cache
             assert path is not None
             assert Path(path).read_bytes() == old
             _fill(src / "filler")
             # No reserve at all: the cache of reassembled versions makes the room.
             assert eng.workspace.preserve_freeing(RelPath("other.bin"), link=True) is not None
             assert not Path(path).exists()
-            assert eng.workspace.versions(RelPath("other.bin"))[0].not_kept is None
-            ref = eng.workspace.version_ref(RelPath("doc.bin"), 1)
+            assert eng.history.versions(RelPath("other.bin"))[0].not_kept is None
+            ref = eng.history.version_ref(RelPath("doc.bin"), 1)
             assert ref is not None
             reader = eng.workspace.open_blob_reading(ref)  # no room to reassemble it again
             assert not isinstance(reader, int)
@@ -253,7 +253,7 @@ def indexed(tmp_path: Path) -> Iterator[Engine]:
 
 
 def test_check_finds_a_corrupt_blob_and_repair_moves_it_aside(indexed: Engine) -> None:
-    h = indexed.workspace.versions(RelPath("a.txt"))[0].hash
+    h = indexed.history.versions(RelPath("a.txt"))[0].hash
     path = indexed.workspace.blobs.path(h)
     os.chmod(path, 0o600)
     path.write_bytes(b"rot")

@@ -45,7 +45,9 @@ def header(engine: Engine) -> str:
 
 def opened(engine: Engine) -> WriteSession:
     path = engine.workspace.abspath(REL)
-    return engine.workspace.begin_write(REL, lambda: os.open(path, os.O_RDWR), truncate=False)
+    return engine.workspace.writes.begin_write(
+        REL, lambda: os.open(path, os.O_RDWR), truncate=False
+    )
 
 
 def claims_current(engine: Engine) -> list[str]:
@@ -144,7 +146,7 @@ def test_a_read_records_a_change_behind_the_mount(engine: Engine) -> None:
 def test_renders_name_no_current_content_while_a_writer_holds_changes(engine: Engine) -> None:
     from swfs.find.render import Renderer
 
-    renderer = Renderer(engine.workspace)
+    renderer = Renderer(engine.workspace, engine.history)
     old = hash_file(engine.workspace.abspath(REL))
     assert renderer.current_hash(REL) == old
     session = opened(engine)

@@ -119,7 +119,7 @@ def test_reset_to_baseline_restores_the_tree_byte_for_byte(engine: Engine) -> No
     assert result.dirs_removed == 4  # new/sub/dir, new/sub, new, moved
     assert result.dirs_created == 1  # empty/inner
     # What the reset replaced is kept: the agent's edit is a version.
-    versions = engine.workspace.versions(RelPath("docs/a.txt"))
+    versions = engine.history.versions(RelPath("docs/a.txt"))
     assert [v.hash for v in versions][-2:] == [
         hash_bytes(b"alpha\nBETA\n"),
         hash_bytes(b"alpha\nbeta\n"),
@@ -178,7 +178,7 @@ def test_submit_named_paths_and_directories(engine: Engine) -> None:
         history.submit(engine.workspace, "other", ["nope.txt"])
     with pytest.raises(WorkspaceError, match="exists already"):
         history.submit(engine.workspace, "final")
-    assert "other" not in engine.workspace.snapshots()  # nothing half-made
+    assert "other" not in engine.history.snapshots()  # nothing half-made
 
 
 def test_reset_refuses_when_bytes_were_not_kept_and_changes_nothing(engine: Engine) -> None:
@@ -245,7 +245,7 @@ def test_restore_from_snapshot_and_baseline(engine: Engine) -> None:
     assert (engine.src / "docs/a.txt").read_bytes() == b"v2\n"
     history.restore_from(engine.workspace, "docs/a.txt", history.BASELINE)
     assert (engine.src / "docs/a.txt").read_bytes() == b"alpha\nbeta\n"
-    assert [v.cause.value for v in engine.workspace.versions(RelPath("docs/a.txt"))][-2:] == [
+    assert [v.cause.value for v in engine.history.versions(RelPath("docs/a.txt"))][-2:] == [
         "restore",
         "restore",
     ]
@@ -269,18 +269,18 @@ def test_snapshot_names_listing_and_deletion(engine: Engine) -> None:
     with pytest.raises(WorkspaceError, match="submission"):
         history.delete_snapshot(engine.workspace, "sub")
     assert history.delete_snapshot(engine.workspace, "one") == 6
-    assert "one" not in engine.workspace.snapshots()
+    assert "one" not in engine.history.snapshots()
     with pytest.raises(WorkspaceError, match="no such snapshot"):
         history.delete_snapshot(engine.workspace, "one")
 
 
 def test_rebaseline_keeps_the_previous_baseline(engine: Engine) -> None:
     write(engine, "docs/a.txt", b"second\n")
-    engine.workspace.set_baseline()
+    engine.history.set_baseline()
     kept = [s for s in history.list_snapshots(engine.workspace) if s.kind == "baseline"]
     assert len(kept) == 1
     assert kept[0].name.startswith("baseline-")
-    assert engine.workspace.snapshot_manifest(kept[0].name)["docs/a.txt"] == hash_bytes(
+    assert engine.history.snapshot_manifest(kept[0].name)["docs/a.txt"] == hash_bytes(
         b"alpha\nbeta\n"
     )
     # The version marked as the baseline is the present baseline's.
@@ -291,8 +291,8 @@ def test_rebaseline_keeps_the_previous_baseline(engine: Engine) -> None:
     history.reset(engine.workspace, kept[0].name)
     assert (engine.src / "docs/a.txt").read_bytes() == b"alpha\nbeta\n"
     # A baseline that changes nothing keeps no copy of itself.
-    engine.workspace.set_baseline()
-    engine.workspace.set_baseline()
+    engine.history.set_baseline()
+    engine.history.set_baseline()
     assert len([s for s in history.list_snapshots(engine.workspace) if s.kind == "baseline"]) == 2
 
 
@@ -303,15 +303,15 @@ def test_short_lived_files_keep_no_history(engine: Engine) -> None:
     write(engine, ".a.txt.swp", b"one\n")
     write(engine, ".a.txt.swp", b"two\n")
     unlink(engine, ".a.txt.swp")
-    assert engine.workspace.versions(RelPath(".a.txt.swp")) == []
+    assert engine.history.versions(RelPath(".a.txt.swp")) == []
     write(engine, "docs/.a.txt.tmp", b"draft 1\n")
     write(engine, "docs/.a.txt.tmp", b"draft 2\n")
     rename(engine, "docs/.a.txt.tmp", "docs/a.txt")
-    assert engine.workspace.versions(RelPath("docs/.a.txt.tmp")) == []
-    assert engine.workspace.versions(RelPath("docs/a.txt"))[-1].hash == hash_bytes(b"draft 2\n")
+    assert engine.history.versions(RelPath("docs/.a.txt.tmp")) == []
+    assert engine.history.versions(RelPath("docs/a.txt"))[-1].hash == hash_bytes(b"draft 2\n")
     # A file of the baseline is never a temp file.
     unlink(engine, "notes.md")
-    assert len(engine.workspace.versions(RelPath("notes.md"))) == 1
+    assert len(engine.history.versions(RelPath("notes.md"))) == 1
 
 
 def test_long_lived_files_keep_their_history(src: Path) -> None:
@@ -320,7 +320,7 @@ def test_long_lived_files_keep_their_history(src: Path) -> None:
         write(eng, "draft.txt", b"one\n")
         write(eng, "draft.txt", b"two\n")
         unlink(eng, "draft.txt")
-        assert len(eng.workspace.versions(RelPath("draft.txt"))) == 2
+        assert len(eng.history.versions(RelPath("draft.txt"))) == 2
 
 
 # -------------------------------------------------------------------- gc
@@ -357,8 +357,8 @@ def test_gc_frees_what_nothing_needs_and_keeps_snapshots(lasting: Engine) -> Non
     after = sum(engine.workspace.blobs.size(h) for h in engine.workspace.blobs.iter_hashes())
     assert before - after == report.blob_bytes
     # Every byte a snapshot or the baseline needs is still there.
-    for name in engine.workspace.snapshots():
-        for h in engine.workspace.snapshot_manifest(name).values():
+    for name in engine.history.snapshots():
+        for h in engine.history.snapshot_manifest(name).values():
             assert (
                 engine.workspace.blobs.has(h)
                 or h in history.current_hashes(engine.workspace).values()
@@ -366,7 +366,7 @@ def test_gc_frees_what_nothing_needs_and_keeps_snapshots(lasting: Engine) -> Non
     assert engine.workspace.blobs.has(hash_bytes(big))
     assert engine.workspace.blobs.has(hash_bytes(b"alpha\nbeta\n"))  # the baseline's a.txt
     # The dropped versions are gone from the history; the kept ones readable.
-    big_versions = engine.workspace.versions(RelPath("big.bin"))
+    big_versions = engine.history.versions(RelPath("big.bin"))
     assert [v.hash for v in big_versions] == [hash_bytes(big)]
     assert all(v.available for v in big_versions)
     history.reset(engine.workspace, "keep-me")
@@ -386,7 +386,7 @@ def test_gc_keeps_the_retention_window(engine: Engine) -> None:
     report = gc.collect(engine.workspace, keep_days=7)
     assert report.blobs_removed == 0
     assert report.versions_dropped == 0
-    assert all(v.available for v in engine.workspace.versions(RelPath("docs/a.txt")))
+    assert all(v.available for v in engine.history.versions(RelPath("docs/a.txt")))
 
 
 def test_gc_drops_parses_of_hashes_nothing_keeps(engine: Engine) -> None:
@@ -460,7 +460,7 @@ def test_temp_files_leave_no_blob_behind_but_reset_keeps_young_work(engine: Engi
     assert gc.reclaimable(engine.workspace) == set()
     write(engine, "out.txt", b"young output\n")
     history.reset(engine.workspace)
-    versions = engine.workspace.versions(RelPath("out.txt"))
+    versions = engine.history.versions(RelPath("out.txt"))
     assert [v.hash for v in versions] == [hash_bytes(b"young output\n")]
     assert versions[0].available
     assert run_checks(engine.workspace) == []
@@ -472,7 +472,7 @@ def test_a_young_file_with_an_ordinary_name_keeps_its_history(engine: Engine) ->
     write(engine, "report.md", b"findings, first draft\n")
     write(engine, "report.md", b"findings, second draft\n")
     unlink(engine, "report.md")
-    kept = engine.workspace.versions(RelPath("report.md"))
+    kept = engine.history.versions(RelPath("report.md"))
     assert [v.hash for v in kept][-1] == hash_bytes(b"findings, second draft\n")
     assert history.looks_temporary("docs/.a.txt.swp")
     assert history.looks_temporary(".~lock.book.xlsx#")
@@ -502,12 +502,12 @@ def _burst_over_a_deletion(engine: Engine, run_checks: Callable[[Workspace], lis
     write(engine, "report.md", b"second\n")  # opens a burst
     unlink(engine, "report.md")  # keeps the second version's bytes
     write(engine, "report.md", b"third\n")  # inside the burst
-    versions = engine.workspace.versions(RelPath("report.md"))
+    versions = engine.history.versions(RelPath("report.md"))
     assert [v.hash for v in versions][-2:] == [hash_bytes(b"second\n"), hash_bytes(b"third\n")]
     assert versions[-2].available
     assert run_checks(engine.workspace) == []
     write(engine, "report.md", b"fourth\n")  # still inside the burst: replaces the third
-    assert [v.hash for v in engine.workspace.versions(RelPath("report.md"))][-2:] == [
+    assert [v.hash for v in engine.history.versions(RelPath("report.md"))][-2:] == [
         hash_bytes(b"second\n"),
         hash_bytes(b"fourth\n"),
     ]

@@ -27,25 +27,23 @@ def test_a_file_opened_later_keeps_its_old_content_closed(tmp_path: Path) -> Non
     rel = RelPath("secret.env")
     with Engine.open(src) as ws:
         ws.scan()
-        ws.workspace.set_baseline()
+        ws.history.set_baseline()
         history.take_snapshot(ws.workspace, "then")
         secret.write_text("PASSWORD=new\n")
         ws.scan()
         secret.chmod(0o644)
         ws.scan()
-        now = ws.workspace.access(rel)
+        now = ws.evidence.access(rel)
         assert now == Access(UID, GID, 0o644)
-        versions = ws.workspace.versions(rel)
+        versions = ws.history.versions(rel)
         assert [v.access for v in versions] == [Access(UID, GID, 0o600)] * 2
         assert then_and_now(versions[0].access or now, now).mode == 0o600
         assert ws.reviews.review_diff_access(rel).mode == 0o600
         assert ws.reviews.review_access().mode & 0o044 == 0  # ALL.diff: not for others
         old = versions[0].hash
-        assert ws.workspace.content_access(rel, old).mode == 0o600  # a stale view of the old bytes
-        assert (
-            ws.workspace.content_access(rel, versions[-1].hash).mode == 0o644
-        )  # the present bytes
-        recorded = ws.workspace.snapshot_accesses("then")
+        assert ws.evidence.content_access(rel, old).mode == 0o600  # a stale view of the old bytes
+        assert ws.evidence.content_access(rel, versions[-1].hash).mode == 0o644  # the present bytes
+        recorded = ws.evidence.snapshot_accesses("then")
         assert recorded[rel].mode == 0o600
         assert recorded[RelPath("closed")].mode == 0o700
         assert recorded[RelPath("")].mode == os.stat(src).st_mode & 0o7777
@@ -81,8 +79,8 @@ def test_records_without_modes_are_owner_only(tmp_path: Path) -> None:
             history._put_info(txn, ws.workspace, "old", info)
         owner = os.stat(src / ".swfs")
         only = Access(owner.st_uid, owner.st_gid, 0o600)
-        assert [v.access for v in ws.workspace.versions(rel)] == [only]
-        recorded = ws.workspace.snapshot_accesses("old")
+        assert [v.access for v in ws.history.versions(rel)] == [only]
+        recorded = ws.evidence.snapshot_accesses("old")
         assert recorded[RelPath("open")] == Access(owner.st_uid, owner.st_gid, 0o700)
         assert recorded[rel].mode == 0o644  # a manifest always kept file modes
     with open_world(src, src / ".swfs", "old") as world:
@@ -105,6 +103,6 @@ def test_a_save_by_rename_records_the_access_of_then(tmp_path: Path) -> None:
         ws.scan()
         os.rename(tmp, notes)  # an editor's save: write a temp file, rename it over
         ws.workspace.record_rename(RelPath("notes.txt.swp"), rel)
-        versions = ws.workspace.versions(rel)
+        versions = ws.history.versions(rel)
         assert len(versions) == 2
         assert [v.access for v in versions] == [Access(UID, GID, 0o640)] * 2

@@ -234,7 +234,7 @@ def test_a_page_past_its_time_limit_has_an_error_beside_it(tmp_path: Path) -> No
     with Engine.open(src, config=Config(rescan_interval=0)) as eng:
         eng.scan()
         tree = RenderTree(eng, Generation(), MountOptions(pending_wait=60))
-        tree.renderer = render.Renderer(eng.workspace, 110, page_timeout=1.0)
+        tree.renderer = render.Renderer(eng.workspace, eng.history, 110, page_timeout=1.0)
 
         async def main() -> None:
             assert await tree.children("heavy.pdf") == ["page-0001.png", "page-0002.png"]

@@ -31,7 +31,7 @@ def test_each_moved_file_pairs_with_the_one_it_resembles(tmp_path: Path) -> None
     (src / "old" / "pic.bin").write_bytes(bytes(range(256)) * 8)
     with Engine.open(src, config=Config(rescan_interval=0)) as eng:
         settle(eng)
-        eng.workspace.set_baseline()
+        eng.history.set_baseline()
         (src / "new").mkdir()
         # Moved and edited, under names that do not give the pairing away.
         (src / "new" / "one.md").write_text(note("beta").replace("line 3:", "line three:"))
@@ -62,7 +62,7 @@ def test_too_different_files_stay_a_delete_and_an_add(tmp_path: Path) -> None:
     (src / "a.md").write_text(note("alpha", 10))
     with Engine.open(src, config=Config(rescan_interval=0)) as eng:
         settle(eng)
-        eng.workspace.set_baseline()
+        eng.history.set_baseline()
         # Fewer than half the lines survive the move.
         kept = note("alpha", 10).splitlines(keepends=True)[:4]
         (src / "b.md").write_text("".join(kept) + note("other", 8))

@@ -85,7 +85,7 @@ def test_a_damaged_index_is_noticed_shown_and_rebuilt(
 def test_a_readers_connection_leaves_the_wal_files(engine: Engine) -> None:
     db = engine.store_dir / DB_NAME
     assert found(engine, "territory") == ["north.txt"]
-    reader = SearchIndex(engine.workspace)
+    reader = SearchIndex(engine.workspace, engine.evidence.access)
     reader.as_reader()
     try:
         assert [h.rel for h in reader.search("harbour", ROOT).hits] == ["south.txt"]

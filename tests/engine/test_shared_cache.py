@@ -185,7 +185,7 @@ def test_renders_are_shared(tmp_path: Path) -> None:
         (src / "doc.pdf").write_bytes(pdf)
         with Engine.open(src, config=Config(rescan_interval=0, cache_dir=str(cache))) as eng:
             eng.scan()
-            renderer = render.Renderer(eng.workspace)
+            renderer = render.Renderer(eng.workspace, eng.history)
 
             async def main() -> bytes | None:
                 page = await renderer.page("doc.pdf", "page-0002.png", 120)

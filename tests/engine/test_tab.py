@@ -178,10 +178,13 @@ def test_reports_without_excerpts_say_the_same(tmp_path: Path) -> None:
                 }
             )
         caller = Caller(0)
-        full = Builder(engine.workspace, engine.search_index.search, caller).build(tab, events)
-        lean = Builder(engine.workspace, engine.search_index.search, caller, excerpts=False).build(
+        access = engine.evidence.access
+        full = Builder(engine.workspace, engine.search_index.search, caller, access=access).build(
             tab, events
         )
+        lean = Builder(
+            engine.workspace, engine.search_index.search, caller, access=access, excerpts=False
+        ).build(tab, events)
 
         def same(r: Read) -> tuple[object, ...]:
             return (r.seq, r.path, r.locator, r.source, r.process)
@@ -211,6 +214,7 @@ def test_reports_without_excerpts_say_the_same(tmp_path: Path) -> None:
                 engine.workspace,
                 engine.search_index.search,
                 caller,
+                access=access,
                 excerpts=False,
                 keep_reads=False,
             )

@@ -36,7 +36,7 @@ def src(tmp_path: Path) -> Path:
 def test_missing_parses_are_made_on_demand_and_the_store_is_not_written(src: Path) -> None:
     with Engine.open(src) as ws:
         ws.scan()  # hashed, never parsed: the cache has no text of these hashes
-        ws.workspace.set_baseline()
+        ws.history.set_baseline()
         history.take_snapshot(ws.workspace, "raw")
         (src / "docs" / "a.txt").write_text("alpha rewritten later\n")
         ws.scan()
@@ -86,11 +86,11 @@ def test_missing_parses_are_made_on_demand_and_the_store_is_not_written(src: Pat
 def test_baseline_of_then_and_names(src: Path) -> None:
     with Engine.open(src) as ws:
         ws.scan()
-        ws.workspace.set_baseline()
+        ws.history.set_baseline()
         (src / "data.csv").write_text("region,revenue\nNorth,1350\n")
         ws.scan()
         history.take_snapshot(ws.workspace, "edited")
-        ws.workspace.set_baseline()  # re-baselined after the snapshot: the old one is kept
+        ws.history.set_baseline()  # re-baselined after the snapshot: the old one is kept
         (src / "new.txt").write_text("later\n")
         ws.scan()
     store = src / ".swfs"
@@ -123,7 +123,7 @@ def test_baseline_of_then_and_names(src: Path) -> None:
 def test_baseline_bytes_never_copied_come_from_src_while_unchanged(src: Path) -> None:
     with Engine.open(src) as ws:
         ws.scan()
-        ws.workspace.set_baseline()  # no snapshot: the baseline's bytes are in SRC only
+        ws.history.set_baseline()  # no snapshot: the baseline's bytes are in SRC only
     with open_world(src, src / ".swfs", "baseline") as world:
         assert not world.blobs.has(hash_bytes(b"alpha at the snapshot\n"))
         fd = world.open_file("docs/a.txt")

@@ -39,7 +39,7 @@ def opener(engine: Engine, rel: str, flags: int = os.O_RDWR) -> object:
 
 
 def versions(engine: Engine, rel: str) -> list[str]:
-    return [v.hash for v in engine.workspace.versions(RelPath(rel))]
+    return [v.hash for v in engine.history.versions(RelPath(rel))]
 
 
 def test_first_write_preserves_and_release_records(
@@ -49,7 +49,7 @@ def test_first_write_preserves_and_release_records(
     real = engine.workspace.preserve
     monkeypatch.setattr(engine.workspace, "preserve", lambda rel: (calls.append(rel), real(rel))[1])
     before = versions(engine, "a.txt")
-    s = engine.workspace.begin_write("a.txt", opener(engine, "a.txt"), truncate=False)
+    s = engine.workspace.writes.begin_write("a.txt", opener(engine, "a.txt"), truncate=False)
     assert s.needs_preserve
     assert not s.dirty
     s.write(0, b"THE")
@@ -61,11 +61,11 @@ def test_first_write_preserves_and_release_records(
     assert len(after) == len(before) + 1
     assert engine.workspace.writes.busy_paths() == set()
     # The old bytes are a version one can read back.
-    blob = engine.workspace.version_file(RelPath("a.txt"), 1)
+    blob = engine.history.version_file(RelPath("a.txt"), 1)
     assert blob is not None
     assert Path(blob).read_bytes() == OLD
     # The next session on the new version keeps it first.
-    s2 = engine.workspace.begin_write("a.txt", opener(engine, "a.txt"), truncate=False)
+    s2 = engine.workspace.writes.begin_write("a.txt", opener(engine, "a.txt"), truncate=False)
     assert s2.needs_preserve
     s2.release()
     assert len(versions(engine, "a.txt")) == len(after)  # nothing written: no version
@@ -83,13 +83,13 @@ def _disk_full(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def not_kept(engine: Engine, rel: str) -> list[str | None]:
-    return [v.not_kept for v in engine.workspace.versions(RelPath(rel))]
+    return [v.not_kept for v in engine.history.versions(RelPath(rel))]
 
 
 def test_a_write_whose_bytes_cannot_be_kept_fails_and_leaves_the_file(
     engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    s = engine.workspace.begin_write("a.txt", opener(engine, "a.txt"), truncate=False)
+    s = engine.workspace.writes.begin_write("a.txt", opener(engine, "a.txt"), truncate=False)
     _disk_full(engine, monkeypatch)
     with pytest.raises(OSError, match="no space") as info:
         s.write(0, b"XXXX")
@@ -107,21 +107,21 @@ def test_a_write_whose_bytes_cannot_be_kept_fails_and_leaves_the_file(
 def test_a_truncate_on_a_full_disk_goes_on_and_records_the_loss(
     engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    s = engine.workspace.begin_write("a.txt", opener(engine, "a.txt"), truncate=False)
+    s = engine.workspace.writes.begin_write("a.txt", opener(engine, "a.txt"), truncate=False)
     _disk_full(engine, monkeypatch)
     s.truncate(4)  # frees space: never ENOSPC
     assert (engine.src / "a.txt").read_bytes() == OLD[:4]
     s.write(0, b"more")  # the bytes to keep are gone already: nothing to keep
     s.release()
-    vs = engine.workspace.versions(RelPath("a.txt"))
+    vs = engine.history.versions(RelPath("a.txt"))
     assert [v.not_kept for v in vs] == ["disk full", None]
     assert not vs[0].available
     events = [e for _, e in engine.workspace.store.iter_journal() if e["ev"] == "not-kept"]
     assert [(e["path"], e["version"], e["why"]) for e in events] == [("a.txt", 1, "disk full")]
     with pytest.raises(WorkspaceError, match="not kept: disk full"):
-        engine.workspace.restore(RelPath("a.txt"), 1)
+        engine.history.restore(RelPath("a.txt"), 1)
     # An O_TRUNC open goes on too; so does an unlink.
-    fd = engine.workspace.begin_write(
+    fd = engine.workspace.writes.begin_write(
         "b.txt", opener(engine, "b.txt", os.O_RDWR | os.O_TRUNC), truncate=True
     )
     fd.release()
@@ -141,8 +141,8 @@ def test_sessions_on_one_inode_share_what_is_kept(
     calls: list[str] = []
     real = engine.workspace.preserve
     monkeypatch.setattr(engine.workspace, "preserve", lambda rel: (calls.append(rel), real(rel))[1])
-    s1 = engine.workspace.begin_write("a.txt", opener(engine, "a.txt"), truncate=False)
-    s2 = engine.workspace.begin_write("link.txt", opener(engine, "link.txt"), truncate=False)
+    s1 = engine.workspace.writes.begin_write("a.txt", opener(engine, "a.txt"), truncate=False)
+    s2 = engine.workspace.writes.begin_write("link.txt", opener(engine, "link.txt"), truncate=False)
     s1.write(0, b"one")
     assert not s2.needs_preserve  # the same inode's bytes are kept already
     s2.write(3, b"two")
@@ -168,7 +168,7 @@ def test_rename_over_settles_the_writer_first_and_follows_open_sessions(engine: 
     assert tmp.rel == "a.txt"  # the open session follows its file
     hashes = versions(engine, "a.txt")
     assert len(hashes) == 2
-    assert Path(str(engine.workspace.version_file(RelPath("a.txt"), 1))).read_bytes() == OLD
+    assert Path(str(engine.history.version_file(RelPath("a.txt"), 1))).read_bytes() == OLD
     assert versions(engine, ".a.txt.tmp") == []
     # Writes through the renamed session are recorded under the new name.
     tmp.write(0, b"SAVED")
@@ -178,13 +178,13 @@ def test_rename_over_settles_the_writer_first_and_follows_open_sessions(engine: 
 
 
 def test_unlink_keeps_the_inode_and_forgets_the_name(engine: Engine) -> None:
-    s = engine.workspace.begin_write("b.txt", opener(engine, "b.txt"), truncate=False)
+    s = engine.workspace.writes.begin_write("b.txt", opener(engine, "b.txt"), truncate=False)
     assert (
         engine.workspace.writes.unlink("b.txt").run(lambda: os.unlink(engine.src / "b.txt")) is None
     )
     assert s.rel is None
     assert engine.workspace.file_state(RelPath("b.txt")) is None
-    blob = engine.workspace.version_file(RelPath("b.txt"), 1)
+    blob = engine.history.version_file(RelPath("b.txt"), 1)
     assert blob is not None
     assert Path(blob).read_bytes() == b"bee\n"
     s.write(0, b"after unlink")  # an unlinked but open file: nothing to record
@@ -223,7 +223,7 @@ def test_a_check_behind_the_mount_never_reads_half_a_write(engine: Engine) -> No
     locks = [_WatchedLock() for _ in engine.workspace.writes._stripes]
     engine.workspace.writes._stripes = tuple(locks)  # type: ignore[assignment]
     lock = locks[hash("a.txt") % len(locks)]
-    s = engine.workspace.begin_write("a.txt", opener(engine, "a.txt"), truncate=False)
+    s = engine.workspace.writes.begin_write("a.txt", opener(engine, "a.txt"), truncate=False)
     assert not s.dirty
     lock.waiting.clear()  # begin_write took it on its way through
     seen: list[bytes] = []
@@ -279,7 +279,7 @@ def b3(*contents: bytes) -> list[str]:
 
 def truncating(eng: Engine) -> WriteSession:
     """What a write_text (or `> f`) through the mount opens: O_TRUNC, then writes."""
-    return eng.workspace.begin_write(
+    return eng.workspace.writes.begin_write(
         "a.txt", opener(eng, "a.txt", os.O_WRONLY | os.O_TRUNC), truncate=True
     )
 
@@ -380,8 +380,8 @@ def test_a_notice_for_the_kept_version_keeps_nothing_again(
     calls: list[str] = []
     real = engine.workspace.preserve
     monkeypatch.setattr(engine.workspace, "preserve", lambda rel: (calls.append(rel), real(rel))[1])
-    a = engine.workspace.begin_write("a.txt", opener(engine, "a.txt"), truncate=False)
-    b = engine.workspace.begin_write("a.txt", opener(engine, "a.txt"), truncate=False)
+    a = engine.workspace.writes.begin_write("a.txt", opener(engine, "a.txt"), truncate=False)
+    b = engine.workspace.writes.begin_write("a.txt", opener(engine, "a.txt"), truncate=False)
     a.write(0, b"A")
     a.sync(False)  # records A's version
     recorded = engine.workspace.recorded_hash(RelPath("a.txt"))
@@ -401,7 +401,7 @@ def test_a_notice_for_the_kept_version_keeps_nothing_again(
 
 
 def test_a_notice_for_a_newer_record_keeps_again(engine: Engine) -> None:
-    b = engine.workspace.begin_write("a.txt", opener(engine, "a.txt"), truncate=False)
+    b = engine.workspace.writes.begin_write("a.txt", opener(engine, "a.txt"), truncate=False)
     b.preserve()
     assert not b.needs_preserve
     # A version recorded behind B's back (a change behind the mount, found
@@ -420,7 +420,7 @@ def test_a_record_landing_during_a_preserve_is_kept_by_the_write(
 ) -> None:
     """The preserve kept the old version; a record landed before it
     finished: the session must not believe the new version kept."""
-    b = engine.workspace.begin_write("a.txt", opener(engine, "a.txt"), truncate=False)
+    b = engine.workspace.writes.begin_write("a.txt", opener(engine, "a.txt"), truncate=False)
     real = engine.workspace.preserve
 
     def preserve_then_record(rel: RelPath) -> str | None:
@@ -456,7 +456,7 @@ def test_flush_now_records_a_small_file_on_the_calling_thread(engine: Engine) ->
 
 
 def _written(engine: Engine, rel: str, data: bytes) -> WriteSession:
-    s = engine.workspace.begin_write(rel, opener(engine, rel), truncate=False)
+    s = engine.workspace.writes.begin_write(rel, opener(engine, rel), truncate=False)
     s.write(0, data)
     return s
 
@@ -514,7 +514,7 @@ def test_fallocate_is_a_write_only_where_it_changes_what_the_file_reads_as(
     real = engine.workspace.preserve
     monkeypatch.setattr(engine.workspace, "preserve", lambda rel: (calls.append(rel), real(rel))[1])
     before = versions(engine, "a.txt")
-    s = engine.workspace.begin_write("a.txt", opener(engine, "a.txt"), truncate=False)
+    s = engine.workspace.writes.begin_write("a.txt", opener(engine, "a.txt"), truncate=False)
     # An allocation within the size (or past it, keeping the size): nothing
     # to keep, nothing to record.
     assert not s.fallocate_changes(0, 0, len(OLD))
@@ -529,12 +529,12 @@ def test_fallocate_is_a_write_only_where_it_changes_what_the_file_reads_as(
     s.release()
     assert (engine.src / "a.txt").read_bytes() == OLD[:4] + bytes(3) + OLD[7:]
     assert len(versions(engine, "a.txt")) == len(before) + 1
-    blob = engine.workspace.version_file(RelPath("a.txt"), 1)
+    blob = engine.history.version_file(RelPath("a.txt"), 1)
     assert blob is not None
     assert Path(blob).read_bytes() == OLD
     # Growing the file is a write too (one burst with the last: it replaces
     # that version, as a write would: swfs.versioning).
-    s = engine.workspace.begin_write("a.txt", opener(engine, "a.txt"), truncate=False)
+    s = engine.workspace.writes.begin_write("a.txt", opener(engine, "a.txt"), truncate=False)
     assert s.fallocate_changes(0, 0, 4096)
     s.fallocate(0, 0, 4096)
     s.release()

@@ -16,6 +16,7 @@ import pytest
 from swfs.api import Cause, RelPath
 from swfs.check import run_checks
 from swfs.history import versioning
+from swfs.history.part import History
 from swfs.store import blobs as blobs_mod
 from swfs.store.blobs import CHUNK_MAX, BlobStore, CorruptBlob, HashMismatch
 from swfs.workspace import Config, Workspace
@@ -259,7 +260,7 @@ def test_swfs_check_finds_a_corrupt_chunk(tmp_path: Path) -> None:
     with Workspace(src) as ws:
         ws.scan()
         ws.preserve(RelPath("big.bin"))  # what a write through the mount does first
-        h = ws.versions(RelPath("big.bin"))[-1].hash
+        h = History(ws).versions(RelPath("big.bin"))[-1].hash
         assert run_checks(ws) == []
         c = corrupt_one_chunk(ws.blobs, h)
         problems = run_checks(ws)
@@ -441,19 +442,19 @@ def test_version_ref_is_cheap_and_opens_exact(tmp_path: Path) -> None:
         ws.preserve(RelPath("f.bin"))
         (src / "f.bin").write_bytes(b"new")
         ws.record_write(RelPath("f.bin"))
-        ref = ws.version_ref(RelPath("f.bin"), 1)
+        ref = History(ws).version_ref(RelPath("f.bin"), 1)
         assert ref is not None
         assert not Path(ref).exists()  # nothing reassembled by a lookup
-        assert ws.blob_size(ws.versions(RelPath("f.bin"))[0].hash) == len(data)
+        assert ws.blob_size(History(ws).versions(RelPath("f.bin"))[0].hash) == len(data)
         fd = ws.open_blob(ref)
         try:
             assert os.pread(fd, len(data) + 1, 0) == data
         finally:
             os.close(fd)
-        path = ws.version_file(RelPath("f.bin"), 1)
+        path = History(ws).version_file(RelPath("f.bin"), 1)
         assert path is not None
         assert Path(path).read_bytes() == data
-        restored = ws.restore(RelPath("f.bin"), 1)
+        restored = History(ws).restore(RelPath("f.bin"), 1)
         assert (src / "f.bin").read_bytes() == data
         assert restored.hash == b3(data)
 
@@ -503,13 +504,13 @@ def write(ws: Workspace, text: str) -> None:
 def test_rapid_rewrites_collapse_into_one_version(burst_ws: Workspace) -> None:
     for i in range(1, 6):
         write(burst_ws, f"v{i}\n")
-    versions = burst_ws.versions(RelPath("f.txt"))
+    versions = History(burst_ws).versions(RelPath("f.txt"))
     # The first version, then one for the whole burst: its last bytes.
     assert [v.cause for v in versions] == [Cause.BASELINE, Cause.WRITE]
     assert versions[-1].hash == b3(b"v5\n")
     assert versions[-1].number == 6  # numbers are never reused for other bytes
     assert (burst_ws.src / "f.txt").read_text() == "v5\n"
-    assert Path(burst_ws.version_file(RelPath("f.txt"), 1) or "").read_text() == "v0\n"
+    assert Path(History(burst_ws).version_file(RelPath("f.txt"), 1) or "").read_text() == "v0\n"
 
 
 def test_fsyncs_in_a_burst_replace_its_last_version(burst_ws: Workspace) -> None:
@@ -517,16 +518,16 @@ def test_fsyncs_in_a_burst_replace_its_last_version(burst_ws: Workspace) -> None
     rewrites, one version per interval, and nothing of the versions replaced
     is kept (the fsynced bytes are durable in the file itself)."""
     fd = os.open(burst_ws.src / "f.txt", os.O_RDWR)
-    session = burst_ws.begin_write("f.txt", lambda: os.dup(fd), truncate=False)
+    session = burst_ws.writes.begin_write("f.txt", lambda: os.dup(fd), truncate=False)
     os.close(fd)
     try:
         for i in range(1, 6):
             session.write(0, f"v{i}\n".encode())
             session.sync(False)
-            assert burst_ws.versions(RelPath("f.txt"))[-1].hash == b3(f"v{i}\n".encode())
+            assert History(burst_ws).versions(RelPath("f.txt"))[-1].hash == b3(f"v{i}\n".encode())
     finally:
         session.release()
-    versions = burst_ws.versions(RelPath("f.txt"))
+    versions = History(burst_ws).versions(RelPath("f.txt"))
     assert [v.hash for v in versions] == [b3(b"v0\n"), b3(b"v5\n")]
     assert all(v.available for v in versions)
     assert set(burst_ws.blobs.iter_hashes()) == {b3(b"v0\n")}
@@ -539,14 +540,16 @@ def test_fsync_after_the_interval_starts_a_new_burst(tmp_path: Path) -> None:
     (src / "f.txt").write_text("v0\n")
     with Workspace(src, config=Config(version_interval=0)) as ws:
         ws.scan()
-        session = ws.begin_write("f.txt", lambda: os.open(src / "f.txt", os.O_RDWR), truncate=False)
+        session = ws.writes.begin_write(
+            "f.txt", lambda: os.open(src / "f.txt", os.O_RDWR), truncate=False
+        )
         try:
             for i in range(1, 4):
                 session.write(0, f"v{i}\n".encode())
                 session.sync(True)
         finally:
             session.release()
-        versions = ws.versions(RelPath("f.txt"))
+        versions = History(ws).versions(RelPath("f.txt"))
         assert [v.hash for v in versions] == [b3(f"v{i}\n".encode()) for i in range(4)]
         assert all(v.available for v in versions)  # each kept before the next write
         assert run_checks(ws) == []
@@ -555,19 +558,19 @@ def test_fsync_after_the_interval_starts_a_new_burst(tmp_path: Path) -> None:
 def test_a_pinned_version_is_kept(burst_ws: Workspace) -> None:
     write(burst_ws, "v1\n")
     write(burst_ws, "v2\n")
-    burst_ws.pin_version(RelPath("f.txt"))
+    History(burst_ws).pin_version(RelPath("f.txt"))
     write(burst_ws, "v3\n")
     write(burst_ws, "v4\n")
-    hashes = [v.hash for v in burst_ws.versions(RelPath("f.txt"))]
+    hashes = [v.hash for v in History(burst_ws).versions(RelPath("f.txt"))]
     assert hashes == [b3(b"v0\n"), b3(b"v2\n"), b3(b"v4\n")]
 
 
 def test_snapshot_closes_the_burst(burst_ws: Workspace) -> None:
     write(burst_ws, "v1\n")
-    burst_ws.snapshot("before")
+    History(burst_ws).snapshot("before")
     write(burst_ws, "v2\n")
     write(burst_ws, "v3\n")
-    hashes = [v.hash for v in burst_ws.versions(RelPath("f.txt"))]
+    hashes = [v.hash for v in History(burst_ws).versions(RelPath("f.txt"))]
     assert hashes == [b3(b"v0\n"), b3(b"v1\n"), b3(b"v3\n")]
     assert burst_ws.blob_path(b3(b"v1\n")) is not None
 
@@ -580,7 +583,7 @@ def test_interval_zero_keeps_every_close(tmp_path: Path) -> None:
         ws.scan()
         for i in range(1, 4):
             write(ws, f"v{i}\n")
-        assert len(ws.versions(RelPath("f.txt"))) == 4
+        assert len(History(ws).versions(RelPath("f.txt"))) == 4
 
 
 def test_a_burst_keeps_no_bytes_of_the_versions_it_replaces(burst_ws: Workspace) -> None:
@@ -591,9 +594,9 @@ def test_a_burst_keeps_no_bytes_of_the_versions_it_replaces(burst_ws: Workspace)
     assert run_checks(burst_ws) == []  # nothing left over for gc either
     # A write after the interval would have started a new burst: a pin
     # does the same, and the pinned version's bytes are kept before the next write.
-    burst_ws.pin_version(RelPath("f.txt"))
+    History(burst_ws).pin_version(RelPath("f.txt"))
     write(burst_ws, "v6\n")
     assert b3(b"v5\n") in set(burst_ws.blobs.iter_hashes())
-    versions = burst_ws.versions(RelPath("f.txt"))
+    versions = History(burst_ws).versions(RelPath("f.txt"))
     assert all(v.available for v in versions)
     assert [v.hash for v in versions] == [b3(b"v0\n"), b3(b"v5\n"), b3(b"v6\n")]

@@ -128,23 +128,23 @@ def test_restore_of_a_sparse_version_recreates_its_holes(engine: Engine) -> None
     make_sparse(engine.src / rel, SIZE, PIECES_V1)
     engine.workspace.record_write(rel)
     write_in_place(engine, rel, PIECES_V2)
-    versions = engine.workspace.versions(rel)
+    versions = engine.history.versions(rel)
     assert [v.hash for v in versions] == [
         stream_hash(SIZE, PIECES_V1),
         stream_hash(SIZE, PIECES_V2),
     ]
     assert engine.workspace.blobs.total_bytes() < SLACK  # version 1 kept, without its holes
-    engine.workspace.restore(rel, versions[0].number)
+    engine.history.restore(rel, versions[0].number)
     holds(engine.src / rel, SIZE, PIECES_V1)
     assert allocated(engine.src / rel) < SLACK
-    assert engine.workspace.versions(rel)[-1].hash == stream_hash(SIZE, PIECES_V1)
+    assert engine.history.versions(rel)[-1].hash == stream_hash(SIZE, PIECES_V1)
 
 
 def test_reset_recreates_holes(engine: Engine) -> None:
     rel = RelPath("disk.img")
     make_sparse(engine.src / rel, SIZE, PIECES_V1)
     engine.workspace.record_write(rel)
-    engine.workspace.set_baseline()
+    engine.history.set_baseline()
     write_in_place(engine, rel, PIECES_V2)
     history.reset(engine.workspace)
     holds(engine.src / rel, SIZE, PIECES_V1)
@@ -157,7 +157,7 @@ def test_check_verifies_the_chunks_of_a_sparse_version(engine: Engine) -> None:
     engine.workspace.record_write(rel)
     write_in_place(engine, rel, PIECES_V2)
     assert run_checks(engine.workspace) == []
-    h = engine.workspace.versions(rel)[0].hash
+    h = engine.history.versions(rel)[0].hash
     m = engine.workspace.blobs.manifest(h)
     assert m is not None
     # Rot one byte of the chunk that holds the middle piece.
