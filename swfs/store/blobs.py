@@ -22,7 +22,9 @@ Layout under ``root``::
                               exclusive
 
 Chunk file: one codec byte, then the payload: ``z`` a zstd frame, ``r`` the
-raw bytes (when zstd would not make them smaller).
+raw bytes (when zstd would not make them smaller), ``c`` the raw bytes from
+offset ``CLONE_AT`` (a block boundary) on, sharing the extents of the
+workspace file they were cloned from (``clone_fd``, on xfs and btrfs).
 
 Manifest file (little-endian)::
 
@@ -80,7 +82,7 @@ from swfs.store.fsutil import (
     hash_file,
     hash_zeros,
     open_to_read,
-    reflink,
+    reflink_range,
     write_all,
     write_all_at,
 )
@@ -107,6 +109,12 @@ CHUNK_MAX = 512 * 1024
 # instead of a manifest and a chunk, each a filesystem block at least.
 INLINE_MAX = CHUNK_MIN
 ZSTD_LEVEL = 3
+# clone_fd's grid: a cloned chunk costs a file and an fsync but no copy, so
+# its pieces are larger than FastCDC's; block-aligned, as FICLONERANGE wants.
+# Files up to CLONE_MIN are chunked (put_fd): a clone's block of header per
+# chunk and its fsync cost more than copying a few chunks.
+CLONE_CHUNK = 4 * 1024 * 1024
+CLONE_MIN = 1024 * 1024
 # Reads of a data extent go this far at a time: memory stays flat whatever
 # the file's size.
 READ_SIZE = 4 * 1024 * 1024
@@ -125,6 +133,10 @@ _KIND_CHUNK = 0
 _KIND_INLINE = 1
 _CODEC_ZSTD = b"z"
 _CODEC_RAW = b"r"
+# A chunk cloned from a workspace file (``clone_fd``): its bytes start at
+# CLONE_AT, a block boundary, so that they can share the file's extents.
+_CODEC_CLONE = b"c"
+CLONE_AT = 4096
 _ZEROS = bytes(max(CHUNK_MAX, READ_SIZE))
 _ZVIEW = memoryview(_ZEROS)
 
@@ -242,7 +254,9 @@ def _pack_chunk(data: bytes | memoryview) -> bytes:
 
 def _unpack_chunk(raw: bytes, length: int, what: str, *, exact: bool = True) -> bytes:
     codec, payload = raw[:1], raw[1:]
-    if codec == _CODEC_RAW:
+    if codec == _CODEC_CLONE:
+        data = raw[CLONE_AT:]
+    elif codec == _CODEC_RAW:
         data = payload
     elif codec == _CODEC_ZSTD:
         try:
@@ -496,7 +510,7 @@ class BlobStore:
         for c in self.iter_chunks():
             try:
                 raw = self.chunk_path(c).read_bytes()
-                data = _unpack_chunk(raw, CHUNK_MAX, f"chunk {c[:16]}", exact=False)
+                data = _unpack_chunk(raw, CLONE_CHUNK, f"chunk {c[:16]}", exact=False)
             except FileNotFoundError:
                 continue  # collected meanwhile
             except CorruptBlob as exc:
@@ -535,39 +549,86 @@ class BlobStore:
         return h
 
     def clone_fd(self, fd: int, *, expected: str) -> bool:
-        """Keep the file behind ``fd`` as blob ``expected`` by a reflink
-        (FICLONE), whole, where the store's file system shares extents with
-        the file's (xfs, btrfs): its cost does not grow with the file's size
-        as chunking's does; the first write into a large recorded file then
-        copies only the blocks it changes (the file system's copy on write).
-        False, nothing stored, where it cannot (ext4, another file system):
-        ``put_fd`` then.  HashMismatch (nothing stored) if the clone does not
-        hold ``expected``.  ``upgrade`` may chunk the blob later."""
+        """Keep the file behind ``fd`` as blob ``expected``, chunked like any
+        other, where the store's file system shares extents with the file's
+        (xfs, btrfs): each ``CLONE_CHUNK`` piece on a fixed grid is a chunk
+        file that shares the piece's extents (FICLONERANGE), not a copy, so
+        the first write into a large recorded file copies only the blocks
+        it changes (the file system's copy on write), and the blob is read,
+        checked and collected like any other.  The pieces are still read
+        once, to name them.  False, nothing stored, where it cannot (ext4,
+        another file system): ``put_fd`` then.  HashMismatch (nothing
+        stored) if the clone does not hold ``expected``."""
         if self.has(expected):
             return True
-        dev = os.fstat(fd).st_dev
-        if dev in self._no_clone:
+        st = os.fstat(fd)
+        if st.st_dev in self._no_clone or st.st_size <= CLONE_MIN:
             return False
+        with self._writing() as new_chunks:
+            hasher = blake3.blake3(max_threads=blake3.blake3.AUTO)
+            extents: list[Extent] = []
+            size = st.st_size
+            cloned = False
+            for pos in range(0, size, CLONE_CHUNK):
+                length = min(CLONE_CHUNK, size - pos)
+                if _seek(fd, pos, os.SEEK_DATA, size) >= pos + length:
+                    _hash_zeros(hasher, length)  # a hole: stored as nothing
+                    continue
+                got = self._clone_chunk(fd, pos, length, hasher, new_chunks)
+                if got is None and not cloned:
+                    self._no_clone.add(st.st_dev)  # asked once per file system
+                    return False
+                if got is None:  # past the end: the file shrank meanwhile
+                    raise HashMismatch(
+                        expected=expected, actual=hasher.hexdigest(), source=f"fd {fd}"
+                    )
+                cloned = True
+                if got:
+                    extents.append(Extent(pos, length, chunk=got))
+            actual = hasher.hexdigest()
+            if actual != expected:
+                raise HashMismatch(expected=expected, actual=actual, source=f"fd {fd}")
+            if not self.manifest_path(expected).is_file():
+                self._commit_manifest(Hash(expected), Manifest(size, tuple(extents)), new_chunks)
+        return True
+
+    def _clone_chunk(
+        self, fd: int, pos: int, length: int, hasher: blake3.blake3, new_chunks: set[str]
+    ) -> str | None:
+        """Clone ``length`` bytes of ``fd`` at ``pos`` into a chunk file
+        (codec ``c``: the bytes from ``CLONE_AT``); its name, "" when the
+        piece reads as zeros (nothing stored), None when the file systems
+        cannot clone it.  The bytes are read back from the clone, so the
+        name is that of what the chunk holds whatever ``fd`` does meanwhile."""
         tmp, dst = self._new_temp()
         try:
             try:
-                if not reflink(fd, dst):
-                    self._no_clone.add(dev)  # asked once per file system
+                os.pwrite(dst, _CODEC_CLONE, 0)
+                if not reflink_range(fd, pos, length, dst, CLONE_AT):
                     self._discard(tmp)
-                    return False
-                actual = hash_fd(dst)
-                if actual != expected:
-                    raise HashMismatch(expected=expected, actual=actual, source=f"fd {fd}")
+                    return None
+                data = os.pread(dst, length + 1, CLONE_AT)
+                hasher.update(data)
+                if len(data) != length:  # the file shrank meanwhile
+                    self._discard(tmp)
+                    return ""
+                if _is_zero(memoryview(data)):
+                    self._discard(tmp)
+                    return ""
+                c = hash_bytes(data)
+                if self.chunk_path(c).is_file():
+                    self._discard(tmp)
+                    return c
                 self._seal(dst)
             finally:
                 os.close(dst)
-            self._link_into(tmp, self.legacy_path(expected))
-            fsync_dir(self.legacy_path(expected).parent)
+            self._link_into(tmp, self.chunk_path(c))
+            new_chunks.add(c)
+            return c
         except BaseException as exc:
             self._discard(tmp)
             _reraise_naming(exc, tmp)
             raise
-        return True
 
     def put_fd(self, fd: int, *, expected: str | None = None) -> Hash:
         """Store the whole file behind ``fd`` (from offset 0), chunked; holes
