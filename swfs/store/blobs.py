@@ -13,8 +13,9 @@ Layout under ``root``::
                               ``abcdef0123...`` (64 hex; two-hex fan-out)
     chunks/ab/cdef0123...     a chunk whose *uncompressed* bytes hash to
                               ``abcdef0123...``
-    ab/cdef0123...            a whole-file blob of the format before chunks
-                              (read as before; ``upgrade()`` chunks it)
+    ab/cdef0123...            a whole-file blob of the format before chunks:
+                              chunked when the store is opened
+                              (``swfs.store.upgrade``); never read here
     cache/<hash>              a blob reassembled for readers that need a
                               path (the daemon's ``.versions``); disposable
     tmp/<pid>-<rand>          a file being written; linked into place when complete
@@ -39,7 +40,7 @@ Manifest file (little-endian)::
 Invariants (``swfs.check`` relies on them):
 
 - A file under its final name holds exactly what its name says (a chunk's
-  bytes, a manifest of a blob with that hash, a legacy blob's bytes); it was
+  bytes, a manifest of a blob with that hash); it was
   complete and fsynced before a link made it visible.  Nothing is rewritten.
 - Every chunk a manifest names was fsynced and linked before the manifest
   was: a crash leaves at most chunks nobody names, which ``collect()`` drops.
@@ -79,13 +80,13 @@ from swfs.store.fsutil import (
     fsync_dir,
     hash_bytes,
     hash_fd,
-    hash_file,
     hash_zeros,
     open_to_read,
     reflink_range,
     write_all,
     write_all_at,
 )
+from swfs.store.upgrade import Fault, chunk_whole_file_blobs, has_whole_file_blobs
 
 log = logging.getLogger(__name__)
 
@@ -334,7 +335,10 @@ class CollectStats:
 class BlobStore:
     """Blobs under ``root``; see the module docstring for the layout."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, upgrade_fault: Fault | None = None) -> None:
+        """``upgrade_fault``: called at each step of chunking whole-file
+        blobs of the old format (``swfs.store.upgrade``); a test raises
+        from it."""
         self.root = Path(root)
         self.tmp = self.root / TMP_DIR
         self.manifests = self.root / MANIFEST_DIR
@@ -352,12 +356,13 @@ class BlobStore:
         self._cache_used: int | None = None
         self._cache_added = 0
         self.cache_scans = 0
+        self.upgraded = 0  # whole-file blobs this open chunked
+        if has_whole_file_blobs(self.root):
+            self.upgraded = chunk_whole_file_blobs(
+                self, is_mismatch=lambda exc: isinstance(exc, HashMismatch), fault=upgrade_fault
+            )
 
     # -- names
-
-    def legacy_path(self, h: str) -> Path:
-        h = check_hash(h)
-        return self.root / h[:2] / h[2:]
 
     def manifest_path(self, h: str) -> Path:
         h = check_hash(h)
@@ -368,53 +373,37 @@ class BlobStore:
         return self.chunks / c[:2] / c[2:]
 
     def path(self, h: str) -> Path:
-        """The file that stores blob ``h``: its manifest, or a whole-file blob
-        of the old format.  Not its bytes: use ``readable_path`` or ``open``."""
-        legacy = self.legacy_path(h)
-        if legacy.is_file():
-            return legacy
+        """The file that stores blob ``h``: its manifest.  Not its bytes:
+        use ``readable_path`` or ``open``."""
         return self.manifest_path(h)
 
     # -- reading
 
     def has(self, h: str) -> bool:
-        return self.manifest_path(h).is_file() or self.legacy_path(h).is_file()
+        return self.manifest_path(h).is_file()
 
-    def manifest(self, h: str) -> Manifest | None:
-        """Blob ``h``'s manifest; None if it is a whole-file blob.
-        FileNotFoundError if not stored, CorruptBlob if unreadable."""
-        try:
-            raw = self.manifest_path(h).read_bytes()
-        except FileNotFoundError:
-            if self.legacy_path(h).is_file():
-                return None
-            raise
+    def manifest(self, h: str) -> Manifest:
+        """Blob ``h``'s manifest.  FileNotFoundError if not stored,
+        CorruptBlob if unreadable."""
+        raw = self.manifest_path(h).read_bytes()
         return Manifest.decode(raw, f"manifest {h[:16]}")
 
     def reader(self, h: str) -> BlobReader:
         """A ``pread`` reader of blob ``h`` (FileNotFoundError if not stored)."""
         h = check_hash(h)
-        m = self.manifest(h)
-        if m is None:
-            return _legacy_reader(self, h)
-        return BlobReader(self, h, m)
+        return BlobReader(self, h, self.manifest(h))
 
     def readable_path(self, h: str) -> Path:
         """A path of a file holding exactly blob ``h``'s bytes, for readers
         that need one (the daemon serves ``.versions`` from it): the blob
-        itself if stored whole, else a copy reassembled into ``cache/``
-        (sparse where the blob has holes, checked against ``h``).
-        FileNotFoundError if not stored."""
+        reassembled into ``cache/`` (sparse where the blob has holes,
+        checked against ``h``).  FileNotFoundError if not stored."""
         h = check_hash(h)
-        legacy = self.legacy_path(h)
-        if legacy.is_file():
-            return legacy
         cached = self.cache / h
         with contextlib.suppress(FileNotFoundError):
             os.utime(cached)  # used now: not evicted soon
             return cached
         m = self.manifest(h)
-        assert m is not None
         self._materialise(h, m, cached)
         self._trim_cache(keep=h, added=cached)
         return cached
@@ -422,8 +411,7 @@ class BlobStore:
     def lazy_path(self, h: str) -> Path:
         """Where ``readable_path(h)`` is or will be, without reassembling
         anything: hand it out cheaply, then open it with ``open_path``."""
-        legacy = self.legacy_path(h)
-        return legacy if legacy.is_file() else self.cache / check_hash(h)
+        return self.cache / check_hash(h)
 
     def readable_path_of(self, path: str | os.PathLike[str]) -> Path:
         """``path`` (from ``lazy_path``, or any other) made readable."""
@@ -448,10 +436,7 @@ class BlobStore:
 
     def size(self, h: str) -> int:
         """Blob ``h``'s size in bytes (FileNotFoundError if not stored)."""
-        try:
-            fd = os.open(self.manifest_path(h), os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
-            return os.stat(self.legacy_path(h)).st_size
+        fd = os.open(self.manifest_path(h), os.O_RDONLY | os.O_CLOEXEC)
         try:
             head = os.pread(fd, _HEAD.size, 0)
         finally:
@@ -471,8 +456,6 @@ class BlobStore:
         however many versions share them)."""
         try:
             m = self.manifest(h)
-            if m is None:
-                return hash_file(self.legacy_path(h)) == h
             if not deep and m.size > SHALLOW_MAX and all(e.inline is None for e in m.extents):
                 return all(self.chunk_path(c).is_file() for c in m.chunks())
             hasher = blake3.blake3(max_threads=blake3.blake3.AUTO)
@@ -488,19 +471,11 @@ class BlobStore:
             m = self.manifest(h)
         except (FileNotFoundError, CorruptBlob):
             return []
-        if m is None:
-            return []
         return [c for c in dict.fromkeys(m.chunks()) if not self.chunk_path(c).is_file()]
 
     def iter_hashes(self) -> Iterator[Hash]:
-        """Every stored blob (chunked or whole), in no particular order."""
-        seen: set[str] = set()
-        for h in _iter_fanout(self.manifests):
-            seen.add(h)
-            yield h
-        for h in _iter_fanout(self.root):
-            if h not in seen:
-                yield h
+        """Every stored blob, in no particular order."""
+        yield from _iter_fanout(self.manifests)
 
     def iter_chunks(self) -> Iterator[Hash]:
         yield from _iter_fanout(self.chunks)
@@ -524,16 +499,13 @@ class BlobStore:
                 yield c, "content does not match its hash"
 
     def total_bytes(self) -> int:
-        """Bytes the store occupies on disk (allocated blocks of manifests,
-        chunks and whole-file blobs; the disposable cache not counted)."""
+        """Bytes the store occupies on disk (allocated blocks of manifests
+        and chunks; the disposable cache not counted)."""
         total = 0
         for d in (self.manifests, self.chunks):
             for h in _iter_fanout(d):
                 with contextlib.suppress(FileNotFoundError):
                     total += os.stat(d / h[:2] / h[2:]).st_blocks * 512
-        for h in _iter_fanout(self.root):
-            with contextlib.suppress(FileNotFoundError):
-                total += os.stat(self.legacy_path(h)).st_blocks * 512
         return total
 
     # -- writing
@@ -671,7 +643,7 @@ class BlobStore:
     def remove(self, h: str) -> None:
         """Forget blob ``h`` (no error if it is not there).  Its chunks stay
         until ``collect()`` finds that no other blob names them."""
-        for p in (self.manifest_path(h), self.legacy_path(h), self.cache / check_hash(h)):
+        for p in (self.manifest_path(h), self.cache / check_hash(h)):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(p)
 
@@ -692,8 +664,7 @@ class BlobStore:
                     # guess (``swfs check`` reports the manifest).
                     log.warning("manifest %s unreadable: collecting nothing", h[:16])
                     return stats
-                if m is not None:
-                    live.update(bytes.fromhex(c) for c in m.chunks())
+                live.update(bytes.fromhex(c) for c in m.chunks())
             for c in list(self.iter_chunks()):
                 if bytes.fromhex(c) in live:
                     stats.chunks_kept += 1
@@ -710,35 +681,6 @@ class BlobStore:
                 stats.bytes_removed,
             )
         return stats
-
-    def upgrade(self, limit: int | None = None) -> int:
-        """Chunk whole-file blobs of the format before chunks (at most
-        ``limit``); the number converted.  A blob that does not hash to its
-        name is left as it is (``swfs check`` reports it)."""
-        done = 0
-        for h in list(_iter_fanout(self.root)):
-            if limit is not None and done >= limit:
-                break
-            legacy = self.legacy_path(h)
-            try:
-                fd = os.open(legacy, os.O_RDONLY | os.O_CLOEXEC)
-            except FileNotFoundError:
-                continue
-            try:
-                if not self.manifest_path(h).is_file():
-                    self._put_fd(fd, expected=h, source=str(legacy))
-            except HashMismatch:
-                log.warning("blob %s does not hold its bytes: left unconverted", h[:16])
-                continue
-            finally:
-                os.close(fd)
-            if not self.verify(h):
-                log.warning("blob %s: its chunked copy does not read back: kept whole", h[:16])
-                continue
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(legacy)
-            done += 1
-        return done
 
     def cleanup_temp(self) -> int:
         """Remove temp files of writers that are gone (crashed or killed);
@@ -793,9 +735,7 @@ class BlobStore:
                 return
             for h in _iter_fanout(self.manifests):
                 with contextlib.suppress(FileNotFoundError, CorruptBlob):
-                    m = self.manifest(h)
-                    if m is not None:
-                        chunks.difference_update(m.chunks())
+                    chunks.difference_update(self.manifest(h).chunks())
             for c in chunks:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(self.chunk_path(c))
@@ -819,7 +759,7 @@ class BlobStore:
             h = Hash(hasher.hexdigest())
             if expected is not None and h != expected:
                 raise HashMismatch(expected=expected, actual=h, source=source)
-            # Not has(): upgrade() stores a whole-file blob's manifest here.
+            # Another writer may have stored it meanwhile.
             if not self.manifest_path(h).is_file():
                 self._commit_manifest(h, Manifest(size, tuple(extents)), new_chunks)
         return h
@@ -1059,24 +999,6 @@ class BlobStore:
                     total -= used
             # Still over (all recent): the next addition scans again.
             self._cache_used = total
-
-
-class _LegacyReader(BlobReader):
-    def __init__(self, store: BlobStore, h: Hash) -> None:
-        self.store, self.hash = store, h
-        self._path = store.legacy_path(h)
-        self.size = os.stat(self._path).st_size
-
-    def pread(self, size: int, offset: int) -> bytes:
-        fd = os.open(self._path, os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            return os.pread(fd, size, offset)
-        finally:
-            os.close(fd)
-
-
-def _legacy_reader(store: BlobStore, h: Hash) -> BlobReader:
-    return _LegacyReader(store, h)
 
 
 def _iter_fanout(root: Path) -> Iterator[Hash]:
