@@ -296,28 +296,44 @@ def test_remove_then_collect_drops_only_unshared_chunks(store: BlobStore) -> Non
     assert store.collect().chunks_removed == 0
 
 
-def _die_before_manifest(root: str, data: bytes) -> None:
+def _die_before_manifest(root: str, data: bytes, linked: bool) -> None:
     store = BlobStore(Path(root))
+    link_pending = store._link_pending
 
-    def crash(*_a: object, **_k: object) -> None:
+    def crash(*a: object, **_k: object) -> None:
+        if linked:
+            link_pending(*a)  # type: ignore[arg-type]
         os._exit(3)  # a crash: no cleanup of any kind
 
-    store._commit_manifest = crash  # type: ignore[method-assign]
+    store._link_pending = crash  # type: ignore[method-assign]
     store.put_bytes(data)
 
 
-def test_crash_between_chunks_and_manifest_leaves_only_litter(store: BlobStore) -> None:
+@pytest.mark.parametrize("linked", [False, True], ids=["chunks-in-tmp", "chunks-linked"])
+def test_crash_between_chunks_and_manifest_leaves_only_litter(
+    store: BlobStore, linked: bool
+) -> None:
+    """Killed with the chunks written to temps (not yet fsynced together
+    and linked), or linked but not yet named by a manifest: what is left is
+    temps that ``cleanup_temp`` removes or chunks that ``collect`` does."""
     kept = store.put_bytes(random.Random(12).randbytes(3 * 1024 * 1024))
     data = random.Random(13).randbytes(3 * 1024 * 1024)
     ctx = multiprocessing.get_context("fork")
-    proc = ctx.Process(target=_die_before_manifest, args=(str(store.root), data))
+    proc = ctx.Process(target=_die_before_manifest, args=(str(store.root), data, linked))
     proc.start()
     proc.join(60)
     assert proc.exitcode == 3
     assert not store.has(b3(data))
     assert list(store.iter_hashes()) == [kept]
     orphans = len(chunk_files(store)) - len(set(store.manifest(kept).chunks()))
-    assert orphans > 0
+    if linked:
+        assert orphans > 0
+        assert os.listdir(store.tmp) == []
+    else:
+        assert orphans == 0
+        assert len(os.listdir(store.tmp)) > 0
+    store.cleanup_temp()
+    assert os.listdir(store.tmp) == []
     assert store.collect().chunks_removed == orphans
     assert store.verify(kept)
     assert store.put_bytes(data) == b3(data)  # and storing again works
@@ -654,3 +670,15 @@ def test_a_burst_keeps_no_bytes_of_the_versions_it_replaces(burst_ws: Workspace)
     versions = burst_ws.versions(RelPath("f.txt"))
     assert all(v.available for v in versions)
     assert [v.hash for v in versions] == [b3(b"v0\n"), b3(b"v5\n"), b3(b"v6\n")]
+
+
+def test_a_chunk_repeated_in_one_write_is_stored_once(store: BlobStore) -> None:
+    """The chunks of one write wait in temps for one batch of fsyncs: a
+    chunk met twice before that is written once, linked once."""
+    block = random.Random(21).randbytes(CHUNK_MAX)
+    data = block * 6
+    h = store.put_bytes(data)
+    assert store.read_bytes(h) == data
+    assert len(chunk_files(store)) == len(set(store.manifest(h).chunks()))
+    assert len(set(store.manifest(h).chunks())) < len(store.manifest(h).extents)
+    assert os.listdir(store.tmp) == []
