@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import multiprocessing
 import os
 import stat
 from collections.abc import Callable, Iterator
@@ -491,3 +492,51 @@ def test_clone_fd_of_other_bytes_stores_nothing(clone_root: Path) -> None:
     reflink_dir = os.environ.get(REFLINK_DIR_ENV)
     if reflink_dir and clone_root.is_relative_to(reflink_dir):
         assert cloned  # raised, on a file system that clones
+
+
+def _die_cloning(root: str, path: str, expected: str, linked: bool) -> None:
+    store = BlobStore(Path(root))
+    link_pending = store._link_pending
+
+    def crash(*a: object, **_k: object) -> None:
+        if linked:
+            link_pending(*a)  # type: ignore[arg-type]
+        os._exit(3)  # a crash: no cleanup of any kind
+
+    store._link_pending = crash  # type: ignore[method-assign]
+    fd = os.open(path, os.O_RDONLY)
+    store.clone_fd(fd, expected=expected)
+    os._exit(4)  # declined: nothing cloned, nothing to crash in
+
+
+@pytest.mark.parametrize("linked", [False, True], ids=["clones-in-tmp", "clones-linked"])
+def test_a_crash_while_cloning_leaves_only_litter(clone_root: Path, linked: bool) -> None:
+    """Killed with the pieces cloned into temps, or linked as chunks but not
+    yet named by a manifest: no blob, and what is left goes with
+    ``cleanup_temp`` and ``collect``; cloning again works."""
+    store = BlobStore(clone_root / "blobs")
+    data = os.urandom(2 * blobs.CLONE_CHUNK + 5)
+    f = clone_root / "f"
+    f.write_bytes(data)
+    proc = multiprocessing.get_context("fork").Process(
+        target=_die_cloning, args=(str(store.root), str(f), b3(data), linked)
+    )
+    proc.start()
+    proc.join(60)
+    if not _on_reflink_fs(clone_root):
+        assert proc.exitcode == 4
+        pytest.skip("no reflink here: the clone declined")
+    assert proc.exitcode == 3
+    assert not store.has(b3(data))
+    chunks = list(store.iter_chunks())
+    assert len(chunks) == (3 if linked else 0)
+    assert len(temps(store)) == (0 if linked else 3)
+    store.cleanup_temp()
+    assert temps(store) == []
+    assert store.collect().chunks_removed == len(chunks)
+    fd = os.open(f, os.O_RDONLY)
+    try:
+        assert store.clone_fd(fd, expected=b3(data))
+    finally:
+        os.close(fd)
+    assert store.read_bytes(b3(data)) == data
