@@ -67,10 +67,11 @@ import struct
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import blake3
 import pyfastcdc
@@ -90,6 +91,9 @@ from swfs.store.fsutil import (
 from swfs.store.upgrade import Fault, chunk_whole_file_blobs, has_whole_file_blobs
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 BLOB_MODE = 0o400
 DIR_MODE = 0o700
@@ -117,8 +121,10 @@ ZSTD_LEVEL = 3
 # chunk and its fsync cost more than copying a few chunks.
 CLONE_CHUNK = 4 * 1024 * 1024
 CLONE_MIN = 1024 * 1024
-# Threads that fsync one write's chunks together (``_link_pending``).
+# Threads that fsync one write's chunks together (``_link_pending``), or
+# clone pieces of a file (``clone_fd``, CLONE_WINDOW pieces at a time).
 FSYNC_THREADS = 16
+CLONE_WINDOW = 4
 # Reads of a data extent go this far at a time: memory stays flat whatever
 # the file's size.
 READ_SIZE = 4 * 1024 * 1024
@@ -326,6 +332,20 @@ class BlobReader:
                 out[lo - offset : hi - offset] = data[lo - e.offset : hi - e.offset]
             i += 1
         return bytes(out)
+
+
+@dataclass
+class _Piece:
+    """One grid piece of a file ``clone_fd`` keeps: ``data`` None for a
+    hole; ``tmp`` the chunk temp holding it (None: nothing to store)."""
+
+    pos: int
+    length: int
+    data: bytes | None = None
+    tmp: Path | None = None
+    name: str = ""
+    declined: bool = False
+    error: BaseException | None = None
 
 
 class _NewChunks(set[str]):
@@ -564,27 +584,47 @@ class BlobStore:
         st = os.fstat(fd)
         if st.st_dev in self._no_clone or st.st_size <= CLONE_MIN:
             return False
+        size = st.st_size
+        grid = range(0, size, CLONE_CHUNK)
         with self._writing() as new_chunks:
             hasher = _piecewise_hasher()
             extents: list[Extent] = []
-            size = st.st_size
             cloned = False
-            for pos in range(0, size, CLONE_CHUNK):
-                length = min(CLONE_CHUNK, size - pos)
-                if _seek(fd, pos, os.SEEK_DATA, size) >= pos + length:
-                    _hash_zeros(hasher, length)  # a hole: stored as nothing
-                    continue
-                got = self._clone_chunk(fd, pos, length, hasher, new_chunks)
-                if got is None and not cloned:
-                    self._no_clone.add(st.st_dev)  # asked once per file system
-                    return False
-                if got is None:  # past the end: the file shrank meanwhile
-                    raise HashMismatch(
-                        expected=expected, actual=hasher.hexdigest(), source=f"fd {fd}"
-                    )
-                cloned = True
-                if got:
-                    extents.append(Extent(pos, length, chunk=got))
+            for i in range(0, len(grid), CLONE_WINDOW):
+                # A few pieces at a time in the pool: cloning and reading
+                # back wait on the disk; hashing in order stays here.
+                batch = self._map(
+                    lambda pos: self._clone_piece(fd, pos, size), grid[i : i + CLONE_WINDOW]
+                )
+                try:
+                    for p in batch:
+                        if p.error is not None:
+                            raise p.error
+                        if p.declined and not cloned:
+                            self._no_clone.add(st.st_dev)  # asked once per file system
+                            return False
+                        if p.declined:  # past the end: the file shrank meanwhile
+                            raise HashMismatch(
+                                expected=expected, actual=hasher.hexdigest(), source=f"fd {fd}"
+                            )
+                        if p.data is None:
+                            _hash_zeros(hasher, p.length)  # a hole: stored as nothing
+                            continue
+                        cloned = True
+                        hasher.update(p.data)
+                        if p.tmp is None:
+                            continue  # zeros (stored as nothing), or short: a mismatch below
+                        c, tmp, p.tmp = p.name, p.tmp, None
+                        if c in new_chunks or self.chunk_path(c).is_file():
+                            self._discard(tmp)
+                        else:
+                            new_chunks.pending[c] = tmp
+                            new_chunks.add(c)
+                        extents.append(Extent(p.pos, p.length, chunk=c))
+                finally:
+                    for p in batch:
+                        if p.tmp is not None:
+                            self._discard(p.tmp)
             actual = hasher.hexdigest()
             if actual != expected:
                 raise HashMismatch(expected=expected, actual=actual, source=f"fd {fd}")
@@ -592,43 +632,41 @@ class BlobStore:
                 self._commit_manifest(Hash(expected), Manifest(size, tuple(extents)), new_chunks)
         return True
 
-    def _clone_chunk(
-        self, fd: int, pos: int, length: int, hasher: blake3.blake3, new_chunks: _NewChunks
-    ) -> str | None:
-        """Clone ``length`` bytes of ``fd`` at ``pos`` into a chunk file
-        (codec ``c``: the bytes from ``CLONE_AT``); its name, "" when the
-        piece reads as zeros (nothing stored), None when the file systems
-        cannot clone it.  The bytes are read back from the clone, so the
-        name is that of what the chunk holds whatever ``fd`` does meanwhile."""
-        tmp, dst = self._new_temp()
+    def _clone_piece(self, fd: int, pos: int, size: int) -> _Piece:
+        """Clone the grid piece of ``fd`` at ``pos`` into a chunk temp
+        (codec ``c``: the bytes from ``CLONE_AT``) and read it back, so that
+        the name is that of what the chunk holds whatever ``fd`` does
+        meanwhile.  Never raises (a pool thread): errors come back in the
+        piece, its temp removed."""
+        p = _Piece(pos, min(CLONE_CHUNK, size - pos))
+        tmp = None
         try:
+            if _seek(fd, pos, os.SEEK_DATA, size) >= pos + p.length:
+                return p  # a hole
+            tmp, dst = self._new_temp()
             try:
                 os.pwrite(dst, _CODEC_CLONE, 0)
-                if not reflink_range(fd, pos, length, dst, CLONE_AT):
+                if not reflink_range(fd, pos, p.length, dst, CLONE_AT):
+                    p.declined = True
                     self._discard(tmp)
-                    return None
-                data = os.pread(dst, length + 1, CLONE_AT)
-                hasher.update(data)
-                if len(data) != length:  # the file shrank meanwhile
-                    self._discard(tmp)
-                    return ""
-                if _is_zero(memoryview(data)):
-                    self._discard(tmp)
-                    return ""
-                c = hash_bytes(data)
-                if c in new_chunks or self.chunk_path(c).is_file():
-                    self._discard(tmp)
-                    return c
+                    return p
+                p.data = os.pread(dst, p.length + 1, CLONE_AT)
+                if len(p.data) != p.length or _is_zero(memoryview(p.data)):
+                    self._discard(tmp)  # short (it shrank), or zeros
+                    return p
                 os.fchmod(dst, BLOB_MODE)
             finally:
                 os.close(dst)
-            new_chunks.pending[c] = tmp
-            new_chunks.add(c)
-            return c
+            p.name, p.tmp = hash_bytes(p.data), tmp
         except BaseException as exc:
-            self._discard(tmp)
-            _reraise_naming(exc, tmp)
-            raise
+            if tmp is not None:
+                self._discard(tmp)
+            p.error, p.tmp = exc, None
+            try:
+                _reraise_naming(exc, tmp or self.tmp)
+            except OSError as named:
+                p.error = named
+        return p
 
     def put_fd(self, fd: int, *, expected: str | None = None) -> Hash:
         """Store the whole file behind ``fd`` (from offset 0), chunked; holes
@@ -888,16 +926,18 @@ class BlobStore:
         self._parallel(fsync_dir, [self.chunks / fan for fan in fans])
 
     def _parallel(self, fn: Callable[[Path], object], paths: list[Path]) -> None:
-        if len(paths) <= 1:
-            for p in paths:
-                fn(p)
-            return
+        """``fn`` of each path, in the pool; the first error raised."""
+        self._map(fn, paths)
+
+    def _map(self, fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
+        """``[fn(x) for x in items]``, run in the pool when more than one."""
+        if len(items) <= 1:
+            return [fn(x) for x in items]
         with self._pool_lock:
             if self._pool is None:
-                self._pool = ThreadPoolExecutor(FSYNC_THREADS, thread_name_prefix="swfs-fsync")
+                self._pool = ThreadPoolExecutor(FSYNC_THREADS, thread_name_prefix="swfs-blobs")
             pool = self._pool
-        for _ in pool.map(fn, paths):
-            pass
+        return list(pool.map(fn, items))
 
     def _commit_manifest(self, h: Hash, m: Manifest, new_chunks: _NewChunks) -> None:
         self._link_pending(new_chunks)
