@@ -68,7 +68,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -350,11 +350,13 @@ class _Piece:
 
 class _NewChunks(set[str]):
     """The chunks one write stores, and ``pending``: those written to a
-    complete temp, not yet fsynced nor linked (``_link_pending``)."""
+    complete temp, not yet linked (``_link_pending``), and ``syncs``: the
+    fsyncs of those temps under way in the pool."""
 
     def __init__(self) -> None:
         super().__init__()
         self.pending: dict[str, Path] = {}
+        self.syncs: list[Future[None]] = []
 
 
 def _piecewise_hasher() -> blake3.blake3:
@@ -655,6 +657,7 @@ class BlobStore:
                     self._discard(tmp)  # short (it shrank), or zeros
                     return p
                 os.fchmod(dst, BLOB_MODE)
+                os.fsync(dst)  # here, in the pool, beside the other pieces' clones
             finally:
                 os.close(dst)
             p.name, p.tmp = hash_bytes(p.data), tmp
@@ -905,6 +908,8 @@ class BlobStore:
             raise
         new_chunks.pending[c] = tmp
         new_chunks.add(c)
+        # Durable while the next chunks are cut: _link_pending waits for it.
+        new_chunks.syncs.append(self._executor().submit(_fsync_path, tmp))
 
     def _link_pending(self, new_chunks: _NewChunks) -> None:
         """Make the pending chunks durable, then give them their names, and
@@ -912,7 +917,8 @@ class BlobStore:
         commits them in a few journal transactions, not one per chunk (on
         ext4 one fsync after another was two thirds of keeping a file)."""
         pending = new_chunks.pending
-        self._parallel(_fsync_path, list(pending.values()))
+        for sync in new_chunks.syncs:
+            sync.result()  # every pending temp was fsynced (clone pieces: by their clone)
         fans = {c[:2] for c in new_chunks}
         made = [fan for fan in fans if not (self.chunks / fan).is_dir()]
         for fan in made:
@@ -933,19 +939,27 @@ class BlobStore:
         """``[fn(x) for x in items]``, run in the pool when more than one."""
         if len(items) <= 1:
             return [fn(x) for x in items]
+        return list(self._executor().map(fn, items))
+
+    def _executor(self) -> ThreadPoolExecutor:
         with self._pool_lock:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(FSYNC_THREADS, thread_name_prefix="swfs-blobs")
-            pool = self._pool
-        return list(pool.map(fn, items))
+            return self._pool
 
     def _commit_manifest(self, h: Hash, m: Manifest, new_chunks: _NewChunks) -> None:
-        self._link_pending(new_chunks)
         tmp, fd = self._new_temp()
         try:
             try:
                 write_all(fd, m.encode())
-                self._seal(fd)
+                os.fchmod(fd, BLOB_MODE)
+                # Its bytes become durable beside the chunks' names; it is
+                # named only after them.
+                synced = self._executor().submit(os.fsync, fd)
+                try:
+                    self._link_pending(new_chunks)
+                finally:
+                    synced.result()
             finally:
                 os.close(fd)
             final = self.manifest_path(h)

@@ -328,7 +328,7 @@ def test_crash_between_chunks_and_manifest_leaves_only_litter(
     orphans = len(chunk_files(store)) - len(set(store.manifest(kept).chunks()))
     if linked:
         assert orphans > 0
-        assert os.listdir(store.tmp) == []
+        assert len(os.listdir(store.tmp)) == 1  # the manifest's, not yet linked
     else:
         assert orphans == 0
         assert len(os.listdir(store.tmp)) > 0
