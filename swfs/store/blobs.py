@@ -44,6 +44,9 @@ Invariants (``swfs.check`` relies on them):
   complete and fsynced before a link made it visible.  Nothing is rewritten.
 - Every chunk a manifest names was fsynced and linked before the manifest
   was: a crash leaves at most chunks nobody names, which ``collect()`` drops.
+  One write's chunks wait complete in ``tmp/`` while their fsyncs run in a
+  pool of threads (the file system then commits them together, not one
+  journal transaction per chunk); they are linked once all are durable.
 - Only ``tmp/`` may hold partial files; ``cleanup_temp()`` removes those left
   by a process that died.  ``cache/`` may be emptied at any time.
 
