@@ -2,15 +2,16 @@
 ms on a plain folder and on a swfs mount of another plain folder, side by
 side in the same minutes.
 
-    python -m bench.metaops [--n 200] [--big-mib 16] [--big-n 8] [-- MOUNT OPTIONS]
+    python -m bench.metaops [--n 200] [--big 16M] [--big-n 8] [-- MOUNT OPTIONS]
 
 Operations, each ``--n`` times on 100-byte files: ``create`` (open
 O_CREAT, write, close), ``rename`` (to a new name), ``rename_over`` (onto
 a file recorded earlier), ``unlink`` (of a recorded file), ``link``,
-``chmod``, ``mkdir``; ``first_write_big`` is the first 4 KiB write (open,
-pwrite, close) into a recorded ``--big-mib`` MiB file, ``--big-n``
-times.  The mount has ``--version-interval 0`` so every close is a version
-whose bytes a later change must keep.  Not part of ``python -m bench``.
+``chmod``, ``mkdir``; ``first_write_<size>`` is the first 4 KiB write
+(open, pwrite, close) into a recorded file of each ``--big`` size (4K, 4M,
+16M, 256M; repeatable), ``--big-n`` times.  The mount has
+``--version-interval 0`` so every close is a version whose bytes a later
+change must keep.  Not part of ``python -m bench``.
 """
 
 from __future__ import annotations
@@ -30,7 +31,14 @@ SWFS = str(Path(sys.executable).with_name("swfs"))
 PAYLOAD = b"\0bench\0" + bytes(range(93))
 
 
-def _ops(d: Path, n: int, big_mib: int, big_n: int, settle: Callable[[], None]) -> dict[str, float]:
+def _size(text: str) -> int:
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    return int(text[:-1]) * units[text[-1].upper()] if text[-1:].upper() in units else int(text)
+
+
+def _ops(
+    d: Path, n: int, bigs: list[str], big_n: int, settle: Callable[[], None]
+) -> dict[str, float]:
     times: dict[str, list[float]] = {}
     clock = time.perf_counter
 
@@ -58,29 +66,34 @@ def _ops(d: Path, n: int, big_mib: int, big_n: int, settle: Callable[[], None]) 
     settle()
     each("unlink", lambda i: os.unlink(d / f"t{i}"))
     each("mkdir", lambda i: os.mkdir(d / f"m{i}"))
-    for i in range(big_n):
-        with open(d / f"big{i}", "wb") as f:
-            for _ in range(big_mib):
-                f.write(os.urandom(1 << 20))  # no chunk in common: nothing deduplicated
-    settle()
+    for big in bigs:
+        size = _size(big)
+        for i in range(big_n):
+            with open(d / f"big{big}-{i}", "wb") as f:
+                left = size
+                while left:  # no chunk in common: nothing deduplicated
+                    left -= f.write(os.urandom(min(left, 1 << 20)))
+        settle()
 
-    def first_write(i: int) -> None:
-        # open, one 4 KiB write, close: the kernel may send the write only
-        # at the close (writeback cache), where the old bytes are kept.
-        fd = os.open(d / f"big{i}", os.O_WRONLY)
-        try:
-            os.pwrite(fd, b"x" * 4096, 1 << 20)
-        finally:
-            os.close(fd)
+        def first_write(i: int, big: str = big, size: int = size) -> None:
+            # open, one 4 KiB write, close: the kernel may send the write only
+            # at the close (writeback cache), where the old bytes are kept.
+            fd = os.open(d / f"big{big}-{i}", os.O_WRONLY)
+            try:
+                os.pwrite(fd, b"x" * 4096, min(1 << 20, size - 4096))
+            finally:
+                os.close(fd)
 
-    each("first_write_big", first_write, big_n)
+        each(f"first_write_{big}", first_write, big_n)
+        for i in range(big_n):
+            os.unlink(d / f"big{big}-{i}")
     return {op: statistics.median(xs) for op, xs in times.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=200)
-    ap.add_argument("--big-mib", type=int, default=16)
+    ap.add_argument("--big", action="append", default=None, help="file size, e.g. 16M")
     ap.add_argument("--big-n", type=int, default=8)
     ap.add_argument("--workdir", type=Path, default=None)
     ap.add_argument("mount_options", nargs="*")
@@ -100,16 +113,17 @@ def main(argv: list[str] | None = None) -> int:
             def sync() -> None:
                 subprocess.run([SWFS, "sync", str(mnt)], check=True, timeout=600)
 
-            native = _ops(plain, args.n, args.big_mib, args.big_n, lambda: None)
-            mounted = _ops(mnt, args.n, args.big_mib, args.big_n, sync)
+            bigs = args.big or ["16M"]
+            native = _ops(plain, args.n, bigs, args.big_n, lambda: None)
+            mounted = _ops(mnt, args.n, bigs, args.big_n, sync)
         finally:
             subprocess.run([SWFS, "umount", str(mnt)], timeout=120, check=False)
             subprocess.run(["fusermount3", "-u", "-z", str(mnt)], check=False,
                            stderr=subprocess.DEVNULL)  # fmt: skip
-        print(f"{'op':<18}{'plain ms':>10}{'swfs ms':>10}{'ratio':>8}")
+        print(f"{'op':<18}{'plain ms':>10}{'swfs ms':>10}{'ratio':>10}")
         for op, t in native.items():
             m = mounted[op]
-            print(f"{op:<18}{t:>10.3f}{m:>10.3f}{m / t if t else float('nan'):>7.1f}x")
+            print(f"{op:<18}{t:>10.3f}{m:>10.3f}{m / t if t else float('nan'):>9.1f}x")
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0

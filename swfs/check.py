@@ -40,6 +40,7 @@ from swfs.store.records import (
     stat_signature,
     unit_prefix,
 )
+from swfs.store.upgrade import whole_file_blobs, whole_file_path
 from swfs.workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -241,9 +242,9 @@ def _referenced(ws: Workspace) -> set[str]:
 
 
 def check_blobs(ws: Workspace, repair: bool) -> list[Problem]:
-    """Every blob is readable and names only chunks that exist; whole-file
-    blobs of the format before chunks hash to their name (repair chunks
-    them); no temp litter; snapshots' bytes exist."""
+    """Every blob is readable and names only chunks that exist; no
+    whole-file blob of the format before chunks is left (opening the store
+    chunks the sound ones); no temp litter; snapshots' bytes exist."""
     problems = []
     litter = ws.blobs.cleanup_temp() if repair else 0
     if litter:
@@ -267,10 +268,20 @@ def check_blobs(ws: Workspace, repair: bool) -> list[Problem]:
         problems.append(Problem("blobs", f"{path}: content does not match its hash", repair))
         if repair:
             os.replace(path, ws.store_dir / f"corrupt-blob-{h}")
-    if repair:
-        upgraded = ws.blobs.upgrade()
-        if upgraded:
-            log.info("chunked %d whole-file blob(s) of the old format", upgraded)
+    # Whole-file blobs of the format before chunks that opening the store
+    # left whole (swfs.store.upgrade): rotten, or chunked wrong.
+    for whole in list(whole_file_blobs(ws.blobs.root)):
+        path = whole_file_path(ws.blobs.root, whole)
+        if hash_file(path) == whole:
+            problems.append(
+                Problem("blobs", f"{path}: a whole-file blob of the old format left unchunked")
+            )
+            continue
+        problems.append(
+            Problem("blobs", f"{path}: content does not match its hash (old format)", repair)
+        )
+        if repair:
+            os.replace(path, ws.store_dir / f"corrupt-blob-{whole}")
     for name in ws.store.snapshot_names():
         if history.snapshot_kind(ws, name) == history.KIND_BASELINE:
             continue  # a former baseline holds what the history kept, not a copy
@@ -297,9 +308,8 @@ def check_chunks(ws: Workspace, repair: bool) -> list[Problem]:
             m = ws.blobs.manifest(h)
         except (OSError, ValueError):
             continue
-        if m is not None:
-            for c in set(m.chunks()) & naming.keys():
-                naming[c] += 1
+        for c in set(m.chunks()) & naming.keys():
+            naming[c] += 1
     problems = []
     for c, why in bad:
         problems.append(

@@ -787,12 +787,7 @@ class Workspace(BlobReads):
         if link and self.staging is not None and not self.staging.in_upper(rel):
             link = False  # SRC's inode lives on until a commit: the blob gets a copy
         if self.blobs.has(rec.hash):
-            if link or not self._shares_inode(rec.hash, path):
-                return True, rec.hash
-            # An unlink or rename that was to follow preserve_inode() failed,
-            # and the file is about to be written in place: its inode must not
-            # stay the blob's, or the write would change history.
-            self.blobs.remove(rec.hash)
+            return True, rec.hash
         try:
             if link:
                 self.blobs.link_in(path, expected=rec.hash)
@@ -885,13 +880,6 @@ class Workspace(BlobReads):
             return stat.S_ISREG(os.lstat(self.abspath(rel)).st_mode)
         except OSError:
             return False
-
-    def _shares_inode(self, h: str, path: Path) -> bool:
-        try:
-            a, b = os.stat(self.blobs.path(h)), os.lstat(path)
-        except OSError:
-            return False
-        return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
     # ------------------------------------------------------- writes via mount
     def record_write(self, rel: RelPath) -> FileState | None:

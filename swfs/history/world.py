@@ -385,17 +385,17 @@ class World(BlobReads):
         its chunks (each checked against its hash as it is read), holes left
         as holes, and kept for the next open (``MemoryFiles``).  The blob
         store's ``cache/`` is not used for these: a tree walk would
-        reassemble thousands of files there.  Large and whole-file blobs are
-        opened from the blob store as ``.versions`` opens them."""
+        reassemble thousands of files there.  Large blobs are opened from
+        the blob store as ``.versions`` opens them."""
         fd = self.memory.get(h)
         if fd is not None:
             return fd
         manifest = self.blobs.manifest(h)
-        if manifest is None or size > MEMORY_FILE_MAX:
+        if size > MEMORY_FILE_MAX:
             try:
                 return self.blobs.open(h)
             except OSError as exc:
-                if manifest is None or not is_no_space(exc):
+                if not is_no_space(exc):
                     raise
             # No room on the disk to reassemble it: in memory for this open
             # only (reading history never needs free space).

@@ -13,8 +13,9 @@ Layout under ``root``::
                               ``abcdef0123...`` (64 hex; two-hex fan-out)
     chunks/ab/cdef0123...     a chunk whose *uncompressed* bytes hash to
                               ``abcdef0123...``
-    ab/cdef0123...            a whole-file blob of the format before chunks
-                              (read as before; ``upgrade()`` chunks it)
+    ab/cdef0123...            a whole-file blob of the format before chunks:
+                              chunked when the store is opened
+                              (``swfs.store.upgrade``); never read here
     cache/<hash>              a blob reassembled for readers that need a
                               path (the daemon's ``.versions``); disposable
     tmp/<pid>-<rand>          a file being written; linked into place when complete
@@ -22,7 +23,9 @@ Layout under ``root``::
                               exclusive
 
 Chunk file: one codec byte, then the payload: ``z`` a zstd frame, ``r`` the
-raw bytes (when zstd would not make them smaller).
+raw bytes (when zstd would not make them smaller), ``c`` the raw bytes from
+offset ``CLONE_AT`` (a block boundary) on, sharing the extents of the
+workspace file they were cloned from (``clone_fd``, on xfs and btrfs).
 
 Manifest file (little-endian)::
 
@@ -37,12 +40,15 @@ Manifest file (little-endian)::
 Invariants (``swfs.check`` relies on them):
 
 - A file under its final name holds exactly what its name says (a chunk's
-  bytes, a manifest of a blob with that hash, a legacy blob's bytes); it was
-  complete and fsynced before a link made it visible (inside a
-  ``deferring_syncs`` block: before the block ends, while its bytes have
-  another durable copy).  Nothing is rewritten.
+  bytes, a manifest of a blob with that hash); it was complete and fsynced
+  before a link made it visible (inside a ``deferring_syncs`` block: before
+  the block ends, while its bytes have another durable copy).  Nothing is
+  rewritten.
 - Every chunk a manifest names was fsynced and linked before the manifest
   was: a crash leaves at most chunks nobody names, which ``collect()`` drops.
+  One write's chunks wait complete in ``tmp/`` while their fsyncs run in a
+  pool of threads (the file system then commits them together, not one
+  journal transaction per chunk); they are linked once all are durable.
 - Only ``tmp/`` may hold partial files; ``cleanup_temp()`` removes those left
   by a process that died.  ``cache/`` may be emptied at any time.
 
@@ -66,9 +72,11 @@ import struct
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import blake3
 import pyfastcdc
@@ -79,15 +87,18 @@ from swfs.store.fsutil import (
     fsync_dir,
     hash_bytes,
     hash_fd,
-    hash_file,
     hash_zeros,
     open_to_read,
-    reflink,
+    reflink_range,
     write_all,
     write_all_at,
 )
+from swfs.store.upgrade import Fault, chunk_whole_file_blobs, has_whole_file_blobs
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 BLOB_MODE = 0o400
 DIR_MODE = 0o700
@@ -109,6 +120,16 @@ CHUNK_MAX = 512 * 1024
 # instead of a manifest and a chunk, each a filesystem block at least.
 INLINE_MAX = CHUNK_MIN
 ZSTD_LEVEL = 3
+# clone_fd's grid: a cloned chunk costs a file and an fsync but no copy, so
+# its pieces are larger than FastCDC's; block-aligned, as FICLONERANGE wants.
+# Files up to CLONE_MIN are chunked (put_fd): a clone's block of header per
+# chunk and its fsync cost more than copying a few chunks.
+CLONE_CHUNK = 4 * 1024 * 1024
+CLONE_MIN = 1024 * 1024
+# Threads that fsync one write's chunks together (``_link_pending``), or
+# clone pieces of a file (``clone_fd``, CLONE_WINDOW pieces at a time).
+FSYNC_THREADS = 16
+CLONE_WINDOW = 4
 # Reads of a data extent go this far at a time: memory stays flat whatever
 # the file's size.
 READ_SIZE = 4 * 1024 * 1024
@@ -127,6 +148,10 @@ _KIND_CHUNK = 0
 _KIND_INLINE = 1
 _CODEC_ZSTD = b"z"
 _CODEC_RAW = b"r"
+# A chunk cloned from a workspace file (``clone_fd``): its bytes start at
+# CLONE_AT, a block boundary, so that they can share the file's extents.
+_CODEC_CLONE = b"c"
+CLONE_AT = 4096
 _ZEROS = bytes(max(CHUNK_MAX, READ_SIZE))
 _ZVIEW = memoryview(_ZEROS)
 
@@ -244,7 +269,9 @@ def _pack_chunk(data: bytes | memoryview) -> bytes:
 
 def _unpack_chunk(raw: bytes, length: int, what: str, *, exact: bool = True) -> bytes:
     codec, payload = raw[:1], raw[1:]
-    if codec == _CODEC_RAW:
+    if codec == _CODEC_CLONE:
+        data = raw[CLONE_AT:]
+    elif codec == _CODEC_RAW:
         data = payload
     elif codec == _CODEC_ZSTD:
         try:
@@ -313,6 +340,45 @@ class BlobReader:
 
 
 @dataclass
+class _Piece:
+    """One grid piece of a file ``clone_fd`` keeps: ``data`` None for a
+    hole; ``tmp`` the chunk temp holding it (None: nothing to store)."""
+
+    pos: int
+    length: int
+    data: bytes | None = None
+    tmp: Path | None = None
+    name: str = ""
+    declined: bool = False
+    error: BaseException | None = None
+
+
+class _NewChunks(set[str]):
+    """The chunks one write stores, and ``pending``: those written to a
+    complete temp, not yet linked (``_link_pending``), and ``syncs``: the
+    fsyncs of those temps under way in the pool."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pending: dict[str, Path] = {}
+        self.syncs: list[Future[None]] = []
+
+
+def _piecewise_hasher() -> blake3.blake3:
+    """A hasher fed a chunk (~160 KiB) at a time: one thread.  Spreading
+    pieces that small over threads made hashing seven times slower."""
+    return blake3.blake3()
+
+
+def _fsync_path(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@dataclass
 class CollectStats:
     chunks_kept: int = 0
     chunks_removed: int = 0
@@ -322,7 +388,10 @@ class CollectStats:
 class BlobStore:
     """Blobs under ``root``; see the module docstring for the layout."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, upgrade_fault: Fault | None = None) -> None:
+        """``upgrade_fault``: called at each step of chunking whole-file
+        blobs of the old format (``swfs.store.upgrade``); a test raises
+        from it."""
         self.root = Path(root)
         self.tmp = self.root / TMP_DIR
         self.manifests = self.root / MANIFEST_DIR
@@ -334,6 +403,8 @@ class BlobStore:
         self._lock_path = self.root / LOCK_FILE
         self._cache_lock = threading.Lock()
         self._no_clone: set[int] = set()  # st_dev of files clone_fd cannot reflink here
+        self._pool: ThreadPoolExecutor | None = None  # fsyncs of a batch of chunks
+        self._pool_lock = threading.Lock()
         # The cache's size as of the last scan plus what was added here since
         # (None: not scanned yet); a scan only when that passes the limit, or
         # every CACHE_RESCAN additions (other processes add to it too).
@@ -342,12 +413,13 @@ class BlobStore:
         self.cache_scans = 0
         # The fsyncs a thread's ``deferring_syncs`` block owes (``_pending``).
         self._local = threading.local()
+        self.upgraded = 0  # whole-file blobs this open chunked
+        if has_whole_file_blobs(self.root):
+            self.upgraded = chunk_whole_file_blobs(
+                self, is_mismatch=lambda exc: isinstance(exc, HashMismatch), fault=upgrade_fault
+            )
 
     # -- names
-
-    def legacy_path(self, h: str) -> Path:
-        h = check_hash(h)
-        return self.root / h[:2] / h[2:]
 
     def manifest_path(self, h: str) -> Path:
         h = check_hash(h)
@@ -358,53 +430,37 @@ class BlobStore:
         return self.chunks / c[:2] / c[2:]
 
     def path(self, h: str) -> Path:
-        """The file that stores blob ``h``: its manifest, or a whole-file blob
-        of the old format.  Not its bytes: use ``readable_path`` or ``open``."""
-        legacy = self.legacy_path(h)
-        if legacy.is_file():
-            return legacy
+        """The file that stores blob ``h``: its manifest.  Not its bytes:
+        use ``readable_path`` or ``open``."""
         return self.manifest_path(h)
 
     # -- reading
 
     def has(self, h: str) -> bool:
-        return self.manifest_path(h).is_file() or self.legacy_path(h).is_file()
+        return self.manifest_path(h).is_file()
 
-    def manifest(self, h: str) -> Manifest | None:
-        """Blob ``h``'s manifest; None if it is a whole-file blob.
-        FileNotFoundError if not stored, CorruptBlob if unreadable."""
-        try:
-            raw = self.manifest_path(h).read_bytes()
-        except FileNotFoundError:
-            if self.legacy_path(h).is_file():
-                return None
-            raise
+    def manifest(self, h: str) -> Manifest:
+        """Blob ``h``'s manifest.  FileNotFoundError if not stored,
+        CorruptBlob if unreadable."""
+        raw = self.manifest_path(h).read_bytes()
         return Manifest.decode(raw, f"manifest {h[:16]}")
 
     def reader(self, h: str) -> BlobReader:
         """A ``pread`` reader of blob ``h`` (FileNotFoundError if not stored)."""
         h = check_hash(h)
-        m = self.manifest(h)
-        if m is None:
-            return _legacy_reader(self, h)
-        return BlobReader(self, h, m)
+        return BlobReader(self, h, self.manifest(h))
 
     def readable_path(self, h: str) -> Path:
         """A path of a file holding exactly blob ``h``'s bytes, for readers
         that need one (the daemon serves ``.versions`` from it): the blob
-        itself if stored whole, else a copy reassembled into ``cache/``
-        (sparse where the blob has holes, checked against ``h``).
-        FileNotFoundError if not stored."""
+        reassembled into ``cache/`` (sparse where the blob has holes,
+        checked against ``h``).  FileNotFoundError if not stored."""
         h = check_hash(h)
-        legacy = self.legacy_path(h)
-        if legacy.is_file():
-            return legacy
         cached = self.cache / h
         with contextlib.suppress(FileNotFoundError):
             os.utime(cached)  # used now: not evicted soon
             return cached
         m = self.manifest(h)
-        assert m is not None
         self._materialise(h, m, cached)
         self._trim_cache(keep=h, added=cached)
         return cached
@@ -412,8 +468,7 @@ class BlobStore:
     def lazy_path(self, h: str) -> Path:
         """Where ``readable_path(h)`` is or will be, without reassembling
         anything: hand it out cheaply, then open it with ``open_path``."""
-        legacy = self.legacy_path(h)
-        return legacy if legacy.is_file() else self.cache / check_hash(h)
+        return self.cache / check_hash(h)
 
     def readable_path_of(self, path: str | os.PathLike[str]) -> Path:
         """``path`` (from ``lazy_path``, or any other) made readable."""
@@ -438,10 +493,7 @@ class BlobStore:
 
     def size(self, h: str) -> int:
         """Blob ``h``'s size in bytes (FileNotFoundError if not stored)."""
-        try:
-            fd = os.open(self.manifest_path(h), os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
-            return os.stat(self.legacy_path(h)).st_size
+        fd = os.open(self.manifest_path(h), os.O_RDONLY | os.O_CLOEXEC)
         try:
             head = os.pread(fd, _HEAD.size, 0)
         finally:
@@ -461,11 +513,9 @@ class BlobStore:
         however many versions share them)."""
         try:
             m = self.manifest(h)
-            if m is None:
-                return hash_file(self.legacy_path(h)) == h
             if not deep and m.size > SHALLOW_MAX and all(e.inline is None for e in m.extents):
                 return all(self.chunk_path(c).is_file() for c in m.chunks())
-            hasher = blake3.blake3(max_threads=blake3.blake3.AUTO)
+            hasher = _piecewise_hasher()
             for piece in self._iter_bytes(Hash(h), m):
                 hasher.update(piece)
             return hasher.hexdigest() == h
@@ -478,19 +528,11 @@ class BlobStore:
             m = self.manifest(h)
         except (FileNotFoundError, CorruptBlob):
             return []
-        if m is None:
-            return []
         return [c for c in dict.fromkeys(m.chunks()) if not self.chunk_path(c).is_file()]
 
     def iter_hashes(self) -> Iterator[Hash]:
-        """Every stored blob (chunked or whole), in no particular order."""
-        seen: set[str] = set()
-        for h in _iter_fanout(self.manifests):
-            seen.add(h)
-            yield h
-        for h in _iter_fanout(self.root):
-            if h not in seen:
-                yield h
+        """Every stored blob, in no particular order."""
+        yield from _iter_fanout(self.manifests)
 
     def iter_chunks(self) -> Iterator[Hash]:
         yield from _iter_fanout(self.chunks)
@@ -500,7 +542,7 @@ class BlobStore:
         for c in self.iter_chunks():
             try:
                 raw = self.chunk_path(c).read_bytes()
-                data = _unpack_chunk(raw, CHUNK_MAX, f"chunk {c[:16]}", exact=False)
+                data = _unpack_chunk(raw, CLONE_CHUNK, f"chunk {c[:16]}", exact=False)
             except FileNotFoundError:
                 continue  # collected meanwhile
             except CorruptBlob as exc:
@@ -514,16 +556,13 @@ class BlobStore:
                 yield c, "content does not match its hash"
 
     def total_bytes(self) -> int:
-        """Bytes the store occupies on disk (allocated blocks of manifests,
-        chunks and whole-file blobs; the disposable cache not counted)."""
+        """Bytes the store occupies on disk (allocated blocks of manifests
+        and chunks; the disposable cache not counted)."""
         total = 0
         for d in (self.manifests, self.chunks):
             for h in _iter_fanout(d):
                 with contextlib.suppress(FileNotFoundError):
                     total += os.stat(d / h[:2] / h[2:]).st_blocks * 512
-        for h in _iter_fanout(self.root):
-            with contextlib.suppress(FileNotFoundError):
-                total += os.stat(self.legacy_path(h)).st_blocks * 512
         return total
 
     # -- writing
@@ -539,39 +578,105 @@ class BlobStore:
         return h
 
     def clone_fd(self, fd: int, *, expected: str) -> bool:
-        """Keep the file behind ``fd`` as blob ``expected`` by a reflink
-        (FICLONE), whole, where the store's file system shares extents with
-        the file's (xfs, btrfs): its cost does not grow with the file's size
-        as chunking's does; the first write into a large recorded file then
-        copies only the blocks it changes (the file system's copy on write).
-        False, nothing stored, where it cannot (ext4, another file system):
-        ``put_fd`` then.  HashMismatch (nothing stored) if the clone does not
-        hold ``expected``.  ``upgrade`` may chunk the blob later."""
+        """Keep the file behind ``fd`` as blob ``expected``, chunked like any
+        other, where the store's file system shares extents with the file's
+        (xfs, btrfs): each ``CLONE_CHUNK`` piece on a fixed grid is a chunk
+        file that shares the piece's extents (FICLONERANGE), not a copy, so
+        the first write into a large recorded file copies only the blocks
+        it changes (the file system's copy on write), and the blob is read,
+        checked and collected like any other.  The pieces are still read
+        once, to name them.  False, nothing stored, where it cannot (ext4,
+        another file system): ``put_fd`` then.  HashMismatch (nothing
+        stored) if the clone does not hold ``expected``."""
         if self.has(expected):
             return True
-        dev = os.fstat(fd).st_dev
-        if dev in self._no_clone:
+        st = os.fstat(fd)
+        if st.st_dev in self._no_clone or st.st_size <= CLONE_MIN:
             return False
-        tmp, dst = self._new_temp()
+        size = st.st_size
+        grid = range(0, size, CLONE_CHUNK)
+        with self._writing() as new_chunks:
+            hasher = _piecewise_hasher()
+            extents: list[Extent] = []
+            cloned = False
+            for i in range(0, len(grid), CLONE_WINDOW):
+                # A few pieces at a time in the pool: cloning and reading
+                # back wait on the disk; hashing in order stays here.
+                batch = self._map(
+                    lambda pos: self._clone_piece(fd, pos, size), grid[i : i + CLONE_WINDOW]
+                )
+                try:
+                    for p in batch:
+                        if p.error is not None:
+                            raise p.error
+                        if p.declined and not cloned:
+                            self._no_clone.add(st.st_dev)  # asked once per file system
+                            return False
+                        if p.declined:  # past the end: the file shrank meanwhile
+                            raise HashMismatch(
+                                expected=expected, actual=hasher.hexdigest(), source=f"fd {fd}"
+                            )
+                        if p.data is None:
+                            _hash_zeros(hasher, p.length)  # a hole: stored as nothing
+                            continue
+                        cloned = True
+                        hasher.update(p.data)
+                        if p.tmp is None:
+                            continue  # zeros (stored as nothing), or short: a mismatch below
+                        c, tmp, p.tmp = p.name, p.tmp, None
+                        if c in new_chunks or self.chunk_path(c).is_file():
+                            self._discard(tmp)
+                        else:
+                            new_chunks.pending[c] = tmp
+                            new_chunks.add(c)
+                        extents.append(Extent(p.pos, p.length, chunk=c))
+                finally:
+                    for p in batch:
+                        if p.tmp is not None:
+                            self._discard(p.tmp)
+            actual = hasher.hexdigest()
+            if actual != expected:
+                raise HashMismatch(expected=expected, actual=actual, source=f"fd {fd}")
+            if not self.manifest_path(expected).is_file():
+                self._commit_manifest(Hash(expected), Manifest(size, tuple(extents)), new_chunks)
+        return True
+
+    def _clone_piece(self, fd: int, pos: int, size: int) -> _Piece:
+        """Clone the grid piece of ``fd`` at ``pos`` into a chunk temp
+        (codec ``c``: the bytes from ``CLONE_AT``) and read it back, so that
+        the name is that of what the chunk holds whatever ``fd`` does
+        meanwhile.  Never raises (a pool thread): errors come back in the
+        piece, its temp removed."""
+        p = _Piece(pos, min(CLONE_CHUNK, size - pos))
+        tmp = None
         try:
+            if _seek(fd, pos, os.SEEK_DATA, size) >= pos + p.length:
+                return p  # a hole
+            tmp, dst = self._new_temp()
             try:
-                if not reflink(fd, dst):
-                    self._no_clone.add(dev)  # asked once per file system
+                os.pwrite(dst, _CODEC_CLONE, 0)
+                if not reflink_range(fd, pos, p.length, dst, CLONE_AT):
+                    p.declined = True
                     self._discard(tmp)
-                    return False
-                actual = hash_fd(dst)
-                if actual != expected:
-                    raise HashMismatch(expected=expected, actual=actual, source=f"fd {fd}")
-                self._seal(dst)
+                    return p
+                p.data = os.pread(dst, p.length + 1, CLONE_AT)
+                if len(p.data) != p.length or _is_zero(memoryview(p.data)):
+                    self._discard(tmp)  # short (it shrank), or zeros
+                    return p
+                os.fchmod(dst, BLOB_MODE)
+                os.fsync(dst)  # here, in the pool, beside the other pieces' clones
             finally:
                 os.close(dst)
-            self._link_into(tmp, self.legacy_path(expected))
-            self._sync_dir(self.legacy_path(expected).parent)
+            p.name, p.tmp = hash_bytes(p.data), tmp
         except BaseException as exc:
-            self._discard(tmp)
-            _reraise_naming(exc, tmp)
-            raise
-        return True
+            if tmp is not None:
+                self._discard(tmp)
+            p.error, p.tmp = exc, None
+            try:
+                _reraise_naming(exc, tmp or self.tmp)
+            except OSError as named:
+                p.error = named
+        return p
 
     def put_fd(self, fd: int, *, expected: str | None = None) -> Hash:
         """Store the whole file behind ``fd`` (from offset 0), chunked; holes
@@ -614,7 +719,7 @@ class BlobStore:
     def remove(self, h: str) -> None:
         """Forget blob ``h`` (no error if it is not there).  Its chunks stay
         until ``collect()`` finds that no other blob names them."""
-        for p in (self.manifest_path(h), self.legacy_path(h), self.cache / check_hash(h)):
+        for p in (self.manifest_path(h), self.cache / check_hash(h)):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(p)
 
@@ -635,8 +740,7 @@ class BlobStore:
                     # guess (``swfs check`` reports the manifest).
                     log.warning("manifest %s unreadable: collecting nothing", h[:16])
                     return stats
-                if m is not None:
-                    live.update(bytes.fromhex(c) for c in m.chunks())
+                live.update(bytes.fromhex(c) for c in m.chunks())
             for c in list(self.iter_chunks()):
                 if bytes.fromhex(c) in live:
                     stats.chunks_kept += 1
@@ -653,35 +757,6 @@ class BlobStore:
                 stats.bytes_removed,
             )
         return stats
-
-    def upgrade(self, limit: int | None = None) -> int:
-        """Chunk whole-file blobs of the format before chunks (at most
-        ``limit``); the number converted.  A blob that does not hash to its
-        name is left as it is (``swfs check`` reports it)."""
-        done = 0
-        for h in list(_iter_fanout(self.root)):
-            if limit is not None and done >= limit:
-                break
-            legacy = self.legacy_path(h)
-            try:
-                fd = os.open(legacy, os.O_RDONLY | os.O_CLOEXEC)
-            except FileNotFoundError:
-                continue
-            try:
-                if not self.manifest_path(h).is_file():
-                    self._put_fd(fd, expected=h, source=str(legacy))
-            except HashMismatch:
-                log.warning("blob %s does not hold its bytes: left unconverted", h[:16])
-                continue
-            finally:
-                os.close(fd)
-            if not self.verify(h):
-                log.warning("blob %s: its chunked copy does not read back: kept whole", h[:16])
-                continue
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(legacy)
-            done += 1
-        return done
 
     def cleanup_temp(self) -> int:
         """Remove temp files of writers that are gone (crashed or killed);
@@ -712,10 +787,11 @@ class BlobStore:
             os.close(fd)  # releases the lock
 
     @contextlib.contextmanager
-    def _writing(self) -> Iterator[set[str]]:
+    def _writing(self) -> Iterator[_NewChunks]:
         """The shared lock for one blob's chunks and manifest; on failure,
-        the chunks this write added are dropped if nothing names them."""
-        new_chunks: set[str] = set()
+        the chunks this write added are dropped if nothing names them (and
+        its temps not yet linked, always)."""
+        new_chunks = _NewChunks()
         try:
             with self._locked(fcntl.LOCK_SH):
                 yield new_chunks
@@ -724,6 +800,9 @@ class BlobStore:
                 self._drop_unnamed(new_chunks)
             _reraise_naming(exc, self.root)
             raise
+        finally:
+            for tmp in new_chunks.pending.values():
+                self._discard(tmp)
 
     def _drop_unnamed(self, chunks: set[str]) -> None:
         """After a failed write: delete those of ``chunks`` no manifest
@@ -736,9 +815,7 @@ class BlobStore:
                 return
             for h in _iter_fanout(self.manifests):
                 with contextlib.suppress(FileNotFoundError, CorruptBlob):
-                    m = self.manifest(h)
-                    if m is not None:
-                        chunks.difference_update(m.chunks())
+                    chunks.difference_update(self.manifest(h).chunks())
             for c in chunks:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(self.chunk_path(c))
@@ -749,7 +826,7 @@ class BlobStore:
 
     def _put_fd(self, fd: int, *, expected: str | None, source: str) -> Hash:
         with self._writing() as new_chunks:
-            hasher = blake3.blake3(max_threads=blake3.blake3.AUTO)
+            hasher = _piecewise_hasher()
             extents: list[Extent] = []
             size = os.fstat(fd).st_size
             if size <= INLINE_MAX:
@@ -762,7 +839,7 @@ class BlobStore:
             h = Hash(hasher.hexdigest())
             if expected is not None and h != expected:
                 raise HashMismatch(expected=expected, actual=h, source=source)
-            # Not has(): upgrade() stores a whole-file blob's manifest here.
+            # Another writer may have stored it meanwhile.
             if not self.manifest_path(h).is_file():
                 self._commit_manifest(h, Manifest(size, tuple(extents)), new_chunks)
         return h
@@ -773,7 +850,7 @@ class BlobStore:
         size: int,
         hasher: blake3.blake3,
         extents: list[Extent],
-        new_chunks: set[str],
+        new_chunks: _NewChunks,
     ) -> int:
         """Chunk the data extents of ``fd`` up to ``size``, hashing holes as
         the zeros they read as; the size actually covered (less if the file
@@ -798,7 +875,7 @@ class BlobStore:
         return size
 
     def _chunk_buffer(
-        self, data: memoryview, offset: int, new_chunks: set[str], *, inline: bool
+        self, data: memoryview, offset: int, new_chunks: _NewChunks, *, inline: bool
     ) -> Iterator[Extent]:
         """Extents for ``data`` at ``offset``: inline (one small piece),
         nothing for zeros, else one stored chunk per FastCDC cut."""
@@ -818,34 +895,87 @@ class BlobStore:
         if _is_zero(data):
             return  # a hole in the making
         c = hash_bytes(data)
-        if not self.chunk_path(c).is_file():
-            self._store_chunk(c, _pack_chunk(data))
-            new_chunks.add(c)
+        if c not in new_chunks and not self.chunk_path(c).is_file():
+            self._store_chunk(c, _pack_chunk(data), new_chunks)
         yield Extent(offset, len(data), chunk=c)
 
-    def _store_chunk(self, c: str, packed: bytes) -> None:
+    def _store_chunk(self, c: str, packed: bytes, new_chunks: _NewChunks) -> None:
+        """Write chunk ``c`` to a temp, pending: ``_commit_manifest`` makes
+        the pending chunks of a write durable in one batch, then links them."""
         tmp, fd = self._new_temp()
         try:
+            deferred = self._pending()
             try:
                 write_all(fd, packed)
-                self._seal(fd)
+                os.fchmod(fd, BLOB_MODE)
+                if deferred is not None:
+                    deferred.file(fd)
             finally:
                 os.close(fd)
-            self._link_into(tmp, self.chunk_path(c))
         except BaseException as exc:
             self._discard(tmp)
             _reraise_naming(exc, tmp)
             raise
+        new_chunks.pending[c] = tmp
+        new_chunks.add(c)
+        if deferred is None:
+            # Durable while the next chunks are cut: _link_pending waits for it.
+            new_chunks.syncs.append(self._executor().submit(_fsync_path, tmp))
 
-    def _commit_manifest(self, h: Hash, m: Manifest, new_chunks: set[str]) -> None:
+    def _link_pending(self, new_chunks: _NewChunks) -> None:
+        """Make the pending chunks durable, then give them their names, and
+        make the names durable: fsyncs in parallel, so that the file system
+        commits them in a few journal transactions, not one per chunk (on
+        ext4 one fsync after another was two thirds of keeping a file)."""
+        pending = new_chunks.pending
+        for sync in new_chunks.syncs:
+            sync.result()  # every pending temp was fsynced (clone pieces: by their clone)
+        fans = {c[:2] for c in new_chunks}
+        made = [fan for fan in fans if not (self.chunks / fan).is_dir()]
+        for fan in made:
+            (self.chunks / fan).mkdir(mode=DIR_MODE, exist_ok=True)
+        if made:
+            self._sync_dir(self.chunks)
+        for c, tmp in list(pending.items()):
+            self._link_into(tmp, self.chunk_path(c))
+            del pending[c]
         # The chunks' names must be durable before a manifest names them.
-        for fan in {c[:2] for c in new_chunks}:
-            self._sync_dir(self.chunks / fan)
+        self._sync_dirs([self.chunks / fan for fan in fans])
+
+    def _parallel(self, fn: Callable[[Path], object], paths: list[Path]) -> None:
+        """``fn`` of each path, in the pool; the first error raised."""
+        self._map(fn, paths)
+
+    def _map(self, fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
+        """``[fn(x) for x in items]``, run in the pool when more than one."""
+        if len(items) <= 1:
+            return [fn(x) for x in items]
+        return list(self._executor().map(fn, items))
+
+    def _executor(self) -> ThreadPoolExecutor:
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(FSYNC_THREADS, thread_name_prefix="swfs-blobs")
+            return self._pool
+
+    def _commit_manifest(self, h: Hash, m: Manifest, new_chunks: _NewChunks) -> None:
         tmp, fd = self._new_temp()
         try:
             try:
                 write_all(fd, m.encode())
-                self._seal(fd)
+                os.fchmod(fd, BLOB_MODE)
+                # Its bytes become durable beside the chunks' names; it is
+                # named only after them.
+                deferred = self._pending()
+                if deferred is not None:
+                    deferred.file(fd)
+                    self._link_pending(new_chunks)
+                else:
+                    synced = self._executor().submit(os.fsync, fd)
+                    try:
+                        self._link_pending(new_chunks)
+                    finally:
+                        synced.result()
             finally:
                 os.close(fd)
             final = self.manifest_path(h)
@@ -869,20 +999,20 @@ class BlobStore:
             raise
         return tmp, fd
 
-    def _seal(self, fd: int) -> None:
-        pending = self._pending()
-        if pending is None:
-            os.fsync(fd)
-        else:
-            pending.file(fd)
-        os.fchmod(fd, BLOB_MODE)
-
     def _sync_dir(self, path: Path) -> None:
         pending = self._pending()
         if pending is None:
             fsync_dir(path)
         else:
             pending.folder(path)
+
+    def _sync_dirs(self, paths: list[Path]) -> None:
+        pending = self._pending()
+        if pending is None:
+            self._parallel(fsync_dir, paths)
+        else:
+            for path in paths:
+                pending.folder(path)
 
     def _pending(self) -> _PendingSyncs | None:
         pending: _PendingSyncs | None = getattr(self._local, "pending", None)
@@ -960,7 +1090,7 @@ class BlobStore:
         tmp, fd = self._new_temp()
         try:
             try:
-                hasher = blake3.blake3(max_threads=blake3.blake3.AUTO)
+                hasher = _piecewise_hasher()
                 pos = 0
                 for e in m.extents:
                     _hash_zeros(hasher, e.offset - pos)
@@ -1035,24 +1165,6 @@ class BlobStore:
                     total -= used
             # Still over (all recent): the next addition scans again.
             self._cache_used = total
-
-
-class _LegacyReader(BlobReader):
-    def __init__(self, store: BlobStore, h: Hash) -> None:
-        self.store, self.hash = store, h
-        self._path = store.legacy_path(h)
-        self.size = os.stat(self._path).st_size
-
-    def pread(self, size: int, offset: int) -> bytes:
-        fd = os.open(self._path, os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            return os.pread(fd, size, offset)
-        finally:
-            os.close(fd)
-
-
-def _legacy_reader(store: BlobStore, h: Hash) -> BlobReader:
-    return _LegacyReader(store, h)
 
 
 def _iter_fanout(root: Path) -> Iterator[Hash]:

@@ -13,6 +13,7 @@ import fcntl
 import logging
 import mmap
 import os
+import struct
 import tempfile
 import threading
 from collections.abc import Callable, Iterator
@@ -24,6 +25,9 @@ log = logging.getLogger(__name__)
 
 # linux/fs.h: _IOW(0x94, 9, int)
 FICLONE = 0x40049409
+# linux/fs.h: _IOW(0x94, 13, struct file_clone_range)
+FICLONERANGE = 0x4020940D
+_CLONE_RANGE = struct.Struct("=qQQQ")  # src_fd, src_offset, src_length, dest_offset
 
 # Reading a file below this size in one go is cheaper than any setup.
 SMALL_FILE = 4 * 1024 * 1024
@@ -113,6 +117,22 @@ def reflink(src_fd: int, dst_fd: int) -> bool:
     """
     try:
         fcntl.ioctl(dst_fd, FICLONE, src_fd)
+    except OSError as exc:
+        if exc.errno in _NO_REFLINK:
+            return False
+        raise
+    return True
+
+
+def reflink_range(src_fd: int, offset: int, length: int, dst_fd: int, dst_offset: int) -> bool:
+    """Make ``length`` bytes of ``dst_fd`` at ``dst_offset`` share the
+    extents of ``src_fd`` at ``offset`` (FICLONERANGE).  Offsets must be
+    block-aligned, and ``length`` too unless the range ends at the end of
+    ``src_fd``.  True when cloned; False when the file systems cannot (or
+    the range is not aligned for them: EINVAL).  Other errors are raised."""
+    arg = _CLONE_RANGE.pack(src_fd, offset, length, dst_offset)
+    try:
+        fcntl.ioctl(dst_fd, FICLONERANGE, arg)
     except OSError as exc:
         if exc.errno in _NO_REFLINK:
             return False

@@ -93,7 +93,8 @@ kernel holds the pages); an operating-system crash or power loss may undo
 the transactions of the last interval.  Preserved bytes (blobs) are always
 fsynced before the operation that needed them goes on.
 
-Format changelog:
+Format changelog (a store of an older format is brought to the present one
+once, when it is opened, in one write transaction: ``swfs.store.upgrade``):
     1  first format.
     2  file records start with the stat signature (``size,mtime,ctime,ino``
        and a newline) so that a rescan need not decode them.  Format 1 stores
@@ -122,7 +123,7 @@ import re
 import struct
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -132,6 +133,7 @@ import blake3
 import lmdb
 
 from swfs.api import UnitTooLarge
+from swfs.store.upgrade import Fault, UnitRow, upgrade_records
 
 log = logging.getLogger(__name__)
 
@@ -408,6 +410,31 @@ def mark_not_kept(v: list[Any], why: str, access: tuple[int, int, int]) -> None:
     v.append(why)
 
 
+class _Codec:
+    """The present format's encoders, for ``swfs.store.upgrade``."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    def loads(self, data: bytes) -> Any:
+        return loads(data)
+
+    def signature(self, size: int, mtime_ns: int, ctime_ns: int, ino: int) -> bytes:
+        return signature_bytes(size, mtime_ns, ctime_ns, ino)
+
+    def write_parse(
+        self,
+        txn: lmdb.Transaction,
+        key: bytes,
+        fields: Mapping[str, Any],
+        units: Sequence[UnitRow],
+    ) -> None:
+        record = ParseRecord(
+            status=fields["status"], error=fields["error"], secs=fields["secs"], at=fields["at"]
+        )
+        self._store._write_parse(txn, key, record, units)  # noqa: SLF001
+
+
 class Store:
     """An LMDB environment with the sub-databases above.
 
@@ -415,9 +442,14 @@ class Store:
     ``await``: every method opens and closes its own.
     """
 
-    def __init__(self, root: Path, *, readonly: bool = False) -> None:
+    def __init__(
+        self, root: Path, *, readonly: bool = False, upgrade_fault: Fault | None = None
+    ) -> None:
+        """``upgrade_fault``: called at each step of an upgrade of an older
+        format (``swfs.store.upgrade``); a test raises from it."""
         self.root = root
         self.readonly = readonly
+        self.upgraded_from: int | None = None  # the format this open upgraded
         dbdir = root / "db"
         if not readonly:
             root.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -443,7 +475,11 @@ class Store:
         except lmdb.Error as exc:
             raise StoreError(f"{dbdir}: cannot open the store: {exc}") from exc
         self.dbs = {name: self.env.open_db(name.encode()) for name in _DBS}
-        self._check_format()
+        try:
+            self._check_format(upgrade_fault)
+        except BaseException:
+            self.env.close()
+            raise
 
     @staticmethod
     def exists(root: Path) -> bool:
@@ -457,61 +493,34 @@ class Store:
         except FileNotFoundError:
             return 0
 
-    def _check_format(self) -> None:
+    def _check_format(self, fault: Fault | None) -> None:
+        """Stamp a new store with the present format; bring an older one to
+        it (``swfs.store.upgrade``) in one write transaction, once."""
         with self.read() as txn:
             raw = txn.get(b"format_version", db=self.dbs["meta"])
-        if raw is not None and loads(raw) in (1, 2):
+        if raw is not None and loads(raw) == FORMAT_VERSION:
+            return
+        if raw is not None:
             # Splitting parse records rewrites them: room for a second copy.
             self.ensure_room(self._current_data_size(self.root / "db"))
-        with self.env.begin(write=True) as txn:
+        with self.write() as txn:
             raw = txn.get(b"format_version", db=self.dbs["meta"])
             if raw is None:
                 txn.put(b"format_version", dumps(FORMAT_VERSION), db=self.dbs["meta"])
                 txn.put(b"created_at", dumps(time.time()), db=self.dbs["meta"])
                 return
-            version = loads(raw)
-            if version == 1:
-                self._upgrade_1_to_2(txn)
-                version = 2
-            if version == 2:
-                self._upgrade_2_to_3(txn)
-                version = 3
+            old = loads(raw)
+            version = old
+            if isinstance(old, int) and old < FORMAT_VERSION:
+                version = upgrade_records(
+                    txn, self.dbs, old, _Codec(self), where=self.root, fault=fault
+                )
             if version != FORMAT_VERSION:
                 raise StoreError(
-                    f"{self.root}: store format {version}, this swfs reads format {FORMAT_VERSION}"
+                    f"{self.root}: store format {old}, this swfs reads format {FORMAT_VERSION}"
                 )
             txn.put(b"format_version", dumps(version), db=self.dbs["meta"])
-
-    def _upgrade_1_to_2(self, txn: lmdb.Transaction) -> None:
-        """Format 2 prefixes file records with their stat signature."""
-        log.info("%s: upgrading the store from format 1 to 2", self.root)
-        db = self.dbs["files"]
-        rows = [(bytes(k), bytes(v)) for k, v in txn.cursor(db=db)]
-        for key, value in rows:
-            d = loads(value)
-            sig = signature_bytes(d["s"], d["m"], d["c"], d["i"])
-            txn.put(key, sig + b"\n" + value, db=db)
-
-    def _upgrade_2_to_3(self, txn: lmdb.Transaction) -> None:
-        """Format 3 keeps each unit of a parse under its own key.  A record
-        that does not decode is left as it is: ``swfs check`` reports it."""
-        log.info("%s: upgrading the store from format 2 to 3", self.root)
-        db = self.dbs["parses"]
-        rows = [(bytes(k), bytes(v)) for k, v in txn.cursor(db=db)]
-        for key, value in rows:
-            try:
-                d = loads(value)
-                units = [(str(n), str(loc), str(text)) for n, loc, text in d.get("units") or ()]
-                record = ParseRecord(
-                    status=str(d["status"]),
-                    error=d.get("error"),
-                    secs=float(d.get("secs") or 0.0),
-                    at=float(d.get("at") or 0.0),
-                )
-            except (ValueError, KeyError, TypeError, AttributeError) as exc:
-                log.warning("%s: parse record %r not upgraded: %s", self.root, key, exc)
-                continue
-            self._write_parse(txn, key, record, units)
+            self.upgraded_from = old
 
     def flush(self) -> None:
         """Make every committed transaction durable (fsync)."""

@@ -627,6 +627,6 @@ def test_a_batch_of_unlinks_syncs_its_kept_bytes_once_then_drops_the_held_links(
         assert all(e == "fsync held" for e in syncs), events  # held until synced
         assert not os.listdir(held)
         for name, b in data.items():
-            (v,) = ws.versions(RelPath(name))
+            (v,) = eng.history.versions(RelPath(name))
             assert blake3.blake3(b).hexdigest() == v.hash
             assert ws.blobs.read_bytes(v.hash) == b

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import multiprocessing
 import os
 import stat
 from collections.abc import Callable, Iterator
@@ -11,7 +12,7 @@ from pathlib import Path
 import blake3
 import pytest
 
-from swfs.store import fsutil
+from swfs.store import blobs, fsutil
 from swfs.store.blobs import BLOB_MODE, BlobStore, HashMismatch
 from tests.tmpfs import small_tmpfs
 
@@ -410,9 +411,74 @@ def test_clone_fd_keeps_the_exact_bytes_or_declines(clone_root: Path) -> None:
     assert store.verify(b3(data))
 
 
+def _on_reflink_fs(root: Path) -> bool:
+    where = os.environ.get(REFLINK_DIR_ENV)
+    return bool(where) and root.is_relative_to(str(where))
+
+
+def test_clone_fd_stores_a_chunk_manifest(clone_root: Path) -> None:
+    """A clone is a blob like any other: a manifest naming chunks on a
+    fixed grid (holes and zero pieces as nothing), read, verified and
+    collected like chunks of put_fd; no whole-file blob of the old format."""
+    store = BlobStore(clone_root / "blobs")
+    piece = blobs.CLONE_CHUNK
+    data = bytearray(os.urandom(piece)) + bytes(piece) + os.urandom(piece) + b"tail"
+    f = clone_root / "f"
+    f.write_bytes(data)
+    with open(f, "r+b") as fh:  # a hole over the third piece
+        fsutil.fallocate(
+            fh.fileno(), fsutil.FALLOC_FL_PUNCH_HOLE | fsutil.FALLOC_FL_KEEP_SIZE, 2 * piece, piece
+        )
+    data[2 * piece : 3 * piece] = bytes(piece)
+    data = bytes(data) + os.urandom(100)
+    with open(f, "ab") as fh:
+        fh.write(data[-100:])
+    h = b3(data)
+    fd = os.open(f, os.O_RDONLY)
+    try:
+        cloned = store.clone_fd(fd, expected=h)
+    finally:
+        os.close(fd)
+    if not _on_reflink_fs(clone_root):
+        assert not cloned
+        assert not store.has(h)
+        pytest.skip("no reflink here: the clone declined")
+    assert cloned
+    assert not (store.root / h[:2] / h[2:]).exists(), "a whole-file blob"
+    m = store.manifest(h)
+    assert m is not None
+    assert m.size == len(data)
+    assert [(e.offset, e.length) for e in m.extents] == [(0, piece), (3 * piece, 4 + 100)]
+    assert all(e.chunk is not None for e in m.extents)
+    raw = store.chunk_path(m.extents[0].chunk or "").read_bytes()
+    assert raw[:1] == b"c"
+    assert raw[blobs.CLONE_AT :] == data[:piece]
+    # The file is written in place: the kept bytes are not.
+    with open(f, "r+b") as fh:
+        fh.write(b"overwritten" * 1000)
+    assert store.read_bytes(h) == data
+    assert store.verify(h)
+    assert list(store.bad_chunks()) == []
+    assert store.collect().chunks_removed == 0
+    assert temps(store) == []
+
+
+def test_clone_fd_leaves_small_files_to_put_fd(clone_root: Path) -> None:
+    store = BlobStore(clone_root / "blobs")
+    data = os.urandom(blobs.CLONE_MIN)
+    (clone_root / "f").write_bytes(data)
+    fd = os.open(clone_root / "f", os.O_RDONLY)
+    try:
+        assert not store.clone_fd(fd, expected=b3(data))
+    finally:
+        os.close(fd)
+    assert not store.has(b3(data))
+    assert temps(store) == []
+
+
 def test_clone_fd_of_other_bytes_stores_nothing(clone_root: Path) -> None:
     store = BlobStore(clone_root / "blobs")
-    (clone_root / "f").write_bytes(b"these bytes" * 1000)
+    (clone_root / "f").write_bytes(b"these bytes" * 200_000)  # past CLONE_MIN
     fd = os.open(clone_root / "f", os.O_RDONLY)
     try:
         try:
@@ -426,3 +492,51 @@ def test_clone_fd_of_other_bytes_stores_nothing(clone_root: Path) -> None:
     reflink_dir = os.environ.get(REFLINK_DIR_ENV)
     if reflink_dir and clone_root.is_relative_to(reflink_dir):
         assert cloned  # raised, on a file system that clones
+
+
+def _die_cloning(root: str, path: str, expected: str, linked: bool) -> None:
+    store = BlobStore(Path(root))
+    link_pending = store._link_pending
+
+    def crash(*a: object, **_k: object) -> None:
+        if linked:
+            link_pending(*a)  # type: ignore[arg-type]
+        os._exit(3)  # a crash: no cleanup of any kind
+
+    store._link_pending = crash  # type: ignore[method-assign]
+    fd = os.open(path, os.O_RDONLY)
+    store.clone_fd(fd, expected=expected)
+    os._exit(4)  # declined: nothing cloned, nothing to crash in
+
+
+@pytest.mark.parametrize("linked", [False, True], ids=["clones-in-tmp", "clones-linked"])
+def test_a_crash_while_cloning_leaves_only_litter(clone_root: Path, linked: bool) -> None:
+    """Killed with the pieces cloned into temps, or linked as chunks but not
+    yet named by a manifest: no blob, and what is left goes with
+    ``cleanup_temp`` and ``collect``; cloning again works."""
+    store = BlobStore(clone_root / "blobs")
+    data = os.urandom(2 * blobs.CLONE_CHUNK + 5)
+    f = clone_root / "f"
+    f.write_bytes(data)
+    proc = multiprocessing.get_context("fork").Process(
+        target=_die_cloning, args=(str(store.root), str(f), b3(data), linked)
+    )
+    proc.start()
+    proc.join(60)
+    if not _on_reflink_fs(clone_root):
+        assert proc.exitcode == 4
+        pytest.skip("no reflink here: the clone declined")
+    assert proc.exitcode == 3
+    assert not store.has(b3(data))
+    chunks = list(store.iter_chunks())
+    assert len(chunks) == (3 if linked else 0)
+    assert len(temps(store)) == (1 if linked else 4)  # and the manifest's temp
+    store.cleanup_temp()
+    assert temps(store) == []
+    assert store.collect().chunks_removed == len(chunks)
+    fd = os.open(f, os.O_RDONLY)
+    try:
+        assert store.clone_fd(fd, expected=b3(data))
+    finally:
+        os.close(fd)
+    assert store.read_bytes(b3(data)) == data

@@ -3,6 +3,7 @@ the old whole-file format, and the version-burst policy."""
 
 from __future__ import annotations
 
+import errno
 import multiprocessing
 import os
 import random
@@ -19,6 +20,7 @@ from swfs.history import versioning
 from swfs.history.part import History
 from swfs.store import blobs as blobs_mod
 from swfs.store.blobs import CHUNK_MAX, BlobStore, CorruptBlob, HashMismatch
+from swfs.store.upgrade import UpgradeError, whole_file_blobs, whole_file_path
 from swfs.workspace import Config, Workspace
 
 
@@ -295,28 +297,44 @@ def test_remove_then_collect_drops_only_unshared_chunks(store: BlobStore) -> Non
     assert store.collect().chunks_removed == 0
 
 
-def _die_before_manifest(root: str, data: bytes) -> None:
+def _die_before_manifest(root: str, data: bytes, linked: bool) -> None:
     store = BlobStore(Path(root))
+    link_pending = store._link_pending
 
-    def crash(*_a: object, **_k: object) -> None:
+    def crash(*a: object, **_k: object) -> None:
+        if linked:
+            link_pending(*a)  # type: ignore[arg-type]
         os._exit(3)  # a crash: no cleanup of any kind
 
-    store._commit_manifest = crash  # type: ignore[method-assign]
+    store._link_pending = crash  # type: ignore[method-assign]
     store.put_bytes(data)
 
 
-def test_crash_between_chunks_and_manifest_leaves_only_litter(store: BlobStore) -> None:
+@pytest.mark.parametrize("linked", [False, True], ids=["chunks-in-tmp", "chunks-linked"])
+def test_crash_between_chunks_and_manifest_leaves_only_litter(
+    store: BlobStore, linked: bool
+) -> None:
+    """Killed with the chunks written to temps (not yet fsynced together
+    and linked), or linked but not yet named by a manifest: what is left is
+    temps that ``cleanup_temp`` removes or chunks that ``collect`` does."""
     kept = store.put_bytes(random.Random(12).randbytes(3 * 1024 * 1024))
     data = random.Random(13).randbytes(3 * 1024 * 1024)
     ctx = multiprocessing.get_context("fork")
-    proc = ctx.Process(target=_die_before_manifest, args=(str(store.root), data))
+    proc = ctx.Process(target=_die_before_manifest, args=(str(store.root), data, linked))
     proc.start()
     proc.join(60)
     assert proc.exitcode == 3
     assert not store.has(b3(data))
     assert list(store.iter_hashes()) == [kept]
-    orphans = len(chunk_files(store)) - len(set(store.manifest(kept).chunks()))  # type: ignore[union-attr]
-    assert orphans > 0
+    orphans = len(chunk_files(store)) - len(set(store.manifest(kept).chunks()))
+    if linked:
+        assert orphans > 0
+        assert len(os.listdir(store.tmp)) == 1  # the manifest's, not yet linked
+    else:
+        assert orphans == 0
+        assert len(os.listdir(store.tmp)) > 0
+    store.cleanup_temp()
+    assert os.listdir(store.tmp) == []
     assert store.collect().chunks_removed == orphans
     assert store.verify(kept)
     assert store.put_bytes(data) == b3(data)  # and storing again works
@@ -344,7 +362,7 @@ def test_collect_interrupted_part_way_loses_nothing_named(
     monkeypatch.setattr(blobs_mod.os, "unlink", real_unlink)
     assert store.verify(kept)
     store.collect()
-    assert chunk_files(store) == set(store.manifest(kept).chunks())  # type: ignore[union-attr]
+    assert chunk_files(store) == set(store.manifest(kept).chunks())
 
 
 def test_collect_racing_writers_never_loses_a_named_chunk(store: BlobStore) -> None:
@@ -394,39 +412,94 @@ def test_failed_write_drops_its_chunks(
 # -- the format before chunks
 
 
-def legacy_blob(store: BlobStore, data: bytes) -> str:
+def legacy_blob(root: Path, data: bytes) -> str:
+    """A blob as the format before chunks kept it: whole, under ``root``."""
     h = b3(data)
-    p = store.legacy_path(h)
-    p.parent.mkdir(mode=0o700, exist_ok=True)
+    p = whole_file_path(root, h)
+    p.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     p.write_bytes(data)
     p.chmod(0o400)
     return h
 
 
-def test_whole_file_blobs_stay_readable_and_upgrade(store: BlobStore) -> None:
+def test_whole_file_blobs_are_chunked_once_when_the_store_opens(tmp_path: Path) -> None:
+    root = tmp_path / "blobs"
     old = os.urandom(2 * 1024 * 1024)
-    h = legacy_blob(store, old)
-    assert store.has(h)
-    assert store.size(h) == len(old)
-    assert list(store.iter_hashes()) == [h]
-    assert store.read_bytes(h) == old
-    assert store.readable_path(h) == store.legacy_path(h)
-    assert store.verify(h)
-    assert store.upgrade() == 1
-    assert not store.legacy_path(h).exists()
-    assert store.manifest(h) is not None
-    assert store.read_bytes(h) == old
-    assert list(store.iter_hashes()) == [h]
+    small = b"a small old blob\n"
+    h, hs = legacy_blob(root, old), legacy_blob(root, small)
+    store = BlobStore(root)
+    assert store.upgraded == 2
+    for blob, data in ((h, old), (hs, small)):
+        assert not whole_file_path(root, blob).exists()
+        assert store.manifest(blob).size == len(data)
+        assert store.read_bytes(blob) == data
+        assert store.size(blob) == len(data)
+        assert store.verify(blob)
+    assert sorted(store.iter_hashes()) == sorted([h, hs])
+    # The second open finds nothing to do.
+    assert BlobStore(root).upgraded == 0
 
 
-def test_upgrade_leaves_a_rotten_whole_file_blob_alone(store: BlobStore) -> None:
-    h = legacy_blob(store, b"original bytes")
-    p = store.legacy_path(h)
+def test_upgrade_leaves_a_rotten_whole_file_blob_alone(tmp_path: Path) -> None:
+    root = tmp_path / "blobs"
+    h = legacy_blob(root, b"original bytes")
+    p = whole_file_path(root, h)
     p.chmod(0o600)
     p.write_bytes(b"rotten bytes!!")
-    assert store.upgrade() == 0
-    assert p.exists()
+    store = BlobStore(root)
+    assert store.upgraded == 0
+    assert p.read_bytes() == b"rotten bytes!!"
     assert not store.verify(h)
+    assert list(whole_file_blobs(root)) == [h]
+
+
+class _Crash(Exception):
+    pass
+
+
+def test_a_crash_while_chunking_loses_nothing(tmp_path: Path) -> None:
+    """Killed after a blob's manifest is linked but before its whole file is
+    unlinked, or before the next blob: every blob reads back exact, in one
+    form or the other, and the next open finishes the work."""
+    root = tmp_path / "blobs"
+    blobs = {legacy_blob(root, os.urandom(n)): n for n in (10, 300_000, 3 * 1024 * 1024)}
+    datas = {h: whole_file_path(root, h).read_bytes() for h in blobs}
+    for step in ("unlink", "blob"):
+        seen: list[str] = []
+
+        def fault(what: str, step: str = step, seen: list[str] = seen) -> None:
+            seen.append(what)
+            if what.startswith(step) and len(seen) > 2:
+                raise _Crash(what)
+
+        with pytest.raises(_Crash):
+            BlobStore(root, upgrade_fault=fault)
+        for h, data in datas.items():
+            whole = whole_file_path(root, h)
+            chunked = (root / "manifests" / h[:2] / h[2:]).is_file()
+            assert whole.is_file() or chunked, h
+            if whole.is_file():
+                assert whole.read_bytes() == data
+    store = BlobStore(root)
+    assert list(whole_file_blobs(root)) == []
+    for h, data in datas.items():
+        assert store.read_bytes(h) == data
+
+
+def test_no_room_to_chunk_stops_the_open_and_keeps_the_blob(tmp_path: Path) -> None:
+    root = tmp_path / "blobs"
+    h = legacy_blob(root, b"kept whole\n")
+
+    def fault(what: str) -> None:
+        if what.startswith("blob"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    with pytest.raises(UpgradeError, match="No space") as caught:
+        BlobStore(root, upgrade_fault=fault)
+    assert caught.value.filename == str(whole_file_path(root, h))
+    assert caught.value.errno == errno.ENOSPC
+    assert whole_file_path(root, h).read_bytes() == b"kept whole\n"
+    assert BlobStore(root).read_bytes(h) == b"kept whole\n"
 
 
 # -- what the engine hands the daemon
@@ -600,3 +673,15 @@ def test_a_burst_keeps_no_bytes_of_the_versions_it_replaces(burst_ws: Workspace)
     versions = History(burst_ws).versions(RelPath("f.txt"))
     assert all(v.available for v in versions)
     assert [v.hash for v in versions] == [b3(b"v0\n"), b3(b"v5\n"), b3(b"v6\n")]
+
+
+def test_a_chunk_repeated_in_one_write_is_stored_once(store: BlobStore) -> None:
+    """The chunks of one write wait in temps for one batch of fsyncs: a
+    chunk met twice before that is written once, linked once."""
+    block = random.Random(21).randbytes(CHUNK_MAX)
+    data = block * 6
+    h = store.put_bytes(data)
+    assert store.read_bytes(h) == data
+    assert len(chunk_files(store)) == len(set(store.manifest(h).chunks()))
+    assert len(set(store.manifest(h).chunks())) < len(store.manifest(h).extents)
+    assert os.listdir(store.tmp) == []

@@ -15,7 +15,14 @@ import pytest
 
 from swfs.api import Freshness, RelPath
 from swfs.check import check_parses
-from swfs.store.records import FORMAT_VERSION, ParseRecord, Store, dumps, parse_key, unit_prefix
+from swfs.store.records import (
+    FORMAT_VERSION,
+    ParseRecord,
+    Store,
+    dumps,
+    parse_key,
+    unit_prefix,
+)
 from swfs.workspace import Workspace
 from tests.bigparse import PAGE_TEXT, PAGES, big_parse, peak_bytes
 
@@ -234,5 +241,116 @@ def test_a_record_head_gives_signature_and_hash_without_decoding(tmp_path: Path)
             assert store.file_head(rel) == (signature_bytes(*rec.signature()), rec.hash)
             assert store.get_file_hash(rel) == rec.hash
         assert store.file_head("absent.txt") is None
+    finally:
+        store.close()
+
+
+_OLD_FILE = {
+    "h": "ab" * 32,
+    "s": 11,
+    "m": 7,
+    "c": 8,
+    "i": 9,
+    "mode": 0o100644,
+    "u": 0,
+    "g": 0,
+    "p": "pdf@3",
+    "v": "ab" * 32,
+    "vp": "pdf@3",
+}
+_OLD_UNITS = [["page-0001.md", "page=1", "first page\n"], ["page-0002.md", "page=2", "zwei é\n"]]
+
+
+def _make_format_1_store(root: Path) -> dict[str, bytes]:
+    """A store as format 1 wrote it, by raw LMDB writes: a file record
+    without its signature, a parse record with its units inline.  The raw
+    values written, by sub-database."""
+    (root / "db").mkdir(parents=True)
+    env = lmdb.open(str(root / "db"), max_dbs=16, map_size=1 << 26)
+    meta, files, parses = (env.open_db(n) for n in (b"meta", b"files", b"parses"))
+    record = {"status": "ok", "units": _OLD_UNITS, "error": None, "secs": 0.5, "at": 1.0}
+    raw = {"files": dumps(_OLD_FILE), "parses": dumps(record)}
+    with env.begin(write=True) as txn:
+        txn.put(b"format_version", dumps(1), db=meta)
+        txn.put(b"doc.pdf", raw["files"], db=files)
+        txn.put(parse_key("ab" * 32, "pdf@3"), raw["parses"], db=parses)
+    env.close()
+    return raw
+
+
+def _raw_state(root: Path) -> dict[str, bytes | None]:
+    env = lmdb.open(str(root / "db"), max_dbs=16, map_size=1 << 26)
+    try:
+        meta, files, parses = (env.open_db(n) for n in (b"meta", b"files", b"parses"))
+        with env.begin() as txn:
+            got = {
+                "format_version": txn.get(b"format_version", db=meta),
+                "files": txn.get(b"doc.pdf", db=files),
+                "parses": txn.get(parse_key("ab" * 32, "pdf@3"), db=parses),
+            }
+            return {k: None if v is None else bytes(v) for k, v in got.items()}
+    finally:
+        env.close()
+
+
+def test_a_format_1_store_upgrades_once_and_reads_exact(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    _make_format_1_store(root)
+    store = Store(root)
+    try:
+        assert store.upgraded_from == 1
+        assert store.get_meta("format_version") == FORMAT_VERSION
+        rec = store.get_file("doc.pdf")
+        assert rec is not None
+        assert (rec.hash, rec.size, rec.parser) == ("ab" * 32, 11, "pdf@3")
+        assert rec.signature() == (11, 7, 8, 9)
+        assert store.file_signatures() == {"doc.pdf": b"11,7,8,9"}
+        assert store.get_parse("ab" * 32, "pdf@3") == ParseRecord("ok", None, 0.5, 1.0, 2)
+        assert [tuple(u) for u in _OLD_UNITS] == [
+            tuple(u) for u in store.parse_units("ab" * 32, "pdf@3")
+        ]
+    finally:
+        store.close()
+    upgraded = _raw_state(root)
+    ran: list[str] = []
+    store = Store(root, upgrade_fault=ran.append)
+    try:
+        assert store.upgraded_from is None
+        assert store.get_unit("ab" * 32, "pdf@3", "page-0002.md") == (
+            "page-0002.md",
+            "page=2",
+            "zwei é\n",
+        )
+    finally:
+        store.close()
+    assert ran == []
+    assert _raw_state(root) == upgraded
+
+
+class _Crash(Exception):
+    pass
+
+
+@pytest.mark.parametrize("at", ["files", "parses"])
+def test_a_crash_during_the_upgrade_leaves_the_old_format(tmp_path: Path, at: str) -> None:
+    """Killed part way through the upgrade (in its 1 -> 2 or its 2 -> 3
+    step): the store is still format 1 as it was, and the next open
+    upgrades it whole."""
+    root = tmp_path / "store"
+    raw = _make_format_1_store(root)
+    before = _raw_state(root)
+    assert before == {"format_version": dumps(1), **raw}
+
+    def fault(what: str) -> None:
+        if what.startswith(at):
+            raise _Crash(what)
+
+    with pytest.raises(_Crash):
+        Store(root, upgrade_fault=fault)
+    assert _raw_state(root) == before
+    store = Store(root)
+    try:
+        assert store.upgraded_from == 1
+        assert store.parse_units("ab" * 32, "pdf@3")[1] == ("page-0002.md", "page=2", "zwei é\n")
     finally:
         store.close()
