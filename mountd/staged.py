@@ -29,6 +29,7 @@ from mountd.passthrough import (
     split,
 )
 from mountd.poll import Poller
+from mountd.reply import Reply, awaited
 from swfs.api import EngineAPI
 from swfs.history.staging import LOWER, UPPER, Staging
 
@@ -210,33 +211,23 @@ class StagedPassthrough(Passthrough):
 
     # -- files
 
-    async def open(self, rel: str, flags: int, creds: Creds) -> NativeHandle:
+    def open(self, rel: str, flags: int, creds: Creds) -> Reply[NativeHandle]:
         if flags & os.O_ACCMODE != os.O_RDONLY or flags & os.O_TRUNC:
-            if not self._exists(rel):
-                raise _err(errno.ENOENT)
-            await self._copy_up(rel)
-            return await self.top.open(rel, flags, creds)
+            return self._open_up(rel, flags, creds)
         if self.staging.in_upper(rel):
-            return await self.top.open(rel, flags, creds)
+            return self.top.open(rel, flags, creds)
         if self.staging.lower_hidden(rel):
             raise _err(errno.ENOENT)
-        return await super().open(rel, flags, creds)
+        return super().open(rel, flags, creds)
 
-    def open_nowait(self, rel: str, flags: int) -> NativeHandle | None:
-        if flags & os.O_ACCMODE != os.O_RDONLY or flags & os.O_TRUNC:
-            return None
-        if self.staging.in_upper(rel):
-            return self.top.open_nowait(rel, flags)
-        if self.staging.lower_hidden(rel):
+    async def _open_up(self, rel: str, flags: int, creds: Creds) -> NativeHandle:
+        """An open that may change the file: of its copy in the layer."""
+        if not self._exists(rel):
             raise _err(errno.ENOENT)
-        return super().open_nowait(rel, flags)
+        await self._copy_up(rel)
+        return await awaited(self.top.open(rel, flags, creds))
 
-    def create_now(
-        self, parent: str, name: str, mode: int, flags: int, creds: Creds
-    ) -> tuple[NativeHandle, os.stat_result] | None:
-        return None  # the staged layer's folders may need copying up first (create)
-
-    async def create(
+    async def create(  # always awaited: the layer's folders may need copying up first
         self, parent: str, name: str, mode: int, flags: int, creds: Creds
     ) -> tuple[NativeHandle, os.stat_result]:
         self.check_new_name(parent, name)
@@ -244,10 +235,10 @@ class StagedPassthrough(Passthrough):
         if self._exists(rel):
             if flags & os.O_EXCL:
                 raise _err(errno.EEXIST)
-            handle = await self.open(rel, flags & ~os.O_CREAT, creds)
+            handle = await awaited(self.open(rel, flags & ~os.O_CREAT, creds))
             return handle, self._mapped(os.fstat(handle.fd))
         await self._copy_up(parent)
-        handle, st = await self.top.create(parent, name, mode, flags, creds)
+        handle, st = await awaited(self.top.create(parent, name, mode, flags, creds))
         return handle, self._fresh(st)
 
     async def tmpfile(

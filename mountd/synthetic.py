@@ -31,6 +31,7 @@ import trio
 
 from mountd.nodes import Tree
 from mountd.options import MountOptions
+from mountd.reply import Reply
 from swfs import permissions
 from swfs.api import (
     Access,
@@ -104,15 +105,56 @@ class Entry:
 
 
 class SyntheticTree(Protocol):
+    """What a generated tree answers (``mountd.generated``, ``mountd.router``,
+    ``mountd.invalidator``).  ``TreeDefaults`` gives the optional part."""
+
     tree: Tree
+    # "file": its paths start with a source file's path, so a change to that
+    # file touches only what lies below it; "all": any change may touch any
+    # of its nodes (``.review``).
+    scope: str
+
+    def listed(self) -> bool:
+        """Whether the mount root lists it (else it is reachable by name)."""
+        ...
 
     async def entry(self, path: str, *, wait: bool = True) -> Entry | None:
         """``wait``: a lookup by name may wait for a pending view; listing the
         parent directory never does."""
         ...
 
+    def open_entry(self, path: str) -> Reply[Entry | None]:
+        """What an open of ``path`` reads: at once where the tree has it at
+        hand, else an awaitable (``mountd.reply``)."""
+        ...
+
     async def children(self, path: str) -> list[str]: ...
     async def xattrs(self, path: str) -> Mapping[str, str]: ...
+
+    def dir_stays(self, path: str, rels: AbstractSet[str]) -> bool:
+        """Cheap, from the loop: folder ``path`` surely still shows after
+        ``rels`` changed; False where only its listing can tell."""
+        ...
+
+
+class TreeDefaults:
+    """The optional part of ``SyntheticTree``: scoped per file, listed at the
+    root, opened as looked up (waiting as a lookup does), and no cheap
+    answer on whether a folder stays."""
+
+    scope = "file"
+
+    def listed(self) -> bool:
+        return True
+
+    async def entry(self, path: str, *, wait: bool = True) -> Entry | None:
+        raise NotImplementedError
+
+    def open_entry(self, path: str) -> Reply[Entry | None]:
+        return self.entry(path, wait=True)
+
+    def dir_stays(self, path: str, rels: AbstractSet[str]) -> bool:
+        return False
 
 
 # Paths whose change time Generation keeps (see there).
@@ -258,7 +300,7 @@ class _Cached(Generic[T]):
         return self._value
 
 
-class Base(ABC):
+class Base(TreeDefaults, ABC):
     tree: Tree
 
     def __init__(self, engine: EngineAPI, gen: Generation, options: MountOptions) -> None:
@@ -363,7 +405,7 @@ class ParsedTree(Base):
     def _forget(self, rel: str) -> None:
         self._states.pop(rel, None)
 
-    def _unit_now(self, rel: str, name: str) -> tuple[ViewState | None, RenderedUnit | None]:
+    def _unit_on_loop(self, rel: str, name: str) -> tuple[ViewState | None, RenderedUnit | None]:
         """The state of ``rel`` and its unit ``name``, read on its own, on the
         loop; UnitTooLarge for a unit too long to read there."""
         view = self.cached_view(rel)
@@ -390,9 +432,9 @@ class ParsedTree(Base):
                 self._unit_bytes -= len(gone.content)
 
     async def _unit(self, rel: str, name: str) -> tuple[ViewState | None, RenderedUnit | None]:
-        """``_unit_now``, with a long unit read in a worker thread."""
+        """``_unit_on_loop``, with a long unit read in a worker thread."""
         try:
-            return self._unit_now(rel, name)
+            return self._unit_on_loop(rel, name)
         except UnitTooLarge:
             pass
         view = self.cached_view(rel)
@@ -506,27 +548,25 @@ class ParsedTree(Base):
             return None
         return self._unit_entry(rel, view, unit)
 
-    def open_entry_nowait(self, path: str) -> Entry | None:
-        """What ``entry(path)`` answers an open of a unit, where that needs no
-        wait (mountd.operations: answered at once): None where the async path must answer (the
-        index is due a rebuild, the view must be waited for, the unit is
-        ``pending.md``, too long to read on the loop, or absent).  The same
-        pieces as ``entry``, in the same order."""
+    def open_entry(self, path: str) -> Reply[Entry | None]:
+        """What an open of a unit reads: at once where that needs no wait
+        (mountd.reply), else ``entry``, awaited (the index is due a
+        rebuild, the view must be waited for, the unit is ``pending.md``,
+        too long to read on the loop, or absent).  The same pieces as
+        ``entry``, in the same order."""
         idx = self._index.peek()
         loc = idx.locate(path) if idx is not None else None
         if loc is None:
-            return None
+            return self.entry(path)
         rel, unit_name = loc
-        if unit_name is None or unit_name == PENDING:
-            return None
-        if self._settle_limit(rel):
-            return None
+        if unit_name is None or unit_name == PENDING or self._settle_limit(rel):
+            return self.entry(path)
         try:
-            view, unit = self._unit_now(rel, unit_name)
+            view, unit = self._unit_on_loop(rel, unit_name)
         except UnitTooLarge:
-            return None
+            return self.entry(path)
         if view is None or unit is None:
-            return None
+            return self.entry(path)
         return self._unit_entry(rel, view, unit)
 
     async def _listed_pending(self, rel: str, view: ViewState) -> RenderedUnit | None:
