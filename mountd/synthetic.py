@@ -47,6 +47,7 @@ from swfs.api import (
 )
 from swfs.history import staging
 from swfs.store import hashform
+from swfs.views import waits
 from swfs.views.files import header_line, render_unit
 
 log = logging.getLogger(__name__)
@@ -305,6 +306,7 @@ class Base(TreeDefaults, ABC):
 
     def __init__(self, engine: EngineAPI, gen: Generation, options: MountOptions) -> None:
         self.engine, self.gen, self.options = engine, gen, options
+        self.waits = options.waits
         self.started_ns = gen.started_ns
 
     @staticmethod
@@ -459,22 +461,14 @@ class ParsedTree(Base):
         return names
 
     def _settle_limit(self, rel: str, *, pending: bool = True, brief: bool = False) -> float:
-        """How long a read of ``rel`` waits for its view (0: not at all): a
-        stale view as long as the mount allows (unless it serves stale views
-        at once) and, with ``pending``, a pending one; ``brief`` bounds a
-        pending wait by the stale wait instead."""
+        """How long a read of ``rel`` waits for its view (``swfs.views.waits``)."""
         fresh = self.engine.workspace.freshness(RelPath(rel))  # cheap: no parse record is read
         if fresh is None:
             view = self.cached_view(rel)
             if view is None:
                 return 0.0
             fresh = view.freshness
-        if fresh is Freshness.PENDING and pending:
-            limit = self.options.pending_wait
-            return min(limit, self.options.stale_wait) if brief else limit
-        if fresh is Freshness.STALE and self.options.stale == "wait":
-            return self.options.stale_wait
-        return 0.0
+        return self.waits.limit(fresh, pending=pending, brief=brief)
 
     async def settle(
         self, rel: str, *, pending: bool = True, brief: bool = False, unit: str | None = None
@@ -482,8 +476,7 @@ class ParsedTree(Base):
         """Wait for the view of ``rel`` as ``_settle_limit`` says (with
         ``unit``: of a view parsed range by range, for that unit only)."""
         limit = self._settle_limit(rel, pending=pending, brief=brief)
-        if limit:
-            await self.engine.views.wait_view(RelPath(rel), limit, unit)
+        if await waits.settle(self.engine.views, rel, limit, unit):
             self._forget(rel)
 
     async def view(self, rel: str, *, wait: bool = True) -> ViewState | None:
@@ -715,22 +708,16 @@ class ReviewTree(Base):
             rels, brief = [path[: -len(".diff")]], False
         else:
             return
-        deadline = time.monotonic() + self.options.pending_wait
+        deadline = time.monotonic() + self.waits.pending
         for rel in rels:
             limit = min(
                 await self.call(self._settle_limit, rel, brief), deadline - time.monotonic()
             )
-            if limit > 0:
-                await self.engine.views.wait_view(RelPath(rel), limit)
+            await waits.settle(self.engine.views, rel, limit)
 
     def _settle_limit(self, rel: str, brief: bool) -> float:
-        # A stale view is pending for a diff: the current version's text,
-        # which the diff compares, is not there yet; only the bound differs.
         fresh = self.engine.workspace.freshness(RelPath(rel))
-        if fresh is Freshness.PENDING or fresh is Freshness.STALE:
-            wait = self.options.pending_wait
-            return min(wait, self.options.stale_wait) if brief else wait
-        return 0.0
+        return self.waits.limit(fresh, brief=brief, diff=True)
 
     def _entry(self, path: str) -> Entry | None:
         if path == SUMMARY:
