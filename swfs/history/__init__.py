@@ -2,7 +2,8 @@
 
 Owns when a write becomes a version (``versioning``, ``writesession``),
 snapshots, submissions, baselines and reset (``snapshots``), the staged
-layer of a ``--staged`` mount (``staging``), worlds: the workspace as it was
+layer of a ``--staged`` mount (``staging``) and what each change through
+such a mount does to it (``copyup``), worlds: the workspace as it was
 (``world``) and the names a user gives them (``names``).  Who may read what
 was recorded in the past is ``swfs.permissions``, beside ``swfs.api``.
 
