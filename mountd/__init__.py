@@ -28,9 +28,12 @@ Modules, outermost first:
                 worker threads.
 ``synthetic``   the read-only ``.parsed``, ``.review`` and ``.versions`` trees;
                 what is not a cache hit is built in worker threads
-                (``off_loop``), never on the trio loop.
-``staged``      the native tree of a ``--staged`` mount: SRC with the store's
-                staged layer over it (copy-up, whiteouts).
+                (``off_loop``), never on the trio loop.  What is cached and
+                how long a read waits are the engine's rules
+                (``swfs.views.cache``, ``swfs.views.waits``).
+``staged``      the native tree of a ``--staged`` mount, the FUSE side: SRC
+                with the store's staged layer over it (what each change does
+                to the layer: ``swfs.history.copyup``).
 ``world``       the native tree of a world (``swfs mount --at``): a
                 snapshot's files, read-only.
 ``render``      ``.render/``: page and slide images, made on first read.
@@ -82,7 +85,7 @@ Semantics worth knowing:
   ``stale_wait``, unless ``stale='serve'``) for its re-parse; a lookup or open
   of a unit of a pending view waits (``pending_wait``) for the first parse,
   a listing of its directory at most ``stale_wait``, and ``pending.md``
-  answers at once; stat never waits.
+  answers at once; stat never waits (the rule: ``swfs.views.waits``).
 - Names at the mount root that SRC also has (``.parsed``, ``.review``,
   ``.versions``) are shadowed by the generated trees; ``.swfs`` (and a store
   placed inside SRC) is hidden and cannot be created.  The root's listing

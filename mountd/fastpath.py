@@ -70,6 +70,7 @@ import pyfuse3
 from mountd import binding
 from mountd.options import PassthroughMode
 from mountd.passthrough import NativeHandle
+from mountd.reply import Reply
 from swfs.store.fsutil import holds_binary
 
 log = logging.getLogger(__name__)
@@ -136,7 +137,7 @@ class FastPath:
         self.wanted, self.why_not = False, why
         log.warning("kernel passthrough off: %s", why)
 
-    async def opened(
+    def opened(
         self,
         fi: pyfuse3.FileInfo,
         fh: int,
@@ -146,28 +147,35 @@ class FastPath:
         slow: Callable[..., Awaitable[Any]],
         *,
         size: int,
-    ) -> None:
+    ) -> Reply[None]:
         """A native file of ``size`` bytes was opened (``fi`` about to be
-        returned): pass it through when it may, or must."""
+        returned): pass it through when it may, or must.  At once, but for
+        a writer whose recorded bytes must be kept first (awaited:
+        mountd.reply)."""
         entry = self._backing_for(fi, fh, ino, handle, flags, size)
         if entry is None:
-            return
+            return None
         session = handle.session
         if session is not None and session.needs_preserve:
-            # The kernel writes without us from the reply on: keep the
-            # recorded bytes now.  ENOSPC/EIO fails the open, nothing written.
-            await slow(session.preserve)
+            return self._pass_kept(fi, fh, ino, handle, entry, slow)
         self._pass(fi, fh, ino, handle, entry)
+        return None
 
-    def opened_nowait(
-        self, fi: pyfuse3.FileInfo, fh: int, ino: int, handle: NativeHandle, flags: int, size: int
+    async def _pass_kept(
+        self,
+        fi: pyfuse3.FileInfo,
+        fh: int,
+        ino: int,
+        handle: NativeHandle,
+        entry: list[int],
+        slow: Callable[..., Awaitable[Any]],
     ) -> None:
-        """``opened`` for a handle without a write session (nothing to keep
-        first, so no waiting: mountd.operations: answered at once)."""
-        assert handle.session is None
-        entry = self._backing_for(fi, fh, ino, handle, flags, size)
-        if entry is not None:
-            self._pass(fi, fh, ino, handle, entry)
+        """Pass a writer through once its recorded bytes are kept: the kernel
+        writes without us from the reply on.  ENOSPC/EIO fails the open,
+        nothing written."""
+        assert handle.session is not None
+        await slow(handle.session.preserve)
+        self._pass(fi, fh, ino, handle, entry)
 
     def created(self, fi: pyfuse3.FileInfo, fh: int, ino: int) -> None:
         """A native file was created (``fi`` about to be returned): never

@@ -33,7 +33,7 @@ from mountd.provider import (
     read_only,
     seek_in,
 )
-from mountd.reply import Reply
+from mountd.reply import Reply, awaited
 from mountd.synthetic import Entry, SyntheticTree
 from mountd.tabtree import TabTree
 from swfs.api import XATTR_PREFIX
@@ -124,36 +124,26 @@ class GeneratedProvider(ReadOnly):
     # -- files
 
     def open(self, node: Node, flags: int, ctx: pyfuse3.RequestContext) -> Reply[pyfuse3.FileInfo]:
-        """At once where the tree has the bytes at hand (``open_nowait``),
-        else awaited."""
-        fi = self.open_nowait(node, flags, ctx)
-        return self._open(node, flags, ctx) if fi is None else fi
+        """At once where the tree has the bytes at hand (a unit of
+        ``.parsed``: ``ParsedTree.open_entry``), else awaited (mountd.reply)."""
+        if is_write(flags):
+            return self._open(node, flags, None, ctx)  # refused there
+        got = self.source.open_entry(node.spath)
+        if not isinstance(got, Entry) or got.data is None:
+            return self._open(node, flags, got, ctx)
+        fi = self._open_data(node, got.data)
+        self.mount.journal.on_open(fi.fh, ctx.pid, join(self.tree, node.spath), xattrs=got.xattrs)
+        return fi
 
-    async def _open(self, node: Node, flags: int, ctx: pyfuse3.RequestContext) -> pyfuse3.FileInfo:
+    async def _open(
+        self, node: Node, flags: int, got: Reply[Entry | None], ctx: pyfuse3.RequestContext
+    ) -> pyfuse3.FileInfo:
         if is_write(flags):
             raise fail(errno.EROFS)
-        # A tree whose files are made on first open (.render) says so.
-        opener = getattr(self.source, "open_entry", None)
-        e = await opener(node.spath) if opener is not None else await self.entry(node, wait=True)
+        e = await awaited(got)
         if e is None:
             raise fail(errno.ENOENT)
         fi = await self.open_entry(node, e)
-        self.mount.journal.on_open(fi.fh, ctx.pid, join(self.tree, node.spath), xattrs=e.xattrs)
-        return fi
-
-    def open_nowait(
-        self, node: Node, flags: int, ctx: pyfuse3.RequestContext
-    ) -> pyfuse3.FileInfo | None:
-        """``open`` of a file whose entry its tree can give at once (a unit of
-        ``.parsed``: ``ParsedTree.open_entry_nowait``), answered in pyfuse3's
-        callback (mountd.reply); None for everything else."""
-        now = getattr(self.source, "open_entry_nowait", None)
-        if now is None or is_write(flags):
-            return None
-        e = now(node.spath)
-        if e is None or e.data is None:
-            return None
-        fi = self._open_data(node, e.data)
         self.mount.journal.on_open(fi.fh, ctx.pid, join(self.tree, node.spath), xattrs=e.xattrs)
         return fi
 

@@ -172,11 +172,8 @@ class Invalidator:
         """Whether generated folder ``node`` surely still shows after
         ``changed``, as its tree can tell cheaply (``dir_stays``); False
         (ask its parent's listing) where it cannot."""
-        stays = getattr(self.ops.router.provider(node.tree), "dir_stays", None)
-        if stays is None:
-            return False
         try:
-            return bool(stays(node.spath, changed))
+            return self.ops.router.provider(node.tree).dir_stays(node.spath, changed)
         except Exception:
             log.exception("%s: dir_stays(%r) failed", node.tree, node.spath)
             return False
@@ -267,9 +264,7 @@ class Invalidator:
         (in the trees whose paths start with a source file's path: a folder
         lists the names below it), and those of them that may be gone with
         a path below them (one no longer a file: removed, renamed away)."""
-        trees = [
-            t for t, source in router.trees.items() if getattr(source, "scope", "file") == "file"
-        ]
+        trees = [t for t, source in router.trees.items() if source.scope == "file"]
         above: dict[str, list[Node]] = {}  # folder of a path -> the kept folders above it
         kept: dict[int, Node] = {}
         gone: dict[int, Node] = {}

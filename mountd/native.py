@@ -33,7 +33,7 @@ from mountd.provider import (
     fail,
     read_only,
 )
-from mountd.reply import Reply, awaited
+from mountd.reply import Reply, awaited, pending
 from swfs.api import XATTR_PREFIX, RelPath
 
 
@@ -231,47 +231,24 @@ class NativeProvider:
     # -- files
 
     def open(self, node: Node, flags: int, ctx: pyfuse3.RequestContext) -> Reply[pyfuse3.FileInfo]:
-        """At once where no waiting is needed (``open_nowait``), else awaited."""
-        fi = self.open_nowait(node, flags, ctx)
-        return self._open(node, flags, ctx) if fi is None else fi
-
-    async def _open(self, node: Node, flags: int, ctx: pyfuse3.RequestContext) -> pyfuse3.FileInfo:
+        """At once where the source opens at once (a read-only open of a file
+        as recorded), else awaited (mountd.reply)."""
         rel = self.table.path(node)
         if rel is None:
             return self._open_held(node, flags, ctx)
         try:
-            fh = await self.source.open(rel, flags, _creds(ctx))
+            got = self.source.open(rel, flags, _creds(ctx))
         except FileNotFoundError:
             self._gone_behind_our_back(node)
             raise
-        fi, size = self._opened(node, fh, flags)
-        await self._fastpath(fi, node, fh, flags, size)
-        self.mount.journal.on_open(fi.fh, ctx.pid, rel, flags=flags, known_hash=fh.hash)
-        return fi
-
-    def open_nowait(
-        self, node: Node, flags: int, ctx: pyfuse3.RequestContext
-    ) -> pyfuse3.FileInfo | None:
-        """``open`` where it needs no waiting (mountd.reply): a read-only
-        open whose file is as recorded.  None for any other, with nothing
-        done: ``_open`` serves it."""
-        if flags & os.O_ACCMODE != os.O_RDONLY or flags & os.O_TRUNC:
-            return None
-        rel = self.table.path(node)
-        if rel is None:
-            return self._open_held(node, flags, ctx)
-        try:
-            fh = self.source.open_nowait(rel, flags)
-        except FileNotFoundError:
-            self._gone_behind_our_back(node)
-            raise
-        if fh is None:
-            return None
-        fi, size = self._opened(node, fh, flags)
+        if not isinstance(got, NativeHandle) or got.session is not None:
+            return self._open(node, rel, got, flags, ctx)
+        fi, size = self._opened(node, got, flags)
         fast = self.mount.fastpath
         if fast.wanted:
             try:
-                fast.opened_nowait(fi, fi.fh, node.ino, fh, flags, size)
+                # A reader's: nothing to keep first, so passed through at once.
+                fast.opened(fi, fi.fh, node.ino, got, flags, self.source.slow, size=size)
             except BaseException:
                 # The kernel sends no RELEASE for a failed open.
                 h = self.mount.handles.pop(fi.fh)
@@ -279,6 +256,24 @@ class NativeProvider:
                 self.release_reader(h, fi.fh)
                 self.table.closed(node)
                 raise
+        self.mount.journal.on_open(fi.fh, ctx.pid, rel, flags=flags, known_hash=got.hash)
+        return fi
+
+    async def _open(
+        self,
+        node: Node,
+        rel: str,
+        got: Reply[NativeHandle],
+        flags: int,
+        ctx: pyfuse3.RequestContext,
+    ) -> pyfuse3.FileInfo:
+        try:
+            fh = await awaited(got)
+        except FileNotFoundError:
+            self._gone_behind_our_back(node)
+            raise
+        fi, size = self._opened(node, fh, flags)
+        await self._fastpath(fi, node, fh, flags, size)
         self.mount.journal.on_open(fi.fh, ctx.pid, rel, flags=flags, known_hash=fh.hash)
         return fi
 
@@ -332,8 +327,10 @@ class NativeProvider:
         if not self.mount.fastpath.wanted:  # off for good: nothing to track
             return
         try:
-            await self.mount.fastpath.opened(
-                fi, fi.fh, node.ino, fh, flags, self.source.slow, size=size
+            await awaited(
+                self.mount.fastpath.opened(
+                    fi, fi.fh, node.ino, fh, flags, self.source.slow, size=size
+                )
             )
         except BaseException:
             await awaited(
@@ -348,21 +345,21 @@ class NativeProvider:
         where the source must wait (the name exists and is opened instead;
         a staged layer)."""
         pdir = self._create_parent(parent, name)
-        made = self.source.create_now(pdir, name, mode, flags, _creds(ctx))
-        if made is None:
-            return self._create(parent, pdir, name, mode, flags, ctx)
-        return self._create_reply(parent, pdir, name, flags, *made, ctx)
+        made = self.source.create(pdir, name, mode, flags, _creds(ctx))
+        if isinstance(made, tuple):
+            return self._create_reply(parent, pdir, name, flags, *made, ctx)
+        return self._create(parent, pdir, name, flags, made, ctx)
 
     async def _create(
         self,
         parent: Node,
         pdir: str,
         name: str,
-        mode: int,
         flags: int,
+        got: Reply[tuple[NativeHandle, os.stat_result]],
         ctx: pyfuse3.RequestContext,
     ) -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes]:
-        fh, st = await self.source.create(pdir, name, mode, flags, _creds(ctx))
+        fh, st = await awaited(got)
         return self._create_reply(parent, pdir, name, flags, fh, st, ctx)
 
     def _create_parent(self, parent: Node, name: str) -> str:
@@ -442,25 +439,13 @@ class NativeProvider:
         awaited (a worker thread keeps them)."""
         if not isinstance(h, NativeOpen):
             raise fail(errno.EBADF)
-        done = self.source.write_now(h.fh, off, buf)
-        return self.source.write(h.fh, off, buf) if done is None else done
+        return self.source.write(h.fh, off, buf)
 
     def flush(self, h: FileHandle, fh: int) -> Reply[None]:
+        """At once where nothing is to be recorded, or a small file's record
+        where no lock is taken (mountd.reply); else awaited, recorded in a
+        worker thread."""
         assert isinstance(h, NativeOpen)
-        if self.flush_nowait(h, fh):
-            return None
-        return self._flush(h, fh)
-
-    async def _flush(self, h: NativeOpen, fh: int) -> None:
-        await self.source.flush(h.fh)
-        self.mount.journal.on_wrote(fh, h.fh.path())
-
-    def flush_nowait(self, h: NativeOpen, fh: int) -> bool:
-        """``flush`` where it needs no waiting (mountd.reply): nothing to
-        record, or a small file's record where no lock is taken.  False where
-        the record must be made in a worker thread (``flush`` makes it),
-        having done nothing but note a passthrough writer's writes and what
-        the kernel's pages show."""
         self.mount.fastpath.note_writes(fh, h.fh)  # passthrough writers (mountd.fastpath)
         recorded = h.fh.wrote
         if recorded:
@@ -468,11 +453,16 @@ class NativeProvider:
             # record triggers need not drop them.  Not those of a
             # passthrough writer, which went to the backing file.
             h.node.cache_sig = self._cache_sig_after_writes(h, fh)
-        if not self.source.flush_now(h.fh):
-            return False
+        got = self.source.flush(h.fh)
+        if pending(got):
+            return self._flush(h, fh, got)
         if recorded:
             self.mount.journal.on_wrote(fh, h.fh.path())
-        return True
+        return None
+
+    async def _flush(self, h: NativeOpen, fh: int, got: Reply[None]) -> None:
+        await awaited(got)
+        self.mount.journal.on_wrote(fh, h.fh.path())
 
     def _cache_sig_after_writes(self, h: NativeOpen, fh: int) -> tuple[int, int, int] | None:
         """What the kernel's pages of a file written through ``h`` show: the
@@ -496,33 +486,25 @@ class NativeProvider:
         self.mount.fastpath.released(fh)
         self.source.release_reader(h.fh)
 
-    def release_nowait(self, h: NativeOpen, fh: int) -> bool:
-        """``release`` with nothing left to record: a reader, or a writer
-        whose close (FLUSH) recorded its writes, as most closes do; no
-        waiting (mountd.reply).  False, having done nothing but note a
-        passthrough writer's writes, where ``release`` must record."""
+    def release(self, h: FileHandle, fh: int) -> Reply[None]:
+        """At once where nothing is left to record: a reader, or a writer
+        whose close (FLUSH) recorded its writes, as most closes do
+        (mountd.reply); else awaited, recorded in a worker thread."""
+        assert isinstance(h, NativeOpen)
         if h.fh.session is None:
             self.release_reader(h, fh)
-            return True
+            return None
         self.mount.fastpath.note_writes(fh, h.fh)
         if h.fh.written:
-            return False
+            return self._release(h, fh)
         self.mount.fastpath.released(fh)
-        done = self.source.release_now(h.fh)
-        assert done  # nothing written since the last record
-        return True
-
-    def release(self, h: FileHandle, fh: int) -> Reply[None]:
-        assert isinstance(h, NativeOpen)
-        if self.release_nowait(h, fh):
-            return None
-        return self._release(h, fh)
+        return self.source.release(h.fh)  # nothing written since the last record: at once
 
     async def _release(self, h: NativeOpen, fh: int) -> None:
         # Written since the last record: the session records it now.
         h.node.cache_sig = self._cache_sig_after_writes(h, fh)
         self.mount.fastpath.released(fh)
-        await self.source.release(h.fh)
+        await awaited(self.source.release(h.fh))
         self.mount.journal.on_wrote(fh, h.fh.path())
 
     # -- attributes that change

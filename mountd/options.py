@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from swfs.views.waits import Waits
+
 StalePolicy = Literal["serve", "wait"]
 VersionsPolicy = Literal["hidden", "visible"]
 PassthroughMode = Literal["auto", "on", "off"]
@@ -63,6 +65,11 @@ class MountOptions:
     # Kernel FUSE passthrough for read-only opens of native files (mountd.fastpath):
     # 'auto' unless the journal records reads, 'on' even then.
     passthrough: PassthroughMode = "auto"
+
+    @property
+    def waits(self) -> Waits:
+        """How long a read waits for a view (the rule: ``swfs.views.waits``)."""
+        return Waits(self.pending_wait, self.stale_wait, serve_stale=self.stale == "serve")
 
     def __post_init__(self) -> None:
         if self.stale not in ("serve", "wait"):

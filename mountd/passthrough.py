@@ -34,6 +34,7 @@ from mountd.fsutil import (
     utimensat,
 )
 from mountd.poll import Poller
+from mountd.reply import Reply, awaited
 from swfs.api import RESERVED_ROOTS, EngineAPI, RelPath, WriteSession
 from swfs.store.fsutil import FALLOC_FL_ZERO_RANGE, without_atime
 
@@ -317,77 +318,72 @@ class Passthrough:
 
     # -- files
 
-    async def open(self, rel: str, flags: int, creds: Creds) -> NativeHandle:
+    def open(self, rel: str, flags: int, creds: Creds) -> Reply[NativeHandle]:
+        """At once for a read-only open of a file whose stat matches its
+        record; any other awaited (mountd.reply): a writer's session begins
+        in a worker thread, a file changed behind the mount is looked at
+        first.  Nothing is left open while it waits."""
         if flags & os.O_ACCMODE != os.O_RDONLY:
-            truncate = bool(flags & os.O_TRUNC)
+            return self._open_writer(rel, flags, creds)
+        if flags & os.O_TRUNC:  # which Linux honours: no open as recorded
+            return self._open_checked(rel, flags)
+        fd, st, known = self._open_reader(rel, flags)
+        if known is None:
+            os.close(fd)
+            return self._open_checked(rel, flags)
+        return NativeHandle(fd, stat=st, hash=known)
 
-            def opener() -> int:
-                fd = open_beneath(self.root_fd, rel, flags & ~_STRIP)
-                if truncate and creds.uid != 0:
-                    # The kernel leaves clearing set-id bits on an O_TRUNC open
-                    # to us (the daemon's own truncation, as root, keeps them).
-                    try:
-                        _drop_setid(fd)
-                    except BaseException:
-                        os.close(fd)
-                        raise
-                return fd
-
-            session = await self.slow(
-                functools.partial(self.writes.begin_write, rel, opener, truncate=truncate)
-            )
-            return NativeHandle(session.fd, session)
+    def _open_reader(self, rel: str, flags: int) -> tuple[int, os.stat_result, str | None]:
+        """A read-only descriptor of ``rel``, its stat, and its recorded hash
+        if the stat matches the record (cheap)."""
         fd = open_beneath(self.root_fd, rel, flags & ~_STRIP)
         try:
             st = os.fstat(fd)
-            known = self.engine.workspace.unchanged_hash(RelPath(rel), st)  # cheap
+            return fd, st, self.engine.workspace.unchanged_hash(RelPath(rel), st)
         except BaseException:
             os.close(fd)
             raise
-        if known is None:  # changed behind the mount (or never seen): look now
+
+    async def _open_checked(self, rel: str, flags: int) -> NativeHandle:
+        """A read-only open of a file changed behind the mount (or never
+        seen): the engine looks at it first."""
+        fd, st, known = self._open_reader(rel, flags)
+        if known is None:
             await self.engine_check(rel)
             return NativeHandle(fd)  # the check may have seen it change since
         return NativeHandle(fd, stat=st, hash=known)
 
-    def open_nowait(self, rel: str, flags: int) -> NativeHandle | None:
-        """``open`` where it needs no waiting: a read-only open of a file
-        whose stat matches its record.  None (nothing left open) for any
-        other, which ``open`` then serves."""
-        if flags & os.O_ACCMODE != os.O_RDONLY:
-            return None
-        fd = open_beneath(self.root_fd, rel, flags & ~_STRIP)
-        try:
-            st = os.fstat(fd)
-            known = self.engine.workspace.unchanged_hash(RelPath(rel), st)
-        except BaseException:
-            os.close(fd)
-            raise
-        if known is None:
-            os.close(fd)
-            return None
-        return NativeHandle(fd, stat=st, hash=known)
+    async def _open_writer(self, rel: str, flags: int, creds: Creds) -> NativeHandle:
+        truncate = bool(flags & os.O_TRUNC)
 
-    async def create(
+        def opener() -> int:
+            fd = open_beneath(self.root_fd, rel, flags & ~_STRIP)
+            if truncate and creds.uid != 0:
+                # The kernel leaves clearing set-id bits on an O_TRUNC open
+                # to us (the daemon's own truncation, as root, keeps them).
+                try:
+                    _drop_setid(fd)
+                except BaseException:
+                    os.close(fd)
+                    raise
+            return fd
+
+        session = await self.slow(
+            functools.partial(self.writes.begin_write, rel, opener, truncate=truncate)
+        )
+        return NativeHandle(session.fd, session)
+
+    def create(
         self,
         parent: str,
         name: str,
         mode: int,
         flags: int,
         creds: Creds,
-    ) -> tuple[NativeHandle, os.stat_result]:
-        made = self.create_now(parent, name, mode, flags, creds)
-        if made is not None:
-            return made
-        # Someone created it behind the mount since the kernel looked.
-        handle = await self.open(join(parent, name), flags & ~os.O_CREAT, creds)
-        return handle, os.fstat(handle.fd)
-
-    def create_now(
-        self, parent: str, name: str, mode: int, flags: int, creds: Creds
-    ) -> tuple[NativeHandle, os.stat_result] | None:
-        """``create`` of a new file, without waiting; None, with nothing done,
-        where the name exists already and ``flags`` open it (``create``
-        opens it then, which may wait)."""
+    ) -> Reply[tuple[NativeHandle, os.stat_result]]:
+        """A new file, at once; awaited (mountd.reply) where the name exists
+        already and ``flags`` open it (someone created it behind the mount
+        since the kernel looked: the open may wait)."""
         self.check_new_name(parent, name)
         perm = stat.S_IMODE(mode) & ~creds.umask
         with dir_fd(self.root_fd, parent) as pfd:
@@ -405,7 +401,7 @@ class Passthrough:
             except FileExistsError:
                 if flags & os.O_EXCL:
                     raise
-                return None
+                return self._open_existing(join(parent, name), flags, creds)
             try:
                 self._give(fd, pfd, creds, perm)
                 session = self.writes.adopt_new(join(parent, name), fd)
@@ -413,6 +409,12 @@ class Passthrough:
                 os.close(fd)
                 raise
         return NativeHandle(fd, session), os.fstat(fd)
+
+    async def _open_existing(
+        self, rel: str, flags: int, creds: Creds
+    ) -> tuple[NativeHandle, os.stat_result]:
+        handle = await awaited(self.open(rel, flags & ~os.O_CREAT, creds))
+        return handle, os.fstat(handle.fd)
 
     @staticmethod
     def _give(fd: int, pfd: int, creds: Creds, perm: int) -> None:
@@ -429,22 +431,20 @@ class Passthrough:
     def read(fh: NativeHandle, off: int, size: int) -> bytes:
         return os.pread(fh.fd, size, off)
 
-    async def write(self, fh: NativeHandle, off: int, buf: bytes) -> int:
-        done = self.write_now(fh, off, buf)
-        if done is not None:
-            return done
-        assert fh.session is not None
-        await self.slow(fh.session.preserve)  # ENOSPC / EIO: nothing is written
-        return fh.session.write(off, buf)
-
-    def write_now(self, fh: NativeHandle, off: int, buf: bytes) -> int | None:
-        """``write`` where it needs no waiting: None (nothing written) where
-        the recorded bytes must be kept first (a worker thread)."""
+    def write(self, fh: NativeHandle, off: int, buf: bytes) -> Reply[int]:
+        """At once; awaited (mountd.reply) where the recorded bytes must be
+        kept first (a worker thread)."""
         session = fh.session
         if session is None:
             return os.pwrite(fh.fd, buf, off)  # a read-only descriptor: EBADF
         if session.needs_preserve:
-            return None
+            return self._write_kept(session, off, buf)
+        return session.write(off, buf)
+
+    async def _write_kept(self, session: WriteSession, off: int, buf: bytes) -> int:
+        """A write once the recorded bytes are kept (ENOSPC / EIO: nothing
+        is written)."""
+        await self.slow(session.preserve)
         return session.write(off, buf)
 
     async def fallocate(self, fh: NativeHandle, mode: int, off: int, length: int) -> None:
@@ -504,23 +504,18 @@ class Passthrough:
                 self.writes.named(fh.session, rel)
             return os.stat(name, dir_fd=nfd, follow_symlinks=False)
 
-    async def flush(self, fh: NativeHandle) -> None:
-        """close(2) of one of the caller's fds (the session records a write)."""
-        if not self.flush_now(fh):
-            assert fh.session is not None
-            await self.slow(fh.session.flush)
-
-    def flush_now(self, fh: NativeHandle) -> bool:
-        """``flush`` without waiting: nothing to record, or a small file's
-        record where no lock is taken; False, with nothing done, where the
-        record must be made in a worker thread."""
-        if fh.session is not None and fh.session.wrote:
-            return fh.session.flush_now()
-        if fh.session is not None:
-            fh.session.flush()  # nothing to record: only the backing close
+    def flush(self, fh: NativeHandle) -> Reply[None]:
+        """close(2) of one of the caller's fds (the session records a write):
+        at once where there is nothing to record, or a small file's record
+        where no lock is taken; else awaited, recorded in a worker thread."""
+        session = fh.session
+        if session is not None and session.wrote:
+            return None if session.flush_inline() else self.slow(session.flush)
+        if session is not None:
+            session.flush()  # nothing to record: only the backing close
         else:
             os.close(os.dup(fh.fd))  # close() semantics of the backing fs (NFS write errors)
-        return True
+        return None
 
     async def fsync(self, fh: NativeHandle, datasync: bool) -> None:
         if fh.session is not None:
@@ -528,19 +523,16 @@ class Passthrough:
         else:
             await self.slow(os.fdatasync if datasync else os.fsync, fh.fd)
 
-    async def release(self, fh: NativeHandle) -> None:
-        if not self.release_now(fh):
-            assert fh.session is not None
-            await self.slow(fh.session.release)
-
-    def release_now(self, fh: NativeHandle) -> bool:
+    def release(self, fh: NativeHandle) -> Reply[None]:
+        """At once where nothing is left to record (a reader, or a writer
+        whose close recorded it); else awaited, recorded in a worker thread."""
         if fh.session is None:
             self.release_reader(fh)
         elif fh.session.dirty:
-            return False
+            return self.slow(fh.session.release)
         else:
             fh.session.release()  # nothing to record: its descriptor closes
-        return True
+        return None
 
     @staticmethod
     def release_reader(fh: NativeHandle) -> None:

@@ -80,14 +80,11 @@ class RenderTree(Base):
                 return idx.locate(path)
         return None
 
-    def _stale_wait(self) -> float:
-        return self.options.stale_wait if self.options.stale == "wait" else 0.0
-
     async def _layout(self, rel: str) -> tuple[Layout | None, Freshness, str | None, str | None]:
         """The layout to list, waiting for it as a listing of ``.parsed`` does
         (an office file's conversion is the slow step)."""
         _, fresh, _ = self.renderer.cached_layout(rel)
-        wait = self._stale_wait() if fresh is Freshness.STALE else self.options.pending_wait
+        wait = self.waits.stale_limit if fresh is Freshness.STALE else self.waits.pending
         return await self.renderer.layout(rel, wait)
 
     def _dir_xattrs(self, rel: str) -> dict[str, str]:
@@ -227,7 +224,7 @@ class RenderTree(Base):
         assert name is not None
         if await self.entry(path) is None:
             return None
-        page = await self.renderer.page(rel, name, self._stale_wait())
+        page = await self.renderer.page(rel, name, self.waits.stale_limit)
         if page is None:
             return None
         if page.data is None:

@@ -13,8 +13,8 @@ Registering a tree is one entry in ``mountd.synthetic.make_trees`` (plus its
 ``Tree`` member): the names the root reserves, lists and invalidates all
 come from the trees registered here.
 
-Optional tree attributes (a ``SyntheticTree`` without them gets the
-defaults):
+Tree attributes the router reads (declared by ``SyntheticTree``; a tree
+built on ``mountd.synthetic.TreeDefaults`` gets the defaults):
 
 ``scope``     ``"file"`` (default): its paths start with a source file's path,
               so a change to that file touches only what lies below it;
@@ -77,8 +77,7 @@ class Router:
         """The generated trees the mount root lists, sorted."""
         out = []
         for tree, provider in self.trees.items():
-            listed = getattr(provider, "listed", None)
-            if listed is None or listed():
+            if provider.listed():
                 out.append(str(tree))
         return sorted(out)
 
@@ -86,4 +85,4 @@ class Router:
         """(tree, path prefix) of every generated node a change to the native
         file ``rel`` may touch."""
         for tree, provider in self.trees.items():
-            yield tree, ("" if getattr(provider, "scope", "file") == "all" else rel)
+            yield tree, ("" if provider.scope == "all" else rel)

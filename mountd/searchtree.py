@@ -19,7 +19,7 @@ import trio
 
 from mountd.caller import current_caller
 from mountd.nodes import Tree
-from mountd.synthetic import Entry, Generation
+from mountd.synthetic import Entry, Generation, TreeDefaults
 from swfs.api import Access, RelPath
 from swfs.find.search import Caller, SearchResult
 
@@ -31,7 +31,7 @@ RECENT = 20  # queries listed per caller
 NAME_MAX = 255
 
 
-class SearchTree:
+class SearchTree(TreeDefaults):
     tree = Tree.SEARCH
     scope = "all"  # a query's hits may name any file (mountd.router)
 

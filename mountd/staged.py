@@ -1,24 +1,21 @@
-"""The native tree of a ``--staged`` mount: SRC with the store's staged layer
-over it (``swfs.history.staging``).  Reads go to the upper copy when there is one,
-else to SRC; every change copies the node up first (bytes, mode, owner,
-times), then runs the plain passthrough's code on the upper layer, so the
-engine's write protocol (preserve, record, settle) is the same one.
-Deletions and renames away from SRC's names leave whiteouts.  A copied-up
-node keeps showing its SRC inode number, and a hard link SRC has stays one
-inode (``Staging.copy_up``).  Renaming (or exchanging) a directory that SRC
-has answers EXDEV, as overlayfs does without redirect_dir (``mv`` then
-copies); ``RENAME_EXCHANGE`` of anything else copies both names up and
-swaps them in the layer.
+"""The native tree of a ``--staged`` mount, the FUSE side: SRC with the
+store's staged layer over it (``swfs.history.staging``).  Reads go to the
+upper copy when there is one, else to SRC; every change copies the node up
+first, then runs the plain passthrough's code on the upper layer, so the
+engine's write protocol (preserve, record, settle) is the same one.  What a
+change does to the layer (the SRC identity a copy keeps showing, whiteouts,
+what a rename needs first, EXDEV for a folder SRC has) is the engine's
+rule: ``swfs.history.copyup``.
 """
 
 from __future__ import annotations
 
 import errno
+import functools
 import os
-import stat
 from collections.abc import Callable
 
-from mountd.fsutil import RENAME_EXCHANGE, RENAME_NOREPLACE, dir_fd
+from mountd.fsutil import RENAME_EXCHANGE
 from mountd.passthrough import (
     Creds,
     NativeHandle,
@@ -29,8 +26,10 @@ from mountd.passthrough import (
     split,
 )
 from mountd.poll import Poller
+from mountd.reply import Reply, awaited
 from swfs.api import EngineAPI
-from swfs.history.staging import LOWER, UPPER, Staging
+from swfs.history import copyup
+from swfs.history.staging import UPPER, Staging
 
 
 def native_tree(
@@ -41,28 +40,6 @@ def native_tree(
     if isinstance(staging, Staging):
         return StagedPassthrough(engine, src, hidden=hidden, poller=poller, staging=staging)
     return Passthrough(engine, src, hidden=hidden, poller=poller)
-
-
-def _with_identity(st: os.stat_result, ident: tuple[int, int] | None) -> os.stat_result:
-    if ident is None:
-        return st
-    seq = list(st)
-    seq[1], seq[2] = ident[1], ident[0]  # st_ino, st_dev
-    extra = {
-        k: getattr(st, k)
-        for k in (
-            "st_atime",
-            "st_mtime",
-            "st_ctime",
-            "st_atime_ns",
-            "st_mtime_ns",
-            "st_ctime_ns",
-            "st_blksize",
-            "st_blocks",
-            "st_rdev",
-        )
-    }
-    return os.stat_result(seq, extra)
 
 
 class StagedPassthrough(Passthrough):
@@ -98,18 +75,13 @@ class StagedPassthrough(Passthrough):
         super().close()
 
     def _mapped(self, st: os.stat_result) -> os.stat_result:
-        return _with_identity(st, self.staging.identity(st))
+        return copyup.shown(self.staging, st)
 
     def _exists(self, rel: str) -> bool:
-        return self.staging.in_upper(rel) or self.staging.in_lower(rel)
+        return copyup.exists(self.staging, rel)
 
     def _fresh(self, st: os.stat_result) -> os.stat_result:
-        """A node just made in the upper layer has no SRC original: forget
-        what an earlier node with its (reused) inode number had."""
-        with self.staging.lock:
-            if self.staging.origins.pop(st.st_ino, None) is not None:
-                self.staging.save()
-        return st
+        return copyup.made(self.staging, st)
 
     async def _copy_up(self, rel: str) -> None:
         if not self.staging.in_upper(rel):
@@ -210,33 +182,23 @@ class StagedPassthrough(Passthrough):
 
     # -- files
 
-    async def open(self, rel: str, flags: int, creds: Creds) -> NativeHandle:
+    def open(self, rel: str, flags: int, creds: Creds) -> Reply[NativeHandle]:
         if flags & os.O_ACCMODE != os.O_RDONLY or flags & os.O_TRUNC:
-            if not self._exists(rel):
-                raise _err(errno.ENOENT)
-            await self._copy_up(rel)
-            return await self.top.open(rel, flags, creds)
+            return self._open_up(rel, flags, creds)
         if self.staging.in_upper(rel):
-            return await self.top.open(rel, flags, creds)
+            return self.top.open(rel, flags, creds)
         if self.staging.lower_hidden(rel):
             raise _err(errno.ENOENT)
-        return await super().open(rel, flags, creds)
+        return super().open(rel, flags, creds)
 
-    def open_nowait(self, rel: str, flags: int) -> NativeHandle | None:
-        if flags & os.O_ACCMODE != os.O_RDONLY or flags & os.O_TRUNC:
-            return None
-        if self.staging.in_upper(rel):
-            return self.top.open_nowait(rel, flags)
-        if self.staging.lower_hidden(rel):
+    async def _open_up(self, rel: str, flags: int, creds: Creds) -> NativeHandle:
+        """An open that may change the file: of its copy in the layer."""
+        if not self._exists(rel):
             raise _err(errno.ENOENT)
-        return super().open_nowait(rel, flags)
+        await self._copy_up(rel)
+        return await awaited(self.top.open(rel, flags, creds))
 
-    def create_now(
-        self, parent: str, name: str, mode: int, flags: int, creds: Creds
-    ) -> tuple[NativeHandle, os.stat_result] | None:
-        return None  # the staged layer's folders may need copying up first (create)
-
-    async def create(
+    async def create(  # always awaited: the layer's folders may need copying up first
         self, parent: str, name: str, mode: int, flags: int, creds: Creds
     ) -> tuple[NativeHandle, os.stat_result]:
         self.check_new_name(parent, name)
@@ -244,10 +206,10 @@ class StagedPassthrough(Passthrough):
         if self._exists(rel):
             if flags & os.O_EXCL:
                 raise _err(errno.EEXIST)
-            handle = await self.open(rel, flags & ~os.O_CREAT, creds)
+            handle = await awaited(self.open(rel, flags & ~os.O_CREAT, creds))
             return handle, self._mapped(os.fstat(handle.fd))
         await self._copy_up(parent)
-        handle, st = await self.top.create(parent, name, mode, flags, creds)
+        handle, st = await awaited(self.top.create(parent, name, mode, flags, creds))
         return handle, self._fresh(st)
 
     async def tmpfile(
@@ -296,45 +258,14 @@ class StagedPassthrough(Passthrough):
         rel = join(parent, name)
         if self.is_hidden(rel) or not self._exists(rel):
             raise _err(errno.ENOENT)
-        staging = self.staging
-
-        def unlink() -> bool:
-            with staging.lock:
-                if staging.in_upper(rel):
-                    with dir_fd(self.top.root_fd, parent) as pfd:
-                        st = os.stat(name, dir_fd=pfd, follow_symlinks=False)
-                        if stat.S_ISDIR(st.st_mode):
-                            raise _err(errno.EISDIR)
-                        os.unlink(name, dir_fd=pfd)
-                    staging.forget_upper(st)
-                    last = st.st_nlink <= 1
-                else:
-                    st = staging.lstat_in(LOWER, rel)
-                    if stat.S_ISDIR(st.st_mode):
-                        raise _err(errno.EISDIR)
-                    last = st.st_nlink <= 1
-                staging.whiteout(rel)
-                return last
-
-        return await self.slow(self.writes.unlink(rel).run, unlink)
+        remove = functools.partial(copyup.unlink, self.staging, rel)
+        return await self.slow(self.writes.unlink(rel).run, remove)
 
     async def rmdir(self, parent: str, name: str) -> None:
         rel = join(parent, name)
         if self.is_hidden(rel) or not self._exists(rel):
             raise _err(errno.ENOENT)
-        if not stat.S_ISDIR(self.lstat(rel).st_mode):
-            raise _err(errno.ENOTDIR)
-        if self.staging.names(rel):
-            raise _err(errno.ENOTEMPTY)
-        staging = self.staging
-        with staging.lock:
-            if staging.in_upper(rel):
-                with dir_fd(self.top.root_fd, parent) as pfd:
-                    st = os.stat(name, dir_fd=pfd, follow_symlinks=False)
-                    os.rmdir(name, dir_fd=pfd)
-                staging.origins.pop(st.st_ino, None)
-            staging.whiteout(rel)
-            staging.save()
+        copyup.rmdir(self.staging, rel)
 
     async def rename(
         self,
@@ -349,42 +280,17 @@ class StagedPassthrough(Passthrough):
         if self.is_hidden(old) or not self._exists(old):
             raise _err(errno.ENOENT)
         self.check_new_name(new_parent, new_name)
-        if flags & RENAME_EXCHANGE:
-            # Both names stay, so no whiteout: both are copied up and swapped
-            # in the layer by the plain passthrough's code.
-            if self.is_hidden(new) or not self._exists(new):
-                raise _err(errno.ENOENT)
-            for rel in (old, new):
-                if stat.S_ISDIR(self.lstat(rel).st_mode) and self.staging.in_lower(rel):
-                    raise _err(errno.EXDEV)  # like overlayfs without redirect_dir
-            await self._copy_up(old)
-            await self._copy_up(new)
+        if flags & RENAME_EXCHANGE and self.is_hidden(new):
+            raise _err(errno.ENOENT)
+        staging = self.staging
+        for step, rel in copyup.rename_steps(staging, old, new, flags):
+            if step == "copy_up":
+                await self._copy_up(rel)
+            else:
+                staging.whiteout(rel)
+        if flags & RENAME_EXCHANGE:  # both names stay: no whiteout
             await self.top.rename(old_parent, old_name, new_parent, new_name, flags, moved)
             return
-        staging = self.staging
-        ost = self.lstat(old)
-        target_exists = self._exists(new)
-        if target_exists and flags & RENAME_NOREPLACE:
-            raise _err(errno.EEXIST)
-        if stat.S_ISDIR(ost.st_mode):
-            if staging.in_lower(old):
-                raise _err(errno.EXDEV)  # like overlayfs without redirect_dir
-            if target_exists:
-                if not stat.S_ISDIR(self.lstat(new).st_mode):
-                    raise _err(errno.ENOTDIR)
-                if staging.names(new):
-                    raise _err(errno.ENOTEMPTY)
-        elif target_exists and stat.S_ISDIR(self.lstat(new).st_mode):
-            raise _err(errno.EISDIR)
-        await self._copy_up(old)
-        await self._copy_up(new_parent)
-        if target_exists and not staging.in_upper(new):
-            if stat.S_ISDIR(self.lstat(new).st_mode):
-                staging.whiteout(new)  # an empty SRC directory replaced
-            else:
-                # The engine keeps the replaced bytes as a version: they must
-                # be where it looks (and SRC's inode is no blob's to take).
-                await self._copy_up(new)
 
         def on_moved() -> None:
             staging.whiteout(old)

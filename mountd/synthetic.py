@@ -21,7 +21,6 @@ import stat
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
@@ -31,6 +30,7 @@ import trio
 
 from mountd.nodes import Tree
 from mountd.options import MountOptions
+from mountd.reply import Reply
 from swfs import permissions
 from swfs.api import (
     Access,
@@ -46,19 +46,15 @@ from swfs.api import (
 )
 from swfs.history import staging
 from swfs.store import hashform
+from swfs.views import cache, waits
 from swfs.views.files import header_line, render_unit
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-INDEX_TTL = 2.0  # seconds a cached listing is trusted without a change event
-REBUILD_EVERY = 0.5  # seconds between rebuilds for lookups that hit the cached listing
-STATE_CACHE = 4096  # view states and unit-name lists kept (a few fields each)
-# Rendered units kept: an open asks on lookup, getattr and open, and a warm
-# grep of a folder of documents opens each unit once per pass.
-UNIT_CACHE = 4096
-UNIT_CACHE_BYTES = 32 << 20
+# What is cached of the engine's answers, how long, and when dropped: the
+# rules are the engine's (swfs.views.cache).
 # A unit whose stored text is at most this long is read on the loop: a few
 # store lookups cost far less than a trip to a worker thread and back (the
 # wake-ups alone take longer).  Longer ones go to a thread.
@@ -66,7 +62,6 @@ ON_LOOP_UNIT = 64 * 1024
 ON_LOOP_NAMES = 1000  # a view with more units than this is listed in a thread
 SNAPSHOTS = "@snapshots"
 PENDING = "pending.md"  # the one unit of a view not parsed yet
-PENDING_KEPT = 60.0  # seconds a listed pending.md stays readable after its parse ended
 ENGINE_THREADS = 4  # engine calls the generated trees run at once, in worker threads
 
 # Shared by every generated tree: a slow build (a large diff) holds one token.
@@ -104,15 +99,56 @@ class Entry:
 
 
 class SyntheticTree(Protocol):
+    """What a generated tree answers (``mountd.generated``, ``mountd.router``,
+    ``mountd.invalidator``).  ``TreeDefaults`` gives the optional part."""
+
     tree: Tree
+    # "file": its paths start with a source file's path, so a change to that
+    # file touches only what lies below it; "all": any change may touch any
+    # of its nodes (``.review``).
+    scope: str
+
+    def listed(self) -> bool:
+        """Whether the mount root lists it (else it is reachable by name)."""
+        ...
 
     async def entry(self, path: str, *, wait: bool = True) -> Entry | None:
         """``wait``: a lookup by name may wait for a pending view; listing the
         parent directory never does."""
         ...
 
+    def open_entry(self, path: str) -> Reply[Entry | None]:
+        """What an open of ``path`` reads: at once where the tree has it at
+        hand, else an awaitable (``mountd.reply``)."""
+        ...
+
     async def children(self, path: str) -> list[str]: ...
     async def xattrs(self, path: str) -> Mapping[str, str]: ...
+
+    def dir_stays(self, path: str, rels: AbstractSet[str]) -> bool:
+        """Cheap, from the loop: folder ``path`` surely still shows after
+        ``rels`` changed; False where only its listing can tell."""
+        ...
+
+
+class TreeDefaults:
+    """The optional part of ``SyntheticTree``: scoped per file, listed at the
+    root, opened as looked up (waiting as a lookup does), and no cheap
+    answer on whether a folder stays."""
+
+    scope = "file"
+
+    def listed(self) -> bool:
+        return True
+
+    async def entry(self, path: str, *, wait: bool = True) -> Entry | None:
+        raise NotImplementedError
+
+    def open_entry(self, path: str) -> Reply[Entry | None]:
+        return self.entry(path, wait=True)
+
+    def dir_stays(self, path: str, rels: AbstractSet[str]) -> bool:
+        return False
 
 
 # Paths whose change time Generation keeps (see there).
@@ -212,12 +248,9 @@ class _Index:
 
 
 class _Cached(Generic[T]):
-    """A value rebuilt on the next use after a change event or INDEX_TTL.
-
+    """A value rebuilt on the next use after a change event or INDEX_TTL;
     ``get(fresh=False)`` (a lookup that will retry with a fresh value on a
-    miss) rebuilds at most every REBUILD_EVERY seconds: while the engine
-    reports a change per parsed file, a `grep -r` must not rebuild a listing of
-    the whole workspace for every file it opens."""
+    miss) at most every REBUILD_EVERY seconds (``swfs.views.cache.outdated``)."""
 
     def __init__(self, gen: Generation, build: Callable[[], T]) -> None:
         self._gen, self._build = gen, build
@@ -225,9 +258,7 @@ class _Cached(Generic[T]):
         self._at = (-1, 0.0)
 
     def _stale(self, fresh: bool, now: float) -> bool:
-        age = now - self._at[1]
-        outdated = self._at[0] != self._gen.value or age > INDEX_TTL
-        return self._value is None or (outdated and (fresh or age > REBUILD_EVERY))
+        return self._value is None or cache.outdated(*self._at, self._gen.value, now, fresh=fresh)
 
     def get(self, *, fresh: bool = True) -> T:
         """Rebuilt in the calling thread (a worker thread, or a test)."""
@@ -258,11 +289,12 @@ class _Cached(Generic[T]):
         return self._value
 
 
-class Base(ABC):
+class Base(TreeDefaults, ABC):
     tree: Tree
 
     def __init__(self, engine: EngineAPI, gen: Generation, options: MountOptions) -> None:
         self.engine, self.gen, self.options = engine, gen, options
+        self.waits = options.waits
         self.started_ns = gen.started_ns
 
     @staticmethod
@@ -319,16 +351,11 @@ class ParsedTree(Base):
     def __init__(self, engine: EngineAPI, gen: Generation, options: MountOptions) -> None:
         super().__init__(engine, gen, options)
         self._index = _Cached(gen, lambda: _Index(str(p) for p in engine.views.parsed_paths()))
-        self._pending_listed: dict[str, float] = {}  # rel -> when a listing showed pending.md
-        # rel -> (generation, time, state): a state is a few fields, whatever the size
-        self._states: OrderedDict[str, tuple[int, float, ViewState | None]] = OrderedDict()
-        # (rel, unit name) -> (the state it was rendered for, the unit): an open
-        # asks for its unit on lookup, getattr and open
-        self._units: OrderedDict[tuple[str, str], tuple[ViewState, RenderedUnit | None]] = (
-            OrderedDict()
-        )
-        self._unit_bytes = 0  # of the units in _units (UNIT_CACHE_BYTES)
-        self._names: OrderedDict[str, tuple[ViewState, Sequence[str]]] = OrderedDict()
+        # What is kept of the engine's answers (the rules: swfs.views.cache).
+        self._pending_listed = cache.ListedPending()
+        self._states = cache.ViewStates()
+        self._units = cache.Units()  # an open asks for its unit on lookup, getattr and open
+        self._names = cache.UnitNames()
 
     def index(self) -> _Index:
         return self._index.get()
@@ -337,102 +364,66 @@ class ParsedTree(Base):
         """The engine's state of ``rel``'s view, asked once per change (or
         INDEX_TTL), not once per unit stat'ed by a listing; whether the file
         is settled (``EngineAPI.settled``) is asked on every call."""
-        now = time.monotonic()
-        hit = self._states.get(rel)
-        if hit is not None and hit[0] == self.gen.value and now - hit[1] < INDEX_TTL:
-            state = hit[2]
-            # Whether the file holds recorded bytes is asked every time (a
-            # writer's first write sends no change event; nor does a change
-            # behind the mount until its record): a kept state is used only
-            # while the answer is the one it was made with.
-            if state is None or self.engine.workspace.settled(RelPath(rel)) == (
-                state.current_hash is not None
-            ):
-                self._states.move_to_end(rel)
-                return state
         gen = self.gen.value
+        hit, state = self._states.get(rel, gen, lambda: self.engine.workspace.settled(RelPath(rel)))
+        if hit:
+            return state
         # On the loop: a view's state is a file record and a parse status,
         # a few store lookups whatever the document's size (see ON_LOOP_UNIT).
         state = self.engine.views.view_state(RelPath(rel))
-        self._states[rel] = (gen, now, state)
-        self._states.move_to_end(rel)
-        while len(self._states) > STATE_CACHE:
-            self._states.popitem(last=False)
+        self._states.keep(rel, gen, state)
         return state
 
     def _forget(self, rel: str) -> None:
-        self._states.pop(rel, None)
+        self._states.forget(rel)
 
-    def _unit_now(self, rel: str, name: str) -> tuple[ViewState | None, RenderedUnit | None]:
+    def _unit_on_loop(self, rel: str, name: str) -> tuple[ViewState | None, RenderedUnit | None]:
         """The state of ``rel`` and its unit ``name``, read on its own, on the
         loop; UnitTooLarge for a unit too long to read there."""
         view = self.cached_view(rel)
         if view is None:
             return None, None
         key = (rel, name)
-        hit = self._units.get(key)
-        if hit is not None and hit[0] == view and view.freshness is not Freshness.PENDING:
-            self._units.move_to_end(key)
-            return view, hit[1]
-        self._keep_unit(key, view, self.engine.views.view_unit(view, name, limit=ON_LOOP_UNIT))
-        return view, self._units[key][1]
-
-    def _keep_unit(self, key: tuple[str, str], view: ViewState, unit: RenderedUnit | None) -> None:
-        old = self._units.pop(key, None)
-        if old is not None and old[1] is not None:
-            self._unit_bytes -= len(old[1].content)
-        self._units[key] = (view, unit)
-        if unit is not None:
-            self._unit_bytes += len(unit.content)
-        while len(self._units) > UNIT_CACHE or self._unit_bytes > UNIT_CACHE_BYTES:
-            _, (_, gone) = self._units.popitem(last=False)
-            if gone is not None:
-                self._unit_bytes -= len(gone.content)
+        hit, unit = self._units.get(key, view)
+        if hit:
+            return view, unit
+        unit = self.engine.views.view_unit(view, name, limit=ON_LOOP_UNIT)
+        self._units.keep(key, view, unit)
+        return view, unit
 
     async def _unit(self, rel: str, name: str) -> tuple[ViewState | None, RenderedUnit | None]:
-        """``_unit_now``, with a long unit read in a worker thread."""
+        """``_unit_on_loop``, with a long unit read in a worker thread."""
         try:
-            return self._unit_now(rel, name)
+            return self._unit_on_loop(rel, name)
         except UnitTooLarge:
             pass
         view = self.cached_view(rel)
         if view is None:
             return None, None
         unit = await self.call(self.engine.views.view_unit, view, name)
-        self._keep_unit((rel, name), view, unit)
+        self._units.keep((rel, name), view, unit)
         return view, unit
 
     async def _unit_names(self, view: ViewState) -> Sequence[str]:
-        hit = self._names.get(view.rel)
-        if hit is not None and hit[0] == view and view.freshness is not Freshness.PENDING:
-            self._names.move_to_end(view.rel)
-            return hit[1]
+        hit = self._names.get(view)
+        if hit is not None:
+            return hit
         try:
             names = self.engine.views.view_unit_names(view, limit=ON_LOOP_NAMES)
         except UnitTooLarge:
             names = await self.call(self.engine.views.view_unit_names, view)
-        self._names[view.rel] = (view, names)
-        while len(self._names) > STATE_CACHE:
-            self._names.popitem(last=False)
+        self._names.keep(view, names)
         return names
 
     def _settle_limit(self, rel: str, *, pending: bool = True, brief: bool = False) -> float:
-        """How long a read of ``rel`` waits for its view (0: not at all): a
-        stale view as long as the mount allows (unless it serves stale views
-        at once) and, with ``pending``, a pending one; ``brief`` bounds a
-        pending wait by the stale wait instead."""
+        """How long a read of ``rel`` waits for its view (``swfs.views.waits``)."""
         fresh = self.engine.workspace.freshness(RelPath(rel))  # cheap: no parse record is read
         if fresh is None:
             view = self.cached_view(rel)
             if view is None:
                 return 0.0
             fresh = view.freshness
-        if fresh is Freshness.PENDING and pending:
-            limit = self.options.pending_wait
-            return min(limit, self.options.stale_wait) if brief else limit
-        if fresh is Freshness.STALE and self.options.stale == "wait":
-            return self.options.stale_wait
-        return 0.0
+        return self.waits.limit(fresh, pending=pending, brief=brief)
 
     async def settle(
         self, rel: str, *, pending: bool = True, brief: bool = False, unit: str | None = None
@@ -440,8 +431,7 @@ class ParsedTree(Base):
         """Wait for the view of ``rel`` as ``_settle_limit`` says (with
         ``unit``: of a view parsed range by range, for that unit only)."""
         limit = self._settle_limit(rel, pending=pending, brief=brief)
-        if limit:
-            await self.engine.views.wait_view(RelPath(rel), limit, unit)
+        if await waits.settle(self.engine.views, rel, limit, unit):
             self._forget(rel)
 
     async def view(self, rel: str, *, wait: bool = True) -> ViewState | None:
@@ -506,36 +496,32 @@ class ParsedTree(Base):
             return None
         return self._unit_entry(rel, view, unit)
 
-    def open_entry_nowait(self, path: str) -> Entry | None:
-        """What ``entry(path)`` answers an open of a unit, where that needs no
-        wait (mountd.operations: answered at once): None where the async path must answer (the
-        index is due a rebuild, the view must be waited for, the unit is
-        ``pending.md``, too long to read on the loop, or absent).  The same
-        pieces as ``entry``, in the same order."""
+    def open_entry(self, path: str) -> Reply[Entry | None]:
+        """What an open of a unit reads: at once where that needs no wait
+        (mountd.reply), else ``entry``, awaited (the index is due a
+        rebuild, the view must be waited for, the unit is ``pending.md``,
+        too long to read on the loop, or absent).  The same pieces as
+        ``entry``, in the same order."""
         idx = self._index.peek()
         loc = idx.locate(path) if idx is not None else None
         if loc is None:
-            return None
+            return self.entry(path)
         rel, unit_name = loc
-        if unit_name is None or unit_name == PENDING:
-            return None
-        if self._settle_limit(rel):
-            return None
+        if unit_name is None or unit_name == PENDING or self._settle_limit(rel):
+            return self.entry(path)
         try:
-            view, unit = self._unit_now(rel, unit_name)
+            view, unit = self._unit_on_loop(rel, unit_name)
         except UnitTooLarge:
-            return None
+            return self.entry(path)
         if view is None or unit is None:
-            return None
+            return self.entry(path)
         return self._unit_entry(rel, view, unit)
 
     async def _listed_pending(self, rel: str, view: ViewState) -> RenderedUnit | None:
         """A pending.md that a listing showed shortly before the parse ended:
         it stays readable (a note pointing at the units) rather than vanish
         between the listing and the open."""
-        listed = self._pending_listed.get(rel)
-        if listed is None or time.monotonic() - listed > PENDING_KEPT:
-            self._pending_listed.pop(rel, None)
+        if not self._pending_listed.shown(rel):
             return None
         head = header_line(
             rel=rel,
@@ -595,9 +581,7 @@ class ParsedTree(Base):
             return []
         names = list(await self._unit_names(view))
         if PENDING in names:
-            self._pending_listed[rel] = time.monotonic()
-            while len(self._pending_listed) > 4096:
-                self._pending_listed.pop(next(iter(self._pending_listed)))
+            self._pending_listed.note(rel)
         return names
 
 
@@ -630,7 +614,7 @@ class ReviewTree(Base):
     def _content(self, key: str, make: Callable[[], bytes | None]) -> bytes | None:
         # Called in worker threads (see entry): never index the dict twice.
         now = time.monotonic()
-        if self._blobs_at[0] != self.gen.value or now - self._blobs_at[1] > INDEX_TTL:
+        if self._blobs_at[0] != self.gen.value or now - self._blobs_at[1] > cache.INDEX_TTL:
             self._blobs = {}
             self._blobs_at = (self.gen.value, now)
         blobs = self._blobs
@@ -675,22 +659,16 @@ class ReviewTree(Base):
             rels, brief = [path[: -len(".diff")]], False
         else:
             return
-        deadline = time.monotonic() + self.options.pending_wait
+        deadline = time.monotonic() + self.waits.pending
         for rel in rels:
             limit = min(
                 await self.call(self._settle_limit, rel, brief), deadline - time.monotonic()
             )
-            if limit > 0:
-                await self.engine.views.wait_view(RelPath(rel), limit)
+            await waits.settle(self.engine.views, rel, limit)
 
     def _settle_limit(self, rel: str, brief: bool) -> float:
-        # A stale view is pending for a diff: the current version's text,
-        # which the diff compares, is not there yet; only the bound differs.
         fresh = self.engine.workspace.freshness(RelPath(rel))
-        if fresh is Freshness.PENDING or fresh is Freshness.STALE:
-            wait = self.options.pending_wait
-            return min(wait, self.options.stale_wait) if brief else wait
-        return 0.0
+        return self.waits.limit(fresh, brief=brief, diff=True)
 
     def _entry(self, path: str) -> Entry | None:
         if path == SUMMARY:

@@ -31,7 +31,7 @@ import trio
 
 from mountd.caller import current_caller
 from mountd.nodes import Tree
-from mountd.synthetic import Entry, Generation
+from mountd.synthetic import Entry, Generation, TreeDefaults
 from swfs.api import Access
 from swfs.evidence import access as journal_mod
 from swfs.evidence.tab import (
@@ -61,7 +61,7 @@ def _err(code: int) -> pyfuse3.FUSEError:
     return pyfuse3.FUSEError(code)
 
 
-class TabTree:
+class TabTree(TreeDefaults):
     tree = Tree.TAB
     scope = "all"  # reads.md, unopened.md and TAB.md speak of any file (mountd.router)
 

@@ -135,40 +135,27 @@ class WorldNative:
         # skeleton's stat (what the kernel was told), which never changes.
         return NativeHandle(await self.slow(self.engine.open_file, rel), stat=st)
 
-    def open_nowait(self, rel: str, flags: int) -> NativeHandle | None:
-        return None  # the blob is opened in a worker thread (open)
-
     @staticmethod
     def read(fh: NativeHandle, off: int, size: int) -> bytes:
         return os.pread(fh.fd, size, off)
 
-    async def write(self, fh: NativeHandle, off: int, buf: bytes) -> int:
+    def write(self, fh: NativeHandle, off: int, buf: bytes) -> int:
         _erofs()
-
-    def write_now(self, fh: NativeHandle, off: int, buf: bytes) -> int | None:
-        _erofs()
-
-    async def flush(self, fh: NativeHandle) -> None:
-        pass
 
     @staticmethod
-    def flush_now(fh: NativeHandle) -> bool:
-        return True  # nothing is ever written
+    def flush(fh: NativeHandle) -> None:
+        pass  # nothing is ever written
 
     async def fsync(self, fh: NativeHandle, datasync: bool) -> None:
         pass
 
-    async def release(self, fh: NativeHandle) -> None:
+    @staticmethod
+    def release(fh: NativeHandle) -> None:
         os.close(fh.fd)
 
     @staticmethod
     def release_reader(fh: NativeHandle) -> None:
         os.close(fh.fd)
-
-    @staticmethod
-    def release_now(fh: NativeHandle) -> bool:
-        os.close(fh.fd)
-        return True
 
     # -- every change is refused
     async def setattr(self, rel: str, fh: NativeHandle | None, change: SetAttr) -> os.stat_result:
@@ -186,11 +173,6 @@ class WorldNative:
     async def create(
         self, parent: str, name: str, mode: int, flags: int, creds: Creds
     ) -> tuple[NativeHandle, os.stat_result]:
-        _erofs()
-
-    def create_now(
-        self, parent: str, name: str, mode: int, flags: int, creds: Creds
-    ) -> tuple[NativeHandle, os.stat_result] | None:
         _erofs()
 
     async def fallocate(self, fh: NativeHandle, mode: int, off: int, length: int) -> None:

@@ -200,7 +200,7 @@ class WriteSession(Protocol):
         """*slow*: one of the writer's descriptors was closed: record a write."""
         ...
 
-    def flush_now(self) -> bool:
+    def flush_inline(self) -> bool:
         """``flush`` on the calling thread where that needs no waiting (a
         small file, no lock held elsewhere); False, nothing done, if not."""
         ...

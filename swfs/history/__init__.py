@@ -2,7 +2,8 @@
 
 Owns when a write becomes a version (``versioning``, ``writesession``),
 snapshots, submissions, baselines and reset (``snapshots``), the staged
-layer of a ``--staged`` mount (``staging``), worlds: the workspace as it was
+layer of a ``--staged`` mount (``staging``) and what each change through
+such a mount does to it (``copyup``), worlds: the workspace as it was
 (``world``) and the names a user gives them (``names``).  The engine's
 history part (``part``, ``engine.history``) reads versions and snapshots,
 takes snapshots, sets the baseline and restores, through the workspace's

@@ -173,7 +173,7 @@ def _fault(step: str, rel: str | None) -> None:
 
 
 # A file up to this size is recorded at close on the closing thread, when that
-# needs no waiting (``InPlaceSession.flush_now``): hashing it costs microseconds.
+# needs no waiting (``InPlaceSession.flush_inline``): hashing it costs microseconds.
 INLINE_RECORD_BYTES = 64 * 1024
 
 
@@ -289,7 +289,7 @@ class InPlaceSession:
             # before writing, and the empty file in between is no version.
             self.settle()
 
-    def flush_now(self) -> bool:
+    def flush_inline(self) -> bool:
         """``flush`` where it cannot wait, on the caller's thread (the
         daemon's loop): a small file with one name, whose record needs no
         lock another thread holds.  False, with nothing done, where ``flush``

@@ -2,7 +2,9 @@
 
 Owns parse work in sandboxed worker processes (``parsework``, ``sandbox``,
 ``scheduler``), parsing a long document range by range (``ranged``) and
-rendering units as files (``files``).
+rendering units as files (``files``), and the rules a reader of views
+follows: how long a read waits for one (``waits``) and what it keeps of the
+engine's answers (``cache``).
 
 Imports: ``parsers``, ``swfs.store`` and ``swfs.api``.
 """

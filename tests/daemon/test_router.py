@@ -11,7 +11,7 @@ import pytest
 from mountd.nodes import Tree
 from mountd.options import MountOptions
 from mountd.router import Router
-from mountd.synthetic import Entry, Generation, SyntheticTree, make_trees
+from mountd.synthetic import Entry, Generation, SyntheticTree, TreeDefaults, make_trees
 from swfs.engine import Engine
 
 
@@ -50,8 +50,8 @@ def test_what_a_change_to_a_file_touches(engine: Engine) -> None:
     ]
 
 
-class _Bare:
-    """A provider with only the SyntheticTree protocol: the defaults apply."""
+class _Bare(TreeDefaults):
+    """A provider with only what a tree must answer: the defaults apply."""
 
     tree = Tree.PARSED
 

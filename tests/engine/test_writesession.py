@@ -440,17 +440,17 @@ def test_a_record_landing_during_a_preserve_is_kept_by_the_write(
     assert engine.workspace.blobs.read_bytes(meanwhile) == b"recorded meanwhile\n"
 
 
-# -- the close of a small file, recorded on the closing thread (flush_now)
+# -- the close of a small file, recorded on the closing thread (flush_inline)
 
 
-def test_flush_now_records_a_small_file_on_the_calling_thread(engine: Engine) -> None:
+def test_flush_inline_records_a_small_file_on_the_calling_thread(engine: Engine) -> None:
     fd = os.open(engine.src / "new.txt", os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
     s = engine.workspace.writes.adopt_new("new.txt", fd)
     s.write(0, b"small and new\n")
-    assert s.flush_now()
+    assert s.flush_inline()
     assert versions(engine, "new.txt") == [blake3.blake3(b"small and new\n").hexdigest()]
     assert engine.workspace.writes.busy_paths() == set()
-    assert s.flush_now()  # nothing written since: nothing to record, no version
+    assert s.flush_inline()  # nothing written since: nothing to record, no version
     assert len(versions(engine, "new.txt")) == 1
     s.release()
 
@@ -461,7 +461,7 @@ def _written(engine: Engine, rel: str, data: bytes) -> WriteSession:
     return s
 
 
-def test_flush_now_leaves_to_a_thread_what_would_wait(engine: Engine) -> None:
+def test_flush_inline_leaves_to_a_thread_what_would_wait(engine: Engine) -> None:
     """Another thread writing the store, a check behind the mount reading
     the file, a file too big to hash at once, a file with two names: nothing
     is done, and ``flush`` records it all the same."""
@@ -478,7 +478,7 @@ def test_flush_now_leaves_to_a_thread_what_would_wait(engine: Engine) -> None:
     t.start()
     try:
         assert holding.wait(30)
-        assert not s.flush_now()
+        assert not s.flush_inline()
         assert versions(engine, "a.txt") == before
         assert engine.workspace.writes.busy_paths() == {"a.txt"}  # still the session's to record
     finally:
@@ -487,7 +487,7 @@ def test_flush_now_leaves_to_a_thread_what_would_wait(engine: Engine) -> None:
 
     stripe = engine.workspace.writes.stripe("a.txt")
     with stripe:  # what check_behind holds while it reads the file
-        assert not s.flush_now()
+        assert not s.flush_inline()
     assert versions(engine, "a.txt") == before
     s.flush()
     assert len(versions(engine, "a.txt")) == len(before) + 1
@@ -496,11 +496,11 @@ def test_flush_now_leaves_to_a_thread_what_would_wait(engine: Engine) -> None:
     from swfs.history.writesession import INLINE_RECORD_BYTES
 
     big = _written(engine, "b.txt", b"x" * (INLINE_RECORD_BYTES + 1))
-    assert not big.flush_now()
+    assert not big.flush_inline()
     big.release()
     os.link(engine.src / "b.txt", engine.src / "b2.txt")
     linked = _written(engine, "b.txt", b"y")
-    assert not linked.flush_now()
+    assert not linked.flush_inline()
     linked.release()
     assert engine.workspace.writes.busy_paths() == set()
 
