@@ -329,6 +329,9 @@ class ParsedTree(Base):
         )
         self._unit_bytes = 0  # of the units in _units (UNIT_CACHE_BYTES)
         self._names: OrderedDict[str, tuple[ViewState, Sequence[str]]] = OrderedDict()
+        # (rel, unit name) -> the state an open was answered for, and its
+        # entry (``_opened_again``); only units _units keeps (their bytes)
+        self._opened: dict[tuple[str, str], tuple[ViewState, Entry]] = {}
 
     def index(self) -> _Index:
         return self._index.get()
@@ -379,13 +382,15 @@ class ParsedTree(Base):
 
     def _keep_unit(self, key: tuple[str, str], view: ViewState, unit: RenderedUnit | None) -> None:
         old = self._units.pop(key, None)
+        self._opened.pop(key, None)
         if old is not None and old[1] is not None:
             self._unit_bytes -= len(old[1].content)
         self._units[key] = (view, unit)
         if unit is not None:
             self._unit_bytes += len(unit.content)
         while len(self._units) > UNIT_CACHE or self._unit_bytes > UNIT_CACHE_BYTES:
-            _, (_, gone) = self._units.popitem(last=False)
+            gone_key, (_, gone) = self._units.popitem(last=False)
+            self._opened.pop(gone_key, None)  # its bytes go with it
             if gone is not None:
                 self._unit_bytes -= len(gone.content)
 
@@ -519,6 +524,9 @@ class ParsedTree(Base):
         rel, unit_name = loc
         if unit_name is None or unit_name == PENDING:
             return None
+        opened = self._opened_again(rel, unit_name)
+        if opened is not None:
+            return opened
         if self._settle_limit(rel):
             return None
         try:
@@ -527,7 +535,30 @@ class ParsedTree(Base):
             return None
         if view is None or unit is None:
             return None
-        return self._unit_entry(rel, view, unit)
+        e = self._unit_entry(rel, view, unit)
+        if (rel, unit_name) in self._units:  # kept as long as its unit is
+            self._opened[(rel, unit_name)] = (view, e)
+        return e
+
+    def _opened_again(self, rel: str, unit_name: str) -> Entry | None:
+        """The entry the last open of this unit got, where that open is
+        answered the same now: the view's kept state (``cached_view``: no
+        change event since, the file still holding the recorded bytes) is
+        the one it was made for, and current, so there is nothing to wait
+        for.  One record head and one lstat, where the first open of a
+        unit costs three of each (a `grep -r` from the root opens every
+        unit of every file on each pass).  The entry's access is as at
+        that open: an open serves its bytes and attributes, and the kernel
+        checked who may open it against the node's attributes, which a
+        chmod of the file drops."""
+        hit = self._opened.get((rel, unit_name))
+        if hit is None:
+            return None
+        view = self.cached_view(rel)
+        if view is not hit[0] or view.freshness is not Freshness.CURRENT or view.partial:
+            del self._opened[(rel, unit_name)]
+            return None
+        return hit[1]
 
     async def _listed_pending(self, rel: str, view: ViewState) -> RenderedUnit | None:
         """A pending.md that a listing showed shortly before the parse ended:
