@@ -542,20 +542,21 @@ class ParsedTree(Base):
 
     def _opened_again(self, rel: str, unit_name: str) -> Entry | None:
         """The entry the last open of this unit got, where that open is
-        answered the same now: the view's kept state (``cached_view``: no
-        change event since, the file still holding the recorded bytes) is
-        the one it was made for, and current, so there is nothing to wait
-        for.  One record head and one lstat, where the first open of a
-        unit costs three of each (a `grep -r` from the root opens every
+        answered the same now: the view's state (``cached_view``: kept
+        while no change event came and the file still holds the recorded
+        bytes, else read again) is the one it was made for, and current, so
+        there is nothing to wait for.  One record head and one lstat (and
+        the state read again once per INDEX_TTL), where the first open of
+        a unit costs three of each (a `grep -r` from the root opens every
         unit of every file on each pass).  The entry's access is as at
-        that open: an open serves its bytes and attributes, and the kernel
+        that open: an open uses only its bytes and its ``user.sw.*`` attributes, and the kernel
         checked who may open it against the node's attributes, which a
         chmod of the file drops."""
         hit = self._opened.get((rel, unit_name))
         if hit is None:
             return None
         view = self.cached_view(rel)
-        if view is not hit[0] or view.freshness is not Freshness.CURRENT or view.partial:
+        if view != hit[0] or view.freshness is not Freshness.CURRENT or view.partial:
             del self._opened[(rel, unit_name)]
             return None
         return hit[1]
