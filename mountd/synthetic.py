@@ -507,7 +507,12 @@ class ParsedTree(Base):
         if loc is None:
             return self.entry(path)
         rel, unit_name = loc
-        if unit_name is None or unit_name == PENDING or self._settle_limit(rel):
+        if unit_name is None or unit_name == PENDING:
+            return self.entry(path)
+        opened = self._opened_again(rel, unit_name)
+        if opened is not None:
+            return opened
+        if self._settle_limit(rel):
             return self.entry(path)
         try:
             view, unit = self._unit_on_loop(rel, unit_name)
@@ -515,7 +520,38 @@ class ParsedTree(Base):
             return self.entry(path)
         if view is None or unit is None:
             return self.entry(path)
-        return self._unit_entry(rel, view, unit)
+        e = self._unit_entry(rel, view, unit)
+        self._units.note_opened((rel, unit_name), view, e)  # kept as long as its unit is
+        return e
+
+    def _opened_again(self, rel: str, unit_name: str) -> Entry | None:
+        """The entry the last open of this unit got, where that open is
+        answered the same now: the view's state (``cached_view``: kept
+        while no change event came and the file still holds the recorded
+        bytes, else read again) is the one it was made for, and current, so
+        there is nothing to wait for.  One record head and one lstat (and
+        the state read again once per INDEX_TTL), where the first open of
+        a unit costs three of each (a `grep -r` from the root opens every
+        unit of every file on each pass).  The entry's access is as at
+        that open: an open uses only its bytes and its ``user.sw.*``
+        attributes, and the kernel checked who may open it against the
+        node's attributes, which a chmod of the file drops."""
+        key = (rel, unit_name)
+        hit = self._units.opened(key)
+        if hit is None:
+            return None
+        view = self.cached_view(rel)
+        if (
+            view != hit[0]
+            or view is None
+            or view.freshness is not Freshness.CURRENT
+            or view.partial
+        ):
+            self._units.forget_opened(key)
+            return None
+        entry = hit[1]
+        assert isinstance(entry, Entry)
+        return entry
 
     async def _listed_pending(self, rel: str, view: ViewState) -> RenderedUnit | None:
         """A pending.md that a listing showed shortly before the parse ended:

@@ -92,6 +92,9 @@ class Units:
             OrderedDict()
         )
         self._bytes = 0  # of the units kept (UNIT_CACHE_BYTES)
+        # key -> the state an open of the unit was answered for, and that
+        # answer (the daemon's entry, opaque here): kept only while the unit is.
+        self._opened: dict[tuple[str, str], tuple[ViewState, object]] = {}
 
     def get(self, key: tuple[str, str], view: ViewState) -> tuple[bool, RenderedUnit | None]:
         """(hit, unit): kept for ``view``, and ``view`` is not pending."""
@@ -103,15 +106,30 @@ class Units:
 
     def keep(self, key: tuple[str, str], view: ViewState, unit: RenderedUnit | None) -> None:
         old = self._kept.pop(key, None)
+        self._opened.pop(key, None)
         if old is not None and old[1] is not None:
             self._bytes -= len(old[1].content)
         self._kept[key] = (view, unit)
         if unit is not None:
             self._bytes += len(unit.content)
         while len(self._kept) > UNIT_CACHE or self._bytes > UNIT_CACHE_BYTES:
-            _, (_, gone) = self._kept.popitem(last=False)
+            gone_key, (_, gone) = self._kept.popitem(last=False)
+            self._opened.pop(gone_key, None)  # its answer goes with its bytes
             if gone is not None:
                 self._bytes -= len(gone.content)
+
+    def note_opened(self, key: tuple[str, str], view: ViewState, answer: object) -> None:
+        """An open of the unit kept for ``view`` was answered ``answer``: kept
+        as long as the unit is (its bytes), for ``opened``."""
+        if key in self._kept:
+            self._opened[key] = (view, answer)
+
+    def opened(self, key: tuple[str, str]) -> tuple[ViewState, object] | None:
+        """The state the last open of the unit was answered for, and its answer."""
+        return self._opened.get(key)
+
+    def forget_opened(self, key: tuple[str, str]) -> None:
+        self._opened.pop(key, None)
 
 
 class UnitNames:

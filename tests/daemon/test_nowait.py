@@ -357,6 +357,39 @@ def test_a_unit_of_a_stale_view_is_left_to_open(ops: Operations, engine: Any) ->
     assert answered(ops.release(fi.fh))
 
 
+def test_a_unit_opened_again_is_answered_from_its_last_open(
+    ops: Operations, engine: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A `grep -r` opens every unit on each pass: a unit opened again while
+    its view's kept state holds (no change event, the file still holding
+    the recorded bytes) is answered from its last open, without asking its
+    freshness or reading it again; a change behind the mount is seen at the
+    next open all the same (the view is stale: left to the awaited open)."""
+    ctx: Any = Ctx()
+    ino, _ = _unit_ino(ops, "d/b.txt")
+    fi = at_once(ops.open(ino, os.O_RDONLY, ctx))
+    assert fi is not None
+    data = trio.run(ops.read, fi.fh, 0, 1 << 16)
+    assert answered(ops.release(fi.fh))
+    asked: list[str] = []
+    for part, name in ((engine.workspace, "freshness"), (engine.views, "view_unit")):
+        real = getattr(part, name)
+
+        def counted(*args: Any, _real: Any = real, _name: str = name, **kw: Any) -> Any:
+            asked.append(_name)
+            return _real(*args, **kw)
+
+        monkeypatch.setattr(part, name, counted)
+    fi = at_once(ops.open(ino, os.O_RDONLY, ctx))
+    assert fi is not None
+    assert trio.run(ops.read, fi.fh, 0, 1 << 16) == data
+    assert answered(ops.release(fi.fh))
+    assert asked == []
+    (engine.src / "d" / "b.txt").write_text("changed behind the mount, no event yet\n")
+    assert at_once(ops.open(ino, os.O_RDONLY, ctx)) is None
+    assert "freshness" in asked
+
+
 def test_getxattr_of_a_native_file_answers_its_own_names(ops: Operations, engine: Any) -> None:
     """A file's own attribute, or the errno of an absent one, is answered
     here as the async handler answers it; the engine's names (``user.sw.*``)

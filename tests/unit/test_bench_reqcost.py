@@ -69,3 +69,25 @@ def test_peer_table_one_column_per_peer() -> None:
     cells = lines[1].split()
     assert cells == ["reqcost_tree.find_root", "2.00x", "n/a", "20.00x", "10.00x", "300.00x"]
     assert reqcost.peer_table([other]) == ""
+
+
+def test_walks_from_the_root_are_held_to_twice_the_peer_serving_the_same_tree() -> None:
+    """Issue 38: ``find_root`` and ``grep_root`` against twice ``hp_same``'s
+    ratio (the C peer serving swfs's visible tree), the rest against ``hp``'s."""
+    result = WorkloadResult("reqcost_tree")
+    plan = reqcost.Plan({"find_root": 2.0, "ls_lR": 1.0}, peer={"find_root": "hp_same"})
+    ratios = {
+        ("hp", "find_root"): 1.0,
+        ("hp_same", "find_root"): 6.0,
+        ("hp", "ls_lR"): 3.0,
+        ("hp_same", "ls_lR"): 5.0,
+    }
+    reqcost.set_targets(result, plan, ratios)
+    find, ls = result.metric("find_root", "s").target, result.metric("ls_lR", "s").target
+    assert find is not None
+    assert ls is not None
+    assert (find.bound, find.text) == (12.0, "<=12x (C hp_same x2)")
+    assert (ls.bound, ls.text) == (3.0, "<=3x (C)")
+    plan = reqcost.Plan({"grep_root": 2.0}, peer={"grep_root": "hp_same"})
+    reqcost.set_targets(result, plan, {("hp", "grep_root"): 4.0})  # hp_same could not run
+    assert result.metric("grep_root", "s").target is None
