@@ -37,6 +37,7 @@ import logging
 import os
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -73,10 +74,11 @@ _MIN_RULES = 3
 _MAX_DRAWINGS = 3000
 _RULE_SLACK = 1.0  # points: a line this far from level (or plumb) is still a rule
 
-# The second reader (see _with_pdfminer): the largest file it is tried on, and
-# how long it may take before MuPDF's reason is reported instead.
-_PDFMINER_MAX_BYTES = 64 * 1024 * 1024
-_PDFMINER_SECONDS = 60.0
+# The second reader (see _with_pdfminer and pdfminer_texts): the largest file
+# it is tried on, and how long it may take before MuPDF's reason is reported
+# instead.
+PDFMINER_MAX_BYTES = 64 * 1024 * 1024
+PDFMINER_SECONDS = 60.0
 
 
 def _has_eof_marker(path: str) -> bool:
@@ -117,7 +119,7 @@ class _MupdfRefused(Exception):
 
 
 class _SlowReader(Exception):
-    """pdfminer.six ran past _PDFMINER_SECONDS."""
+    """pdfminer.six ran past PDFMINER_SECONDS."""
 
 
 @dataclass
@@ -128,12 +130,23 @@ class _Page:
     shows_text: bool = False
 
 
+# pdfminer's text of pages ``wanted`` (1-based) of a file MuPDF counts ``count``
+# pages in: ``(path, wanted, count) -> {page: text}`` (pdfminer_texts).
+SecondReader = Callable[[str, set[int], int], dict[int, str]]
+
+
 class PdfParser(Parser):
+    """``second_reader``: reads the pages where MuPDF found no text though
+    their content shows some (``pdfminer_texts``, pdfminer.six)."""
+
     id = "pdf"
     version = 3
     priority = 50.0
 
     extensions: ClassVar[frozenset[str]] = frozenset({".pdf"})
+
+    def __init__(self, second_reader: SecondReader | None = None) -> None:
+        self.second_reader: SecondReader = second_reader or pdfminer_texts
 
     def accepts(self, info: FileInfo) -> bool:
         if info.extension in self.extensions or info.head.startswith(PDF_MAGIC):
@@ -185,7 +198,7 @@ class PdfParser(Parser):
         budget = TextBudget(options.max_text_bytes)
         pages = [_read_page(doc, number, budget) for number in range(1, count + 1)]
         log.debug("pdf: %d pages", count)
-        _second_reading(path, pages, budget)
+        _second_reading(path, pages, budget, self.second_reader)
         return _units(pages, partial=partial)
 
     def parse_range(
@@ -271,16 +284,18 @@ def _shows_text(page: pymupdf.Page) -> bool:
     return False
 
 
-def _second_reading(path: str, pages: list[_Page], budget: TextBudget) -> None:
+def _second_reading(
+    path: str, pages: list[_Page], budget: TextBudget, reader: SecondReader
+) -> None:
     """Pages where MuPDF found no text though their content shows some get
     pdfminer's text, when it finds any; the others are left as they are.
     pdfminer must count the same pages as MuPDF, else its page numbers
     cannot be trusted and nothing changes."""
     wanted = {n for n, page in enumerate(pages, start=1) if page.shows_text}
-    if not wanted or os.path.getsize(path) > _PDFMINER_MAX_BYTES:
+    if not wanted or os.path.getsize(path) > PDFMINER_MAX_BYTES:
         return
     try:
-        found = _pdfminer_texts(path, wanted, len(pages))
+        found = reader(path, wanted, len(pages))
     except (MemoryError, RecursionError):
         raise
     except Exception as exc:  # pdfminer's failure keeps MuPDF's pages
@@ -606,9 +621,9 @@ def _with_pdfminer(path: str, options: ParseOptions, *, why: str, partial: str) 
     reason when pdfminer finds no page or no text either (a cyclic page tree
     is better reported as MuPDF saw it than as an empty page).  pdfminer is
     pure Python, 23 times slower than MuPDF on a 46-page spec: it is not tried on
-    files over _PDFMINER_MAX_BYTES and gives up after _PDFMINER_SECONDS, so
+    files over PDFMINER_MAX_BYTES and gives up after PDFMINER_SECONDS, so
     the reason stays MuPDF's rather than the worker's timeout."""
-    if os.path.getsize(path) > _PDFMINER_MAX_BYTES:
+    if os.path.getsize(path) > PDFMINER_MAX_BYTES:
         raise ParseFailed(f"broken PDF: {why}")
     try:
         pages = _pdfminer_pages(path, options)
@@ -648,7 +663,7 @@ def _pdfminer_pages(path: str, options: ParseOptions) -> list[_Page]:
         interpreter = PDFPageInterpreter(resources, device)
         started = time.monotonic()
         for page in PDFPage.create_pages(document):
-            if time.monotonic() - started > _PDFMINER_SECONDS:
+            if time.monotonic() - started > PDFMINER_SECONDS:
                 raise _SlowReader
             if len(pages) >= options.max_pages:
                 raise ParseFailed(f"too many pages (>{options.max_pages})")
@@ -668,10 +683,10 @@ def _pdfminer_pages(path: str, options: ParseOptions) -> list[_Page]:
     return pages
 
 
-def _pdfminer_texts(path: str, wanted: set[int], count: int) -> dict[int, str]:
+def pdfminer_texts(path: str, wanted: set[int], count: int) -> dict[int, str]:
     """pdfminer's text of pages ``wanted`` (1-based) of a file MuPDF counts
     ``count`` pages in; {} when pdfminer counts otherwise or runs past
-    _PDFMINER_SECONDS."""
+    PDFMINER_SECONDS."""
     from pdfminer.converter import TextConverter
     from pdfminer.layout import LAParams
     from pdfminer.pdfdocument import PDFDocument
@@ -690,7 +705,7 @@ def _pdfminer_texts(path: str, wanted: set[int], count: int) -> dict[int, str]:
         interpreter = PDFPageInterpreter(resources, device)
         started = time.monotonic()
         for seen, page in enumerate(PDFPage.create_pages(document), start=1):
-            if seen > count or time.monotonic() - started > _PDFMINER_SECONDS:
+            if seen > count or time.monotonic() - started > PDFMINER_SECONDS:
                 return {}
             if seen not in wanted:
                 continue

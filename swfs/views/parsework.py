@@ -138,25 +138,50 @@ def _named(exc: BaseException) -> str:
     return _one_line(f"{type(exc).__name__}: {message}" if message else type(exc).__name__)
 
 
-# Set in a worker whose parse ran out of memory: what the earlier files left
-# on its heap may be what made the next one fail, so it retires (a fresh
-# process takes its place) and the pool tries that file once more, in a
-# process of its own.
-_out_of_memory = False
 OUT_OF_MEMORY = "out of memory"
-# A worker's address space right after start-up, and its cap (set in the
-# worker by ``_init_worker``).  A parse that grew the heap for good leaves
-# less room under the cap for the next file: past half of the room it had,
-# the worker retires before a small file fails for a big one's leftovers.
-_started_bytes = 0
-_cap_bytes = 0
 # Resident memory past which a worker or confined child retires between
 # jobs (a fresh one takes its place): what a big file left on the heap is
 # given back, and two workers with their children stay within the machine's
-# budget for the whole tree.  SWFS_WORKER_RSS_MB changes it; 0: no limit.
+# budget for the whole tree.  SWFS_WORKER_RSS_MB changes it (read when a
+# worker starts, ``rss_budget``); 0: no limit.
 RSS_BUDGET_ENV = "SWFS_WORKER_RSS_MB"
 RSS_BUDGET_MB = 512
-_rss_budget = 0
+
+
+@dataclass
+class WorkerBudget:
+    """What decides whether a worker retires after a job (``retire``).
+
+    ``out_of_memory``: set in a worker whose parse ran out of memory: what
+    the earlier files left on its heap may be what made the next one fail,
+    so it retires (a fresh process takes its place) and the pool tries that
+    file once more, in a process of its own.
+
+    ``started_bytes``, ``cap_bytes``: a worker's address space right after
+    start-up, and its cap (0: none known).  A parse that grew the heap for
+    good leaves less room under the cap for the next file: past half of the
+    room it had, the worker retires before a small file fails for a big
+    one's leftovers.
+
+    ``rss_bytes``: the resident-memory budget (``rss_budget``; 0: none)."""
+
+    out_of_memory: bool = False
+    started_bytes: int = 0
+    cap_bytes: int = 0
+    rss_bytes: int = 0
+
+    def retire(self) -> bool:
+        """Whether this process retires now, by its own resident memory and
+        address space."""
+        if self.rss_bytes and _resident() > self.rss_bytes:
+            return True
+        return should_retire(
+            self.out_of_memory, self.cap_bytes, self.started_bytes, _address_space()
+        )
+
+
+# This process's: a worker's is set up by ``_init_worker``.
+_budget = WorkerBudget()
 
 
 def rss_budget() -> int:
@@ -192,9 +217,7 @@ def _address_space() -> int:
 def _retire_worker() -> bool:
     """Runs in a worker after each job (trio-parallel's ``retire``; it must
     not raise)."""
-    if _rss_budget and _resident() > _rss_budget:
-        return True
-    return should_retire(_out_of_memory, _cap_bytes, _started_bytes, _address_space())
+    return _budget.retire()
 
 
 def should_retire(out_of_memory: bool, cap_bytes: int, started_bytes: int, now_bytes: int) -> bool:
@@ -234,7 +257,6 @@ def parse_job(
 
     ``pages``: parse that range only where the parser can (the outcome's
     ``part`` says so), else the whole file."""
-    global _out_of_memory
     if timeout is not None:
         signal.signal(signal.SIGALRM, signal.SIG_DFL)
         signal.setitimer(signal.ITIMER_REAL, max(timeout, 0.001) + BACKSTOP)
@@ -249,7 +271,7 @@ def parse_job(
         if timeout is not None:
             signal.setitimer(signal.ITIMER_REAL, 0)
     if _ran_out_of_memory(outcome):
-        _out_of_memory = True
+        _budget.out_of_memory = True
     return outcome
 
 
@@ -283,10 +305,9 @@ def parse_bytes(
     owner says nothing of who could write the original."""
     import tempfile
 
-    global _cap_bytes, _started_bytes
-    if memory_bytes and not _cap_bytes:
-        _started_bytes = _address_space()
-        _cap_bytes = _started_bytes + memory_bytes
+    if memory_bytes and not _budget.cap_bytes:
+        _budget.started_bytes = _address_space()
+        _budget.cap_bytes = _budget.started_bytes + memory_bytes
     try:
         with tempfile.TemporaryDirectory(prefix="swfs-parse-") as tmp:
             # mkdtemp makes it 0700: no other user reads the copy.
@@ -386,7 +407,9 @@ def _parse_confined(
     if _children is None:
         _children = sandbox.Children({"parse": _child_parse}, _child_ready)
     try:
-        child = _children.get(sandbox.file_domain(st) if domain is None else domain[0], _cap_bytes)
+        child = _children.get(
+            sandbox.file_domain(st) if domain is None else domain[0], _budget.cap_bytes
+        )
     except sandbox.SandboxError as exc:
         return FAILED, (), _one_line(str(exc)), None
     request: dict[str, object] = {
@@ -497,8 +520,7 @@ def _checked_part(raw: object, units: list[tuple[str, str, str]]) -> Part | None
 
 def _child_ready() -> None:
     """In a fresh child: its address space, for its retirement."""
-    global _started_bytes
-    _started_bytes = _address_space()
+    _budget.started_bytes = _address_space()
 
 
 def _child_parse(req: dict[str, object], fds: list[int]) -> tuple[dict[str, object], list[bytes]]:
@@ -642,7 +664,6 @@ def _snapshot(fd: int, size: int) -> int | None:
 
 def _init_worker(memory_bytes: int) -> None:
     """Worker process set-up: cap memory, no core dumps, yield CPU to the daemon."""
-    global _started_bytes, _cap_bytes, _rss_budget
     resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -650,8 +671,8 @@ def _init_worker(memory_bytes: int) -> None:
         os.nice(5)
     # pymupdf and friends are imported once per worker, not per file.
     registry.all_parsers()
-    _started_bytes, _cap_bytes = _address_space(), memory_bytes
-    _rss_budget = rss_budget()
+    _budget.started_bytes, _budget.cap_bytes = _address_space(), memory_bytes
+    _budget.rss_bytes = rss_budget()
 
 
 # What parsers import lazily that costs seconds (pymupdf: 1 to 5 s), by

@@ -30,7 +30,7 @@ import os
 import socket
 import stat
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -131,15 +131,29 @@ def read_for_farm(abs_path: str) -> tuple[bytes, str, object] | None:
     return data, hash_bytes(data), domain
 
 
+# Joins the cluster at an address as a client, in a thread: Ray (the
+# module) and the remote parse task (``join_cluster``).
+Connect = Callable[[str | None], tuple[Any, Any]]
+
+
 class RayExecutor:
-    """Parse jobs on Ray, the local pool as fallback (swfs.views.executor)."""
+    """Parse jobs on Ray, the local pool as fallback (swfs.views.executor).
+
+    ``connect``: how to join the cluster, each time a connection is made
+    (``join_cluster`` by default)."""
 
     def __init__(
-        self, limits: WorkerLimits, local: ParsePool, state: dict[str, Any], address: str | None
+        self,
+        limits: WorkerLimits,
+        local: ParsePool,
+        state: dict[str, Any],
+        address: str | None,
+        connect: Connect | None = None,
     ) -> None:
         self.limits = limits
         self.local = local
         self.address = address
+        self._join: Connect = connect or join_cluster
         self._state = state
         self._remote: Any = None  # None: no cluster; everything is local
         self._ray: Any = None
@@ -156,7 +170,11 @@ class RayExecutor:
     @classmethod
     @asynccontextmanager
     async def open(
-        cls, limits: WorkerLimits, local: ParsePool, state: dict[str, Any]
+        cls,
+        limits: WorkerLimits,
+        local: ParsePool,
+        state: dict[str, Any],
+        connect: Connect | None = None,
     ) -> AsyncIterator[RayExecutor]:
         """The executor, connecting in the background: the mount does not
         wait for the cluster, only parses do (``CONNECT_TIMEOUT`` at most)."""
@@ -165,7 +183,7 @@ class RayExecutor:
         state.update(
             executor="ray (connecting)", address=address, ray=0, local=0, fallbacks=0, error=None
         )
-        farm = cls(limits, local, state, address)
+        farm = cls(limits, local, state, address, connect)
         try:
             async with trio.open_nursery() as nursery:
                 farm._nursery = nursery
@@ -189,7 +207,7 @@ class RayExecutor:
         while True:
             try:
                 self._ray, self._remote = await trio.to_thread.run_sync(
-                    _connect, self.address, abandon_on_cancel=True
+                    self._join, self.address, abandon_on_cancel=True
                 )
             except Exception as exc:  # no Ray, no cluster, a refused connection
                 state["error"] = f"cannot connect to {self.address}: {_line(exc)}"
@@ -330,7 +348,7 @@ class RayExecutor:
             self._state[where] = self._state.get(where, 0) + 1
 
 
-def _connect(address: str | None) -> tuple[Any, Any]:
+def join_cluster(address: str | None) -> tuple[Any, Any]:
     """In a thread: join the cluster as a client; Ray and the remote task."""
     import ray
 

@@ -288,7 +288,7 @@ def test_table_on_a_rotated_page(tmp_path: pathlib.Path) -> None:
     assert text.count("North") == 1
 
 
-@pytest.mark.parametrize("limit", ["_PDFMINER_MAX_BYTES", "_PDFMINER_SECONDS"])
+@pytest.mark.parametrize("limit", ["PDFMINER_MAX_BYTES", "PDFMINER_SECONDS"])
 def test_second_reader_is_bounded(
     tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, limit: str
 ) -> None:
@@ -364,28 +364,29 @@ def test_second_reader_where_mupdf_finds_no_text(tmp_path: pathlib.Path) -> None
     assert "Label of page 3" in unit(units, "page=3")
 
 
-def test_second_reader_not_tried_on_pages_without_text_operators(
-    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def parse_with(path: pathlib.Path, second_reader: pdf.SecondReader) -> list[Unit]:
+    info = registry.file_info(str(path), path.name)
+    return pdf.PdfParser(second_reader).parse(str(path), info, ParseOptions())
+
+
+def test_second_reader_not_tried_on_pages_without_text_operators(tmp_path: pathlib.Path) -> None:
     """A scanned page (an image, no text object) costs no pdfminer run."""
-    calls: list[object] = []
-    real = pdf._pdfminer_texts
+    calls: list[tuple[str, set[int], int]] = []
 
-    def spy(*args: object) -> dict[int, str]:
-        calls.append(args)
-        return real(*args)  # type: ignore[arg-type]
+    def spy(path: str, wanted: set[int], count: int) -> dict[int, str]:
+        calls.append((path, wanted, count))
+        return pdf.pdfminer_texts(path, wanted, count)
 
-    monkeypatch.setattr(pdf, "_pdfminer_texts", spy)
-    _, units = parse(image_pdf(tmp_path, text_pages=1))
+    units = parse_with(image_pdf(tmp_path, text_pages=1), spy)
     assert "no text on this page (1 image)" in units[-1].text
     assert calls == []
+    units = parse_with(clipped_text_pdf(tmp_path), spy)  # the spy sees what it is given
+    assert [wanted for _, wanted, _ in calls] == [{2}]
+    assert "Label of page 2" in unit(units, "page=2")
 
 
-def test_second_reader_finding_nothing_keeps_mupdf_pages(
-    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(pdf, "_pdfminer_texts", lambda *_a: {})
-    _, units = parse(clipped_text_pdf(tmp_path))
+def test_second_reader_finding_nothing_keeps_mupdf_pages(tmp_path: pathlib.Path) -> None:
+    units = parse_with(clipped_text_pdf(tmp_path), lambda *_a: {})
     assert unit(units, "page=2").startswith("[swfs: no text on this page")
 
 

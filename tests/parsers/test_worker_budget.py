@@ -11,19 +11,15 @@ import trio
 from swfs.api import Freshness, RelPath
 from swfs.engine import Engine
 from swfs.views import parsework
-from swfs.views.parsework import WorkerLimits
+from swfs.views.parsework import WorkerBudget, WorkerLimits
 from swfs.workspace import Config
 
 
-def test_past_the_budget_a_worker_retires(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(parsework, "_out_of_memory", False)
-    monkeypatch.setattr(parsework, "_cap_bytes", 0)
-    monkeypatch.setattr(parsework, "_rss_budget", 1 << 50)
-    assert not parsework._retire_worker()
-    monkeypatch.setattr(parsework, "_rss_budget", 1024 * 1024)  # far below any Python's
-    assert parsework._retire_worker()
-    monkeypatch.setattr(parsework, "_rss_budget", 0)  # no limit
-    assert not parsework._retire_worker()
+def test_past_the_budget_a_worker_retires() -> None:
+    assert not WorkerBudget(rss_bytes=1 << 50).retire()
+    assert WorkerBudget(rss_bytes=1024 * 1024).retire()  # far below any Python's
+    assert not WorkerBudget(rss_bytes=0).retire()  # no limit
+    assert WorkerBudget(out_of_memory=True).retire()
 
 
 def test_the_budget_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -104,24 +104,26 @@ def test_a_job_ray_cannot_run_parses_locally_and_the_farm_reconnects(
 ) -> None:
     (tmp_path / "a.txt").write_text("text")
     local = LocalPool()
-    state: dict[str, Any] = {"ray": 0, "local": 0, "fallbacks": 0}
-    farm = rayfarm.RayExecutor(WorkerLimits(workers=2), local, state, "ray://x:1")  # type: ignore[arg-type]
-    farm._remote, farm._ray = Broken(), FakeRay()
-    farm._connected.set()
+    state: dict[str, Any] = {}
+    limits = WorkerLimits(workers=2, parse_on="ray://x:1")
+    joined: list[str | None] = []
+
+    def connect(address: str | None) -> tuple[Any, Any]:
+        """The first connection's cluster is gone; the next one works."""
+        joined.append(address)
+        return FakeRay(), Broken() if len(joined) == 1 else Working()
+
     monkeypatch.setattr(rayfarm, "RETRY_SECS", 0.0)
-    monkeypatch.setattr(rayfarm, "_connect", lambda address: (FakeRay(), Working()))
     path = str(tmp_path / "a.txt")
 
     async def main() -> tuple[list[ParseOutcome], str, ParseOutcome]:
-        async with trio.open_nursery() as nursery:
-            farm._nursery = nursery
+        async with rayfarm.RayExecutor.open(limits, local, state, connect) as farm:  # type: ignore[arg-type]
             outs = [await farm.parse(path, "a.txt") for _ in range(rayfarm.DOWN_AFTER + 1)]
             lost = str(state["executor"])
             with trio.fail_after(30):
-                while farm._remote is None or farm._reconnecting:  # noqa: ASYNC110
+                while state["executor"] != "ray":  # noqa: ASYNC110
                     await trio.sleep(0.01)
             again = await farm.parse(path, "a.txt")
-            nursery.cancel_scope.cancel()
         return outs, lost, again
 
     outcomes, lost, again = trio.run(main)
@@ -135,3 +137,4 @@ def test_a_job_ray_cannot_run_parses_locally_and_the_farm_reconnects(
     assert again.hash == hash_bytes(b"text")
     assert state["executor"] == "ray"
     assert state["ray"] == 1
+    assert joined == ["ray://x:1", "ray://x:1"]
