@@ -3,8 +3,9 @@
 Owns when a write becomes a version (``versioning``, ``writesession``),
 snapshots, submissions, baselines and reset (``snapshots``), the staged
 layer of a ``--staged`` mount (``staging``), worlds: the workspace as it was
-(``world``) and the names a user gives them (``names``).  Who may read what
-was recorded in the past is ``swfs.permissions``, beside ``swfs.api``.
+(``world``), the paths and folders a world shows (``skeleton``) and the
+names a user gives them (``names``).  Who may read what was recorded in
+the past is ``swfs.permissions``, beside ``swfs.api``.
 
 Imports: ``swfs.store``, ``swfs.views``, ``swfs.review``, ``swfs.permissions`` and
 ``swfs.api``.
