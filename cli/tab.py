@@ -95,9 +95,10 @@ def _report(t: Target, args: argparse.Namespace) -> Report:
             engine.search_index.as_reader()
         else:
             engine.search_index.catch_up(Progress("indexing"))
-        return Builder(engine.workspace, engine.search_index.search, _caller()).build(
-            tab, events, note=note
+        builder = Builder(
+            engine.workspace, engine.search_index.search, _caller(), views=engine.views
         )
+        return builder.build(tab, events, note=note)
 
 
 def cmd_check(args: argparse.Namespace) -> int:

@@ -148,7 +148,12 @@ class TabTree:
                 builder = kept[1]
         if builder is None:
             builder = Builder(
-                self.engine.workspace, search, caller, excerpts=excerpts, keep_reads=excerpts
+                self.engine.workspace,
+                search,
+                caller,
+                views=self.engine.views,
+                excerpts=excerpts,
+                keep_reads=excerpts,
             )
         note = ""
         if not self.journal.enabled:

@@ -19,7 +19,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
@@ -30,11 +30,8 @@ from swfs import permissions
 from swfs.api import (
     Access,
     Freshness,
-    ParsedView,
     RelPath,
-    RenderedUnit,
     ReviewEntry,
-    ViewState,
 )
 from swfs.control import ControlServer
 from swfs.find.search import SearchIndex
@@ -45,7 +42,8 @@ from swfs.views import ranged
 from swfs.views.executor import ParseExecutor, open_executor
 from swfs.views.parsework import FAILED, INTERNAL, OK, ParseOutcome
 from swfs.views.scheduler import ParseQueue, ParseScheduler
-from swfs.workspace import Config, ScanStats, Workspace, WorkspaceError
+from swfs.views.serving import Views
+from swfs.workspace import Config, LiveSource, ScanStats, Workspace, WorkspaceError
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +66,8 @@ class Engine:
 
     ``workspace`` (``swfs.workspace.Workspace``): the file table, the write
     protocol, preserved bytes, versions, snapshots, permissions.
-    ``views``: the parsed views and the wait for them (``Views``).
+    ``views``: the parsed views and the wait for them (``swfs.views.serving.Views``
+    over the workspace's records).
     ``reviews``: the change set against the baseline (``Reviews``).
     ``search_index``: the search index (``swfs.find.search``)."""
 
@@ -79,8 +78,7 @@ class Engine:
         self.queue: ParseQueue | None = None
         self._token: trio.lowlevel.TrioToken | None = None
         ws.add_parse_request_handler(self._on_parse_request)
-        ws.progress = self._parse_progress
-        self.views = Views(self)
+        self.views = Views(LiveSource(ws), progress=self._parse_progress, wait=self._wait_view)
         self.reviews = Reviews(ws)
         self.search_index = SearchIndex(ws, model=_embed_model(ws.config.embed_model))
         ws.add_listener(self.search_index.notify)  # from any thread: it only queues
@@ -489,7 +487,7 @@ class Engine:
         if rec is None:
             return None, self.workspace.settled(rel), None
         partial = self.workspace.partials.get(rec.hash, rec.parser) if rec.parser else None
-        return self.workspace.freshness_now(rel, rec), self.workspace.settled(rel), partial
+        return self.views.freshness_now(rel, rec), self.workspace.settled(rel), partial
 
     def _check_unsettled(self, rel: RelPath) -> bool:
         """*slow*: record ``rel`` as it is now, unless the mount is changing
@@ -532,38 +530,6 @@ class Engine:
                         queue.submit(rel)
                 await trio.sleep(0.2)
         return False
-
-
-class Views:
-    """The parsed views (``.parsed/``) as the engine shows them: read from
-    the workspace's records, waited for through the engine's parse queue."""
-
-    def __init__(self, engine: Engine) -> None:
-        self._engine = engine
-        self._ws = engine.workspace
-
-    def parsed_paths(self) -> Iterable[RelPath]:
-        return self._ws.parsed_paths()
-
-    def parsed_view(self, rel: RelPath) -> ParsedView | None:
-        return self._ws.parsed_view(rel)
-
-    def view_state(self, rel: RelPath) -> ViewState | None:
-        return self._ws.view_state(rel)
-
-    def view_unit_names(self, view: ViewState, *, limit: int | None = None) -> Sequence[str]:
-        return self._ws.view_unit_names(view, limit=limit)
-
-    def view_unit(
-        self, view: ViewState, name: str, *, limit: int | None = None
-    ) -> RenderedUnit | None:
-        return self._ws.view_unit(view, name, limit=limit)
-
-    def parse_progress(self, rel: str) -> str:
-        return self._ws.parse_progress(rel)
-
-    async def wait_view(self, rel: RelPath, limit: float, unit: str | None = None) -> None:
-        await self._engine._wait_view(rel, limit, unit)
 
 
 class Reviews:

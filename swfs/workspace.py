@@ -35,11 +35,8 @@ from swfs.api import (
     FileState,
     Freshness,
     Hash,
-    ParsedView,
     RelPath,
-    RenderedUnit,
     Version,
-    ViewState,
     WorkspaceError,
     WriteSession,
 )
@@ -134,8 +131,6 @@ class Workspace(BlobReads):
         self.ignore = IgnoreRules.load(src)
         self._listeners: list[Callable[[RelPath], None]] = []
         self._parse_requests: list[Callable[[RelPath, bool], None]] = []
-        # How far a parse has got, in words: set by the engine that runs them.
-        self.progress: Callable[[str], str] | None = None
         self._view_lock = threading.Lock()
         self._review_cache: tuple[int, Any] | None = None
         # The write protocol (swfs.writesession): paths it is changing (written,
@@ -144,7 +139,6 @@ class Workspace(BlobReads):
         self.writes = InPlaceWrites(self)
         self._listeners.append(self.writes.changed)
         self._windows = versioning.VersionWindows()
-        self._parsed_paths_cache: tuple[int, list[RelPath]] | None = None
         # Inode number -> paths whose record names it, built on first need:
         # the other names a write through one hard link changed.  A superset
         # (entries are confirmed by lstat before use), so deletes need no care.
@@ -627,26 +621,11 @@ class Workspace(BlobReads):
         txn: lmdb.Transaction | None = None,
         busy: set[str] | None = None,
     ) -> Freshness:
-        """The freshness of ``rel``'s view now: the record's
-        (``_freshness``), unless the file may hold other bytes than the
-        record names, when a current view is stale (the prior view of what
-        is being written) and a failed one pending (its failure was on bytes
-        the file may no longer hold)."""
-        fresh = self._freshness(rec, txn)
-        if fresh in (Freshness.CURRENT, Freshness.FAILED) and not self._settled(
-            rel, signature_bytes(*rec.signature()), busy
-        ):
-            return Freshness.STALE if fresh is Freshness.CURRENT else Freshness.PENDING
-        return fresh
-
-    def _freshness(self, rec: FileRecord, txn: lmdb.Transaction | None = None) -> Freshness:
-        status = None if rec.parser is None else self.store.parse_status(rec.hash, rec.parser, txn)
-        prior = bool(rec.view_hash and rec.view_parser)
-        return views.record_freshness(rec.parser, status, prior_view=prior)
-
-    def freshness_now(self, rel: RelPath, rec: FileRecord) -> Freshness:
-        """The freshness of ``rel``'s view, its record ``rec`` just read."""
-        return self._freshness_now(rel, rec)
+        """The freshness of ``rel``'s view now (``swfs.views.files.freshness_now``:
+        the rule the views part and a world follow too)."""
+        fresh = views.content_freshness(self.store, rec, txn)
+        signature = signature_bytes(*rec.signature())
+        return views.freshness_now(fresh, lambda: self._settled(rel, signature, busy))
 
     def access(self, rel: RelPath) -> Access | None:
         try:
@@ -1059,97 +1038,8 @@ class Workspace(BlobReads):
             return bool(rec.parser) and self.store.get_parse(rec.hash, rec.parser or "") is None
         return False
 
-    # ---------------------------------------------------------------- .parsed
-    def parsed_paths(self) -> Iterable[RelPath]:
-        # Listing .parsed asks for this often; it only changes with the store's
-        # generation, and walking every record of a large tree is not free.
-        gen = self.generation()
-        cached = self._parsed_paths_cache
-        if cached is not None and cached[0] == gen:
-            return cached[1]
-        with self.store.read() as txn:
-            paths = [
-                RelPath(rel)
-                for rel, rec in self.store.iter_files(txn)
-                if rec.parser and self._freshness(rec, txn) != Freshness.UNSUPPORTED
-            ]
-        self._parsed_paths_cache = (gen, paths)
-        return paths
-
-    def parsed_view(self, rel: RelPath) -> ParsedView | None:
-        state = self.view_state(rel)
-        if state is None:
-            return None
-        return ParsedView(
-            rel=state.rel,
-            freshness=state.freshness,
-            current_hash=state.current_hash,
-            source_hash=state.source_hash,
-            parser=state.parser,
-            error=state.error,
-            units=self._all_units(state),
-        )
-
-    def _all_units(self, state: ViewState) -> tuple[RenderedUnit, ...]:
-        if self._partial_of(state) is None:
-            return views.all_units(self.store, state, self.parse_progress)
-        found = (self.view_unit(state, name) for name in self.view_unit_names(state))
-        return tuple(u for u in found if u is not None)
-
-    def view_state(self, rel: RelPath) -> ViewState | None:
-        rec = self.store.get_file(rel)
-        if rec is None or rec.parser is None:
-            return None
-        freshness = self._freshness(rec)
-        if freshness == Freshness.UNSUPPORTED:
-            return None
-        settled = self._settled(rel, signature_bytes(*rec.signature()))
-        # Parsed range by range, some ranges in: what the file holds now.
-        if (
-            freshness is Freshness.PENDING
-            and settled
-            and self.partials.get(rec.hash, rec.parser) is not None
-        ):
-            return views.partial_state(rel, rec)
-        return views.view_state(self.store, rel, rec, freshness, settled=settled)
-
-    def _partial_of(self, view: ViewState) -> ranged.PartialParse | None:
-        if not view.partial or view.source_hash is None or view.parser is None:
-            return None
-        return self.partials.get(view.source_hash, view.parser)
-
-    def view_unit_names(self, view: ViewState, *, limit: int | None = None) -> Sequence[str]:
-        partial = self._partial_of(view)
-        if partial is not None:
-            return views.partial_unit_names(view, partial, limit=limit)
-        return views.unit_names(self.store, view, limit=limit)
-
-    def view_unit(
-        self, view: ViewState, name: str, *, limit: int | None = None
-    ) -> RenderedUnit | None:
-        partial = self._partial_of(view)
-        if partial is not None:
-            return views.partial_unit(view, partial, name, self.parse_progress)
-        if view.partial:
-            # Its parse ended since the state was read: the stored units
-            # (current ones) or none (a change event brings the new state).
-            state = dataclasses.replace(view, freshness=Freshness.CURRENT, partial=False)
-            found = views.unit(self.store, state, name, self.parse_progress, limit=limit)
-            return None if found is None else dataclasses.replace(found, state=state)
-        return views.unit(self.store, view, name, self.parse_progress, limit=limit)
-
-    def parse_progress(self, rel: str) -> str:
-        """How far the parse of ``rel`` has got, in words (the daemon's engine
-        knows its queue and says it through ``progress``; a workspace without
-        one does not)."""
-        if self.progress is not None:
-            return self.progress(rel)
-        return "no parse is running (no daemon)"
-
     def parse_units(self, h: str, parser: str) -> list[tuple[str, str, str]] | None:
-        if self.store.parse_status(h, parser) != OK:
-            return None
-        return self.store.parse_units(h, parser)
+        return views.ok_units(self.store, h, parser)
 
     # --------------------------------------------------------------- status
     def counts(self) -> dict[str, int]:
@@ -1409,3 +1299,34 @@ class Workspace(BlobReads):
             )
         self.store.flush()
         return self.versions(rel)[-1]
+
+
+class LiveSource:
+    """The live workspace as its views read it (``swfs.views.serving.ViewSource``):
+    the file table, the store's parses, and whether a file holds the bytes
+    its record names now (``Workspace.settled``)."""
+
+    def __init__(self, ws: Workspace) -> None:
+        self._ws = ws
+        self.parses = ws.store
+
+    def read(self) -> contextlib.AbstractContextManager[lmdb.Transaction]:
+        return self._ws.store.read()
+
+    def record(self, rel: str) -> FileRecord | None:
+        return self._ws.store.get_file(rel)
+
+    def records(self, txn: lmdb.Transaction) -> Iterator[tuple[str, FileRecord]]:
+        return self._ws.store.iter_files(txn)
+
+    def generation(self) -> int:
+        return self._ws.generation()
+
+    def busy(self) -> set[str]:
+        return self._ws.writes.busy_paths()
+
+    def settled(self, rel: str, rec: FileRecord, busy: set[str] | None = None) -> bool:
+        return self._ws._settled(rel, signature_bytes(*rec.signature()), busy)
+
+    def partial(self, h: str, parser: str) -> ranged.PartialParse | None:
+        return self._ws.partials.get(h, parser)

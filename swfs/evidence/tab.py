@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from swfs.api import Access, RelPath
+from swfs.api import Access, RelPath, ViewsAPI
 from swfs.find.search import MAX_LIMIT, AccessCheck, Caller, Hit, SearchResult
 from swfs.history import names
 from swfs.store.fsutil import save_file
@@ -430,8 +430,9 @@ def _unit_locator(path: str, ev: dict[str, Any]) -> str:
 class Builder:
     """Builds a tab's report from journal events for one caller.
 
-    ``ws``: ``access(rel)``, ``parsed_view(rel)``, ``store.get_file(rel)``;
-    ``search``: the search index's query function."""
+    ``ws``: ``access(rel)``, ``store.get_file(rel)``; ``views``: the
+    engine's views part (``parsed_view(rel)``); ``search``: the search
+    index's query function."""
 
     def __init__(
         self,
@@ -439,6 +440,7 @@ class Builder:
         search: Callable[[str, Caller, int], SearchResult] | None,
         caller: Caller,
         *,
+        views: ViewsAPI,
         access: Callable[[RelPath], Access | None] | None = None,
         excerpts: bool = True,
         keep_reads: bool = True,
@@ -446,7 +448,7 @@ class Builder:
         """Without ``excerpts`` reads get none (TAB.md and unopened.md show
         none); without ``keep_reads`` they are not kept, only what those two
         need of them (a long tab has hundreds of thousands)."""
-        self.ws, self.search, self.caller = ws, search, caller
+        self.ws, self.views, self.search, self.caller = ws, views, search, caller
         self.check = AccessCheck(access or ws.access, caller)
         self._views: dict[str, Any] = {}  # one view per file for the whole build
         # A long tab reads the same files and units many times over (a
@@ -615,7 +617,7 @@ class Builder:
         if rel in self._views:
             return self._views[rel]
         try:
-            view = self.ws.parsed_view(RelPath(rel))
+            view = self.views.parsed_view(RelPath(rel))
         except Exception:  # a view that cannot be built shows no excerpt
             log.warning("tab: no excerpt of %s", rel, exc_info=True)
             view = None

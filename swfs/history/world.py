@@ -20,7 +20,6 @@ copied, from SRC while the live file still has that hash.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import errno
 import functools
 import logging
@@ -43,15 +42,12 @@ from swfs.api import (
     FileState,
     Freshness,
     Hash,
-    ParsedView,
     RelPath,
-    RenderedUnit,
     ReviewEntry,
     Service,
     SharedFiles,
     UnitTooLarge,
     Version,
-    ViewState,
     WorkspaceError,
 )
 from swfs.history import snapshots as history
@@ -61,10 +57,22 @@ from swfs.store.blobreads import BlobReads
 from swfs.store.blobs import BlobStore, Manifest
 from swfs.store.fsutil import hash_fd, open_to_read, write_all_at
 from swfs.store.hashform import label as short_hash
-from swfs.store.records import _DBS, FORMAT_VERSION, FileRecord, Store, StoreError, stat_signature
+from swfs.store.records import (
+    _DBS,
+    FORMAT_VERSION,
+    FileRecord,
+    ParseRecord,
+    Store,
+    StoreError,
+    UnitInfo,
+    UnitText,
+    stat_signature,
+)
 from swfs.store.reserve import is_no_space
 from swfs.views import files as views
 from swfs.views.parsework import FAILED, OK, ParseOutcome, ParsePool
+from swfs.views.ranged import PartialParse
+from swfs.views.serving import Views
 
 log = logging.getLogger(__name__)
 
@@ -223,11 +231,16 @@ class World(BlobReads):
         self.memory = MemoryFiles(MEMORY_CACHE_BYTES)
         self._view = _StoreView(self.store, self)
         self._parsed: dict[tuple[str, str], ParseOutcome] = {}  # parsed here, on demand
+        self._parses = _WorldParses(self.store, self._parsed)
         self._wanted: dict[str, trio.Event] = {}
         self._send: trio.MemorySendChannel[str] | None = None
         self._changes: list[ReviewEntry] | None = None
-        # The engine's parts (swfs.api.EngineAPI): a world is all of them.
-        self.workspace = self.views = self.reviews = self
+        # The engine's parts (swfs.api.EngineAPI): the views are the live
+        # workspace's code over the snapshot's records; the rest is the world.
+        self.views = Views(
+            _WorldSource(self), progress=self._progress, wait=self._wait_view, world=name
+        )
+        self.workspace = self.reviews = self
 
     # -- what the world is
     def _open(self, name: str) -> None:
@@ -439,19 +452,8 @@ class World(BlobReads):
         """A world never changes: its files hold what their records name."""
         return rel in self.records
 
-    def _status(self, rec: FileRecord) -> tuple[str | None, str | None]:
-        """(parse status, error) of ``rec``'s content: the cache's, else ours."""
-        if rec.parser is None:
-            return "unsupported", None
-        record = self.store.get_parse(rec.hash, rec.parser)
-        if record is not None:
-            return record.status, record.error
-        mine = self._parsed.get((rec.hash, rec.parser))
-        return (None, None) if mine is None else (mine.status, mine.error)
-
     def _freshness(self, rec: FileRecord) -> Freshness:
-        status, _ = self._status(rec)
-        return views.record_freshness(rec.parser, status, prior_view=False)
+        return views.content_freshness(self._parses, rec)
 
     def is_unchanged(self, rel: RelPath, st: os.stat_result) -> bool:
         return True
@@ -493,84 +495,6 @@ class World(BlobReads):
     def content_access(self, rel: RelPath, h: str | None) -> Access:
         return self.access(rel) or permissions.owner_only(self.store_dir)
 
-    # -- .parsed
-    def parsed_paths(self) -> Iterable[RelPath]:
-        return [
-            RelPath(rel)
-            for rel, rec in self.records.items()
-            if rec.parser and self._freshness(rec) is not Freshness.UNSUPPORTED
-        ]
-
-    def view_state(self, rel: RelPath) -> ViewState | None:
-        rec = self.records.get(rel)
-        if rec is None or rec.parser is None:
-            return None
-        status, error = self._status(rec)
-        freshness = views.record_freshness(rec.parser, status, prior_view=False)
-        if freshness is Freshness.UNSUPPORTED:
-            return None
-        return ViewState(
-            rel=rel,
-            freshness=freshness,
-            current_hash=Hash(rec.hash),
-            source_hash=Hash(rec.hash) if status is not None else None,
-            parser=rec.parser,
-            error=(error or "parse failed") if freshness is Freshness.FAILED else None,
-        )
-
-    def view_unit_names(self, view: ViewState, *, limit: int | None = None) -> Sequence[str]:
-        mine = self._mine(view)
-        if mine is not None:
-            if limit is not None and len(mine.units) > limit:
-                raise UnitTooLarge(f"{view.rel}: {len(mine.units)} units")
-            return [u[0] for u in mine.units]
-        return views.unit_names(self.store, view, limit=limit)
-
-    def view_unit(
-        self, view: ViewState, name: str, *, limit: int | None = None
-    ) -> RenderedUnit | None:
-        mine = self._mine(view)
-        if mine is not None:
-            found = next((u for u in mine.units if u[0] == name), None)
-            if found is not None and limit is not None and len(found[2]) > limit:
-                raise UnitTooLarge(f"{name}: {len(found[2])} characters")
-            unit = None if found is None else views.render(view, *found)
-        else:
-            unit = views.unit(self.store, view, name, self.parse_progress, limit=limit)
-        if unit is None:
-            return None
-        # The header names the world too (one more attribute, at the end).
-        head, nl, body = unit.content.partition(b"\n")
-        if head.endswith(b" -->"):
-            world = views.encode_text(f' world="{_esc(self.info.name)}" -->')
-            unit = dataclasses.replace(unit, content=head[:-4] + world + nl + body)
-        return unit
-
-    def _mine(self, view: ViewState) -> ParseOutcome | None:
-        if view.freshness is not Freshness.CURRENT or view.source_hash is None:
-            return None
-        return self._parsed.get((view.source_hash, view.parser or ""))
-
-    def parsed_view(self, rel: RelPath) -> ParsedView | None:
-        state = self.view_state(rel)
-        if state is None:
-            return None
-        units = tuple(
-            u for n in self.view_unit_names(state) if (u := self.view_unit(state, n)) is not None
-        )
-        return ParsedView(
-            rel=state.rel,
-            freshness=state.freshness,
-            current_hash=state.current_hash,
-            source_hash=state.source_hash,
-            parser=state.parser,
-            error=state.error,
-            units=units,
-        )
-
-    def parse_progress(self, rel: str) -> str:
-        return "parsing now, in this world" if rel in self._wanted else "not parsed yet"
-
     # -- what swfs.review reads of a workspace (duck-typed; see _StoreView)
     def baseline_manifest(self) -> dict[str, list[Any]]:
         return self.baseline
@@ -579,10 +503,7 @@ class World(BlobReads):
         return self.records.get(rel)
 
     def parse_units(self, h: str, parser: str) -> list[tuple[str, str, str]] | None:
-        if self.store.parse_status(h, parser) == OK:
-            return self.store.parse_units(h, parser)
-        mine = self._parsed.get((h, parser))
-        return list(mine.units) if mine is not None and mine.status == OK else None
+        return views.ok_units(self._parses, h, parser)
 
     def _as_ws(self) -> review_mod.Reviewed:
         view = _WorkspaceView(self)
@@ -717,11 +638,17 @@ class World(BlobReads):
         if event is not None:
             event.set()
 
-    async def wait_view(self, rel: RelPath, limit: float, unit: str | None = None) -> None:
+    def _progress(self, rel: str) -> str:
+        return "parsing now, in this world" if rel in self._wanted else "not parsed yet"
+
+    async def _wait_view(self, rel: RelPath, limit: float, unit: str | None = None) -> None:
+        """Parse ``rel``'s content here, on demand, if the cache lacks it
+        (``Views.wait_view``)."""
         rec = self.records.get(rel)
-        if rec is None or self._send is None or not self.blobs.has(rec.hash):
+        if rec is None or rec.parser is None or self._send is None or not self.blobs.has(rec.hash):
             return
-        status, _ = await trio.to_thread.run_sync(self._status, rec)
+        parser = rec.parser
+        status = await trio.to_thread.run_sync(self._parses.parse_status, rec.hash, parser)
         if status is not None:
             return
         event = self._wanted.get(rel)
@@ -730,6 +657,88 @@ class World(BlobReads):
             self._send.send_nowait(rel)
         with trio.move_on_after(limit):
             await event.wait()
+
+
+class _WorldParses:
+    """The parses a world's views read (``swfs.views.files.ParseReads``): the
+    store's, and those parsed here on demand, kept in this process only."""
+
+    def __init__(self, store: ReadOnlyStore, made: dict[tuple[str, str], ParseOutcome]) -> None:
+        self._store, self._made = store, made
+
+    def get_parse(self, h: str, parser: str, txn: Any = None) -> ParseRecord | None:
+        record = self._store.get_parse(h, parser, txn)
+        mine = self._made.get((h, parser))
+        if record is not None or mine is None:
+            return record
+        return ParseRecord(mine.status, mine.error, mine.secs, units=len(mine.units))
+
+    def parse_status(self, h: str, parser: str, txn: Any = None) -> str | None:
+        status = self._store.parse_status(h, parser, txn)
+        mine = self._made.get((h, parser))
+        return status if status is not None or mine is None else mine.status
+
+    def _mine(self, h: str, parser: str) -> ParseOutcome | None:
+        mine = self._made.get((h, parser))
+        return mine if mine is not None and mine.status == OK else None
+
+    def unit_names(self, h: str, parser: str, txn: Any = None) -> list[UnitInfo]:
+        mine = self._mine(h, parser)
+        if mine is None:
+            return self._store.unit_names(h, parser, txn)
+        return [
+            UnitInfo(name, locator, len(views.encode_text(text)), text.endswith("\n"))
+            for name, locator, text in mine.units
+        ]
+
+    def parse_units(self, h: str, parser: str, txn: Any = None) -> list[UnitText]:
+        mine = self._mine(h, parser)
+        return self._store.parse_units(h, parser, txn) if mine is None else list(mine.units)
+
+    def get_unit(
+        self, h: str, parser: str, name: str, txn: Any = None, *, limit: int | None = None
+    ) -> UnitText | None:
+        mine = self._mine(h, parser)
+        if mine is None:
+            return self._store.get_unit(h, parser, name, txn, limit=limit)
+        found = next((u for u in mine.units if u[0] == name), None)
+        if found is not None and limit is not None and len(found[2]) > limit:
+            raise UnitTooLarge(f"{name}: {len(found[2])} characters")
+        return found
+
+
+class _WorldSource:
+    """A world as its views read it (``swfs.views.serving.ViewSource``): the
+    snapshot's records, read only, whose files never change."""
+
+    def __init__(self, world: World) -> None:
+        self._world = world
+        self.parses = world._parses
+
+    def read(self) -> contextlib.AbstractContextManager[Any]:
+        return self._world.store.read()
+
+    def record(self, rel: str) -> FileRecord | None:
+        return self._world.records.get(rel)
+
+    def records(self, txn: Any) -> Iterator[tuple[str, FileRecord]]:
+        return iter(self._world.records.items())
+
+    def generation(self) -> int:
+        """The store's (the live daemon parses), plus this world's parses."""
+        store = self._world.store
+        with store.read() as txn:
+            raw = txn.get(b"gen", db=store.dbs["meta"])
+        return int(bytes(raw or b"0")) + len(self._world._parsed)
+
+    def busy(self) -> set[str]:
+        return set()
+
+    def settled(self, rel: str, rec: FileRecord, busy: set[str] | None = None) -> bool:
+        return True  # a world never changes: its files hold what their records name
+
+    def partial(self, h: str, parser: str) -> PartialParse | None:
+        return None  # a world parses whole files
 
 
 class _WorkspaceView:

@@ -178,8 +178,9 @@ def test_reports_without_excerpts_say_the_same(tmp_path: Path) -> None:
                 }
             )
         caller = Caller(0)
-        full = Builder(engine.workspace, engine.search_index.search, caller).build(tab, events)
-        lean = Builder(engine.workspace, engine.search_index.search, caller, excerpts=False).build(
+        search = engine.search_index.search
+        full = Builder(engine.workspace, search, caller, views=engine.views).build(tab, events)
+        lean = Builder(engine.workspace, search, caller, views=engine.views, excerpts=False).build(
             tab, events
         )
 
@@ -211,6 +212,7 @@ def test_reports_without_excerpts_say_the_same(tmp_path: Path) -> None:
                 engine.workspace,
                 engine.search_index.search,
                 caller,
+                views=engine.views,
                 excerpts=False,
                 keep_reads=False,
             )

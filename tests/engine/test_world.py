@@ -50,26 +50,26 @@ def test_missing_parses_are_made_on_demand_and_the_store_is_not_written(src: Pat
 
     with open_world(src, store, "raw") as world:
         rel = RelPath("docs/a.txt")
-        view = world.view_state(rel)
+        view = world.views.view_state(rel)
         assert view is not None
         assert view.freshness is Freshness.PENDING
-        assert world.view_unit_names(view) == ["pending.md"]
+        assert world.views.view_unit_names(view) == ["pending.md"]
 
         async def main() -> None:
             async with trio.open_nursery() as nursery:
                 await nursery.start(world.run_background)
                 with trio.fail_after(120):
-                    await world.wait_view(rel, 120)
+                    await world.views.wait_view(rel, 120)
                 nursery.cancel_scope.cancel()
 
         trio.run(main)
-        view = world.view_state(rel)
+        view = world.views.view_state(rel)
         assert view is not None
         assert view.freshness is Freshness.CURRENT
         assert view.source_hash == hash_bytes(b"alpha at the snapshot\n")
-        names = list(world.view_unit_names(view))
+        names = list(world.views.view_unit_names(view))
         assert names == ["content.txt"]
-        unit = world.view_unit(view, names[0])
+        unit = world.views.view_unit(view, names[0])
         assert unit is not None
         text = unit.content.decode()
         assert "alpha at the snapshot" in text
@@ -77,7 +77,7 @@ def test_missing_parses_are_made_on_demand_and_the_store_is_not_written(src: Pat
         assert text.splitlines()[0].endswith(' world="raw" -->')
         # The world's own parse is its own: the review of then can use it.
         assert world.review() == []
-        other = world.view_state(RelPath("data.csv"))
+        other = world.views.view_state(RelPath("data.csv"))
         assert other is not None
         assert other.freshness is Freshness.PENDING  # never asked for: never parsed
     assert _digest(data) == before  # not one byte of the store's database
