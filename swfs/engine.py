@@ -232,7 +232,7 @@ class Engine:
         self.queue = queue = ParseQueue()
         limits = self.config.limits
         try:
-            if drain and not scan and not await trio.to_thread.run_sync(self.workspace.needs_parse):
+            if drain and not scan and not await trio.to_thread.run_sync(self.views.needs_parse):
                 return  # nothing to parse: no worker processes to start
             # Parse executor hook (swfs.views.executor): local pool or Ray.
             async with open_executor(limits) as pool, trio.open_nursery() as nursery:
@@ -242,7 +242,7 @@ class Engine:
                     await trio.to_thread.run_sync(self.workspace.reserve.fill)
                 if scan:
                     await trio.to_thread.run_sync(self.scan)
-                for rel in await trio.to_thread.run_sync(self.workspace.needs_parse):
+                for rel in await trio.to_thread.run_sync(self.views.needs_parse):
                     queue.submit(rel)
                 total = len(queue)
                 parse_one = functools.partial(self._parse_one, pool)
@@ -516,16 +516,16 @@ class Engine:
                 if queue is not None and not queue.idle():
                     await trio.sleep(0.05)
                     continue
-                counts = await trio.to_thread.run_sync(self.workspace.counts)
+                counts = await trio.to_thread.run_sync(self.views.counts)
                 if counts["pending"] == 0 and counts["stale"] == 0:
                     return True
                 # Changed behind the mount and not recorded yet: record them
                 # now (those a writer holds are its to record).
-                for rel in await trio.to_thread.run_sync(self.workspace.unsettled):
+                for rel in await trio.to_thread.run_sync(self.views.unsettled):
                     await trio.to_thread.run_sync(self._check_unsettled, rel)
                 # Stale or pending but not queued (changed behind our back
                 # since the last scan): queue them and wait again.
-                for rel in await trio.to_thread.run_sync(self.workspace.needs_parse):
+                for rel in await trio.to_thread.run_sync(self.views.needs_parse):
                     if queue is not None:
                         queue.submit(rel)
                 await trio.sleep(0.2)

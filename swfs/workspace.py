@@ -26,7 +26,6 @@ import lmdb
 
 from parsers import registry
 from parsers._base import FileInfo
-from parsers.cells import count_cells
 from swfs import api, permissions
 from swfs.api import (
     RESERVED_ROOTS,
@@ -478,14 +477,6 @@ class Workspace(BlobReads):
             [number, h, time.time(), cause.value, st.st_size, st.st_mode, st.st_uid, st.st_gid]
         )
         self.store.put_versions(txn, rel, versions)
-
-    def needs_parse(self) -> list[RelPath]:
-        out = []
-        with self.store.read() as txn:
-            for rel, rec in self.store.iter_files(txn):
-                if rec.parser and not self.store.has_parse(txn, rec.hash, rec.parser):
-                    out.append(RelPath(rel))
-        return out
 
     # --------------------------------------------------------- single files
     def get_record(self, rel: str) -> FileRecord | None:
@@ -1042,65 +1033,11 @@ class Workspace(BlobReads):
         return views.ok_units(self.store, h, parser)
 
     # --------------------------------------------------------------- status
-    def counts(self) -> dict[str, int]:
-        out = {f.value: 0 for f in Freshness}
-        files = 0
-        busy = self.writes.busy_paths()
-        with self.store.read() as txn:
-            for rel, rec in self.store.iter_files(txn):
-                files += 1
-                out[self._freshness_now(rel, rec, txn, busy).value] += 1
-        return {"files": files, **out}
-
-    def unsettled(self) -> list[RelPath]:
-        """*slow* (an lstat per file): the recorded files whose bytes may
-        not be the recorded ones now, written through the mount and not
-        recorded yet, or changed behind it (``settled``)."""
-        busy = self.writes.busy_paths()
-        with self.store.read() as txn:
-            return [
-                RelPath(rel)
-                for rel, rec in self.store.iter_files(txn)
-                if not self._settled(rel, signature_bytes(*rec.signature()), busy)
-            ]
-
-    def failures(self) -> list[tuple[str, str]]:
-        """(path, error) of every file whose present hash failed to parse."""
-        out = []
-        busy = self.writes.busy_paths()
-        with self.store.read() as txn:
-            for rel, rec in self.store.iter_files(txn):
-                if self._freshness_now(rel, rec, txn, busy) == Freshness.FAILED:
-                    parse = self.store.get_parse(rec.hash, rec.parser or "", txn)
-                    out.append((rel, (parse.error if parse else None) or "parse failed"))
-        return out
-
     def not_preserved(self) -> int:
         """How many files keep hashes only (too large, or in .swfsignore)."""
         return sum(
             1 for rel, rec in self.store.all_files().items() if not self._keeps_bytes(rel, rec.size)
         )
-
-    def content_counts(self) -> dict[str, int]:
-        """Pages, slides, sheets and spreadsheet cells in the parses of the
-        files as they are now: what indexing throughput is measured in.
-        Decodes every current parse record, so it costs a read of the store."""
-        out = {"pages": 0, "slides": 0, "sheets": 0, "cells": 0}
-        with self.store.read() as txn:
-            for _, rec in self.store.iter_files(txn):
-                if not rec.parser or self.store.parse_status(rec.hash, rec.parser, txn) != OK:
-                    continue
-                for unit in self.store.unit_names(rec.hash, rec.parser, txn):
-                    kind = unit.locator.partition("=")[0]
-                    if kind == "page":
-                        out["pages"] += 1
-                    elif kind == "slide":
-                        out["slides"] += 1
-                    elif kind == "sheet":
-                        out["sheets"] += 1
-                        got = self.store.get_unit(rec.hash, rec.parser, unit.name, txn)
-                        out["cells"] += count_cells(got[2]) if got else 0
-        return out
 
     # ------------------------------------------------------------- baseline
     def _baseline_manifest(self) -> dict[str, list[Any]]:

@@ -16,10 +16,12 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
+from parsers.cells import count_cells
 from swfs.api import Freshness, ParsedView, RelPath, RenderedUnit, ViewState
 from swfs.store.records import FileRecord
 from swfs.views import files
 from swfs.views.files import ParseReads
+from swfs.views.parsework import OK
 from swfs.views.ranged import PartialParse
 
 Progress = Callable[[str], str]  # rel -> how far its parse has got, in words
@@ -188,6 +190,74 @@ class Views:
             return unit
         world = files.encode_text(f' world="{files.escape_attr(self.world)}" -->')
         return dataclasses.replace(unit, content=head[:-4] + world + nl + body)
+
+    # -- every view at once (swfs status, swfs sync, the parse queue)
+    def counts(self) -> dict[str, int]:
+        """How many files, and how many views of each freshness."""
+        out = {f.value: 0 for f in Freshness}
+        n = 0
+        busy = self.source.busy()
+        with self.source.read() as txn:
+            for rel, rec in self.source.records(txn):
+                n += 1
+                out[self.freshness_now(rel, rec, txn, busy).value] += 1
+        return {"files": n, **out}
+
+    def unsettled(self) -> list[RelPath]:
+        """*slow* (an lstat per file): the recorded files whose bytes may
+        not be the recorded ones now, written through the mount and not
+        recorded yet, or changed behind it (``ViewSource.settled``)."""
+        busy = self.source.busy()
+        with self.source.read() as txn:
+            return [
+                RelPath(rel)
+                for rel, rec in self.source.records(txn)
+                if not self.source.settled(rel, rec, busy)
+            ]
+
+    def failures(self) -> list[tuple[str, str]]:
+        """(path, error) of every file whose present hash failed to parse."""
+        out = []
+        busy = self.source.busy()
+        parses = self.source.parses
+        with self.source.read() as txn:
+            for rel, rec in self.source.records(txn):
+                if self.freshness_now(rel, rec, txn, busy) == Freshness.FAILED:
+                    parse = parses.get_parse(rec.hash, rec.parser or "", txn)
+                    out.append((rel, (parse.error if parse else None) or "parse failed"))
+        return out
+
+    def needs_parse(self) -> list[RelPath]:
+        """The files whose content has no parse yet under their parser."""
+        parses = self.source.parses
+        with self.source.read() as txn:
+            return [
+                RelPath(rel)
+                for rel, rec in self.source.records(txn)
+                if rec.parser and parses.parse_status(rec.hash, rec.parser, txn) is None
+            ]
+
+    def content_counts(self) -> dict[str, int]:
+        """Pages, slides, sheets and spreadsheet cells in the parses of the
+        files as they are now: what indexing throughput is measured in.
+        Decodes every current parse record, so it costs a read of the store."""
+        out = {"pages": 0, "slides": 0, "sheets": 0, "cells": 0}
+        parses = self.source.parses
+        with self.source.read() as txn:
+            for _, rec in self.source.records(txn):
+                if not rec.parser or parses.parse_status(rec.hash, rec.parser, txn) != OK:
+                    continue
+                for unit in parses.unit_names(rec.hash, rec.parser, txn):
+                    kind = unit.locator.partition("=")[0]
+                    if kind == "page":
+                        out["pages"] += 1
+                    elif kind == "slide":
+                        out["slides"] += 1
+                    elif kind == "sheet":
+                        out["sheets"] += 1
+                        got = parses.get_unit(rec.hash, rec.parser, unit.name, txn)
+                        out["cells"] += count_cells(got[2]) if got else 0
+        return out
 
     def parse_progress(self, rel: str) -> str:
         return self.progress(rel)
