@@ -19,24 +19,21 @@ import logging
 import math
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
 import trio
 
-from swfs import permissions
 from swfs.api import (
-    Access,
     Freshness,
     RelPath,
-    ReviewEntry,
 )
 from swfs.control import ControlServer
 from swfs.find.search import SearchIndex
 from swfs.history.staging import Staging
-from swfs.review import changes as review_mod
+from swfs.review.reviews import Reviews
 from swfs.store.records import FLUSH_INTERVAL
 from swfs.views import ranged
 from swfs.views.executor import ParseExecutor, open_executor
@@ -530,53 +527,6 @@ class Engine:
                         queue.submit(rel)
                 await trio.sleep(0.2)
         return False
-
-
-class Reviews:
-    """The change set against the baseline (``.review/``), computed once per
-    store generation: SUMMARY.md, ALL.diff, every <rel>.diff and their access
-    bits all ask for it."""
-
-    def __init__(self, ws: Workspace) -> None:
-        self._ws = ws
-        self._changes: tuple[int, list[ReviewEntry]] | None = None
-
-    def review(self) -> Sequence[ReviewEntry]:
-        self._ws.writes.drain()  # the queued records of changes of names first
-        gen = self._ws.generation()
-        if self._changes is None or self._changes[0] != gen:
-            self._changes = (gen, review_mod.changes(self._ws))
-        return self._changes[1]
-
-    def review_summary(self) -> bytes:
-        text = review_mod.summary(self._ws, list(self.review()))
-        return text.encode("utf-8", "surrogateescape")
-
-    def review_lists(self, rel: RelPath) -> bool:
-        current = self._ws.store.get_file_hash(rel)
-        if current is None:
-            return False
-        base = self._ws.baseline_manifest().get(rel)
-        return base is None or base[0] != current
-
-    def review_all_diff(self) -> bytes:
-        entries = list(self.review())
-        return review_mod.all_diff(self._ws, entries).encode("utf-8", "surrogateescape")
-
-    def review_diff(self, rel: RelPath) -> bytes | None:
-        for e in self.review():
-            if e.rel == rel:
-                return review_mod.file_diff(self._ws, e).encode("utf-8", "surrogateescape")
-        return None
-
-    def review_access(self) -> Access:
-        return review_mod.all_access(self._ws, list(self.review()), self._ws.access)
-
-    def review_diff_access(self, rel: RelPath) -> Access:
-        for e in self.review():
-            if e.rel == rel:
-                return review_mod.diff_access(self._ws, e, self._ws.access(rel))
-        return self._ws.access(rel) or permissions.owner_only(self._ws.store_dir)
 
 
 def _embed_model(directory: str | None) -> Any:

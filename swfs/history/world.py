@@ -43,7 +43,6 @@ from swfs.api import (
     Freshness,
     Hash,
     RelPath,
-    ReviewEntry,
     Service,
     SharedFiles,
     UnitTooLarge,
@@ -52,7 +51,7 @@ from swfs.api import (
 )
 from swfs.history import snapshots as history
 from swfs.history.config import Config
-from swfs.review import changes as review_mod
+from swfs.review.reviews import Reviewable, Reviews
 from swfs.store.blobreads import BlobReads
 from swfs.store.blobs import BlobStore, Manifest
 from swfs.store.fsutil import hash_fd, open_to_read, write_all_at
@@ -199,6 +198,10 @@ class _StoreView:
     def get_file(self, rel: str, txn: Any = None) -> FileRecord | None:
         return self._world.records.get(rel)
 
+    def get_file_hash(self, rel: str) -> str | None:
+        rec = self._world.records.get(rel)
+        return None if rec is None else rec.hash
+
     def get_meta(self, key: str, default: Any = None) -> Any:
         if key == "baseline_at":
             return self._world.info.baseline_at
@@ -234,13 +237,14 @@ class World(BlobReads):
         self._parses = _WorldParses(self.store, self._parsed)
         self._wanted: dict[str, trio.Event] = {}
         self._send: trio.MemorySendChannel[str] | None = None
-        self._changes: list[ReviewEntry] | None = None
+        self._landed = 0  # parses made here so far: the views and the review move with it
         # The engine's parts (swfs.api.EngineAPI): the views are the live
         # workspace's code over the snapshot's records; the rest is the world.
         self.views = Views(
             _WorldSource(self), progress=self._progress, wait=self._wait_view, world=name
         )
-        self.workspace = self.reviews = self
+        self.reviews = Reviews(self._as_ws(), header=self._review_header)
+        self.workspace = self
 
     # -- what the world is
     def _open(self, name: str) -> None:
@@ -505,23 +509,11 @@ class World(BlobReads):
     def parse_units(self, h: str, parser: str) -> list[tuple[str, str, str]] | None:
         return views.ok_units(self._parses, h, parser)
 
-    def _as_ws(self) -> review_mod.Reviewed:
+    def _as_ws(self) -> Reviewable:
         view = _WorkspaceView(self)
-        return cast("review_mod.Reviewed", view)
+        return cast("Reviewable", view)
 
-    # -- .review
-    def review(self) -> Sequence[ReviewEntry]:
-        if self._changes is None:
-            self._changes = review_mod.changes(self._as_ws())
-        return self._changes
-
-    def review_lists(self, rel: RelPath) -> bool:
-        return False  # a world does not change: nothing asks
-
-    def review_summary(self) -> bytes:
-        text = review_mod.summary(self._as_ws(), list(self.review()))
-        return (self._review_header() + text).encode("utf-8", "surrogateescape")
-
+    # -- .review: swfs.review.reviews.Reviews over the snapshot (``reviews``)
     def _review_header(self) -> str:
         """SUMMARY.md of a world starts by saying which world, and which
         baseline its changes are counted from."""
@@ -540,26 +532,6 @@ class World(BlobReads):
             f"World {i.name}: the workspace as it was at {taken}, read-only. "
             f"Changes are counted from {against}.\n\n"
         )
-
-    def review_all_diff(self) -> bytes:
-        return review_mod.all_diff(self._as_ws(), list(self.review())).encode(
-            "utf-8", "surrogateescape"
-        )
-
-    def review_diff(self, rel: RelPath) -> bytes | None:
-        for e in self.review():
-            if e.rel == rel:
-                return review_mod.file_diff(self._as_ws(), e).encode("utf-8", "surrogateescape")
-        return None
-
-    def review_access(self) -> Access:
-        return review_mod.all_access(self._as_ws(), list(self.review()), self.access)
-
-    def review_diff_access(self, rel: RelPath) -> Access:
-        for e in self.review():
-            if e.rel == rel:
-                return review_mod.diff_access(self._as_ws(), e, self.access(rel))
-        return self.access(rel) or permissions.owner_only(self.store_dir)
 
     # -- .versions (a world shows none: it is one state)
     def versioned_paths(self) -> Iterable[RelPath]:
@@ -628,12 +600,12 @@ class World(BlobReads):
             outcome = ParseOutcome(FAILED, hash=rec.hash, parser=rec.parser, error="bad blob")
         if outcome.status in (OK, FAILED):
             self._parsed[(rec.hash, rec.parser or "")] = outcome
-            self._changes = None
         else:
             log.info("%s: on-demand parse: %s %s", rel, outcome.status, outcome.error)
             self._parsed[(rec.hash, rec.parser or "")] = ParseOutcome(
                 FAILED, hash=rec.hash, parser=rec.parser, error=outcome.error or outcome.status
             )
+        self._landed += 1
         event = self._wanted.pop(rel, None)
         if event is not None:
             event.set()
@@ -729,7 +701,7 @@ class _WorldSource:
         store = self._world.store
         with store.read() as txn:
             raw = txn.get(b"gen", db=store.dbs["meta"])
-        return int(bytes(raw or b"0")) + len(self._world._parsed)
+        return int(bytes(raw or b"0")) + self._world._landed
 
     def busy(self) -> set[str]:
         return set()
@@ -757,6 +729,9 @@ class _WorkspaceView:
 
     def parse_units(self, h: str, parser: str) -> list[tuple[str, str, str]] | None:
         return self._world.parse_units(h, parser)
+
+    def generation(self) -> int:
+        return self._world._landed  # a world changes only as its parses land
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._world, name)

@@ -76,7 +76,7 @@ def test_missing_parses_are_made_on_demand_and_the_store_is_not_written(src: Pat
         assert "rewritten" not in text
         assert text.splitlines()[0].endswith(' world="raw" -->')
         # The world's own parse is its own: the review of then can use it.
-        assert world.review() == []
+        assert world.reviews.review() == []
         other = world.views.view_state(RelPath("data.csv"))
         assert other is not None
         assert other.freshness is Freshness.PENDING  # never asked for: never parsed
@@ -96,9 +96,9 @@ def test_baseline_of_then_and_names(src: Path) -> None:
     store = src / ".swfs"
     with open_world(src, store, "edited") as world:
         assert world.info.baseline.startswith("baseline-")
-        entries = world.review()
+        entries = world.reviews.review()
         assert [(e.rel, e.status.value) for e in entries] == [("data.csv", "modified")]
-        summary = world.review_summary().decode()
+        summary = world.reviews.review_summary().decode()
         assert f'baseline="{world.info.baseline}"' in summary.splitlines()[0]
         assert "kept when re-baselined" in summary
         assert "new.txt" not in summary
@@ -109,7 +109,7 @@ def test_baseline_of_then_and_names(src: Path) -> None:
         with pytest.raises(OSError, match="Read-only"):
             world.writes.unlink("data.csv")
     with open_world(src, store, "baseline") as world:
-        assert world.review() == []
+        assert world.reviews.review() == []
         assert set(world.records) == {"docs/a.txt", "data.csv"}
         fd = world.open_file("data.csv")
         try:
