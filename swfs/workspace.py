@@ -620,8 +620,7 @@ class Workspace(BlobReads):
 
     def access(self, rel: RelPath) -> Access | None:
         try:
-            st = os.lstat(self.abspath(rel))
-            return Access(st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode))
+            return permissions.of_stat(os.lstat(self.abspath(rel)))
         except OSError:
             pass
         rec = self.store.get_file(rel)

@@ -443,21 +443,18 @@ class World(BlobReads):
         return FileState(
             rel=rel,
             hash=Hash(rec.hash),
-            freshness=self._freshness(rec),
+            freshness=self.views.freshness_now(rel, rec),
             versions=0,
             baseline_hash=Hash(base[0]) if base else None,
         )
 
     def freshness(self, rel: RelPath) -> Freshness | None:
         rec = self.records.get(rel)
-        return None if rec is None else self._freshness(rec)
+        return None if rec is None else self.views.freshness_now(rel, rec)
 
     def settled(self, rel: RelPath) -> bool:
         """A world never changes: its files hold what their records name."""
         return rel in self.records
-
-    def _freshness(self, rec: FileRecord) -> Freshness:
-        return views.content_freshness(self._parses, rec)
 
     def is_unchanged(self, rel: RelPath, st: os.stat_result) -> bool:
         return True
@@ -714,21 +711,13 @@ class _WorldSource:
 
 
 class _WorkspaceView:
-    """A world as ``swfs.review.changes`` reads a workspace."""
+    """A world as the reviews part (``swfs.review.reviews``) reads a
+    workspace: the world's own members, over the snapshot's file table."""
 
     def __init__(self, world: World) -> None:
         self._world = world
         self.store = world._view
         self.config = world.config
-
-    def baseline_manifest(self) -> dict[str, list[Any]]:
-        return self._world.baseline
-
-    def get_record(self, rel: str) -> FileRecord | None:
-        return self._world.records.get(rel)
-
-    def parse_units(self, h: str, parser: str) -> list[tuple[str, str, str]] | None:
-        return self._world.parse_units(h, parser)
 
     def generation(self) -> int:
         return self._world._landed  # a world changes only as its parses land
