@@ -93,7 +93,7 @@ class LocalClient:
                 await self.engine.drain(Progress("parsing"), scan=False)
 
         trio.run(drain)
-        counts = self.engine.workspace.counts()
+        counts = self.engine.views.counts()
         return SyncResult(not (counts["pending"] or counts["stale"]), counts)
 
     def baseline(self) -> int:

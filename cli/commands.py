@@ -56,10 +56,10 @@ def cmd_index(args: argparse.Namespace) -> int:
     with open_engine(t, args, create=True) as engine:
         scan_progress = Progress("hashing")
         stats = engine.scan(progress=scan_progress)
-        counts = engine.workspace.counts()
+        counts = engine.views.counts()
         if counts["pending"] or counts["stale"]:
             trio.run(partial(engine.drain, Progress("parsing"), scan=False))
-            counts = engine.workspace.counts()
+            counts = engine.views.counts()
         # The search index too: a mount (or a task sandbox seeded from this
         # store, cli.sandbox) then starts with it ready.
         engine.search_index.catch_up(Progress("indexing"))
@@ -139,7 +139,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         with open_engine(t, args) as engine:
             if not t.mounted:
                 engine.scan()
-            status = control.status_info(engine.workspace)
+            status = control.status_info(engine.workspace, engine.views)
             status["counts"] = _daemon_counts(t) or status["counts"]
     counts: dict[str, int] = status["counts"]
     content: dict[str, int] = status["content"]

@@ -78,7 +78,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         else:
             engine.scan()
             engine.search_index.catch_up(Progress("indexing"))
-            waiting = engine.workspace.counts()
+            waiting = engine.views.counts()
             if waiting["pending"] or waiting["stale"]:
                 sys.stderr.write(
                     f"swfs: {waiting['pending'] + waiting['stale']} file(s) not parsed in their "

@@ -99,6 +99,7 @@ def _report(t: Target, args: argparse.Namespace) -> Report:
             engine.workspace,
             engine.search_index.search,
             _caller(),
+            views=engine.views,
             access=engine.evidence.access,
         ).build(tab, events, note=note)
 

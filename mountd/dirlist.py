@@ -40,7 +40,7 @@ What that asks of the daemon, and how it is met:
   - the root of ``.parsed`` and its folders, which mirror the native tree:
     a folder lists the names below it that have views, and that set changes
     only with a change event for a path below it (a file recorded, removed,
-    renamed, parsed, found unsupported: ``Workspace.parsed_paths``).  The
+    renamed, parsed, found unsupported: ``Views.parsed_paths``).  The
     invalidator maps each event's path to the folders above it
     (``Invalidator._kept_above``: ``.parsed/a/b/`` and ``.parsed/a/`` for
     ``a/b/x.pdf``, which drops a folder that appeared or went with it);

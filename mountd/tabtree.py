@@ -151,6 +151,7 @@ class TabTree(TreeDefaults):
                 self.engine.workspace,
                 search,
                 caller,
+                views=self.engine.views,
                 access=self.engine.evidence.access,
                 excerpts=excerpts,
                 keep_reads=excerpts,

@@ -1,27 +1,21 @@
 """The native tree of a world (``swfs mount --at NAME``): the files of a
 snapshot, read-only, with the public methods of ``mountd.passthrough.Passthrough``.
 
-The names, sizes, modes, owners and times come from the snapshot's manifest
-(``swfs.history.world``), laid out once at mount as a *skeleton*: a private
-directory tree of empty sparse files with those attributes, so that the
-directory descriptors, ``*at`` stats and inode numbers the adapter relies on
-are real and stable.  The bytes never go there: opening a file opens its
-blob (reassembled from the blob store's chunks on first use, in a worker
-thread).  Every change is EROFS.  The skeleton costs one small metadata
-write per file (no data), and is removed at unmount.
+Names, sizes, modes, owners and times are answered from the world's
+*skeleton* (``swfs.history.skeleton``: which paths and folders the world
+shows, laid out by the engine as a private tree of empty sparse files, so
+the directory descriptors, ``*at`` stats and inode numbers the adapter
+relies on are real and stable).  Opening a file opens its blob (reassembled
+from the blob store's chunks on first use, in a worker thread).  Every
+change is EROFS.  The skeleton is removed at unmount.
 """
 
 from __future__ import annotations
 
-import contextlib
 import errno
-import logging
 import os
-import shutil
-import tempfile
 from collections.abc import Callable
 from contextlib import nullcontext
-from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 import trio
@@ -30,15 +24,11 @@ from mountd.fsutil import dir_fd, open_beneath
 from mountd.passthrough import Creds, NativeHandle, Passthrough, SetAttr, split
 from mountd.poll import Poller
 from mountd.staged import native_tree
-from swfs import permissions
-from swfs.api import RESERVED_ROOTS, Access, EngineAPI, RelPath
+from swfs.api import RESERVED_ROOTS, EngineAPI
+from swfs.history.skeleton import Skeleton
 from swfs.history.world import World
 
-log = logging.getLogger(__name__)
-
 T = TypeVar("T")
-
-SKELETON_PREFIX = "swfs-world-"
 
 
 def _erofs() -> NoReturn:
@@ -70,20 +60,11 @@ class WorldNative:
         self.writes = engine.writes
         self.reserved = RESERVED_ROOTS
         self.limiter = trio.CapacityLimiter(8)
-        _sweep_stale()
-        self.skeleton = Path(
-            tempfile.mkdtemp(prefix=f"{SKELETON_PREFIX}{os.getpid()}-", dir=_skeleton_parent())
-        )
-        try:
-            _lay_out(engine, self.skeleton, src)
-            self.root_fd = os.open(self.skeleton, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        except BaseException:
-            shutil.rmtree(self.skeleton, ignore_errors=True)
-            raise
+        self.skeleton = Skeleton(engine)
+        self.root_fd = self.skeleton.root_fd
 
     def close(self) -> None:
-        os.close(self.root_fd)
-        shutil.rmtree(self.skeleton, ignore_errors=True)
+        self.skeleton.close()
 
     async def slow(self, fn: Callable[..., T], *args: Any) -> T:
         with self.poller.paused() if self.poller is not None else nullcontext():
@@ -238,85 +219,3 @@ class WorldNative:
 
     async def engine_check(self, rel: str) -> None:
         pass
-
-
-def _skeleton_parent() -> str:
-    """Where skeletons go: a tmpfs if there is one (no disk writes, and its
-    sparse files take no memory), else the temporary directory."""
-    shm = "/dev/shm"
-    if os.path.isdir(shm) and os.access(shm, os.W_OK | os.X_OK):
-        return shm
-    return tempfile.gettempdir()
-
-
-def _lay_out(world: World, root: Path, src: str) -> None:
-    """The skeleton of ``world`` under ``root``: directories, then one empty
-    file per manifest entry with its size (a hole), mode, owner and time.
-    Modes and owners are the snapshot's (``World.access``): a folder it kept
-    no mode for is owner-only, never the workspace root's.
-    About five system calls a file, each directory opened once."""
-    as_root = os.geteuid() == 0
-    dirs: set[str] = set()
-    for rel in [*world.records, *(f"{d}/." for d in world.dirs if d)]:
-        head = rel.rpartition("/")[0]
-        while head and head not in dirs:
-            dirs.add(head)
-            head = head.rpartition("/")[0]
-    at_ns = int(world.dir_times() * 1e9)
-    old_umask = os.umask(0)  # modes are the manifest's, exactly
-    fds: dict[str, int] = {"": os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)}
-    try:
-        for d in sorted(dirs, key=lambda r: r.count("/")):
-            parent, name = split(d)
-            os.mkdir(name, 0o700, dir_fd=fds[parent])
-            fds[d] = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=fds[parent])
-        create = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-        for rel, rec in world.records.items():
-            parent, name = split(rel)
-            acc = _access(world, rel, directory=False)
-            fd = os.open(name, create, acc.mode & 0o777, dir_fd=fds[parent])
-            try:
-                if rec.size:
-                    os.ftruncate(fd, rec.size)
-                if as_root and (acc.uid, acc.gid) != (0, 0):
-                    os.fchown(fd, acc.uid, acc.gid)
-                if acc.mode & ~0o777:  # set-id and sticky bits: after the chown
-                    os.fchmod(fd, acc.mode)
-                os.utime(fd, ns=(rec.mtime_ns, rec.mtime_ns))
-            finally:
-                os.close(fd)
-        # Directories last: their modes may forbid adding to them.
-        for d in sorted(fds, key=lambda r: -r.count("/")):
-            acc = _access(world, d, directory=True)
-            if as_root:
-                os.fchown(fds[d], acc.uid, acc.gid)
-            os.fchmod(fds[d], acc.mode)
-            os.utime(fds[d], ns=(at_ns, at_ns))
-    finally:
-        os.umask(old_umask)
-        for fd in fds.values():
-            os.close(fd)
-
-
-def _access(world: World, rel: str, *, directory: bool) -> Access:
-    """The owner and mode the snapshot recorded for ``rel``, narrowed by the
-    live path's (``World.access``); owner-only where none was recorded."""
-    acc = world.access(RelPath(rel))
-    return acc or permissions.owner_only(world.store_dir, directory=directory)
-
-
-def _sweep_stale() -> None:
-    """Remove the skeletons of world daemons that died without unmounting."""
-    tmp = Path(_skeleton_parent())
-    with contextlib.suppress(OSError):
-        for p in tmp.glob(f"{SKELETON_PREFIX}*"):
-            pid = p.name[len(SKELETON_PREFIX) :].partition("-")[0]
-            if not pid.isdigit() or int(pid) == os.getpid():
-                continue
-            try:
-                os.kill(int(pid), 0)
-            except ProcessLookupError:
-                log.info("removing the skeleton of a world that is gone: %s", p)
-                shutil.rmtree(p, ignore_errors=True)
-            except PermissionError:
-                continue

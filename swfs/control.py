@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from swfs.history.snapshots import Recorded
     from swfs.store.gc import Collected
     from swfs.store.sharedcache import ParseCache
+    from swfs.views.serving import Views
 
     class ControlledWorkspace(Recorded, Collected, Protocol):
         """What the control socket asks of the engine's workspace."""
@@ -37,9 +38,6 @@ if TYPE_CHECKING:
         shared_cache: ParseCache | None
         parse_runs: int
 
-        def counts(self) -> dict[str, int]: ...
-        def content_counts(self) -> dict[str, int]: ...
-        def failures(self) -> list[tuple[str, str]]: ...
         def not_preserved(self) -> int: ...
 
     class ControlledHistory(Protocol):
@@ -61,6 +59,8 @@ if TYPE_CHECKING:
 
         @property
         def workspace(self) -> ControlledWorkspace: ...
+        @property
+        def views(self) -> Views: ...
         @property
         def src(self) -> Path: ...
         @property
@@ -101,7 +101,7 @@ async def _handle(
         return {"pid": os.getpid(), "src": str(engine.src), "store": str(engine.store_dir)}
     if op == "sync":
         ok = await engine.wait_all_current(float(request.get("timeout", 600)))
-        return {"current": ok, "counts": await trio.to_thread.run_sync(engine.workspace.counts)}
+        return {"current": ok, "counts": await trio.to_thread.run_sync(engine.views.counts)}
     if op == "baseline":
         await trio.to_thread.run_sync(engine.scan)
         return {"files": await trio.to_thread.run_sync(engine.history.set_baseline)}
@@ -115,9 +115,9 @@ async def _handle(
             _search, engine, str(request.get("query", "")), int(request.get("n", 20)), peer
         )
     if op == "status":  # all `swfs status` shows, so it never opens the engine itself
-        return await trio.to_thread.run_sync(status_info, engine.workspace)
+        return await trio.to_thread.run_sync(status_info, engine.workspace, engine.views)
     if op == "counts":  # freshness as the daemon sees it: it knows its open writers
-        return await trio.to_thread.run_sync(engine.workspace.counts)
+        return await trio.to_thread.run_sync(engine.views.counts)
     if op == "search_state":
         return engine.search_index.health()
     if op == "journal_state":  # the mount's access journal (swfs status, swfs check)
@@ -264,7 +264,7 @@ def _search(engine: Controlled, query: str, n: int, peer: tuple[int, int]) -> di
     }
 
 
-def status_info(engine: ControlledWorkspace) -> dict[str, Any]:
+def status_info(engine: ControlledWorkspace, views: Views) -> dict[str, Any]:
     """What ``swfs status`` shows of a workspace, from its engine: the
     daemon's while it is mounted (control op ``status``), else the CLI's."""
     from swfs.history import staging
@@ -277,9 +277,9 @@ def status_info(engine: ControlledWorkspace) -> dict[str, Any]:
         r = staging.CONTROL_OPS["staged"](engine, {"paths": []})
         staged = {"paths": len(r["staged"]), "interrupted_commit": bool(r["commit"])}
     return {
-        "counts": engine.counts(),
-        "content": engine.content_counts(),
-        "failures": [[p, e] for p, e in engine.failures()],
+        "counts": views.counts(),
+        "content": views.content_counts(),
+        "failures": [[p, e] for p, e in views.failures()],
         "blob_bytes": engine.blobs.total_bytes(),
         "store_bytes": gc.store_bytes(engine),
         "reserve_bytes": gc.reserve_bytes(engine),

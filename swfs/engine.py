@@ -19,35 +19,30 @@ import logging
 import math
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
 import trio
 
-from swfs import permissions
 from swfs.api import (
-    Access,
     Freshness,
-    ParsedView,
     RelPath,
-    RenderedUnit,
-    ReviewEntry,
-    ViewState,
 )
 from swfs.control import ControlServer
 from swfs.evidence.part import Evidence
 from swfs.find.search import SearchIndex
 from swfs.history.part import History
 from swfs.history.staging import Staging
-from swfs.review import changes as review_mod
+from swfs.review.reviews import Reviews
 from swfs.store.records import FLUSH_INTERVAL
 from swfs.views import ranged
 from swfs.views.executor import ParseExecutor, open_executor
 from swfs.views.parsework import FAILED, INTERNAL, OK, ParseOutcome
 from swfs.views.scheduler import ParseQueue, ParseScheduler
-from swfs.workspace import Config, ScanStats, Workspace, WorkspaceError
+from swfs.views.serving import Views
+from swfs.workspace import Config, LiveSource, ScanStats, Workspace, WorkspaceError
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +67,8 @@ class Engine:
     protocol, preserved bytes.
     ``history``: versions, snapshots, the baseline, restore (``History``).
     ``evidence``: who may read what, the mount's access journal (``Evidence``).
-    ``views``: the parsed views and the wait for them (``Views``).
+    ``views``: the parsed views and the wait for them (``swfs.views.serving.Views``
+    over the workspace's records).
     ``reviews``: the change set against the baseline (``Reviews``).
     ``search_index``: the search index (``swfs.find.search``)."""
 
@@ -83,11 +79,10 @@ class Engine:
         self.queue: ParseQueue | None = None
         self._token: trio.lowlevel.TrioToken | None = None
         ws.add_parse_request_handler(self._on_parse_request)
-        ws.progress = self._parse_progress
         self.history = History(ws)
         self.evidence = Evidence(ws)
-        self.views = Views(self)
-        self.reviews = Reviews(ws, self.evidence)
+        self.views = Views(LiveSource(ws), progress=self._parse_progress, wait=self._wait_view)
+        self.reviews = Reviews(ws, self.evidence.access)
         self.search_index = SearchIndex(
             ws, self.evidence.access, model=_embed_model(ws.config.embed_model)
         )
@@ -238,7 +233,7 @@ class Engine:
         self.queue = queue = ParseQueue()
         limits = self.config.limits
         try:
-            if drain and not scan and not await trio.to_thread.run_sync(self.workspace.needs_parse):
+            if drain and not scan and not await trio.to_thread.run_sync(self.views.needs_parse):
                 return  # nothing to parse: no worker processes to start
             # Parse executor hook (swfs.views.executor): local pool or Ray.
             async with open_executor(limits) as pool, trio.open_nursery() as nursery:
@@ -248,7 +243,7 @@ class Engine:
                     await trio.to_thread.run_sync(self.workspace.reserve.fill)
                 if scan:
                     await trio.to_thread.run_sync(self.scan)
-                for rel in await trio.to_thread.run_sync(self.workspace.needs_parse):
+                for rel in await trio.to_thread.run_sync(self.views.needs_parse):
                     queue.submit(rel)
                 total = len(queue)
                 parse_one = functools.partial(self._parse_one, pool)
@@ -487,7 +482,7 @@ class Engine:
         if rec is None:
             return None, self.workspace.settled(rel), None
         partial = self.workspace.partials.get(rec.hash, rec.parser) if rec.parser else None
-        return self.workspace.freshness_now(rel, rec), self.workspace.settled(rel), partial
+        return self.views.freshness_now(rel, rec), self.workspace.settled(rel), partial
 
     def _check_unsettled(self, rel: RelPath) -> bool:
         """*slow*: record ``rel`` as it is now, unless the mount is changing
@@ -516,100 +511,20 @@ class Engine:
                 if queue is not None and not queue.idle():
                     await trio.sleep(0.05)
                     continue
-                counts = await trio.to_thread.run_sync(self.workspace.counts)
+                counts = await trio.to_thread.run_sync(self.views.counts)
                 if counts["pending"] == 0 and counts["stale"] == 0:
                     return True
                 # Changed behind the mount and not recorded yet: record them
                 # now (those a writer holds are its to record).
-                for rel in await trio.to_thread.run_sync(self.workspace.unsettled):
+                for rel in await trio.to_thread.run_sync(self.views.unsettled):
                     await trio.to_thread.run_sync(self._check_unsettled, rel)
                 # Stale or pending but not queued (changed behind our back
                 # since the last scan): queue them and wait again.
-                for rel in await trio.to_thread.run_sync(self.workspace.needs_parse):
+                for rel in await trio.to_thread.run_sync(self.views.needs_parse):
                     if queue is not None:
                         queue.submit(rel)
                 await trio.sleep(0.2)
         return False
-
-
-class Views:
-    """The parsed views (``.parsed/``) as the engine shows them: read from
-    the workspace's records, waited for through the engine's parse queue."""
-
-    def __init__(self, engine: Engine) -> None:
-        self._engine = engine
-        self._ws = engine.workspace
-
-    def parsed_paths(self) -> Iterable[RelPath]:
-        return self._ws.parsed_paths()
-
-    def parsed_view(self, rel: RelPath) -> ParsedView | None:
-        return self._ws.parsed_view(rel)
-
-    def view_state(self, rel: RelPath) -> ViewState | None:
-        return self._ws.view_state(rel)
-
-    def view_unit_names(self, view: ViewState, *, limit: int | None = None) -> Sequence[str]:
-        return self._ws.view_unit_names(view, limit=limit)
-
-    def view_unit(
-        self, view: ViewState, name: str, *, limit: int | None = None
-    ) -> RenderedUnit | None:
-        return self._ws.view_unit(view, name, limit=limit)
-
-    def parse_progress(self, rel: str) -> str:
-        return self._ws.parse_progress(rel)
-
-    async def wait_view(self, rel: RelPath, limit: float, unit: str | None = None) -> None:
-        await self._engine._wait_view(rel, limit, unit)
-
-
-class Reviews:
-    """The change set against the baseline (``.review/``), computed once per
-    store generation: SUMMARY.md, ALL.diff, every <rel>.diff and their access
-    bits all ask for it."""
-
-    def __init__(self, ws: Workspace, evidence: Evidence) -> None:
-        self._ws = ws
-        self._access = evidence.access
-        self._changes: tuple[int, list[ReviewEntry]] | None = None
-
-    def review(self) -> Sequence[ReviewEntry]:
-        self._ws.writes.drain()  # the queued records of changes of names first
-        gen = self._ws.generation()
-        if self._changes is None or self._changes[0] != gen:
-            self._changes = (gen, review_mod.changes(self._ws))
-        return self._changes[1]
-
-    def review_summary(self) -> bytes:
-        text = review_mod.summary(self._ws, list(self.review()))
-        return text.encode("utf-8", "surrogateescape")
-
-    def review_lists(self, rel: RelPath) -> bool:
-        current = self._ws.store.get_file_hash(rel)
-        if current is None:
-            return False
-        base = self._ws.baseline_manifest().get(rel)
-        return base is None or base[0] != current
-
-    def review_all_diff(self) -> bytes:
-        entries = list(self.review())
-        return review_mod.all_diff(self._ws, entries).encode("utf-8", "surrogateescape")
-
-    def review_diff(self, rel: RelPath) -> bytes | None:
-        for e in self.review():
-            if e.rel == rel:
-                return review_mod.file_diff(self._ws, e).encode("utf-8", "surrogateescape")
-        return None
-
-    def review_access(self) -> Access:
-        return review_mod.all_access(self._ws, list(self.review()), self._access)
-
-    def review_diff_access(self, rel: RelPath) -> Access:
-        for e in self.review():
-            if e.rel == rel:
-                return review_mod.diff_access(self._ws, e, self._access(rel))
-        return self._access(rel) or permissions.owner_only(self._ws.store_dir)
 
 
 def _embed_model(directory: str | None) -> Any:

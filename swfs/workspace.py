@@ -16,7 +16,7 @@ import os
 import stat
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +26,6 @@ import lmdb
 
 from parsers import registry
 from parsers._base import FileInfo
-from parsers.cells import count_cells
 from swfs import api
 from swfs.api import (
     RESERVED_ROOTS,
@@ -34,10 +33,7 @@ from swfs.api import (
     FileState,
     Freshness,
     Hash,
-    ParsedView,
     RelPath,
-    RenderedUnit,
-    ViewState,
     WorkspaceError,
 )
 from swfs.history import snapshots as history
@@ -130,8 +126,6 @@ class Workspace(BlobReads):
         self.ignore = IgnoreRules.load(src)
         self._listeners: list[Callable[[RelPath], None]] = []
         self._parse_requests: list[Callable[[RelPath, bool], None]] = []
-        # How far a parse has got, in words: set by the engine that runs them.
-        self.progress: Callable[[str], str] | None = None
         self._view_lock = threading.Lock()
         self._review_cache: tuple[int, Any] | None = None
         # The write protocol (swfs.writesession): paths it is changing (written,
@@ -142,7 +136,6 @@ class Workspace(BlobReads):
         # The burst windows (swfs.history.versioning): whether a rewrite
         # replaces the last version; the history part pins and closes them.
         self.windows = versioning.VersionWindows()
-        self._parsed_paths_cache: tuple[int, list[RelPath]] | None = None
         # Inode number -> paths whose record names it, built on first need:
         # the other names a write through one hard link changed.  A superset
         # (entries are confirmed by lstat before use), so deletes need no care.
@@ -483,14 +476,6 @@ class Workspace(BlobReads):
         )
         self.store.put_versions(txn, rel, versions)
 
-    def needs_parse(self) -> list[RelPath]:
-        out = []
-        with self.store.read() as txn:
-            for rel, rec in self.store.iter_files(txn):
-                if rec.parser and not self.store.has_parse(txn, rec.hash, rec.parser):
-                    out.append(RelPath(rel))
-        return out
-
     # --------------------------------------------------------- single files
     def get_record(self, rel: str) -> FileRecord | None:
         return self.store.get_file(rel)
@@ -625,26 +610,11 @@ class Workspace(BlobReads):
         txn: lmdb.Transaction | None = None,
         busy: set[str] | None = None,
     ) -> Freshness:
-        """The freshness of ``rel``'s view now: the record's
-        (``_freshness``), unless the file may hold other bytes than the
-        record names, when a current view is stale (the prior view of what
-        is being written) and a failed one pending (its failure was on bytes
-        the file may no longer hold)."""
-        fresh = self._freshness(rec, txn)
-        if fresh in (Freshness.CURRENT, Freshness.FAILED) and not self._settled(
-            rel, signature_bytes(*rec.signature()), busy
-        ):
-            return Freshness.STALE if fresh is Freshness.CURRENT else Freshness.PENDING
-        return fresh
-
-    def _freshness(self, rec: FileRecord, txn: lmdb.Transaction | None = None) -> Freshness:
-        status = None if rec.parser is None else self.store.parse_status(rec.hash, rec.parser, txn)
-        prior = bool(rec.view_hash and rec.view_parser)
-        return views.record_freshness(rec.parser, status, prior_view=prior)
-
-    def freshness_now(self, rel: RelPath, rec: FileRecord) -> Freshness:
-        """The freshness of ``rel``'s view, its record ``rec`` just read."""
-        return self._freshness_now(rel, rec)
+        """The freshness of ``rel``'s view now (``swfs.views.files.freshness_now``:
+        the rule the views part and a world follow too)."""
+        fresh = views.content_freshness(self.store, rec, txn)
+        signature = signature_bytes(*rec.signature())
+        return views.freshness_now(fresh, lambda: self._settled(rel, signature, busy))
 
     # ------------------------------------------------------------- preserving
     def _keeps_bytes(self, rel: str, size: int) -> bool:
@@ -1024,158 +994,15 @@ class Workspace(BlobReads):
             return bool(rec.parser) and self.store.get_parse(rec.hash, rec.parser or "") is None
         return False
 
-    # ---------------------------------------------------------------- .parsed
-    def parsed_paths(self) -> Iterable[RelPath]:
-        # Listing .parsed asks for this often; it only changes with the store's
-        # generation, and walking every record of a large tree is not free.
-        gen = self.generation()
-        cached = self._parsed_paths_cache
-        if cached is not None and cached[0] == gen:
-            return cached[1]
-        with self.store.read() as txn:
-            paths = [
-                RelPath(rel)
-                for rel, rec in self.store.iter_files(txn)
-                if rec.parser and self._freshness(rec, txn) != Freshness.UNSUPPORTED
-            ]
-        self._parsed_paths_cache = (gen, paths)
-        return paths
-
-    def parsed_view(self, rel: RelPath) -> ParsedView | None:
-        state = self.view_state(rel)
-        if state is None:
-            return None
-        return ParsedView(
-            rel=state.rel,
-            freshness=state.freshness,
-            current_hash=state.current_hash,
-            source_hash=state.source_hash,
-            parser=state.parser,
-            error=state.error,
-            units=self._all_units(state),
-        )
-
-    def _all_units(self, state: ViewState) -> tuple[RenderedUnit, ...]:
-        if self._partial_of(state) is None:
-            return views.all_units(self.store, state, self.parse_progress)
-        found = (self.view_unit(state, name) for name in self.view_unit_names(state))
-        return tuple(u for u in found if u is not None)
-
-    def view_state(self, rel: RelPath) -> ViewState | None:
-        rec = self.store.get_file(rel)
-        if rec is None or rec.parser is None:
-            return None
-        freshness = self._freshness(rec)
-        if freshness == Freshness.UNSUPPORTED:
-            return None
-        settled = self._settled(rel, signature_bytes(*rec.signature()))
-        # Parsed range by range, some ranges in: what the file holds now.
-        if (
-            freshness is Freshness.PENDING
-            and settled
-            and self.partials.get(rec.hash, rec.parser) is not None
-        ):
-            return views.partial_state(rel, rec)
-        return views.view_state(self.store, rel, rec, freshness, settled=settled)
-
-    def _partial_of(self, view: ViewState) -> ranged.PartialParse | None:
-        if not view.partial or view.source_hash is None or view.parser is None:
-            return None
-        return self.partials.get(view.source_hash, view.parser)
-
-    def view_unit_names(self, view: ViewState, *, limit: int | None = None) -> Sequence[str]:
-        partial = self._partial_of(view)
-        if partial is not None:
-            return views.partial_unit_names(view, partial, limit=limit)
-        return views.unit_names(self.store, view, limit=limit)
-
-    def view_unit(
-        self, view: ViewState, name: str, *, limit: int | None = None
-    ) -> RenderedUnit | None:
-        partial = self._partial_of(view)
-        if partial is not None:
-            return views.partial_unit(view, partial, name, self.parse_progress)
-        if view.partial:
-            # Its parse ended since the state was read: the stored units
-            # (current ones) or none (a change event brings the new state).
-            state = dataclasses.replace(view, freshness=Freshness.CURRENT, partial=False)
-            found = views.unit(self.store, state, name, self.parse_progress, limit=limit)
-            return None if found is None else dataclasses.replace(found, state=state)
-        return views.unit(self.store, view, name, self.parse_progress, limit=limit)
-
-    def parse_progress(self, rel: str) -> str:
-        """How far the parse of ``rel`` has got, in words (the daemon's engine
-        knows its queue and says it through ``progress``; a workspace without
-        one does not)."""
-        if self.progress is not None:
-            return self.progress(rel)
-        return "no parse is running (no daemon)"
-
     def parse_units(self, h: str, parser: str) -> list[tuple[str, str, str]] | None:
-        if self.store.parse_status(h, parser) != OK:
-            return None
-        return self.store.parse_units(h, parser)
+        return views.ok_units(self.store, h, parser)
 
     # --------------------------------------------------------------- status
-    def counts(self) -> dict[str, int]:
-        out = {f.value: 0 for f in Freshness}
-        files = 0
-        busy = self.writes.busy_paths()
-        with self.store.read() as txn:
-            for rel, rec in self.store.iter_files(txn):
-                files += 1
-                out[self._freshness_now(rel, rec, txn, busy).value] += 1
-        return {"files": files, **out}
-
-    def unsettled(self) -> list[RelPath]:
-        """*slow* (an lstat per file): the recorded files whose bytes may
-        not be the recorded ones now, written through the mount and not
-        recorded yet, or changed behind it (``settled``)."""
-        busy = self.writes.busy_paths()
-        with self.store.read() as txn:
-            return [
-                RelPath(rel)
-                for rel, rec in self.store.iter_files(txn)
-                if not self._settled(rel, signature_bytes(*rec.signature()), busy)
-            ]
-
-    def failures(self) -> list[tuple[str, str]]:
-        """(path, error) of every file whose present hash failed to parse."""
-        out = []
-        busy = self.writes.busy_paths()
-        with self.store.read() as txn:
-            for rel, rec in self.store.iter_files(txn):
-                if self._freshness_now(rel, rec, txn, busy) == Freshness.FAILED:
-                    parse = self.store.get_parse(rec.hash, rec.parser or "", txn)
-                    out.append((rel, (parse.error if parse else None) or "parse failed"))
-        return out
-
     def not_preserved(self) -> int:
         """How many files keep hashes only (too large, or in .swfsignore)."""
         return sum(
             1 for rel, rec in self.store.all_files().items() if not self._keeps_bytes(rel, rec.size)
         )
-
-    def content_counts(self) -> dict[str, int]:
-        """Pages, slides, sheets and spreadsheet cells in the parses of the
-        files as they are now: what indexing throughput is measured in.
-        Decodes every current parse record, so it costs a read of the store."""
-        out = {"pages": 0, "slides": 0, "sheets": 0, "cells": 0}
-        with self.store.read() as txn:
-            for _, rec in self.store.iter_files(txn):
-                if not rec.parser or self.store.parse_status(rec.hash, rec.parser, txn) != OK:
-                    continue
-                for unit in self.store.unit_names(rec.hash, rec.parser, txn):
-                    kind = unit.locator.partition("=")[0]
-                    if kind == "page":
-                        out["pages"] += 1
-                    elif kind == "slide":
-                        out["slides"] += 1
-                    elif kind == "sheet":
-                        out["sheets"] += 1
-                        got = self.store.get_unit(rec.hash, rec.parser, unit.name, txn)
-                        out["cells"] += count_cells(got[2]) if got else 0
-        return out
 
     # ------------------------------------------------------------- baseline
     def _baseline_manifest(self) -> dict[str, list[Any]]:
@@ -1195,3 +1022,34 @@ class Workspace(BlobReads):
 
     def baseline_manifest(self) -> dict[str, list[Any]]:
         return self._baseline_manifest()
+
+
+class LiveSource:
+    """The live workspace as its views read it (``swfs.views.serving.ViewSource``):
+    the file table, the store's parses, and whether a file holds the bytes
+    its record names now (``Workspace.settled``)."""
+
+    def __init__(self, ws: Workspace) -> None:
+        self._ws = ws
+        self.parses = ws.store
+
+    def read(self) -> contextlib.AbstractContextManager[lmdb.Transaction]:
+        return self._ws.store.read()
+
+    def record(self, rel: str) -> FileRecord | None:
+        return self._ws.store.get_file(rel)
+
+    def records(self, txn: lmdb.Transaction) -> Iterator[tuple[str, FileRecord]]:
+        return self._ws.store.iter_files(txn)
+
+    def generation(self) -> int:
+        return self._ws.generation()
+
+    def busy(self) -> set[str]:
+        return self._ws.writes.busy_paths()
+
+    def settled(self, rel: str, rec: FileRecord, busy: set[str] | None = None) -> bool:
+        return self._ws._settled(rel, signature_bytes(*rec.signature()), busy)
+
+    def partial(self, h: str, parser: str) -> ranged.PartialParse | None:
+        return self._ws.partials.get(h, parser)

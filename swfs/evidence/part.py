@@ -39,8 +39,7 @@ class Evidence:
     def access(self, rel: RelPath) -> Access | None:
         ws = self._ws
         try:
-            st = os.lstat(ws.abspath(rel))
-            return Access(st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode))
+            return permissions.of_stat(os.lstat(ws.abspath(rel)))
         except OSError:
             pass
         rec = ws.store.get_file(rel)

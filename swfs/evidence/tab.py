@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from swfs.api import Access, RelPath
+from swfs.api import Access, RelPath, ViewsAPI
 from swfs.find.search import MAX_LIMIT, AccessCheck, Caller, Hit, SearchResult
 from swfs.history import names
 from swfs.store.fsutil import save_file
@@ -430,9 +430,10 @@ def _unit_locator(path: str, ev: dict[str, Any]) -> str:
 class Builder:
     """Builds a tab's report from journal events for one caller.
 
-    ``ws``: ``parsed_view(rel)``, ``store.get_file(rel)`` (and ``access(rel)``
-    unless ``access`` is given: the engine's ``evidence.access``);
-    ``search``: the search index's query function."""
+    ``ws``: ``store.get_file(rel)`` (and ``access(rel)`` unless ``access``
+    is given: the engine's ``evidence.access``); ``views``: the engine's
+    views part (``parsed_view(rel)``); ``search``: the search index's query
+    function."""
 
     def __init__(
         self,
@@ -440,6 +441,7 @@ class Builder:
         search: Callable[[str, Caller, int], SearchResult] | None,
         caller: Caller,
         *,
+        views: ViewsAPI,
         access: Callable[[RelPath], Access | None] | None = None,
         excerpts: bool = True,
         keep_reads: bool = True,
@@ -447,7 +449,7 @@ class Builder:
         """Without ``excerpts`` reads get none (TAB.md and unopened.md show
         none); without ``keep_reads`` they are not kept, only what those two
         need of them (a long tab has hundreds of thousands)."""
-        self.ws, self.search, self.caller = ws, search, caller
+        self.ws, self.views, self.search, self.caller = ws, views, search, caller
         self.check = AccessCheck(access or ws.access, caller)
         self._views: dict[str, Any] = {}  # one view per file for the whole build
         # A long tab reads the same files and units many times over (a
@@ -616,7 +618,7 @@ class Builder:
         if rel in self._views:
             return self._views[rel]
         try:
-            view = self.ws.parsed_view(RelPath(rel))
+            view = self.views.parsed_view(RelPath(rel))
         except Exception:  # a view that cannot be built shows no excerpt
             log.warning("tab: no excerpt of %s", rel, exc_info=True)
             view = None

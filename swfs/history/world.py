@@ -9,10 +9,9 @@ blob, and the result is kept in this process only), ``.review`` compares the
 snapshot with the baseline that was in force when the snapshot was taken.
 
 A world runs beside the live daemon of the same store.  It never writes
-the store: the LMDB environment is opened with ``MDB_RDONLY`` (readers take
-a slot in the lock file and nothing else, so a world neither blocks nor
-delays the live daemon's writes), it takes no daemon lock and serves no
-control socket.  File bytes come from the blob store (reassembled into its
+the store: the LMDB environment is opened with ``MDB_RDONLY``
+(``swfs.store.readonly``), it takes no daemon lock and serves no control
+socket.  File bytes come from the blob store (reassembled into its
 disposable ``cache/``) or, for a baseline file whose bytes were never
 copied, from SRC while the live file still has that hash.
 """
@@ -20,7 +19,6 @@ copied, from SRC while the live file still has that hash.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import errno
 import functools
 import logging
@@ -34,7 +32,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-import lmdb
 import trio
 
 from swfs import permissions
@@ -43,28 +40,35 @@ from swfs.api import (
     FileState,
     Freshness,
     Hash,
-    ParsedView,
     RelPath,
-    RenderedUnit,
-    ReviewEntry,
     Service,
     SharedFiles,
     UnitTooLarge,
     Version,
-    ViewState,
     WorkspaceError,
 )
 from swfs.history import snapshots as history
 from swfs.history.config import Config
-from swfs.review import changes as review_mod
+from swfs.review.reviews import Reviewable, Reviews
 from swfs.store.blobreads import BlobReads
 from swfs.store.blobs import BlobStore, Manifest
 from swfs.store.fsutil import hash_fd, open_to_read, write_all_at
 from swfs.store.hashform import label as short_hash
-from swfs.store.records import _DBS, FORMAT_VERSION, FileRecord, Store, StoreError, stat_signature
+from swfs.store.readonly import ReadOnlyStore
+from swfs.store.records import (
+    FileRecord,
+    ParseRecord,
+    Store,
+    StoreError,
+    UnitInfo,
+    UnitText,
+    stat_signature,
+)
 from swfs.store.reserve import is_no_space
 from swfs.views import files as views
 from swfs.views.parsework import FAILED, OK, ParseOutcome, ParsePool
+from swfs.views.ranged import PartialParse
+from swfs.views.serving import Views
 
 log = logging.getLogger(__name__)
 
@@ -74,64 +78,6 @@ MEMORY_FILE_MAX = 64 << 20
 MEMORY_CACHE_BYTES = 256 << 20
 _PAGE = 4096
 _HASH_AT = len(b'{"h":"')  # where a file record's hash starts, after its signature line
-
-
-class ReadOnlyStore(Store):
-    """The store's LMDB environment opened with ``MDB_RDONLY``: any write is
-    an error, and a map the live daemon has grown is adopted on the next read."""
-
-    def __init__(self, root: Path) -> None:  # no super().__init__: it would write
-        self.root = root
-        self.readonly = True
-        dbdir = root / "db"
-        if not dbdir.is_dir():
-            raise StoreError(f"{root}: no swfs store here")
-        try:
-            self.env = lmdb.open(
-                str(dbdir), readonly=True, lock=True, subdir=True, max_dbs=len(_DBS) + 1,
-                max_readers=256,
-            )  # fmt: skip
-            # Without a transaction of ours: py-lmdb ends a read transaction
-            # by resetting it, which would drop handles opened in it.
-            self.dbs = {n: self.env.open_db(n.encode(), create=False) for n in _DBS}
-        except lmdb.Error as exc:
-            raise StoreError(f"{dbdir}: cannot open the store read-only: {exc}") from exc
-        self._resize_lock = threading.Lock()
-        version = self.get_meta("format_version")
-        if version != FORMAT_VERSION:
-            raise StoreError(
-                f"{root}: store format {version}, a world reads format {FORMAT_VERSION} "
-                "(mount the workspace once to upgrade it)"
-            )
-
-    def close(self) -> None:
-        self.env.close()
-
-    def flush(self) -> None:
-        pass
-
-    @contextmanager
-    def write(self) -> Iterator[lmdb.Transaction]:
-        raise OSError(errno.EROFS, "a world is read-only")
-        yield  # pragma: no cover
-
-    def ensure_room(self, nbytes: int) -> None:
-        pass
-
-    def read(self) -> lmdb.Transaction:
-        for _ in range(100):
-            try:
-                return self.env.begin(write=False)
-            except lmdb.MapResizedError:
-                # The live daemon grew the map: adopt its size (possible only
-                # while no transaction of ours is open: retry until then).
-                with self._resize_lock, contextlib.suppress(lmdb.Error):
-                    self.env.set_mapsize(0)
-                time.sleep(0.01)
-        return self.env.begin(write=False)
-
-    def put_diff(self, key: str, text: str) -> None:
-        pass  # a rendered diff is cached by the live daemon only
 
 
 @dataclass(frozen=True)
@@ -191,6 +137,10 @@ class _StoreView:
     def get_file(self, rel: str, txn: Any = None) -> FileRecord | None:
         return self._world.records.get(rel)
 
+    def get_file_hash(self, rel: str) -> str | None:
+        rec = self._world.records.get(rel)
+        return None if rec is None else rec.hash
+
     def get_meta(self, key: str, default: Any = None) -> Any:
         if key == "baseline_at":
             return self._world.info.baseline_at
@@ -223,11 +173,17 @@ class World(BlobReads):
         self.memory = MemoryFiles(MEMORY_CACHE_BYTES)
         self._view = _StoreView(self.store, self)
         self._parsed: dict[tuple[str, str], ParseOutcome] = {}  # parsed here, on demand
+        self._parses = _WorldParses(self.store, self._parsed)
         self._wanted: dict[str, trio.Event] = {}
         self._send: trio.MemorySendChannel[str] | None = None
-        self._changes: list[ReviewEntry] | None = None
-        # The engine's parts (swfs.api.EngineAPI): a world is all of them.
-        self.workspace = self.views = self.reviews = self.history = self.evidence = self
+        self._landed = 0  # parses made here so far: the views and the review move with it
+        # The engine's parts (swfs.api.EngineAPI): the views are the live
+        # workspace's code over the snapshot's records; the rest is the world.
+        self.views = Views(
+            _WorldSource(self), progress=self._progress, wait=self._wait_view, world=name
+        )
+        self.reviews = Reviews(self._as_ws(), self.access, header=self._review_header)
+        self.workspace = self.history = self.evidence = self
 
     # -- what the world is
     def _open(self, name: str) -> None:
@@ -426,32 +382,18 @@ class World(BlobReads):
         return FileState(
             rel=rel,
             hash=Hash(rec.hash),
-            freshness=self._freshness(rec),
+            freshness=self.views.freshness_now(rel, rec),
             versions=0,
             baseline_hash=Hash(base[0]) if base else None,
         )
 
     def freshness(self, rel: RelPath) -> Freshness | None:
         rec = self.records.get(rel)
-        return None if rec is None else self._freshness(rec)
+        return None if rec is None else self.views.freshness_now(rel, rec)
 
     def settled(self, rel: RelPath) -> bool:
         """A world never changes: its files hold what their records name."""
         return rel in self.records
-
-    def _status(self, rec: FileRecord) -> tuple[str | None, str | None]:
-        """(parse status, error) of ``rec``'s content: the cache's, else ours."""
-        if rec.parser is None:
-            return "unsupported", None
-        record = self.store.get_parse(rec.hash, rec.parser)
-        if record is not None:
-            return record.status, record.error
-        mine = self._parsed.get((rec.hash, rec.parser))
-        return (None, None) if mine is None else (mine.status, mine.error)
-
-    def _freshness(self, rec: FileRecord) -> Freshness:
-        status, _ = self._status(rec)
-        return views.record_freshness(rec.parser, status, prior_view=False)
 
     def is_unchanged(self, rel: RelPath, st: os.stat_result) -> bool:
         return True
@@ -493,84 +435,6 @@ class World(BlobReads):
     def content_access(self, rel: RelPath, h: str | None) -> Access:
         return self.access(rel) or permissions.owner_only(self.store_dir)
 
-    # -- .parsed
-    def parsed_paths(self) -> Iterable[RelPath]:
-        return [
-            RelPath(rel)
-            for rel, rec in self.records.items()
-            if rec.parser and self._freshness(rec) is not Freshness.UNSUPPORTED
-        ]
-
-    def view_state(self, rel: RelPath) -> ViewState | None:
-        rec = self.records.get(rel)
-        if rec is None or rec.parser is None:
-            return None
-        status, error = self._status(rec)
-        freshness = views.record_freshness(rec.parser, status, prior_view=False)
-        if freshness is Freshness.UNSUPPORTED:
-            return None
-        return ViewState(
-            rel=rel,
-            freshness=freshness,
-            current_hash=Hash(rec.hash),
-            source_hash=Hash(rec.hash) if status is not None else None,
-            parser=rec.parser,
-            error=(error or "parse failed") if freshness is Freshness.FAILED else None,
-        )
-
-    def view_unit_names(self, view: ViewState, *, limit: int | None = None) -> Sequence[str]:
-        mine = self._mine(view)
-        if mine is not None:
-            if limit is not None and len(mine.units) > limit:
-                raise UnitTooLarge(f"{view.rel}: {len(mine.units)} units")
-            return [u[0] for u in mine.units]
-        return views.unit_names(self.store, view, limit=limit)
-
-    def view_unit(
-        self, view: ViewState, name: str, *, limit: int | None = None
-    ) -> RenderedUnit | None:
-        mine = self._mine(view)
-        if mine is not None:
-            found = next((u for u in mine.units if u[0] == name), None)
-            if found is not None and limit is not None and len(found[2]) > limit:
-                raise UnitTooLarge(f"{name}: {len(found[2])} characters")
-            unit = None if found is None else views.render(view, *found)
-        else:
-            unit = views.unit(self.store, view, name, self.parse_progress, limit=limit)
-        if unit is None:
-            return None
-        # The header names the world too (one more attribute, at the end).
-        head, nl, body = unit.content.partition(b"\n")
-        if head.endswith(b" -->"):
-            world = views.encode_text(f' world="{_esc(self.info.name)}" -->')
-            unit = dataclasses.replace(unit, content=head[:-4] + world + nl + body)
-        return unit
-
-    def _mine(self, view: ViewState) -> ParseOutcome | None:
-        if view.freshness is not Freshness.CURRENT or view.source_hash is None:
-            return None
-        return self._parsed.get((view.source_hash, view.parser or ""))
-
-    def parsed_view(self, rel: RelPath) -> ParsedView | None:
-        state = self.view_state(rel)
-        if state is None:
-            return None
-        units = tuple(
-            u for n in self.view_unit_names(state) if (u := self.view_unit(state, n)) is not None
-        )
-        return ParsedView(
-            rel=state.rel,
-            freshness=state.freshness,
-            current_hash=state.current_hash,
-            source_hash=state.source_hash,
-            parser=state.parser,
-            error=state.error,
-            units=units,
-        )
-
-    def parse_progress(self, rel: str) -> str:
-        return "parsing now, in this world" if rel in self._wanted else "not parsed yet"
-
     # -- what swfs.review reads of a workspace (duck-typed; see _StoreView)
     def baseline_manifest(self) -> dict[str, list[Any]]:
         return self.baseline
@@ -579,28 +443,13 @@ class World(BlobReads):
         return self.records.get(rel)
 
     def parse_units(self, h: str, parser: str) -> list[tuple[str, str, str]] | None:
-        if self.store.parse_status(h, parser) == OK:
-            return self.store.parse_units(h, parser)
-        mine = self._parsed.get((h, parser))
-        return list(mine.units) if mine is not None and mine.status == OK else None
+        return views.ok_units(self._parses, h, parser)
 
-    def _as_ws(self) -> review_mod.Reviewed:
+    def _as_ws(self) -> Reviewable:
         view = _WorkspaceView(self)
-        return cast("review_mod.Reviewed", view)
+        return cast("Reviewable", view)
 
-    # -- .review
-    def review(self) -> Sequence[ReviewEntry]:
-        if self._changes is None:
-            self._changes = review_mod.changes(self._as_ws())
-        return self._changes
-
-    def review_lists(self, rel: RelPath) -> bool:
-        return False  # a world does not change: nothing asks
-
-    def review_summary(self) -> bytes:
-        text = review_mod.summary(self._as_ws(), list(self.review()))
-        return (self._review_header() + text).encode("utf-8", "surrogateescape")
-
+    # -- .review: swfs.review.reviews.Reviews over the snapshot (``reviews``)
     def _review_header(self) -> str:
         """SUMMARY.md of a world starts by saying which world, and which
         baseline its changes are counted from."""
@@ -619,26 +468,6 @@ class World(BlobReads):
             f"World {i.name}: the workspace as it was at {taken}, read-only. "
             f"Changes are counted from {against}.\n\n"
         )
-
-    def review_all_diff(self) -> bytes:
-        return review_mod.all_diff(self._as_ws(), list(self.review())).encode(
-            "utf-8", "surrogateescape"
-        )
-
-    def review_diff(self, rel: RelPath) -> bytes | None:
-        for e in self.review():
-            if e.rel == rel:
-                return review_mod.file_diff(self._as_ws(), e).encode("utf-8", "surrogateescape")
-        return None
-
-    def review_access(self) -> Access:
-        return review_mod.all_access(self._as_ws(), list(self.review()), self.access)
-
-    def review_diff_access(self, rel: RelPath) -> Access:
-        for e in self.review():
-            if e.rel == rel:
-                return review_mod.diff_access(self._as_ws(), e, self.access(rel))
-        return self.access(rel) or permissions.owner_only(self.store_dir)
 
     # -- .versions (a world shows none: it is one state)
     def versioned_paths(self) -> Iterable[RelPath]:
@@ -707,21 +536,27 @@ class World(BlobReads):
             outcome = ParseOutcome(FAILED, hash=rec.hash, parser=rec.parser, error="bad blob")
         if outcome.status in (OK, FAILED):
             self._parsed[(rec.hash, rec.parser or "")] = outcome
-            self._changes = None
         else:
             log.info("%s: on-demand parse: %s %s", rel, outcome.status, outcome.error)
             self._parsed[(rec.hash, rec.parser or "")] = ParseOutcome(
                 FAILED, hash=rec.hash, parser=rec.parser, error=outcome.error or outcome.status
             )
+        self._landed += 1
         event = self._wanted.pop(rel, None)
         if event is not None:
             event.set()
 
-    async def wait_view(self, rel: RelPath, limit: float, unit: str | None = None) -> None:
+    def _progress(self, rel: str) -> str:
+        return "parsing now, in this world" if rel in self._wanted else "not parsed yet"
+
+    async def _wait_view(self, rel: RelPath, limit: float, unit: str | None = None) -> None:
+        """Parse ``rel``'s content here, on demand, if the cache lacks it
+        (``Views.wait_view``)."""
         rec = self.records.get(rel)
-        if rec is None or self._send is None or not self.blobs.has(rec.hash):
+        if rec is None or rec.parser is None or self._send is None or not self.blobs.has(rec.hash):
             return
-        status, _ = await trio.to_thread.run_sync(self._status, rec)
+        parser = rec.parser
+        status = await trio.to_thread.run_sync(self._parses.parse_status, rec.hash, parser)
         if status is not None:
             return
         event = self._wanted.get(rel)
@@ -732,22 +567,99 @@ class World(BlobReads):
             await event.wait()
 
 
+class _WorldParses:
+    """The parses a world's views read (``swfs.views.files.ParseReads``): the
+    store's, and those parsed here on demand, kept in this process only."""
+
+    def __init__(self, store: ReadOnlyStore, made: dict[tuple[str, str], ParseOutcome]) -> None:
+        self._store, self._made = store, made
+
+    def get_parse(self, h: str, parser: str, txn: Any = None) -> ParseRecord | None:
+        record = self._store.get_parse(h, parser, txn)
+        mine = self._made.get((h, parser))
+        if record is not None or mine is None:
+            return record
+        return ParseRecord(mine.status, mine.error, mine.secs, units=len(mine.units))
+
+    def parse_status(self, h: str, parser: str, txn: Any = None) -> str | None:
+        status = self._store.parse_status(h, parser, txn)
+        mine = self._made.get((h, parser))
+        return status if status is not None or mine is None else mine.status
+
+    def _mine(self, h: str, parser: str) -> ParseOutcome | None:
+        mine = self._made.get((h, parser))
+        return mine if mine is not None and mine.status == OK else None
+
+    def unit_names(self, h: str, parser: str, txn: Any = None) -> list[UnitInfo]:
+        mine = self._mine(h, parser)
+        if mine is None:
+            return self._store.unit_names(h, parser, txn)
+        return [
+            UnitInfo(name, locator, len(views.encode_text(text)), text.endswith("\n"))
+            for name, locator, text in mine.units
+        ]
+
+    def parse_units(self, h: str, parser: str, txn: Any = None) -> list[UnitText]:
+        mine = self._mine(h, parser)
+        return self._store.parse_units(h, parser, txn) if mine is None else list(mine.units)
+
+    def get_unit(
+        self, h: str, parser: str, name: str, txn: Any = None, *, limit: int | None = None
+    ) -> UnitText | None:
+        mine = self._mine(h, parser)
+        if mine is None:
+            return self._store.get_unit(h, parser, name, txn, limit=limit)
+        found = next((u for u in mine.units if u[0] == name), None)
+        if found is not None and limit is not None and len(found[2]) > limit:
+            raise UnitTooLarge(f"{name}: {len(found[2])} characters")
+        return found
+
+
+class _WorldSource:
+    """A world as its views read it (``swfs.views.serving.ViewSource``): the
+    snapshot's records, read only, whose files never change."""
+
+    def __init__(self, world: World) -> None:
+        self._world = world
+        self.parses = world._parses
+
+    def read(self) -> contextlib.AbstractContextManager[Any]:
+        return self._world.store.read()
+
+    def record(self, rel: str) -> FileRecord | None:
+        return self._world.records.get(rel)
+
+    def records(self, txn: Any) -> Iterator[tuple[str, FileRecord]]:
+        return iter(self._world.records.items())
+
+    def generation(self) -> int:
+        """The store's (the live daemon parses), plus this world's parses."""
+        store = self._world.store
+        with store.read() as txn:
+            raw = txn.get(b"gen", db=store.dbs["meta"])
+        return int(bytes(raw or b"0")) + self._world._landed
+
+    def busy(self) -> set[str]:
+        return set()
+
+    def settled(self, rel: str, rec: FileRecord, busy: set[str] | None = None) -> bool:
+        return True  # a world never changes: its files hold what their records name
+
+    def partial(self, h: str, parser: str) -> PartialParse | None:
+        return None  # a world parses whole files
+
+
 class _WorkspaceView:
-    """A world as ``swfs.review.changes`` reads a workspace."""
+    """A world as the reviews part (``swfs.review.reviews``) reads a
+    workspace: the world's own members, over the snapshot's file table."""
 
     def __init__(self, world: World) -> None:
         self._world = world
         self.store = world._view
         self.config = world.config
 
-    def baseline_manifest(self) -> dict[str, list[Any]]:
-        return self._world.baseline
-
-    def get_record(self, rel: str) -> FileRecord | None:
-        return self._world.records.get(rel)
-
-    def parse_units(self, h: str, parser: str) -> list[tuple[str, str, str]] | None:
-        return self._world.parse_units(h, parser)
+    def generation(self) -> int:
+        return self._world._landed  # a world changes only as its parses land
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._world, name)

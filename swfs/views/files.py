@@ -29,15 +29,31 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from swfs.api import Freshness, Hash, RelPath, RenderedUnit, UnitTooLarge, ViewState
 from swfs.store import hashform
-from swfs.store.records import FileRecord, Store
+from swfs.store.records import FileRecord, ParseRecord, UnitInfo, UnitText
 from swfs.views import parsework
 
 if TYPE_CHECKING:
     from swfs.views.ranged import PartialParse
+
+
+class ParseReads(Protocol):
+    """The parses views are read from, by (content hash, parser): the
+    store's (``swfs.store.records.Store``), or a world's, which adds the
+    parses it made on demand (``swfs.history.world``).  ``txn``: a read
+    transaction of the source, or None."""
+
+    def get_parse(self, h: str, parser: str, txn: Any = None) -> ParseRecord | None: ...
+    def parse_status(self, h: str, parser: str, txn: Any = None) -> str | None: ...
+    def unit_names(self, h: str, parser: str, txn: Any = None) -> list[UnitInfo]: ...
+    def parse_units(self, h: str, parser: str, txn: Any = None) -> list[UnitText]: ...
+    def get_unit(
+        self, h: str, parser: str, name: str, txn: Any = None, *, limit: int | None = None
+    ) -> UnitText | None: ...
+
 
 short_hash = hashform.label
 # ``current`` of a view whose file holds bytes not recorded yet: a writer
@@ -132,8 +148,39 @@ def record_freshness(parser: str | None, status: str | None, *, prior_view: bool
     return _FRESHNESS_OF.get(status, Freshness.UNSUPPORTED)
 
 
+def content_freshness(parses: ParseReads, rec: FileRecord, txn: Any = None) -> Freshness:
+    """The freshness of ``rec``'s view from the parses alone (whether the
+    file still holds those bytes is ``freshness_now``'s question)."""
+    status = None if rec.parser is None else parses.parse_status(rec.hash, rec.parser, txn)
+    prior = bool(rec.view_hash and rec.view_parser)
+    return record_freshness(rec.parser, status, prior_view=prior)
+
+
+def freshness_now(fresh: Freshness, settled: Callable[[], bool]) -> Freshness:
+    """The freshness of a view now, its record's being ``fresh``: unless the
+    file surely holds the bytes its record names (``settled``, asked only
+    when it matters: it costs an lstat), a current view is stale (the prior
+    view of what is being written) and a failed one pending (its failure
+    was on bytes the file may no longer hold)."""
+    if fresh in (Freshness.CURRENT, Freshness.FAILED) and not settled():
+        return Freshness.STALE if fresh is Freshness.CURRENT else Freshness.PENDING
+    return fresh
+
+
+def ok_units(parses: ParseReads, h: str, parser: str) -> list[UnitText] | None:
+    """Every unit of the parse of (``h``, ``parser``), None unless it parsed."""
+    if parses.parse_status(h, parser) != parsework.OK:
+        return None
+    return parses.parse_units(h, parser)
+
+
 def view_state(
-    store: Store, rel: str, rec: FileRecord, freshness: Freshness, *, settled: bool = True
+    store: ParseReads,
+    rel: str,
+    rec: FileRecord,
+    freshness: Freshness,
+    *,
+    settled: bool = True,
 ) -> ViewState:
     """The state of ``.parsed/<rel>/`` for the file record ``rec``, whose own
     freshness is ``freshness``.  Unless ``settled`` (the file may hold other
@@ -221,7 +268,7 @@ def _pending(view: ViewState) -> bool:
     return view.source_hash is None and view.freshness is not Freshness.FAILED
 
 
-def unit_names(store: Store, view: ViewState, *, limit: int | None = None) -> list[str]:
+def unit_names(store: ParseReads, view: ViewState, *, limit: int | None = None) -> list[str]:
     """The names of ``view``'s units; UnitTooLarge when the parse has more
     than ``limit`` of them (counted from its record, before any is read)."""
     if view.freshness is Freshness.FAILED:
@@ -267,7 +314,12 @@ def _synthetic(view: ViewState, name: str, progress: Progress) -> RenderedUnit |
 
 
 def unit(
-    store: Store, view: ViewState, name: str, progress: Progress, *, limit: int | None = None
+    store: ParseReads,
+    view: ViewState,
+    name: str,
+    progress: Progress,
+    *,
+    limit: int | None = None,
 ) -> RenderedUnit | None:
     """The unit ``name`` of ``view``, read from the store without the others
     (UnitTooLarge past ``limit`` bytes of stored text)."""
@@ -277,7 +329,7 @@ def unit(
     return None if found is None else render(view, *found)
 
 
-def all_units(store: Store, view: ViewState, progress: Progress) -> tuple[RenderedUnit, ...]:
+def all_units(store: ParseReads, view: ViewState, progress: Progress) -> tuple[RenderedUnit, ...]:
     """Every unit of ``view``, rendered (``swfs show``, tests)."""
     if view.freshness is Freshness.FAILED or _pending(view):
         name = ERROR_UNIT if view.freshness is Freshness.FAILED else PENDING_UNIT

@@ -42,7 +42,7 @@ def parse_events(eng: Engine) -> list[dict[str, object]]:
 
 
 def test_index_makes_every_supported_file_current(engine: Engine) -> None:
-    counts = engine.workspace.counts()
+    counts = engine.views.counts()
     assert counts["files"] == 4
     assert counts["current"] == 3
     assert counts["unsupported"] == 1

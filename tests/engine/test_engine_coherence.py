@@ -140,7 +140,7 @@ def test_engine_reparses_in_parallel_once_workers_went_idle(
 
         trio.run(main)
         assert peak == 4
-        assert eng.workspace.counts()["current"] == 8
+        assert eng.views.counts()["current"] == 8
 
 
 # -- no silent loss ---------------------------------------------------------------------

@@ -29,7 +29,7 @@ def unit_text(eng: Engine, rel: str, name: str) -> str:
 
 
 def test_sample_workspace_is_all_current(sample: Engine) -> None:
-    counts = sample.workspace.counts()
+    counts = sample.views.counts()
     assert counts["files"] == counts["current"] == 8
     assert "EMEA" in unit_text(sample, "reports/q3-report.pdf", "page-0007.md")
     assert "EMEA" not in unit_text(sample, "reports/q3-report.pdf", "page-0006.md")
@@ -57,7 +57,7 @@ def test_content_counts_match_the_documents(sample: Engine) -> None:
                 c.value is not None for ws in wb.worksheets for row in ws.iter_rows() for c in row
             )
     assert min(pages, slides, sheets, cells) > 0
-    assert sample.workspace.content_counts() == {
+    assert sample.views.content_counts() == {
         "pages": pages,
         "slides": slides,
         "sheets": sheets,

@@ -91,7 +91,7 @@ def test_unprintable_errors_and_real_native_panics_settle_their_file(tmp_path: P
     limits = WorkerLimits(timeout=60.0, memory_mb=1024, workers=2)
     with Engine.open(src, config=Config(limits=limits, rescan_interval=0)) as eng:
         trio.run(eng.drain)
-        assert not eng.workspace.needs_parse()
+        assert not eng.views.needs_parse()
         fine = eng.views.parsed_view(RelPath("fine.txt"))
         assert fine is not None
         assert fine.freshness == Freshness.CURRENT

@@ -66,5 +66,5 @@ def test_cell_counts_leave_out_annotation_lines(tmp_path: Path) -> None:
     values = sum(c.value is not None for ws in wb.worksheets for row in ws.iter_rows() for c in row)
     with Engine.open(src, config=Config(rescan_interval=0)) as eng:
         trio.run(eng.drain)
-        assert eng.workspace.counts()["current"] == 1
-        assert eng.workspace.content_counts()["cells"] == values
+        assert eng.views.counts()["current"] == 1
+        assert eng.views.content_counts()["cells"] == values

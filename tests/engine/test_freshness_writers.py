@@ -60,7 +60,7 @@ def claims_current(engine: Engine) -> list[str]:
         out.append("file_state")
     if 'freshness="current"' in header(engine):
         out.append("header")
-    if engine.workspace.counts()["current"]:
+    if engine.views.counts()["current"]:
         out.append("counts")
     for hit in engine.search_index.search("quarterly", Caller(0)).hits:
         if str(hit.freshness) == "current":
@@ -98,7 +98,7 @@ def test_a_change_behind_the_mount_is_stale_until_recorded(engine: Engine) -> No
         f.write(b"appended behind the mount\n")
     assert not engine.workspace.settled(REL)
     assert claims_current(engine) == []
-    assert engine.workspace.unsettled() == [REL]
+    assert engine.views.unsettled() == [REL]
 
 
 def test_a_read_waits_for_the_writers_record_then_the_parse(engine: Engine) -> None:

@@ -13,7 +13,8 @@ from collections.abc import Iterator
 import pytest
 
 from swfs.api import Freshness, RelPath
-from swfs.workspace import Workspace
+from swfs.views.serving import Views
+from swfs.workspace import LiveSource, Workspace
 from tests.bigparse import PAGE_TEXT, PAGES, big_parse, peak_bytes
 
 
@@ -49,7 +50,7 @@ def test_has_parse_does_not_copy_the_parse_record(big: tuple[Workspace, int]) ->
 
 def test_the_view_still_has_every_page(big: tuple[Workspace, int]) -> None:
     ws, _ = big
-    view = ws.parsed_view(RelPath("report.txt"))
+    view = Views(LiveSource(ws)).parsed_view(RelPath("report.txt"))
     assert view is not None
     assert len(view.units) == PAGES
     last = view.units[-1]

@@ -38,7 +38,7 @@ def stored(eng: Engine, rel: str) -> list[tuple[str, str, str]]:
     assert rec is not None
     assert rec.parser is not None
     units = eng.workspace.parse_units(rec.hash, rec.parser)
-    assert units is not None, eng.workspace.failures()
+    assert units is not None, eng.views.failures()
     return units
 
 
@@ -73,7 +73,7 @@ def test_a_long_pdf_is_stored_as_a_whole_parse_would_be(tmp_path: Path) -> None:
         for name in ("long.pdf", "short.pdf", "blank.pdf", "scan.pdf"):
             assert stored(eng, name) == whole_parse(src / name), name
         assert "no text found" in stored(eng, "scan.pdf")[0][2]
-        assert eng.workspace.counts()["current"] == 4
+        assert eng.views.counts()["current"] == 4
         # Ranges came one by one (each a change notice), the short file whole.
         assert notices.count("long.pdf") >= notices.count("short.pdf") + 3
         assert run_checks(eng.workspace) == []

@@ -39,8 +39,8 @@ def test_seeded_store_is_ready_at_once(tmp_path: Path) -> None:
     with Engine.open(base, task, config=Config(rescan_interval=0)) as eng:
         stats = eng.scan()
         assert stats.hashed == 0  # every file as BASE recorded it
-        assert eng.workspace.needs_parse() == []
-        assert eng.workspace.counts()["current"] == 2
+        assert eng.views.needs_parse() == []
+        assert eng.views.counts()["current"] == 2
         done = eng.search_index.catch_up()
         assert (done.contents, done.paths) == (0, 0)  # nothing left to index
         hits = eng.search_index.search("northern", Caller(0, frozenset({0})))

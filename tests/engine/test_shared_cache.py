@@ -61,7 +61,7 @@ def test_second_workspace_parses_nothing(tmp_path: Path) -> None:
         assert b.workspace.parse_runs == 0
         assert b.workspace.shared_cache is not None
         assert b.workspace.shared_cache.counts.hits == len(FILES)
-        assert b.workspace.counts()["current"] == len(FILES)
+        assert b.views.counts()["current"] == len(FILES)
         for rel in FILES:
             assert units(b, rel) == units(a, rel)
             assert b.workspace.freshness(RelPath(rel)).value == "current"  # type: ignore[union-attr]
@@ -224,7 +224,7 @@ def test_damaged_entry_is_parsed_afresh_by_the_engine(tmp_path: Path) -> None:
         assert b.workspace.parse_runs == len(FILES)  # each parsed here, none from a torn entry
         assert b.workspace.shared_cache is not None
         assert b.workspace.shared_cache.counts.corrupt == len(FILES)
-        assert b.workspace.counts()["current"] == len(FILES)
+        assert b.views.counts()["current"] == len(FILES)
         assert "quick brown fox" in units(b, "notes.md")[0][2]
     finally:
         b.close()

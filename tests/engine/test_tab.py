@@ -178,12 +178,12 @@ def test_reports_without_excerpts_say_the_same(tmp_path: Path) -> None:
                 }
             )
         caller = Caller(0)
-        access = engine.evidence.access
-        full = Builder(engine.workspace, engine.search_index.search, caller, access=access).build(
+        access, search = engine.evidence.access, engine.search_index.search
+        full = Builder(engine.workspace, search, caller, views=engine.views, access=access).build(
             tab, events
         )
         lean = Builder(
-            engine.workspace, engine.search_index.search, caller, access=access, excerpts=False
+            engine.workspace, search, caller, views=engine.views, access=access, excerpts=False
         ).build(tab, events)
 
         def same(r: Read) -> tuple[object, ...]:
@@ -214,6 +214,7 @@ def test_reports_without_excerpts_say_the_same(tmp_path: Path) -> None:
                 engine.workspace,
                 engine.search_index.search,
                 caller,
+                views=engine.views,
                 access=access,
                 excerpts=False,
                 keep_reads=False,

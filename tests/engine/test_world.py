@@ -50,34 +50,34 @@ def test_missing_parses_are_made_on_demand_and_the_store_is_not_written(src: Pat
 
     with open_world(src, store, "raw") as world:
         rel = RelPath("docs/a.txt")
-        view = world.view_state(rel)
+        view = world.views.view_state(rel)
         assert view is not None
         assert view.freshness is Freshness.PENDING
-        assert world.view_unit_names(view) == ["pending.md"]
+        assert world.views.view_unit_names(view) == ["pending.md"]
 
         async def main() -> None:
             async with trio.open_nursery() as nursery:
                 await nursery.start(world.run_background)
                 with trio.fail_after(120):
-                    await world.wait_view(rel, 120)
+                    await world.views.wait_view(rel, 120)
                 nursery.cancel_scope.cancel()
 
         trio.run(main)
-        view = world.view_state(rel)
+        view = world.views.view_state(rel)
         assert view is not None
         assert view.freshness is Freshness.CURRENT
         assert view.source_hash == hash_bytes(b"alpha at the snapshot\n")
-        names = list(world.view_unit_names(view))
+        names = list(world.views.view_unit_names(view))
         assert names == ["content.txt"]
-        unit = world.view_unit(view, names[0])
+        unit = world.views.view_unit(view, names[0])
         assert unit is not None
         text = unit.content.decode()
         assert "alpha at the snapshot" in text
         assert "rewritten" not in text
         assert text.splitlines()[0].endswith(' world="raw" -->')
         # The world's own parse is its own: the review of then can use it.
-        assert world.review() == []
-        other = world.view_state(RelPath("data.csv"))
+        assert world.reviews.review() == []
+        other = world.views.view_state(RelPath("data.csv"))
         assert other is not None
         assert other.freshness is Freshness.PENDING  # never asked for: never parsed
     assert _digest(data) == before  # not one byte of the store's database
@@ -96,9 +96,9 @@ def test_baseline_of_then_and_names(src: Path) -> None:
     store = src / ".swfs"
     with open_world(src, store, "edited") as world:
         assert world.info.baseline.startswith("baseline-")
-        entries = world.review()
+        entries = world.reviews.review()
         assert [(e.rel, e.status.value) for e in entries] == [("data.csv", "modified")]
-        summary = world.review_summary().decode()
+        summary = world.reviews.review_summary().decode()
         assert f'baseline="{world.info.baseline}"' in summary.splitlines()[0]
         assert "kept when re-baselined" in summary
         assert "new.txt" not in summary
@@ -109,7 +109,7 @@ def test_baseline_of_then_and_names(src: Path) -> None:
         with pytest.raises(OSError, match="Read-only"):
             world.writes.unlink("data.csv")
     with open_world(src, store, "baseline") as world:
-        assert world.review() == []
+        assert world.reviews.review() == []
         assert set(world.records) == {"docs/a.txt", "data.csv"}
         fd = world.open_file("data.csv")
         try:

@@ -15,15 +15,9 @@ import pytest
 
 from swfs.api import Freshness, RelPath
 from swfs.check import check_parses
-from swfs.store.records import (
-    FORMAT_VERSION,
-    ParseRecord,
-    Store,
-    dumps,
-    parse_key,
-    unit_prefix,
-)
-from swfs.workspace import Workspace
+from swfs.store.records import FORMAT_VERSION, ParseRecord, Store, dumps, parse_key, unit_prefix
+from swfs.views.serving import Views
+from swfs.workspace import LiveSource, Workspace
 from tests.bigparse import PAGE_TEXT, PAGES, big_parse, peak_bytes
 
 
@@ -40,9 +34,9 @@ def test_one_unit_is_served_without_reading_the_others(big: tuple[Workspace, int
     rel = RelPath("report.txt")
 
     def open_last() -> bytes:
-        view = ws.view_state(rel)
+        view = Views(LiveSource(ws)).view_state(rel)
         assert view is not None
-        unit = ws.view_unit(view, f"page-{PAGES:05d}.md")
+        unit = Views(LiveSource(ws)).view_unit(view, f"page-{PAGES:05d}.md")
         assert unit is not None
         return unit.content
 
@@ -58,13 +52,14 @@ def test_one_unit_is_served_without_reading_the_others(big: tuple[Workspace, int
 
 def test_a_listing_reads_names_not_text(big: tuple[Workspace, int]) -> None:
     ws, size = big
-    view = ws.view_state(RelPath("report.txt"))
+    view = Views(LiveSource(ws)).view_state(RelPath("report.txt"))
     assert view is not None
-    names = list(ws.view_unit_names(view))
+    views = Views(LiveSource(ws))
+    names = list(views.view_unit_names(view))
     assert len(names) == PAGES
     assert names[:2] == ["page-00001.md", "page-00002.md"]
     assert names[-1] == f"page-{PAGES:05d}.md"
-    peak = peak_bytes(lambda: ws.view_unit_names(view))
+    peak = peak_bytes(lambda: views.view_unit_names(view))
     # The names, locators and sizes (about 300 bytes a unit in Python), never
     # the pages' text (over 1,100 bytes each).
     assert peak < PAGES * 512, f"{peak} bytes allocated to list {size} bytes of units"
@@ -78,10 +73,10 @@ def test_unknown_units_and_the_typed_record(big: tuple[Workspace, int]) -> None:
     record = ws.store.get_parse(rec.hash, rec.parser)
     assert isinstance(record, ParseRecord)
     assert (record.status, record.units, record.ok) == ("ok", PAGES, True)
-    view = ws.view_state(RelPath("report.txt"))
+    view = Views(LiveSource(ws)).view_state(RelPath("report.txt"))
     assert view is not None
-    assert ws.view_unit(view, "page-99999.md") is None
-    assert ws.view_unit(view, "pending.md") is None
+    assert Views(LiveSource(ws)).view_unit(view, "page-99999.md") is None
+    assert Views(LiveSource(ws)).view_unit(view, "pending.md") is None
     assert ws.store.get_unit(rec.hash, rec.parser + "x", "page-00001.md") is None
 
 
@@ -180,7 +175,7 @@ def test_an_upgraded_workspace_serves_its_views(tmp_path: Path) -> None:
             )
             txn.put(b"format_version", dumps(2), db=ws.store.dbs["meta"])
     with Workspace(src) as ws:
-        view = ws.parsed_view(RelPath("notes.txt"))
+        view = Views(LiveSource(ws)).parsed_view(RelPath("notes.txt"))
         assert view is not None
         assert view.freshness is Freshness.CURRENT
         assert [u.name for u in view.units] == ["content.txt"]
