@@ -15,7 +15,7 @@ from swfs.history.part import History
 from swfs.workspace import Workspace
 from tests.unit.test_engine_members import public_members
 
-MAX_MEMBERS = 68  # 82 before history and evidence became parts
+MAX_MEMBERS = 56  # 82 before history, evidence and the views became parts
 
 
 def test_workspace_has_at_most_max_public_members() -> None:
