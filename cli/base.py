@@ -228,7 +228,7 @@ class Commands:
 
 
 def log_field(value: Any) -> Any:
-    """A journal field as text: hashes in the short form (--json keeps them whole)."""
+    """A log event's field as text: hashes in the short form (--json keeps them whole)."""
     if isinstance(value, str) and hashform.is_full(value):
         return hashform.label(value)
     return value

@@ -472,7 +472,7 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
 def cmd_log(args: argparse.Namespace) -> int:
     t = resolve_target(args.target, args.store)
     with open_engine(t, args) as engine:
-        events = list(engine.workspace.store.iter_journal())
+        events = list(engine.workspace.store.iter_state_log())
     from .lineage import print_log
 
     print_log(events, t, args)  # with the access journal's reads, listings and writes

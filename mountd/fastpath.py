@@ -250,7 +250,7 @@ class FastPath:
         now = _stamp(handle.fd)
         if now != got[2]:
             self._handles[fh] = (got[0], True, now)
-            handle.session.dirty = handle.session.wrote = True
+            handle.session.dirty = handle.session.record_on_flush = True
 
     def released(self, fh: int) -> None:
         got = self._handles.pop(fh, None)

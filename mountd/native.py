@@ -299,13 +299,13 @@ class NativeProvider:
             raise
         direct = bool(flags & os.O_DIRECT)
         sig = _sig(st)
-        if sig != node.attr_sig or fh.written:
+        if sig != node.attr_sig or fh.dirty:
             # Changed behind the kernel's back (or by a hard link): its cached
             # size would cut reads short.  Or truncated here, maybe losing
             # set-id bits the kernel's cached mode still has.
             self.mount.invalidate_attrs(node.ino)
             node.attr_sig = None
-        keep = node.cache_sig == sig and not fh.written
+        keep = node.cache_sig == sig and not fh.dirty
         node.cache_sig = None if direct else sig
         self.table.opened(node)
         fi = pyfuse3.FileInfo(fh=self.mount.add_handle(NativeOpen(node, fh, direct)))
@@ -447,7 +447,7 @@ class NativeProvider:
         worker thread."""
         assert isinstance(h, NativeOpen)
         self.mount.fastpath.note_writes(fh, h.fh)  # passthrough writers (mountd.fastpath)
-        recorded = h.fh.wrote
+        recorded = h.fh.record_on_flush
         if recorded:
             # The kernel's pages hold what was written: the invalidation the
             # record triggers need not drop them.  Not those of a
@@ -475,7 +475,7 @@ class NativeProvider:
     async def fsync(self, h: FileHandle, fh: int, datasync: bool) -> None:
         assert isinstance(h, NativeOpen)
         self.mount.fastpath.note_writes(fh, h.fh)
-        recorded = h.fh.written
+        recorded = h.fh.dirty
         await self.source.fsync(h.fh, datasync)
         if recorded:
             self.mount.journal.on_wrote(fh, h.fh.path())
@@ -495,7 +495,7 @@ class NativeProvider:
             self.release_reader(h, fh)
             return None
         self.mount.fastpath.note_writes(fh, h.fh)
-        if h.fh.written:
+        if h.fh.dirty:
             return self._release(h, fh)
         self.mount.fastpath.released(fh)
         return self.source.release(h.fh)  # nothing written since the last record: at once

@@ -51,12 +51,12 @@ class MountOptions:
     poll_window: float = 0.0005  # seconds the loop keeps polling after a request (mountd.poll)
     debug: bool = False
     max_tasks: int = 64  # concurrent FUSE requests
-    journal: bool = True  # record opens, reads, listings and writes (swfs.journal)
+    journal: bool = True  # the access journal records opens, reads, listings, writes
     # Every listing reaches the daemon (an OPENDIR per directory opened) and
     # is journaled, not only those the kernel asks for (mountd.dirlist).
     every_listing: bool = False
     # (pid, start) of the process that ran `swfs mount` and its ancestors:
-    # where the journal's jobs end (swfs.procinfo)
+    # where the access journal's jobs end (swfs.evidence.procinfo)
     callers: tuple[tuple[int, int], ...] = ()
     render_dpi: float = 110.0  # resolution of .render images (swfs.render)
     # .tab/ readable by every user (excerpts still only from files they may

@@ -91,14 +91,14 @@ class NativeHandle:
     hash: str | None = None
 
     @property
-    def written(self) -> bool:
-        """Changed (written or truncated) since the last record."""
+    def dirty(self) -> bool:
+        """The session's ``dirty``: changed since the last record."""
         return self.session is not None and self.session.dirty
 
     @property
-    def wrote(self) -> bool:
-        """write() calls since the last record."""
-        return self.session is not None and self.session.wrote
+    def record_on_flush(self) -> bool:
+        """The session's ``record_on_flush``: a close records a version."""
+        return self.session is not None and self.session.record_on_flush
 
     def path(self) -> str | None:
         """The file's present name (None once unlinked, or if never written)."""
@@ -509,7 +509,7 @@ class Passthrough:
         at once where there is nothing to record, or a small file's record
         where no lock is taken; else awaited, recorded in a worker thread."""
         session = fh.session
-        if session is not None and session.wrote:
+        if session is not None and session.record_on_flush:
             return None if session.flush_inline() else self.slow(session.flush)
         if session is not None:
             session.flush()  # nothing to record: only the backing close

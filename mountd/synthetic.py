@@ -639,7 +639,7 @@ class ReviewTree(Base):
         self._entries = _Cached(gen, self._build)
         self._blobs: dict[str, bytes] = {}
         self._blobs_at = (-1, 0.0)
-        self.lineage: Any = None  # the mount's journal: LINEAGE.md (swfs.journal)
+        self.lineage: Any = None  # the mount's access journal: LINEAGE.md
 
     def _build(self) -> tuple[_Index, dict[str, ReviewEntry]]:
         by_diff: dict[str, ReviewEntry] = {}

@@ -173,8 +173,8 @@ class WriteSession(Protocol):
 
     rel: str | None  # the file's present name (None once unlinked)
     fd: int  # what reads and fstat go to
-    dirty: bool  # changed since the last record
-    wrote: bool  # write() calls since the last record
+    dirty: bool  # changed since the last record, by an O_TRUNC open too
+    record_on_flush: bool  # written since the last record: a close records it
 
     @property
     def needs_preserve(self) -> bool:

@@ -2,8 +2,8 @@
 
 Synchronous and usable without FUSE.  Methods that hash or copy file contents
 are marked *slow*; async callers run them in a thread.  Every mutation of the
-file table happens inside one LMDB write transaction that also appends the
-journal entry, so a killed process leaves the table and journal consistent.
+file table happens inside one LMDB write transaction that also appends its
+state log event, so a killed process leaves the table and log consistent.
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ import lmdb
 
 from parsers import registry
 from parsers._base import FileInfo
-from swfs import api
 from swfs.api import (
     RESERVED_ROOTS,
+    STORE_NAME,
     Cause,
     FileState,
     Freshness,
@@ -63,7 +63,6 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-STORE_NAME = api.STORE_NAME
 _HASH_THREADS = 4
 _PRESERVE_TRIES = 5  # a file that changes under every try fails the write (EIO)
 NOT_KEPT_DISK_FULL = "disk full"  # why a version's bytes were not kept (Version.not_kept)
@@ -358,8 +357,8 @@ class Workspace(BlobReads):
                     stats.removed += 1
                     self.store.delete_file(txn, rel)
                     history.forget_ephemeral(self, txn, rel)
-                    self.store.append_journal(txn, "unlink", path=rel, cause="external")
-                self.store.append_journal(
+                    self.store.append_state_log(txn, "unlink", path=rel, cause="external")
+                self.store.append_state_log(
                     txn,
                     "scan",
                     files=stats.files,
@@ -438,11 +437,11 @@ class Workspace(BlobReads):
         if old is None or old.hash != h:
             self._append_version(txn, rel, h, st, cause)
             if old is not None:
-                self.store.append_journal(
+                self.store.append_state_log(
                     txn, "write", path=rel, before=old.hash, after=h, cause=cause.value
                 )
             else:
-                self.store.append_journal(txn, "add", path=rel, after=h, cause=cause.value)
+                self.store.append_state_log(txn, "add", path=rel, after=h, cause=cause.value)
         return rec
 
     def _append_version(
@@ -497,7 +496,7 @@ class Workspace(BlobReads):
                 with self.store.write() as txn:
                     self.store.delete_file(txn, rel)
                     history.forget_ephemeral(self, txn, rel)
-                    self.store.append_journal(txn, "unlink", path=rel, cause=cause.value)
+                    self.store.append_state_log(txn, "unlink", path=rel, cause=cause.value)
                     self._bump(txn)
                 self._changed(rel)
             return None
@@ -646,7 +645,7 @@ class Workspace(BlobReads):
         unlink with ``link``, a truncate without), which must go on even on
         a full disk: then the store's reserve is spent to keep them, and
         when even that is not enough, their version is recorded as not kept
-        (``Version.not_kept``, a "not-kept" journal event) and the change
+        (``Version.not_kept``, a "not-kept" state log event) and the change
         goes on without them.  Never ENOSPC; EIO as ``preserve``.  The hash
         of the version kept or recorded as lost, None when none needed
         keeping."""
@@ -680,7 +679,7 @@ class Workspace(BlobReads):
                     mark_not_kept(v, why, access)
                 if marked:
                     self.store.put_versions(txn, rel, versions)
-                self.store.append_journal(
+                self.store.append_state_log(
                     txn,
                     "not-kept",
                     path=rel,
@@ -875,7 +874,7 @@ class Workspace(BlobReads):
                         moved.append((rel, new + rel[len(old) :]))
             for src_rel, dst_rel in moved:
                 self._move_one(txn, src_rel, dst_rel)
-            self.store.append_journal(txn, "rename", path=old, to=new)
+            self.store.append_state_log(txn, "rename", path=old, to=new)
             self._bump(txn)
         for src_rel, dst_rel in moved:
             self._changed(src_rel)
@@ -928,7 +927,7 @@ class Workspace(BlobReads):
                 return
             self.store.delete_file(txn, rel)
             history.forget_ephemeral(self, txn, rel)
-            self.store.append_journal(txn, "unlink", path=rel, cause="write")
+            self.store.append_state_log(txn, "unlink", path=rel, cause="write")
             self._bump(txn)
         self._changed(rel)
 
@@ -971,7 +970,7 @@ class Workspace(BlobReads):
         self.store.ensure_room(sum(len(u[2]) for u in outcome.units) * 4 + 4096)
         with self.store.write() as txn:
             self.store.write_parse(txn, h, parser, record, outcome.units)
-            self.store.append_journal(
+            self.store.append_state_log(
                 txn,
                 "parse",
                 path=rel,

@@ -145,7 +145,7 @@ class History:
             os.close(src_fd)
         ws.check_file(rel, cause=Cause.RESTORE, force=True)
         with ws.store.write() as txn:
-            ws.store.append_journal(
+            ws.store.append_state_log(
                 txn, "restore", path=rel, version=number, hash=versions[number].hash
             )
         ws.store.flush()

@@ -2,7 +2,7 @@
 
 A rename or an unlink through the mount is done on the backing file system
 at once and answered; what the history makes of it (the store's record, the
-journal, keeping the bytes of the file it destroyed) is queued here and made
+state log, keeping the bytes of the file it destroyed) is queued here and made
 by one thread, in the order the changes were made.  Every other step of the
 write protocol that reads or writes a record first waits for the queue to be
 empty (``drain``), so it sees the records as if they had been made in the

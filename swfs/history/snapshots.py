@@ -239,7 +239,7 @@ def delete_snapshot(ws: Recorded, name: str) -> int:
     with ws.store.write() as txn:
         txn.delete(key, db=ws.store.dbs["snapshots"])
         txn.delete(key, db=ws.store.dbs["snapinfo"])
-        ws.store.append_journal(txn, "snapshot-delete", name=name, files=len(manifest))
+        ws.store.append_state_log(txn, "snapshot-delete", name=name, files=len(manifest))
         ws.bump_generation(txn)
     ws.store.flush()
     return len(manifest)
@@ -269,7 +269,7 @@ def record_snapshot(ws: Recorded, name: str) -> int:
     ws.store.put_snapshot(name, manifest)
     ws.windows.close_all()  # the versions it names are never replaced
     with ws.store.write() as txn:
-        ws.store.append_journal(txn, "snapshot", name=name, files=len(manifest))
+        ws.store.append_state_log(txn, "snapshot", name=name, files=len(manifest))
         ws.bump_generation(txn)
     ws.store.flush()
     return len(manifest)
@@ -295,7 +295,7 @@ def set_baseline(ws: Recorded) -> int:
         txn.put(b"baseline_at", dumps(time.time()), db=meta)
         gen = int(bytes(txn.get(b"baseline_gen", db=meta) or b"0"))
         txn.put(b"baseline_gen", str(gen + 1).encode(), db=meta)
-        ws.store.append_journal(txn, "baseline", files=len(manifest))
+        ws.store.append_state_log(txn, "baseline", files=len(manifest))
         ws.bump_generation(txn)
     ws.store.flush()
     for rel in [*manifest, *gone]:
@@ -332,7 +332,7 @@ def keep_previous_baseline(ws: Recorded, txn: lmdb.Transaction, new: bytes) -> s
         info["dir_modes"] = loads(modes_raw)
     txn.put(name.encode(), manifest, db=snaps)
     _put_info(txn, ws, name, info)
-    ws.store.append_journal(txn, "baseline-kept", name=name)
+    ws.store.append_state_log(txn, "baseline-kept", name=name)
     return name
 
 
@@ -504,7 +504,7 @@ def submit(ws: Recorded, name: str, paths: list[str] | None = None) -> Submissio
     with ws.store.write() as txn:
         key = name.encode("utf-8", "surrogateescape")
         txn.put(key, dumps(value), db=ws.store.dbs["submissions"])
-        ws.store.append_journal(
+        ws.store.append_state_log(
             txn, "submit", name=name, files=[[f.path, f.hash] for f in files], snapshot=name
         )
         ws.bump_generation(txn)
@@ -773,7 +773,7 @@ def _reset_staged(ws: Recorded) -> ResetResult:
             result.restored += not is_dir
     result.secs = round(time.monotonic() - t0, 4)
     with ws.store.write() as txn:
-        ws.store.append_journal(txn, "reset", staged=True, **result.as_json())
+        ws.store.append_state_log(txn, "reset", staged=True, **result.as_json())
     return result
 
 
@@ -880,7 +880,7 @@ def reset(ws: Recorded, to: str = BASELINE) -> ResetResult:
     result.kept_dirs.sort()
     result.secs = round(time.monotonic() - t0, 4)
     with ws.store.write() as txn:
-        ws.store.append_journal(txn, "reset", **result.as_json())
+        ws.store.append_state_log(txn, "reset", **result.as_json())
         ws.bump_generation(txn)
     ws.store.flush()
     return result
@@ -893,7 +893,7 @@ def _record_removed(ws: Recorded, rel: str) -> None:
         if ws.store.get_file(rel, txn) is None:
             return
         ws.store.delete_file(txn, rel)
-        ws.store.append_journal(txn, "unlink", path=rel, cause="reset")
+        ws.store.append_state_log(txn, "unlink", path=rel, cause="reset")
         ws.bump_generation(txn)
     ws.notify_changed(rel)
 
@@ -936,7 +936,7 @@ def restore_from(ws: Recorded, rel: str, source: str) -> str:
     ws.check_file(RelPath(rel), cause=Cause.RESTORE, force=True)
     ws.notify_changed(rel.rpartition("/")[0])
     with ws.store.write() as txn:
-        ws.store.append_journal(txn, "restore", path=rel, source=target.name, hash=entry[0])
+        ws.store.append_state_log(txn, "restore", path=rel, source=target.name, hash=entry[0])
         ws.bump_generation(txn)
     ws.store.flush()
     return str(entry[0])

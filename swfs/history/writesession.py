@@ -195,8 +195,14 @@ class InPlaceSession:
         self.rel: str | None = rel  # its present name (renames through the protocol move it)
         self.fd = fd
         self._kept = kept
-        self.dirty = dirty  # changed (written or truncated) since the last record
-        self.wrote = False  # write() calls since the last record
+        # Changed since the last record, an O_TRUNC open included: a
+        # release or fsync records it.
+        self.dirty = dirty
+        # Changed by write, truncate or fallocate since the last record: a
+        # close (flush) records it too.  Not an O_TRUNC open alone: a shell's
+        # `> f` closes its first fd before writing, and that empty file is no
+        # version.
+        self.record_on_flush = False
         self.closed = False
 
     # -- changing bytes
@@ -237,7 +243,7 @@ class InPlaceSession:
         # Through the leaf cache, which notes what changed: the record at
         # close rehashes only that (swfs.treecache).
         n = treecache.CACHE.write(self.key, self.fd, off, buf)
-        self.wrote = True
+        self.record_on_flush = True
         _fault("written", self.rel)
         return n
 
@@ -248,7 +254,7 @@ class InPlaceSession:
             self.preserve(freeing=size < os.fstat(self.fd).st_size)
         self._dirty()
         treecache.CACHE.truncate(self.key, self.fd, size)
-        self.wrote = True  # recorded on close (flush), release or fsync
+        self.record_on_flush = True  # recorded on close (flush), release or fsync
 
     def fallocate_changes(self, mode: int, off: int, length: int) -> bool:
         """Cheap (one fstat): whether ``fallocate(mode, off, length)`` would
@@ -266,7 +272,7 @@ class InPlaceSession:
         self.preserve()
         self._dirty()
         treecache.CACHE.fallocate(self.key, self.fd, mode, off, length)
-        self.wrote = True
+        self.record_on_flush = True
 
     def _dirty(self) -> None:
         """Busy from before the first byte changes: a check of a change behind
@@ -284,7 +290,7 @@ class InPlaceSession:
         the kernel waits for it, so recording here orders the write before
         whatever the writer does next (an editor's rename of its temp file)."""
         os.close(os.dup(self.fd))  # close() semantics of the backing fs (NFS write errors)
-        if self.wrote:
+        if self.record_on_flush:
             # Not after a mere O_TRUNC: a shell's `> f` closes its first fd
             # before writing, and the empty file in between is no version.
             self.settle()
@@ -311,7 +317,7 @@ class InPlaceSession:
                 return False
             try:
                 os.close(os.dup(self.fd))
-                if self.wrote:
+                if self.record_on_flush:
                     self._settle_busy(rel)
             finally:
                 self._writes.leave([rel])
@@ -344,7 +350,7 @@ class InPlaceSession:
             return
         if rel is None:
             self._kept.preserved = False
-            self.dirty = self.wrote = False
+            self.dirty = self.record_on_flush = False
             return
         with self._writes.changing(rel):
             self._settle_busy(rel)
@@ -362,7 +368,7 @@ class InPlaceSession:
             # check_file records them.
             log.exception("record_write(%r) failed", rel)
             return
-        self.dirty = self.wrote = False
+        self.dirty = self.record_on_flush = False
 
 
 class Change:
@@ -602,7 +608,7 @@ class InPlaceWrites:
         assert isinstance(session, InPlaceSession)
         with self.stripe(rel):
             session.rel = rel
-            session.dirty = session.wrote = True
+            session.dirty = session.record_on_flush = True
         with self._lock:
             session._kept.preserved, session._kept.hash = True, None
 

@@ -385,7 +385,7 @@ TEXT_SNIFF = 8192  # bytes looked at to tell text from binary
 
 
 def holds_binary(fd: int) -> bool:
-    """Whether the file behind ``fd`` is binary by the journal's rule: a NUL
+    """Whether the file behind ``fd`` is binary by the access journal's rule: a NUL
     in its first ``TEXT_SNIFF`` bytes (text files get line ranges)."""
     return b"\0" in os.pread(fd, TEXT_SNIFF, 0)
 

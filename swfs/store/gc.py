@@ -94,7 +94,7 @@ def collect(ws: Collected, *, keep_days: float = 7.0, dry_run: bool = False) -> 
     """*slow*: reclaim; returns what was (or, dry, would be) freed.
 
     On a full disk the store's reserve is spent for the two transactions
-    (the drops before any blob goes, the journal line after): gc must be
+    (the drops before any blob goes, the state log's line after): gc must be
     able to free a disk that is full (swfs.reserve)."""
     if keep_days < 0:
         raise ValueError("--keep must be 0 or more days")
@@ -136,7 +136,7 @@ def collect(ws: Collected, *, keep_days: float = 7.0, dry_run: bool = False) -> 
 
         def journal() -> None:
             with store.write() as txn:
-                store.append_journal(txn, "gc", **report.as_json())
+                store.append_state_log(txn, "gc", **report.as_json())
                 ws.bump_generation(txn)
 
         ws.spending_reserve(journal)

@@ -8,7 +8,7 @@ Layout of a store directory (``SRC/.swfs/`` by default)::
     control.sock   the running daemon's control socket
     reserve        allocated blocks held back for deletes, truncates and gc
                    on a full disk (swfs.reserve); no content
-    access.sqlite  the access journal and lineage, mode 0600 (SQLite, WAL; see swfs.journal)
+    access.sqlite  the access journal and lineage, mode 0600 (SQLite, WAL; swfs.evidence.access)
     search.sqlite  the search index: which parses are indexed, their units and
     search.tantivy/  the paths that show them (SQLite, WAL), and the units' text
                    (tantivy); derived from ``files`` and ``parses`` only:
@@ -80,7 +80,8 @@ digest, and its value then carries the path (``"path"`` in a file record;
     those the history kept (like the baseline's own), not copied up front.
 ``submissions``  name -> ``{"at": float, "snapshot": name, "files":
     [{"path", "hash", "size", "status"}, ...]}`` (swfs.history)
-``journal``  8-byte big-endian sequence number -> event
+``journal``  the state log (``STATE_LOG_DB``): 8-byte big-endian sequence
+    number -> event
     ``{"t": float, "ev": str, ...}``; append-only.
 ``diffs``  blake3 of ``kind|old hash|new hash|path`` -> rendered diff (UTF-8 text)
 
@@ -138,6 +139,11 @@ from swfs.store.upgrade import Fault, UnitRow, upgrade_records
 log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 3
+# The state log (``append_state_log``) is the LMDB sub-database named
+# "journal" on disk, its name from before "journal" came to mean the access
+# journal only: kept, so existing stores open unchanged.  The one place
+# that maps the two names.
+STATE_LOG_DB = "journal"
 _DBS = (
     "meta",
     "files",
@@ -145,7 +151,7 @@ _DBS = (
     "units",
     "versions",
     "snapshots",
-    "journal",
+    STATE_LOG_DB,
     "diffs",
     "snapinfo",
     "submissions",
@@ -827,16 +833,16 @@ class Store:
             else:
                 yield pdecode(key), value
 
-    # -- journal
-    def append_journal(self, txn: lmdb.Transaction, event: str, **fields: Any) -> None:
-        cur = txn.cursor(db=self.dbs["journal"])
+    # -- the state log
+    def append_state_log(self, txn: lmdb.Transaction, event: str, **fields: Any) -> None:
+        cur = txn.cursor(db=self.dbs[STATE_LOG_DB])
         seq = struct.unpack(">Q", cur.key())[0] + 1 if cur.last() else 1
         fields = {"t": time.time(), "ev": event, **fields}
-        txn.put(struct.pack(">Q", seq), dumps(fields), db=self.dbs["journal"])
+        txn.put(struct.pack(">Q", seq), dumps(fields), db=self.dbs[STATE_LOG_DB])
 
-    def iter_journal(self) -> Iterator[tuple[int, dict[str, Any]]]:
+    def iter_state_log(self) -> Iterator[tuple[int, dict[str, Any]]]:
         with self.read() as txn:
-            for key, raw in txn.cursor(db=self.dbs["journal"]):
+            for key, raw in txn.cursor(db=self.dbs[STATE_LOG_DB]):
                 yield struct.unpack(">Q", key)[0], loads(raw)
 
     # -- snapshots

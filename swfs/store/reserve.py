@@ -5,7 +5,7 @@ Like ZFS's slop space: the store keeps a file of allocated blocks
 space may use.  A delete or truncate through the mount, and ``swfs gc``,
 spend it when the disk is full (``spent``): the freed blocks let them keep
 the bytes that go (when they fit) and write their own bookkeeping (an LMDB
-transaction needs new pages, the journal a line).  Afterwards the reserve is
+transaction needs new pages, the state log a line).  Afterwards the reserve is
 filled again from whatever the change freed.  Writes that only add bytes
 never use it: they fail with ENOSPC while the reserve is still held.
 

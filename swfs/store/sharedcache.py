@@ -2,7 +2,7 @@
 every workspace mounted or indexed with ``--cache DIR``.
 
 A workspace looks a parse up here before it parses: a hit is imported into
-its own store (records, history, journal and permissions stay per
+its own store (records, history, logs and permissions stay per
 workspace) and no parse job runs; after a parse of its own it publishes the
 outcome here.  Entries hold parsed text only, the same text the workspace's
 own store holds; who may read it is decided by the workspace that shows it

@@ -47,7 +47,7 @@ def escaped(v: str) -> str:
     """``v`` as UTF-8 text can hold it: a path that is not UTF-8 (a name
     whose bytes ``os.fsdecode`` escaped as lone surrogates) becomes the
     backslash escapes of those bytes (``caf\\xe9.txt``), the form in which
-    swfs shows such a name wherever it writes text (the journal, the tab,
+    swfs shows such a name wherever it writes text (the access journal, the tab,
     search hits); any other string comes back as it is."""
     if v.isascii():
         return v

@@ -38,7 +38,7 @@ def engine(src: Path) -> Iterator[Engine]:
 
 
 def parse_events(eng: Engine) -> list[dict[str, object]]:
-    return [ev for _, ev in eng.workspace.store.iter_journal() if ev["ev"] == "parse"]
+    return [ev for _, ev in eng.workspace.store.iter_state_log() if ev["ev"] == "parse"]
 
 
 def test_index_makes_every_supported_file_current(engine: Engine) -> None:
@@ -205,7 +205,7 @@ def test_journal_records_transitions(engine: Engine, src: Path) -> None:
     engine.scan()
     os.unlink(src / "data.csv")
     engine.scan()
-    events = [ev["ev"] for _, ev in engine.workspace.store.iter_journal()]
+    events = [ev["ev"] for _, ev in engine.workspace.store.iter_state_log()]
     for ev in ("add", "scan", "baseline", "parse", "write", "unlink"):
         assert ev in events
 

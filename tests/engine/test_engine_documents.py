@@ -69,7 +69,9 @@ def test_fig2_cell_edit_goes_stale_then_current_and_diffs_by_cell(sample: Engine
     """The paper's Fig. 2: budget.xlsx Sheet1!B12 goes from 1200 to 1350."""
     rel = RelPath("budget.xlsx")
     path = sample.src / rel
-    parses_before = sum(1 for _, ev in sample.workspace.store.iter_journal() if ev["ev"] == "parse")
+    parses_before = sum(
+        1 for _, ev in sample.workspace.store.iter_state_log() if ev["ev"] == "parse"
+    )
     sample.workspace.preserve(rel)
     wb = openpyxl.load_workbook(path)
     wb["Sheet1"]["B12"] = 1350
@@ -91,7 +93,7 @@ def test_fig2_cell_edit_goes_stale_then_current_and_diffs_by_cell(sample: Engine
     assert "Sheet1!B12: 1200 -> 1350" in text
     assert [e.status for e in sample.reviews.review()] == [ChangeStatus.MODIFIED]
     # Only the edited workbook was parsed again; everything else reused its record.
-    parses = [ev for _, ev in sample.workspace.store.iter_journal() if ev["ev"] == "parse"]
+    parses = [ev for _, ev in sample.workspace.store.iter_state_log() if ev["ev"] == "parse"]
     assert [ev["path"] for ev in parses[parses_before:]] == ["budget.xlsx"]
     # The old bytes are a readable version.
     old = sample.history.version_file(rel, 1)

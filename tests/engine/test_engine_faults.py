@@ -202,7 +202,7 @@ def test_a_full_disk_spends_the_reserve_to_delete_and_records_what_it_could_not_
             (big,) = eng.history.versions(RelPath("big.bin"))
             assert not big.available
             assert big.not_kept == "disk full"
-            events = [e for _, e in eng.workspace.store.iter_journal() if e["ev"] == "not-kept"]
+            events = [e for _, e in eng.workspace.store.iter_state_log() if e["ev"] == "not-kept"]
             assert [e["path"] for e in events] == ["big.bin"]
             os.unlink(src / "filler")
             eng.scan()

@@ -134,7 +134,7 @@ def test_reset_to_baseline_restores_the_tree_byte_for_byte(engine: Engine) -> No
     # A second reset has nothing to do.
     again = history.reset(engine.workspace)
     assert (again.removed, again.restored, again.renamed) == (0, 0, 0)
-    kinds = [ev["ev"] for _, ev in engine.workspace.store.iter_journal()]
+    kinds = [ev["ev"] for _, ev in engine.workspace.store.iter_state_log()]
     assert kinds.count("reset") == 3
 
 
@@ -161,7 +161,7 @@ def test_reset_to_a_submission_brings_back_the_submitted_state(engine: Engine) -
     listed = history.list_submissions(engine.workspace)
     assert [s.name for s in listed] == ["task1"]
     assert listed[0].files == sub.files
-    assert any(ev["ev"] == "submit" for _, ev in engine.workspace.store.iter_journal())
+    assert any(ev["ev"] == "submit" for _, ev in engine.workspace.store.iter_state_log())
 
 
 def test_submit_named_paths_and_directories(engine: Engine) -> None:

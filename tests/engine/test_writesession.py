@@ -116,7 +116,7 @@ def test_a_truncate_on_a_full_disk_goes_on_and_records_the_loss(
     vs = engine.history.versions(RelPath("a.txt"))
     assert [v.not_kept for v in vs] == ["disk full", None]
     assert not vs[0].available
-    events = [e for _, e in engine.workspace.store.iter_journal() if e["ev"] == "not-kept"]
+    events = [e for _, e in engine.workspace.store.iter_state_log() if e["ev"] == "not-kept"]
     assert [(e["path"], e["version"], e["why"]) for e in events] == [("a.txt", 1, "disk full")]
     with pytest.raises(WorkspaceError, match="not kept: disk full"):
         engine.history.restore(RelPath("a.txt"), 1)

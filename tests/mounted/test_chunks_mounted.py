@@ -12,8 +12,8 @@ from pathlib import Path
 import blake3
 import pytest
 
+from swfs.api import STORE_NAME
 from swfs.store.blobs import BlobStore
-from swfs.workspace import STORE_NAME
 from tests.mountutil import workspace
 
 pytestmark = [

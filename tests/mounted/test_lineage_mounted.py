@@ -385,7 +385,7 @@ def test_no_journal_records_nothing() -> None:
         assert "LINEAGE.md" not in os.listdir(m.mnt / ".review")
         copy = m.mnt / "out" / "copy.csv"
         assert run_as((0, 0), lambda: os.getxattr(copy, "user.sw.inputs")) == errno.ENODATA
-        # The state journal still works.
+        # The state log still works.
         assert "write" in swfs("log", m.mnt).stdout
 
 

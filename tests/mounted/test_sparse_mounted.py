@@ -11,8 +11,8 @@ from collections.abc import Callable
 
 import pytest
 
+from swfs.api import STORE_NAME
 from swfs.store.blobs import BlobStore
-from swfs.workspace import STORE_NAME
 from tests.mountutil import swfs, workspace
 from tests.sparseutil import SLACK, MiB, allocated, holds, read_hash, stream_hash
 
