@@ -475,7 +475,7 @@ def cmd_log(args: argparse.Namespace) -> int:
         events = list(engine.workspace.store.iter_state_log())
     from .lineage import print_log
 
-    print_log(events, t, args)  # with the access journal's reads, listings and writes
+    print_log(events, t, args)  # the state log, with the access journal's events
     return 0
 
 
@@ -540,13 +540,13 @@ def register(c: Commands) -> None:
     sp = c.add("snapshot", cmd_snapshot, "name the present state (keeps all its bytes)")
     sp.add_argument("name", metavar="NAME", nargs="?")
     sp.add_argument("--delete", metavar="NAME", help="delete snapshot NAME instead")
-    sp = c.add("log", cmd_log, "the journal of state transitions")
+    sp = c.add("log", cmd_log, "the state log and the access journal, labelled, in time order")
     sp.add_argument("--json", action="store_true", help="one JSON object per line")
     sp.add_argument("-n", "--limit", type=int, default=0, help="only the last N events")
     sp.add_argument(
         "--kind",
         choices=("read", "list", "write", "state"),
-        help="only accesses of this kind (state: only the state transitions)",
+        help="only the access journal's events of this kind (state: only the state log)",
     )
     sp = c.add("check", cmd_check, "verify the store's invariants")
     sp.add_argument("--repair", action="store_true", help="fix what can be fixed")

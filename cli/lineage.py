@@ -1,6 +1,6 @@
 """``swfs lineage``: what each file written through the mount was derived
-from; and the access half of ``swfs log`` (reads, listings, writes with
-their processes).
+from; and ``swfs log``: the state log beside the access journal (reads,
+listings, writes with their processes).
 
 Both read the access journal (``swfs.evidence.access``) directly.  While the
 workspace is mounted they first ask the daemon to store what it holds, so
@@ -43,8 +43,9 @@ def access_events(t: Target, kind: str | None) -> Iterator[dict[str, Any]]:
 
 
 def print_log(state: list[tuple[int, dict[str, Any]]], t: Target, args: argparse.Namespace) -> None:
-    """``swfs log``: the state journal and the access journal, in time order
-    (``--kind``: access events of that kind only)."""
+    """``swfs log``: the state log (``swfs.store.records``) and the access
+    journal, in time order, each text line labelled with its log (``--kind``:
+    access events of that kind only, or the state log only)."""
     kind = getattr(args, "kind", None)
     rows: list[tuple[float, dict[str, Any]]] = []
     if kind in (None, "state"):
@@ -58,12 +59,12 @@ def print_log(state: list[tuple[int, dict[str, Any]]], t: Target, args: argparse
         if args.json:
             print(json.dumps(ev, ensure_ascii=False))
         elif "kind" in ev:
-            print(_access_line(ev))
+            print(f"access  {_access_line(ev)}")
         else:
             fields = " ".join(
                 f"{k}={log_field(v)}" for k, v in ev.items() if k not in ("t", "ev", "seq")
             )
-            print(f"{ev['seq']:6d}  {when(ev['t'])}  {ev['ev']:<9} {fields}")
+            print(f"state   {ev['seq']:6d}  {when(ev['t'])}  {ev['ev']:<9} {fields}")
 
 
 def _access_line(ev: dict[str, Any]) -> str:

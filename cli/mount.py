@@ -333,7 +333,8 @@ def register(c: Commands) -> None:
     sp.add_argument(
         "--no-journal",
         action="store_true",
-        help="record no opens, reads, listings or writes (no lineage, swfs log shows state only)",
+        help="record no opens, reads, listings or writes in the access journal (no lineage; "
+        "swfs log shows the state log only)",
     )
     sp.add_argument(
         "--every-listing",
