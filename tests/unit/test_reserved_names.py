@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from mountd.nodes import SYNTHETIC_TREES, Tree
 from swfs.api import RESERVED_ROOTS, STORE_NAME
+from swfs.evidence import access
 
 
 def test_the_routers_trees_are_the_reserved_roots() -> None:
@@ -16,3 +17,9 @@ def test_the_routers_trees_are_the_reserved_roots() -> None:
 
 def test_the_store_is_no_generated_tree() -> None:
     assert STORE_NAME not in RESERVED_ROOTS
+
+
+def test_the_access_journals_tree_names_are_reserved_roots() -> None:
+    # The access journal names the trees its events fall in (a unit's read
+    # under .parsed, a version's under .versions): the same names.
+    assert {access.PARSED, access.VERSIONS, access.REVIEW} <= RESERVED_ROOTS
