@@ -19,7 +19,7 @@ from swfs import control
 from swfs.api import RelPath
 
 from .base import Progress, Target, open_engine
-from .world import refuse_world
+from .mountat import refuse_world
 
 if TYPE_CHECKING:
     from swfs.engine import Engine

@@ -35,7 +35,7 @@ from .base import (
 )
 from .client import connect
 from .history import human_bytes
-from .world import status_of_world
+from .mountat import status_of_world
 
 if TYPE_CHECKING:
     from swfs.engine import Engine

@@ -89,8 +89,8 @@ def mount_workspace(args: argparse.Namespace, config: Config) -> int:
         raise MountError(f"bad mount option: {exc}") from None
 
     factory: Callable[[], AbstractContextManager[EngineAPI]]
-    if args.at is not None:  # a read-only world beside the live mount (cli.world)
-        from .world import world_factory
+    if args.at is not None:  # a read-only world beside the live mount (cli.mountat)
+        from .mountat import world_factory
 
         check_name(args.at, "world")
         factory, options = world_factory(src, store, args.at, config, options)

@@ -34,7 +34,7 @@ Modules, outermost first:
 ``staged``      the native tree of a ``--staged`` mount, the FUSE side: SRC
                 with the store's staged layer over it (what each change does
                 to the layer: ``swfs.history.copyup``).
-``world``       the native tree of a world (``swfs mount --at``): a
+``worldnative`` the native tree of a world (``swfs mount --at``): a
                 snapshot's files, read-only.
 ``render``      ``.render/``: page and slide images, made on first read.
 ``searchtree``  ``.search/``: every name is a query; ``caller`` says who asks.

@@ -28,7 +28,7 @@ from mountd.dump import DumpOnSignal
 from mountd.fsutil import raise_fd_limit
 from mountd.operations import Operations
 from mountd.options import MountOptions
-from mountd.world import is_world
+from mountd.worldnative import is_world
 from swfs.api import EngineAPI
 from swfs.changefeed import ChangeFeed
 
@@ -260,7 +260,7 @@ async def _serve(
         await nursery.start(engine.run_background)
         stack.callback(ops.invalidator.stop)
         await nursery.start(ops.invalidator.run)
-        if not is_world(engine):  # a world is one fixed state (mountd.world)
+        if not is_world(engine):  # a world is one fixed state (mountd.worldnative)
             # The socket the CLI talks to (swfs.control), once the engine's work runs.
             control = engine.control_server()
             stack.callback(control.stop)

@@ -66,7 +66,7 @@ from mountd.router import Router
 from mountd.searchtree import SearchTree
 from mountd.synthetic import Generation, ReviewTree, SyntheticTree, make_trees
 from mountd.tabtree import TabTree
-from mountd.world import is_world, native_source
+from mountd.worldnative import is_world, native_source
 from swfs.api import STORE_NAME, XATTR_PREFIX, EngineAPI
 from swfs.changefeed import ChangeFeed
 from swfs.evidence.access import hash_lookup, open_journal

@@ -2,7 +2,7 @@
 (``swfs.history.world``) shows, with which sizes, modes, owners and times,
 laid out once at mount as a private directory tree of empty sparse files.
 
-The daemon's native tree of a world (``mountd.world``) answers lookups,
+The daemon's native tree of a world (``mountd.worldnative``) answers lookups,
 listings and stats from it, so that the directory descriptors, ``*at`` stats
 and inode numbers it relies on are real and stable.  The bytes never go
 there: opening a file opens its blob (``World.open_file``).  The skeleton

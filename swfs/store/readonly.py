@@ -16,7 +16,7 @@ from pathlib import Path
 
 import lmdb
 
-from swfs.store.records import _DBS, FORMAT_VERSION, Store, StoreError
+from swfs.store.records import DATABASES, FORMAT_VERSION, Store, StoreError
 
 
 class ReadOnlyStore(Store):
@@ -31,12 +31,12 @@ class ReadOnlyStore(Store):
             raise StoreError(f"{root}: no swfs store here")
         try:
             self.env = lmdb.open(
-                str(dbdir), readonly=True, lock=True, subdir=True, max_dbs=len(_DBS) + 1,
+                str(dbdir), readonly=True, lock=True, subdir=True, max_dbs=len(DATABASES) + 1,
                 max_readers=256,
             )  # fmt: skip
             # Without a transaction of ours: py-lmdb ends a read transaction
             # by resetting it, which would drop handles opened in it.
-            self.dbs = {n: self.env.open_db(n.encode(), create=False) for n in _DBS}
+            self.dbs = {n: self.env.open_db(n.encode(), create=False) for n in DATABASES}
         except lmdb.Error as exc:
             raise StoreError(f"{dbdir}: cannot open the store read-only: {exc}") from exc
         self._resize_lock = threading.Lock()

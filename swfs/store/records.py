@@ -144,7 +144,7 @@ FORMAT_VERSION = 3
 # journal only: kept, so existing stores open unchanged.  The one place
 # that maps the two names.
 STATE_LOG_DB = "journal"
-_DBS = (
+DATABASES = (
     "meta",
     "files",
     "parses",
@@ -467,7 +467,7 @@ class Store:
             self.env = lmdb.open(
                 str(dbdir),
                 map_size=max(_INITIAL_MAP_SIZE, self._current_data_size(dbdir) * 2),
-                max_dbs=len(_DBS) + 1,
+                max_dbs=len(DATABASES) + 1,
                 subdir=True,
                 readonly=False,
                 lock=True,
@@ -480,7 +480,7 @@ class Store:
             )
         except lmdb.Error as exc:
             raise StoreError(f"{dbdir}: cannot open the store: {exc}") from exc
-        self.dbs = {name: self.env.open_db(name.encode()) for name in _DBS}
+        self.dbs = {name: self.env.open_db(name.encode()) for name in DATABASES}
         try:
             self._check_format(upgrade_fault)
         except BaseException:
