@@ -31,6 +31,7 @@ import logging
 import os
 import struct
 import zipfile
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -293,15 +294,18 @@ def _conversion_key(parser: Parser, info: FileInfo) -> str:
     return f"{base}+{route.inner.key()}" + ("+detect" if route.detect else "")
 
 
-def _next_reader_key(parser: Parser, info: FileInfo) -> str:
+def _next_reader_key(
+    parser: Parser, info: FileInfo, chain: Callable[[FileInfo], Sequence[Parser]] | None
+) -> str:
     """The key of the parser that reads what ``parser`` declines (a plain
     ``.xls`` goes on to the spreadsheet readers): its new versions must not
-    be hidden behind this parser's unchanged key."""
-    from parsers import registry
-
-    chain = registry.candidates(info)
-    ids = [p.id for p in chain]
-    after = chain[ids.index(parser.id) + 1 :] if parser.id in ids else chain
+    be hidden behind this parser's unchanged key.  ``chain``: the registry's
+    candidates for a file (given by the registry, which imports this module)."""
+    if chain is None:
+        return "none"
+    readers = list(chain(info))
+    ids = [p.id for p in readers]
+    after = readers[ids.index(parser.id) + 1 :] if parser.id in ids else readers
     return after[0].cache_key(info) if after else "none"
 
 
@@ -315,6 +319,12 @@ class LegacyOfficeParser(Parser):
     keyed_by_extension = True  # the same OLE bytes are 'encrypted' only under some names
     extensions: ClassVar[frozenset[str]] = _SPREADSHEETS | _OLE_DOCUMENTS
 
+    def __init__(self, next_readers: Callable[[FileInfo], Sequence[Parser]] | None = None) -> None:
+        """``next_readers``: the parsers that may read a file, in order (the
+        registry's ``candidates``): a spreadsheet's key names the one that
+        reads it after this parser declines."""
+        self.next_readers = next_readers
+
     def accepts(self, info: FileInfo) -> bool:
         return info.head.startswith(OLE_MAGIC) and (
             info.extension in self.extensions or info.extension in OOXML_EXTENSIONS
@@ -322,7 +332,8 @@ class LegacyOfficeParser(Parser):
 
     def cache_key(self, info: FileInfo) -> str:
         if info.extension in _SPREADSHEETS:
-            return f"{self.key()}{info.extension}+{_next_reader_key(self, info)}"
+            key = _next_reader_key(self, info, self.next_readers)
+            return f"{self.key()}{info.extension}+{key}"
         return _conversion_key(self, info)
 
     def parse(self, path: str, info: FileInfo, options: ParseOptions) -> list[Unit]:

@@ -54,7 +54,7 @@ def _instances() -> tuple[Parser, ...]:
         SpreadsheetParser(),
         DocxParser(),
         PptxParser(),
-        LegacyOfficeParser(),
+        LegacyOfficeParser(next_readers=candidates),
         ConvertedDocumentParser(),
         OutlookMsgParser(),
         EpubParser(),
