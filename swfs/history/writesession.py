@@ -118,6 +118,11 @@ class History(Protocol):
         killed before it recorded its change (under their own hash)."""
         ...
 
+    def writer_if_free(self) -> AbstractContextManager[bool]:
+        """The store's writer lock if no other thread holds it (True), else
+        nothing (False): a record made on the daemon's loop must not wait."""
+        ...
+
     def deferring_syncs(self) -> AbstractContextManager[None]:
         """A block whose kept bytes are fsynced at its end, not one by one
         (``BlobStore.deferring_syncs``)."""
@@ -306,13 +311,12 @@ class InPlaceSession:
         a small part, and the hop and the wait for the interpreter the
         rest."""
         rel = self.rel
-        free = getattr(self._writes.history, "writer_if_free", None)
-        if rel is None or free is None or self._writes.queued_for(rel):
+        if rel is None or self._writes.queued_for(rel):
             return False  # a thread's work: wait for the queued records first
         st = os.fstat(self.fd)
         if st.st_size > INLINE_RECORD_BYTES or st.st_nlink != 1:
             return False  # hashing, or the other names' records: a thread's work
-        with free() as got:
+        with self._writes.history.writer_if_free() as got:
             if not got or not self._writes.try_enter(rel):
                 return False
             try:
