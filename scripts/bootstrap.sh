@@ -50,6 +50,8 @@ command -v rsync >/dev/null 2>&1 || real_debs="$real_debs rsync"
 command -v make >/dev/null 2>&1 || real_debs="$real_debs make"
 command -v cc >/dev/null 2>&1 || real_debs="$real_debs gcc libc6-dev"
 command -v stress-ng >/dev/null 2>&1 || real_debs="$real_debs stress-ng"
+# mkfs.xfs: the clone (reflink) tests make a small xfs image to run on.
+command -v mkfs.xfs >/dev/null 2>&1 || [ -x /usr/sbin/mkfs.xfs ] || real_debs="$real_debs xfsprogs"
 if [ -n "$real_debs" ]; then
     if [ "$(id -u)" = 0 ]; then
         need_debs="$need_debs$real_debs"

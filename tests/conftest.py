@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
@@ -92,3 +93,45 @@ def sample(tmp_path: Path) -> Iterator[Engine]:
     with Engine.open(src, config=Config(rescan_interval=0)) as eng:
         trio.run(eng.drain)
         yield eng
+
+
+# A folder on a file system that shares extents (xfs, btrfs), for the clone
+# (reflink) tests: the usual test folders are ext4 or tmpfs, which decline.
+REFLINK_DIR_ENV = "SWFS_TEST_REFLINK_DIR"
+REFLINK_IMAGE_BYTES = 640 << 20  # xfs wants 300 MiB at least; sparse
+
+
+@pytest.fixture(scope="session")
+def reflink_dir() -> Iterator[Path | str]:
+    """``$SWFS_TEST_REFLINK_DIR``, or (as root, with mkfs.xfs) a small xfs
+    image loop-mounted for the session; else the reason there is none (a
+    str: the tests skip, naming it)."""
+    where = os.environ.get(REFLINK_DIR_ENV)
+    if where:
+        yield Path(where)
+        return
+    if os.geteuid() != 0 or shutil.which("mkfs.xfs") is None:
+        yield f"{REFLINK_DIR_ENV} is unset, and no xfs image can be made (root, mkfs.xfs)"
+        return
+    base = workdir()
+    image, point = base / "xfs.img", base / "xfs"
+    point.mkdir()
+    with open(image, "wb") as f:
+        f.truncate(REFLINK_IMAGE_BYTES)
+    made = subprocess.run(["mkfs.xfs", "-q", "-f", str(image)], capture_output=True, text=True)
+    mounted = made.returncode == 0 and (
+        subprocess.run(
+            ["mount", "-o", "loop", str(image), str(point)], capture_output=True, text=True
+        )
+    )
+    if made.returncode != 0 or not mounted or mounted.returncode != 0:
+        why = made.stderr if made.returncode != 0 else (mounted.stderr if mounted else "")
+        cleanup_dir(base)
+        yield f"no xfs image to clone on: {why.strip()[-300:]}"
+        return
+    try:
+        point.chmod(0o755)
+        yield point
+    finally:
+        subprocess.run(["umount", "-l", str(point)], capture_output=True)
+        cleanup_dir(base)

@@ -41,15 +41,12 @@ def _shown(mnt: Path, name: str) -> dict[str, str]:
     return out
 
 
-REFLINK_DIR_ENV = "SWFS_TEST_REFLINK_DIR"
-
-
-def _root(fs: str) -> Path:
+def _root(fs: str, request: pytest.FixtureRequest) -> Path:
     if fs == "tmp":
         return workdir()
-    where = os.environ.get(REFLINK_DIR_ENV)
-    if not where:
-        pytest.skip(f"{REFLINK_DIR_ENV} names no folder on xfs or btrfs")
+    where = request.getfixturevalue("reflink_dir")  # tests/conftest.py
+    if isinstance(where, str):
+        pytest.skip(where)
     d = Path(tempfile.mkdtemp(prefix="swfs-test-", dir=where))
     d.chmod(0o755)
     return d
@@ -58,9 +55,9 @@ def _root(fs: str) -> Path:
 @pytest.mark.parametrize("fs", ["tmp", "reflink"])
 @pytest.mark.parametrize("step", ["kept", "written"])
 def test_a_crash_between_keeping_and_writing_loses_nothing(
-    step: str, fs: str, monkeypatch: pytest.MonkeyPatch
+    step: str, fs: str, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
 ) -> None:
-    root = _root(fs)
+    root = _root(fs, request)
     src, mnt = root / "src", root / "mnt"
     src.mkdir()
     mnt.mkdir()

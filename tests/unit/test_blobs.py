@@ -369,21 +369,22 @@ def test_link_in_across_filesystems_copies(tiny_tmpfs: Path, tmp_path: Path) -> 
 
 # -- keeping a file by reflink (clone_fd)
 
-# A folder on a file system that shares extents (xfs, btrfs), to run the
-# clone tests there too: tmp_path is usually ext4 or tmpfs, which decline.
-REFLINK_DIR_ENV = "SWFS_TEST_REFLINK_DIR"
-
 
 @pytest.fixture(params=["tmp", "reflink"])
 def clone_root(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
+    """tmp_path, and a folder on xfs or btrfs (tests/conftest.py ``reflink_dir``)."""
     if request.param == "tmp":
         return tmp_path
-    where = os.environ.get(REFLINK_DIR_ENV)
-    if not where:
-        pytest.skip(f"{REFLINK_DIR_ENV} names no folder on xfs or btrfs")
+    where = request.getfixturevalue("reflink_dir")
+    if isinstance(where, str):
+        pytest.skip(where)
     d = Path(where) / f"clone-{os.getpid()}-{tmp_path.name}"
     d.mkdir(parents=True)
+    _REFLINK_ROOTS.add(d)
     return d
+
+
+_REFLINK_ROOTS: set[Path] = set()  # clone_root's folders on xfs or btrfs
 
 
 def test_clone_fd_keeps_the_exact_bytes_or_declines(clone_root: Path) -> None:
@@ -398,8 +399,7 @@ def test_clone_fd_keeps_the_exact_bytes_or_declines(clone_root: Path) -> None:
     assert temps(store) == []
     if not cloned:
         assert not store.has(b3(data))
-        reflink_dir = os.environ.get(REFLINK_DIR_ENV)
-        assert not (reflink_dir and clone_root.is_relative_to(reflink_dir)), "declined on xfs"
+        assert not _on_reflink_fs(clone_root), "declined on xfs"
         return
     assert store.has(b3(data))
     # The file changes in place afterwards: the blob does not (copy on write).
@@ -412,8 +412,7 @@ def test_clone_fd_keeps_the_exact_bytes_or_declines(clone_root: Path) -> None:
 
 
 def _on_reflink_fs(root: Path) -> bool:
-    where = os.environ.get(REFLINK_DIR_ENV)
-    return bool(where) and root.is_relative_to(str(where))
+    return any(root.is_relative_to(d) for d in _REFLINK_ROOTS)
 
 
 def test_clone_fd_stores_a_chunk_manifest(clone_root: Path) -> None:
@@ -489,8 +488,7 @@ def test_clone_fd_of_other_bytes_stores_nothing(clone_root: Path) -> None:
         os.close(fd)
     assert not store.has(b3(b"other bytes"))
     assert temps(store) == []
-    reflink_dir = os.environ.get(REFLINK_DIR_ENV)
-    if reflink_dir and clone_root.is_relative_to(reflink_dir):
+    if _on_reflink_fs(clone_root):
         assert cloned  # raised, on a file system that clones
 
 
