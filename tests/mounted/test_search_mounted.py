@@ -64,6 +64,13 @@ def shared() -> Iterator[tuple[Mount, tuple[int, int]]]:
         os.chmod(src / "private", 0o700)
 
     with workspace(populate=populate) as m:
+        # The parses are done (the sync); the index catches up with them in
+        # the background, and a query meanwhile says so: wait for it.
+        wait_for(
+            "the search index to catch up with the parses",
+            lambda: "still catching up" not in read(m.mnt, "regional revenue north"),
+            timeout=120,
+        )
         yield m, ids
 
 
