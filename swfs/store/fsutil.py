@@ -115,13 +115,7 @@ def reflink(src_fd: int, dst_fd: int) -> bool:
     True when cloned; False when the filesystem cannot (then copy instead).
     Other errors are raised.
     """
-    try:
-        fcntl.ioctl(dst_fd, FICLONE, src_fd)
-    except OSError as exc:
-        if exc.errno in _NO_REFLINK:
-            return False
-        raise
-    return True
+    return _clone(dst_fd, FICLONE, src_fd)
 
 
 def reflink_range(src_fd: int, offset: int, length: int, dst_fd: int, dst_offset: int) -> bool:
@@ -130,9 +124,12 @@ def reflink_range(src_fd: int, offset: int, length: int, dst_fd: int, dst_offset
     block-aligned, and ``length`` too unless the range ends at the end of
     ``src_fd``.  True when cloned; False when the file systems cannot (or
     the range is not aligned for them: EINVAL).  Other errors are raised."""
-    arg = _CLONE_RANGE.pack(src_fd, offset, length, dst_offset)
+    return _clone(dst_fd, FICLONERANGE, _CLONE_RANGE.pack(src_fd, offset, length, dst_offset))
+
+
+def _clone(dst_fd: int, request: int, arg: int | bytes) -> bool:
     try:
-        fcntl.ioctl(dst_fd, FICLONERANGE, arg)
+        fcntl.ioctl(dst_fd, request, arg)
     except OSError as exc:
         if exc.errno in _NO_REFLINK:
             return False
