@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import datetime
 import os
@@ -133,6 +134,14 @@ def open_engine(
 
     if not create:
         require_workspace(t)
+    if t.mounted:
+        # What the daemon has queued to record (closes, changes of names) is
+        # in the store before this process reads it.
+        from swfs import control
+        from swfs.control import ControlError, ControlUnavailable
+
+        with contextlib.suppress(ControlUnavailable, ControlError, OSError):
+            control.request(t.store, "drain", io_timeout=120)
     return Engine.open(t.src, t.store, config=config_from(args))
 
 

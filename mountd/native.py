@@ -442,9 +442,8 @@ class NativeProvider:
         return self.source.write(h.fh, off, buf)
 
     def flush(self, h: FileHandle, fh: int) -> Reply[None]:
-        """At once where nothing is to be recorded, or a small file's record
-        where no lock is taken (mountd.reply); else awaited, recorded in a
-        worker thread."""
+        """At once, a write's record queued (mountd.reply); awaited, recorded
+        in a worker thread, only where it cannot be queued now."""
         assert isinstance(h, NativeOpen)
         self.mount.fastpath.note_writes(fh, h.fh)  # passthrough writers (mountd.fastpath)
         recorded = h.fh.record_on_flush
@@ -487,24 +486,28 @@ class NativeProvider:
         self.source.release_reader(h.fh)
 
     def release(self, h: FileHandle, fh: int) -> Reply[None]:
-        """At once where nothing is left to record: a reader, or a writer
-        whose close (FLUSH) recorded its writes, as most closes do
-        (mountd.reply); else awaited, recorded in a worker thread."""
+        """At once: a reader's, or a writer's whose record is queued (or was
+        made at its close); awaited, recorded in a worker thread, only where
+        the record cannot be queued (``WriteSession.release_later``)."""
         assert isinstance(h, NativeOpen)
         if h.fh.session is None:
             self.release_reader(h, fh)
             return None
         self.mount.fastpath.note_writes(fh, h.fh)
-        if h.fh.dirty:
-            return self._release(h, fh)
+        wrote = h.fh.dirty
+        if wrote:
+            # Written since the last record: the session records it now.
+            h.node.cache_sig = self._cache_sig_after_writes(h, fh)
         self.mount.fastpath.released(fh)
-        return self.source.release(h.fh)  # nothing written since the last record: at once
+        got = self.source.release(h.fh)
+        if pending(got):
+            return self._release(h, fh, got)
+        if wrote:
+            self.mount.journal.on_wrote(fh, h.fh.path())
+        return None
 
-    async def _release(self, h: NativeOpen, fh: int) -> None:
-        # Written since the last record: the session records it now.
-        h.node.cache_sig = self._cache_sig_after_writes(h, fh)
-        self.mount.fastpath.released(fh)
-        await awaited(self.source.release(h.fh))
+    async def _release(self, h: NativeOpen, fh: int, got: Reply[None]) -> None:
+        await awaited(got)
         self.mount.journal.on_wrote(fh, h.fh.path())
 
     # -- attributes that change

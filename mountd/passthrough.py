@@ -505,16 +505,13 @@ class Passthrough:
             return os.stat(name, dir_fd=nfd, follow_symlinks=False)
 
     def flush(self, fh: NativeHandle) -> Reply[None]:
-        """close(2) of one of the caller's fds (the session records a write):
-        at once where there is nothing to record, or a small file's record
-        where no lock is taken; else awaited, recorded in a worker thread."""
+        """close(2) of one of the caller's fds: at once, a write's record
+        queued (``WriteSession.flush_later``); awaited, recorded in a worker
+        thread, only where it cannot be queued now."""
         session = fh.session
-        if session is not None and session.record_on_flush:
-            return None if session.flush_inline() else self.slow(session.flush)
         if session is not None:
-            session.flush()  # nothing to record: only the backing close
-        else:
-            os.close(os.dup(fh.fd))  # close() semantics of the backing fs (NFS write errors)
+            return None if session.flush_later() else self.slow(session.flush)
+        os.close(os.dup(fh.fd))  # close() semantics of the backing fs (NFS write errors)
         return None
 
     async def fsync(self, fh: NativeHandle, datasync: bool) -> None:
@@ -524,14 +521,12 @@ class Passthrough:
             await self.slow(os.fdatasync if datasync else os.fsync, fh.fd)
 
     def release(self, fh: NativeHandle) -> Reply[None]:
-        """At once where nothing is left to record (a reader, or a writer
-        whose close recorded it); else awaited, recorded in a worker thread."""
+        """At once, a write's record queued (``WriteSession.release_later``);
+        awaited, recorded in a worker thread, only where it cannot be."""
         if fh.session is None:
             self.release_reader(fh)
-        elif fh.session.dirty:
+        elif not fh.session.release_later():
             return self.slow(fh.session.release)
-        else:
-            fh.session.release()  # nothing to record: its descriptor closes
         return None
 
     @staticmethod

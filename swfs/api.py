@@ -200,9 +200,11 @@ class WriteSession(Protocol):
         """*slow*: one of the writer's descriptors was closed: record a write."""
         ...
 
-    def flush_inline(self) -> bool:
-        """``flush`` on the calling thread where that needs no waiting (a
-        small file, no lock held elsewhere); False, nothing done, if not."""
+    def flush_later(self) -> bool:
+        """``flush`` on the calling thread, without waiting: the close's
+        record is queued, made off the reply path in order with the changes
+        of names around it; False, nothing done, where it cannot be (then
+        ``flush`` in a worker thread)."""
         ...
 
     def sync(self, datasync: bool) -> None:
@@ -211,6 +213,11 @@ class WriteSession(Protocol):
 
     def release(self) -> None:
         """*slow*: the last descriptor is gone: close, record, end."""
+        ...
+
+    def release_later(self) -> bool:
+        """``release`` on the calling thread, its record queued as
+        ``flush_later``'s; False, nothing done, where it cannot be."""
         ...
 
 
@@ -386,9 +393,13 @@ class WorkspaceAPI(Protocol):
         hard link where possible)."""
         ...
 
-    def record_write(self, rel: RelPath) -> FileState | None:
-        """*slow*: after a written file is released or fsynced: rehash, record a
-        version if the hash changed, mark the view stale and queue a re-parse."""
+    def record_write(self, rel: RelPath, *, fd: int | None = None) -> FileState | None:
+        """*slow*: after a written file is closed, released or fsynced: rehash,
+        record a version if the hash changed, mark the view stale and queue a
+        re-parse.  ``fd``: a readable descriptor of the file, which is read
+        instead of whatever ``rel`` names now (a record made later, off the
+        reply path, records the bytes of the file that was written; nobody
+        waits for its state, and None is returned)."""
         ...
 
     def record_rename(self, old: RelPath, new: RelPath) -> None: ...

@@ -3,7 +3,9 @@
 While a workspace is mounted the daemon owns its state; commands that change
 it (baseline, snapshot, restore, submit, reset, gc) or wait on it (sync) are
 sent here, so the daemon records them and invalidates the kernel's caches.  Read-only commands
-read the store directly (LMDB allows concurrent readers across processes).
+read the store directly (LMDB allows concurrent readers across processes),
+once the daemon has made the records it queued (``drain``: a close's record
+and a change of names' are made after their reply).
 
 Protocol: one JSON object per connection, one line each way.
 Request ``{"op": NAME, ...args}``; reply ``{"ok": true, "result": ...}`` or
@@ -99,6 +101,9 @@ async def _handle(
     op = request.get("op")
     if op == "ping":
         return {"pid": os.getpid(), "src": str(engine.src), "store": str(engine.store_dir)}
+    if op == "drain":  # before a command reads the store itself: the queued records made
+        await trio.to_thread.run_sync(engine.workspace.writes.drain)
+        return {}
     if op == "sync":
         ok = await engine.wait_all_current(float(request.get("timeout", 600)))
         return {"current": ok, "counts": await trio.to_thread.run_sync(engine.views.counts)}

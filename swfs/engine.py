@@ -507,6 +507,10 @@ class Engine:
         """True once nothing is pending or stale (``swfs sync``)."""
         with trio.move_on_after(limit):
             while True:
+                # The queued records first (closes' and changes of names'):
+                # their paths are not current, nor their parses final, until
+                # they are made.
+                await trio.to_thread.run_sync(self.workspace.writes.drain)
                 queue = self.queue
                 if queue is not None and not queue.idle():
                     await trio.sleep(0.05)

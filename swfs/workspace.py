@@ -228,15 +228,22 @@ class Workspace(BlobReads):
         return int(bytes(raw or b"0"))
 
     # ----------------------------------------------------------------- hashing
-    def _examine(self, rel: str) -> tuple[os.stat_result, str, str | None] | None:
+    def _examine(
+        self, rel: str, given: int | None = None
+    ) -> tuple[os.stat_result, str, str | None] | None:
         """*slow*: stat, hash and pick a parser for one file, without following
-        symlinks.  None if it is not (or no longer) a regular file."""
-        try:
-            fd = open_to_read(self.abspath(rel), os.O_NOFOLLOW | os.O_NONBLOCK)
-        except OSError as exc:
-            if exc.errno not in (errno.ENOENT, errno.ELOOP, errno.ENOTDIR, errno.ENXIO):
-                log.warning("%s: cannot read: %s", rel, exc.strerror)
-            return None
+        symlinks (``given``: a readable descriptor of it, read instead of
+        the path, and left open).  None if it is not (or no longer) a
+        regular file."""
+        if given is not None:
+            fd = given
+        else:
+            try:
+                fd = open_to_read(self.abspath(rel), os.O_NOFOLLOW | os.O_NONBLOCK)
+            except OSError as exc:
+                if exc.errno not in (errno.ENOENT, errno.ELOOP, errno.ENOTDIR, errno.ENXIO):
+                    log.warning("%s: cannot read: %s", rel, exc.strerror)
+                return None
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
@@ -248,7 +255,8 @@ class Workspace(BlobReads):
                 # The writer's close (or the next scan) records the result.
                 return None
         finally:
-            os.close(fd)
+            if given is None:
+                os.close(fd)
         info = FileInfo(
             name=rel, extension=os.path.splitext(rel)[1].lower(), size=st.st_size, head=head
         )
@@ -480,14 +488,20 @@ class Workspace(BlobReads):
         return self.store.get_file(rel)
 
     def check_file(
-        self, rel: RelPath, *, cause: Cause = Cause.EXTERNAL, force: bool = False
+        self,
+        rel: RelPath,
+        *,
+        cause: Cause = Cause.EXTERNAL,
+        force: bool = False,
+        fd: int | None = None,
     ) -> FileState | None:
         """*slow*: stat-check one file against the table; rehash when its stat
-        signature moved (or ``force``), record the change."""
+        signature moved (or ``force``), record the change.  ``fd``: a
+        readable descriptor of the file to record as ``rel`` (``record_write``)."""
         if self._hidden(rel):
             return None
         try:
-            st = os.lstat(self.abspath(rel))
+            st = os.lstat(self.abspath(rel)) if fd is None else os.fstat(fd)
         except OSError:
             st = None
         if st is None or not stat.S_ISREG(st.st_mode):
@@ -504,7 +518,7 @@ class Workspace(BlobReads):
             rec = self.store.get_file(rel)
             if rec is not None and rec.signature() == stat_signature(st):
                 return self._state(rel, rec)
-        res = self._examine(rel)
+        res = self._examine(rel, fd)
         if res is None:
             return None
         st, h, parser = res
@@ -522,7 +536,9 @@ class Workspace(BlobReads):
             # claiming the old content as current.
             for other in self.other_names(rel, st):
                 self.check_file(RelPath(other), cause=cause)
-        return self._state(rel, rec)
+        # A record made from a descriptor is a queued one: nobody waits for
+        # the state (whose freshness and version count cost a third of it).
+        return self._state(rel, rec) if fd is None else None
 
     def other_names(self, rel: str, st: os.stat_result) -> list[str]:
         """The other recorded paths that are hard links to ``rel``'s inode
@@ -571,6 +587,9 @@ class Workspace(BlobReads):
         )
 
     def file_state(self, rel: RelPath) -> FileState | None:
+        """*slow*: what the record of ``rel`` says (after its queued record,
+        if a close's or a change of names' is queued: ``InPlaceWrites``)."""
+        self.writes.drain_for(rel)
         rec = self.store.get_file(rel)
         return None if rec is None else self._state(rel, rec)
 
@@ -851,9 +870,10 @@ class Workspace(BlobReads):
             return False
 
     # ------------------------------------------------------- writes via mount
-    def record_write(self, rel: RelPath) -> FileState | None:
-        """*slow*: after a written file is released or fsynced."""
-        return self.check_file(rel, cause=Cause.WRITE, force=True)
+    def record_write(self, rel: RelPath, *, fd: int | None = None) -> FileState | None:
+        """*slow*: after a written file is closed, released or fsynced (``fd``:
+        ``WorkspaceAPI.record_write``; None is returned then)."""
+        return self.check_file(rel, cause=Cause.WRITE, force=True, fd=fd)
 
     def writer_if_free(self) -> contextlib.AbstractContextManager[bool]:
         """``Store.writer_if_free``: whether a record can be made now

@@ -68,7 +68,7 @@ from typing import Protocol, TypeVar
 from swfs.api import FileState, RelPath, WriteSession
 from swfs.history.recorder import MAX_DELAY, QUIET, Held, Recorder
 from swfs.store import treecache
-from swfs.store.fsutil import fallocate, fallocate_changes
+from swfs.store.fsutil import fallocate, fallocate_changes, reopen_to_read
 from swfs.store.reserve import NO_SPACE
 
 log = logging.getLogger(__name__)
@@ -100,7 +100,7 @@ class History(Protocol):
         ...
 
     def preserve_inode(self, rel: RelPath) -> None: ...
-    def record_write(self, rel: RelPath) -> FileState | None: ...
+    def record_write(self, rel: RelPath, *, fd: int | None = None) -> FileState | None: ...
     def record_rename(self, old: RelPath, new: RelPath) -> None: ...
     def record_unlink(self, rel: RelPath) -> None: ...
     def held_dir(self) -> str | None:
@@ -177,9 +177,10 @@ def _fault(step: str, rel: str | None) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-# A file up to this size is recorded at close on the closing thread, when that
-# needs no waiting (``InPlaceSession.flush_inline``): hashing it costs microseconds.
-INLINE_RECORD_BYTES = 64 * 1024
+# At most this many closes' records wait in the queue at once, each holding a
+# descriptor of its file: past it a close records in a worker thread, as an
+# fsync does (the queue is drained first).
+MAX_QUEUED_RECORDS = 1024
 
 
 class InPlaceSession:
@@ -300,31 +301,22 @@ class InPlaceSession:
             # before writing, and the empty file in between is no version.
             self.settle()
 
-    def flush_inline(self) -> bool:
-        """``flush`` where it cannot wait, on the caller's thread (the
-        daemon's loop): a small file with one name, whose record needs no
-        lock another thread holds.  False, with nothing done, where ``flush``
-        must run in a worker thread instead.
+    def flush_later(self) -> bool:
+        """``flush`` on the caller's thread (the daemon's loop), without
+        waiting: what the writer changed is recorded off the reply path, by
+        the recorder (``InPlaceWrites.record_later``).  False, with nothing
+        done, where it must be recorded in a worker thread (``flush``).
 
-        The thread hop costs more than the record: of a small file's close
-        through the mount, the record itself (hash, one LMDB transaction) is
-        a small part, and the hop and the wait for the interpreter the
-        rest."""
-        rel = self.rel
-        if rel is None or self._writes.queued_for(rel):
-            return False  # a thread's work: wait for the queued records first
-        st = os.fstat(self.fd)
-        if st.st_size > INLINE_RECORD_BYTES or st.st_nlink != 1:
-            return False  # hashing, or the other names' records: a thread's work
-        with self._writes.history.writer_if_free() as got:
-            if not got or not self._writes.try_enter(rel):
-                return False
-            try:
-                os.close(os.dup(self.fd))
-                if self.record_on_flush:
-                    self._settle_busy(rel)
-            finally:
-                self._writes.leave([rel])
+        A close is no point of durability of the bytes (fsync is), and its
+        record needs no waiting: the recorder makes it in order with the
+        changes of names queued around it, from a descriptor of this file
+        (not from whatever its name holds by then), and until it is made
+        the path is busy, its view not current, and any step that reads
+        its record (a write that must keep the bytes, an fsync, a look at
+        its history) waits for it."""
+        if self.record_on_flush and not self._writes.record_later(self):
+            return False
+        os.close(os.dup(self.fd))  # close() semantics of the backing fs (NFS write errors)
         return True
 
     def sync(self, datasync: bool) -> None:
@@ -345,6 +337,20 @@ class InPlaceSession:
             self.settle()
         finally:
             self._writes.ended(self)
+
+    def release_later(self) -> bool:
+        """``release`` on the caller's thread, its record queued as
+        ``flush_later``'s; False, nothing done, where it cannot be."""
+        if self.closed:
+            return True
+        if self.dirty and not self._writes.record_later(self):
+            return False
+        self.closed = True
+        try:
+            os.close(self.fd)
+        finally:
+            self._writes.ended(self)
+        return True
 
     def settle(self) -> None:
         """*slow*: record what this session changed since the last record."""
@@ -466,6 +472,7 @@ class InPlaceWrites:
         self._sessions: set[InPlaceSession] = set()
         self._kept: dict[tuple[int, int], _Kept] = {}  # (st_dev, st_ino) -> shared state
         self._inflight: Counter[str] = Counter()
+        self._queued_records = 0  # closes' records queued, not made yet (record_later)
         # Per-path locks, striped: held by a check of a change behind the mount
         # for as long as it reads the file, and taken by whatever is about to
         # change a path's bytes (check_behind).
@@ -503,6 +510,55 @@ class InPlaceWrites:
 
     def close(self) -> None:
         self.recorder.close()
+
+    def record_later(self, session: InPlaceSession) -> bool:
+        """*fast*: queue the record of what ``session`` changed since its last
+        one (``InPlaceSession.flush_later``).  The path is busy from now
+        until it is made; the next change of the file's bytes keeps them
+        first (after the record: ``preserve`` waits for the queue).  False,
+        with nothing done, where it cannot be queued now: too many queued
+        already, a check of a change behind the mount reading the path, or
+        no descriptor to read the file by."""
+        rel = session.rel
+        if not session.dirty:
+            return True
+        if rel is None:  # no name, nothing to record (until ``named``)
+            with self._lock:
+                session._kept.preserved = False
+            session.dirty = session.record_on_flush = False
+            return True
+        with self._lock:
+            if self._queued_records >= MAX_QUEUED_RECORDS:
+                return False
+        try:
+            fd = reopen_to_read(session.fd)
+        except OSError:
+            return False
+        if not self.try_enter(rel):
+            os.close(fd)
+            return False
+        with self._lock:
+            self._queued_records += 1
+            session._kept.preserved = False  # a recorded version from now on: keep it first
+        session.dirty = session.record_on_flush = False
+        history = self.history
+
+        def record() -> None:
+            try:
+                history.record_write(RelPath(rel), fd=fd)
+            except Exception:
+                # The bytes are in SRC whatever happens here: the next
+                # record of the file (or the next scan) records them.
+                log.exception("record_write(%r) failed", rel)
+            finally:
+                os.close(fd)
+                with self._lock:
+                    self._queued_records -= 1
+                self.leave([rel])
+
+        self.recorder.submit(record)
+        _fault("record-queued", rel)
+        return True
 
     @contextlib.contextmanager
     def _batch(self) -> Iterator[None]:

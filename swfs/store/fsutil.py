@@ -395,6 +395,13 @@ def open_to_read(path: str | os.PathLike[str], flags: int = 0) -> int:
     return without_atime(lambda f: os.open(path, f), os.O_RDONLY | os.O_CLOEXEC | flags)
 
 
+def reopen_to_read(fd: int) -> int:
+    """A new read-only descriptor of the file ``fd`` is open on (which may be
+    open for writing only, and may have no name left), as ``open_to_read``
+    opens one: through ``/proc/self/fd``, which names the open file itself."""
+    return open_to_read(f"/proc/self/fd/{fd}")
+
+
 def without_atime(opener: Callable[[int], int], flags: int) -> int:
     """``opener(flags | O_NOATIME)``, or ``opener(flags)`` where the caller
     may not ask that (EPERM: neither the file's owner nor root)."""

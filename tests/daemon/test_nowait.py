@@ -27,7 +27,6 @@ from mountd.provider import NativeOpen
 from mountd.reply import awaited, pending
 from swfs.engine import Engine
 from swfs.evidence.access import iter_events, open_readonly
-from swfs.history.writesession import INLINE_RECORD_BYTES
 from swfs.workspace import Config
 from tests.enginewrap import Watched
 
@@ -221,27 +220,25 @@ def test_writers_and_changed_files_are_left_to_open(ops: Operations, engine: Any
     assert ops.handles == handles
     assert _fds_on(path) == []
 
-    # A writer with writes to record: its release is handed on (awaited),
-    # which records them.
+    # A writer with writes to record: its release is answered at once, the
+    # record queued; until it is made the path is busy.
     fi = trio.run(call, ops.open, ino, os.O_RDWR, ctx)
     trio.run(call, ops.write, fi.fh, 0, b"BEE")
-    got = ops.release(fi.fh)
-    assert pending(got)
+    assert answered(ops.release(fi.fh)) is True
+    assert fi.fh not in ops.handles
     assert path.read_bytes() == b"BEE\n"
-    assert engine.workspace.file_state("d/b.txt").hash != _b3(b"BEE\n")  # not recorded yet
-    trio.run(call, lambda: got)
-    assert path.read_bytes() == b"BEE\n"
-    assert engine.workspace.file_state("d/b.txt").hash == _b3(b"BEE\n")
+    assert engine.workspace.file_state("d/b.txt").hash == _b3(b"BEE\n")  # waits for it
 
-    # One whose close (FLUSH) recorded them, or that wrote nothing: its
-    # session ends here.
+    # One whose close (FLUSH) queued their record, or that wrote nothing:
+    # its session ends here.
     for write in (b"BEA", None):
         fi = trio.run(call, ops.open, ino, os.O_RDWR, ctx)
         if write is not None:
             trio.run(call, ops.write, fi.fh, 0, write)
-            trio.run(call, ops.flush, fi.fh)
+            assert answered(ops.flush(fi.fh)) is True
         assert answered(ops.release(fi.fh)) is True
         assert fi.fh not in ops.handles
+        engine.workspace.writes.drain()  # a queued record holds the file until made
         assert _fds_on(path) == []
     assert not engine.workspace.writes.busy(["d/b.txt"])
     assert engine.workspace.file_state("d/b.txt").hash == _b3(b"BEA\n")
@@ -613,21 +610,17 @@ def test_create_nowait_declines_what_must_wait(ops: Operations, engine: Any) -> 
     assert (engine.src / "d" / "b.txt").read_text() == "bee\n"
 
 
-def test_flush_nowait_leaves_a_large_record_to_a_worker_thread(
-    ops: Operations, engine: Any
-) -> None:
-    """A close whose record means hashing more than a small file's bytes
-    declines here, having recorded nothing; the async flush records it."""
+def test_flush_answers_at_once_and_queues_the_record(ops: Operations, engine: Any) -> None:
+    """A close answers at once whatever the file's size; its record is
+    made off the reply path, and a look at the file's state waits for it."""
     ctx: Any = Ctx()
     parent = _ino(ops, "d")
     got = at_once(ops.create(parent, b"big.bin", 0o644, os.O_WRONLY, ctx))
     assert got is not None
     fi = got[0]
-    data = os.urandom(INLINE_RECORD_BYTES + 1)
+    data = os.urandom(1 << 20)
     assert at_once(ops.write(fi.fh, 0, data)) == len(data)
-    assert answered(ops.flush(fi.fh)) is False
-    assert engine.workspace.file_state("d/big.bin") is None  # not recorded yet
-    trio.run(call, ops.flush, fi.fh)
+    assert answered(ops.flush(fi.fh))
     assert engine.workspace.file_state("d/big.bin").hash == _b3(data)
     assert answered(ops.release(fi.fh))
 

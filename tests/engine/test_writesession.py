@@ -440,19 +440,67 @@ def test_a_record_landing_during_a_preserve_is_kept_by_the_write(
     assert engine.workspace.blobs.read_bytes(meanwhile) == b"recorded meanwhile\n"
 
 
-# -- the close of a small file, recorded on the closing thread (flush_inline)
+# -- the close's record, queued off the reply path (flush_later)
 
 
-def test_flush_inline_records_a_small_file_on_the_calling_thread(engine: Engine) -> None:
-    fd = os.open(engine.src / "new.txt", os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
-    s = engine.workspace.writes.adopt_new("new.txt", fd)
+def _holding_the_store(engine: Engine) -> tuple[threading.Event, threading.Thread]:
+    """A thread in a store write until the returned event is set: a queued
+    record waits for it."""
+    holding, release = threading.Event(), threading.Event()
+
+    def writer() -> None:
+        with engine.workspace.store.write():
+            holding.set()
+            release.wait(60)
+
+    t = threading.Thread(target=writer)
+    t.start()
+    assert holding.wait(30)
+    return release, t
+
+
+def test_flush_later_records_the_bytes_written_not_what_the_name_holds_by_then(
+    engine: Engine,
+) -> None:
+    """A close answers at once; its record is made later, in order with the
+    changes of names, from the file that was written: here its name holds
+    another file by the time the record is made."""
+    fd = os.open(engine.src / "new.txt", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+    s = engine.workspace.writes.adopt_new("new.txt", fd)  # open for writing only
     s.write(0, b"small and new\n")
-    assert s.flush_inline()
-    assert versions(engine, "new.txt") == [blake3.blake3(b"small and new\n").hexdigest()]
+    release, t = _holding_the_store(engine)
+    try:
+        assert s.flush_later()
+        assert engine.workspace.writes.busy_paths() == {"new.txt"}  # queued, not made
+        assert not s.dirty
+        (engine.src / "other.txt").write_bytes(b"another file\n")
+        os.rename(engine.src / "other.txt", engine.src / "new.txt")  # behind the mount
+    finally:
+        release.set()
+        t.join(30)
+    engine.workspace.writes.drain()
+    assert versions(engine, "new.txt")[0] == blake3.blake3(b"small and new\n").hexdigest()
     assert engine.workspace.writes.busy_paths() == set()
-    assert s.flush_inline()  # nothing written since: nothing to record, no version
-    assert len(versions(engine, "new.txt")) == 1
+    assert s.flush_later()  # nothing written since: nothing to record
+    assert s.release_later()
+    assert engine.workspace.writes.busy_paths() == set()
+
+
+def test_a_write_after_a_queued_close_keeps_the_recorded_bytes_first(engine: Engine) -> None:
+    """The close's record is queued; the next write waits for it: what it
+    keeps first (``preserve``) is the version that record made."""
+    s = _written(engine, "a.txt", b"FIRST")
+    assert s.flush_later()
+    assert s.needs_preserve  # a recorded version from now on
+    s.preserve()
+    closed = (engine.src / "a.txt").read_bytes()
+    assert closed.startswith(b"FIRST")
+    assert engine.workspace.recorded_hash(RelPath("a.txt")) == blake3.blake3(closed).hexdigest()
+    s.write(0, b"again")
     s.release()
+    state = engine.workspace.file_state(RelPath("a.txt"))
+    assert state is not None
+    assert state.hash == versions(engine, "a.txt")[-1]
 
 
 def _written(engine: Engine, rel: str, data: bytes) -> WriteSession:
@@ -461,47 +509,27 @@ def _written(engine: Engine, rel: str, data: bytes) -> WriteSession:
     return s
 
 
-def test_flush_inline_leaves_to_a_thread_what_would_wait(engine: Engine) -> None:
-    """Another thread writing the store, a check behind the mount reading
-    the file, a file too big to hash at once, a file with two names: nothing
-    is done, and ``flush`` records it all the same."""
+def test_flush_later_leaves_to_a_thread_what_it_cannot_queue(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A check behind the mount reading the file, or a queue full of closes'
+    records: nothing is done, and ``flush`` records it all the same."""
+    from swfs.history import writesession
+
     before = versions(engine, "a.txt")
     s = _written(engine, "a.txt", b"THE")
-    holding, release = threading.Event(), threading.Event()
-
-    def writer() -> None:
-        with engine.workspace.store.write():
-            holding.set()
-            release.wait(30)
-
-    t = threading.Thread(target=writer)
-    t.start()
-    try:
-        assert holding.wait(30)
-        assert not s.flush_inline()
-        assert versions(engine, "a.txt") == before
-        assert engine.workspace.writes.busy_paths() == {"a.txt"}  # still the session's to record
-    finally:
-        release.set()
-        t.join(30)
-
     stripe = engine.workspace.writes.stripe("a.txt")
     with stripe:  # what check_behind holds while it reads the file
-        assert not s.flush_inline()
+        assert not s.flush_later()
     assert versions(engine, "a.txt") == before
+    assert s.dirty  # still the session's to record
+    monkeypatch.setattr(writesession, "MAX_QUEUED_RECORDS", 0)
+    assert not s.flush_later()
+    assert not s.release_later()
+    assert s.dirty
     s.flush()
     assert len(versions(engine, "a.txt")) == len(before) + 1
     s.release()
-
-    from swfs.history.writesession import INLINE_RECORD_BYTES
-
-    big = _written(engine, "b.txt", b"x" * (INLINE_RECORD_BYTES + 1))
-    assert not big.flush_inline()
-    big.release()
-    os.link(engine.src / "b.txt", engine.src / "b2.txt")
-    linked = _written(engine, "b.txt", b"y")
-    assert not linked.flush_inline()
-    linked.release()
     assert engine.workspace.writes.busy_paths() == set()
 
 

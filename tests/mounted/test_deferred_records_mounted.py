@@ -120,8 +120,8 @@ def test_a_write_into_a_new_file_does_not_wait_for_queued_records(
     """git checkout's pattern: unlink a recorded file, create a new one under
     the same name, write it.  The new file has nothing recorded to keep, so
     its writes go on while the unlink's record is still queued (they used to
-    drain the whole queue, on the daemon's loop); the close then records
-    both, in order."""
+    drain the whole queue, on the daemon's loop), and so does its close,
+    whose record is queued after the unlink's: both are made in order."""
     root = workdir()
     src, mnt = root / "src", root / "mnt"
     src.mkdir()
@@ -140,12 +140,52 @@ def test_a_write_into_a_new_file_does_not_wait_for_queued_records(
             # The write did not wait for the queued record.
             assert os.listdir(held)
         finally:
-            os.close(fd)  # close records c.bin: the unlink's record first
-        wait_until("the queued record", lambda: not os.listdir(held), timeout=120)
-        swfs("sync", mnt, timeout=120)
+            os.close(fd)  # its record is queued after the unlink's
+        assert os.listdir(held)  # nor did the close
+        swfs("sync", mnt, timeout=120)  # waits for the queue
+        assert not os.listdir(held)
         kept = [blake3(b).hexdigest() for b in _versions(mnt, "c.bin").values()]
         assert blake3(C1).hexdigest() in kept, kept
         assert blake3(new).hexdigest() == kept[-1], kept
         swfs("check", mnt)
     finally:
         m.stop()
+
+
+def test_a_close_whose_record_was_queued_is_recorded_after_a_kill(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A close answers before its record is made: a daemon killed in between
+    leaves the written bytes in SRC, and the next mount records them (as a
+    change behind the mount); the version before them was kept at the
+    first write, so nothing is lost."""
+    root = workdir()
+    src, mnt = root / "src", root / "mnt"
+    src.mkdir()
+    mnt.mkdir()
+    monkeypatch.setenv(RECORD_QUIET_ENV, "600")
+    m = start_mount(src, mnt, "--version-interval", "0")
+    m2 = None
+    a3 = b"a, third, closed as the daemon died\n"
+    try:
+        _setup(src, mnt)
+        m.stop()
+        lazy_unmount(mnt)
+        monkeypatch.setenv(KILL_AT_ENV, "record-queued:a.txt")
+        m = start_mount(src, mnt, "--version-interval", "0")
+        # The daemon dies under the close.
+        with contextlib.suppress(OSError), open(mnt / "a.txt", "r+b") as f:
+            f.write(a3)
+        wait_until("the daemon to kill itself", lambda: m.proc.poll() is not None, timeout=60)
+        lazy_unmount(mnt)
+        assert (src / "a.txt").read_bytes() == a3
+        monkeypatch.delenv(KILL_AT_ENV)
+        monkeypatch.delenv(RECORD_QUIET_ENV)
+        m2 = start_mount(src, mnt, "--version-interval", "0")
+        swfs("sync", mnt, timeout=120)
+        assert list(_versions(mnt, "a.txt").values()) == [A1, A2, a3]
+        swfs("check", mnt)
+    finally:
+        for mount in (m, m2):
+            if mount is not None:
+                mount.stop()
