@@ -588,6 +588,8 @@ class SearchIndex:
         thread = self._thread
         if self._readonly or thread is None or not thread.is_alive():
             return
+        if thread is threading.current_thread():
+            return  # (the indexer's own query would wait for itself)
         with self._passes:  # (a pass clears the hurry under it: none is lost)
             want = self._begun + 1
             self._hurry.set()
