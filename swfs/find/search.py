@@ -105,8 +105,17 @@ class Indexed(Protocol):
 DB_NAME = "search.sqlite"
 SCHEMA = 4  # 3: files keyed by the exact bytes of the path; 4: tantivy's unit a fast field
 SNIPPET_TOKENS = 14
-BATCH = 256  # paths per indexer transaction
-GATHER = 0.02  # seconds the indexer lets changes gather after a wake-up
+BATCH = 256  # paths per transaction of a full reconcile (its progress is shown by them)
+PASS = 2048  # most paths per transaction (one tantivy commit) of a catch-up
+# Changes come in bursts (a git checkout replaces thousands of files, a
+# create every few milliseconds): the indexer waits for a pause of QUIET
+# seconds in them, or MAX_DELAY seconds after the first, before it catches
+# up, so that a burst costs a few commits, not one per moment of it.  A
+# query while the index lags asks for a pass at once (``SearchIndex._hurry``)
+# and waits for it, QUERY_WAIT seconds at most; still behind then, it says so.
+QUIET = 0.3
+MAX_DELAY = 3.0
+QUERY_WAIT = 2.0
 RRF_K = 60  # reciprocal rank fusion constant (hybrid ranking)
 CANDIDATES = 200  # per ranking, before fusion
 MIN_SIMILARITY = 0.3  # cosine below which a unit is no vector candidate
@@ -344,6 +353,12 @@ class SearchIndex:
         self._pending: set[str] = set()
         self._everything = True  # reconcile every path on the next pass
         self._wake = threading.Event()
+        self._hurry = threading.Event()  # a query waits: no quiet period
+        self._last = 0.0  # time.monotonic() of the last change notified
+        self._passes = threading.Condition()
+        self._begun = 0  # catch-up passes begun (under ``_passes``)
+        self._done = 0  # the last of them ended
+        self._syncing = 0  # passes between taking paths and committing them
         self._idle = threading.Event()
         self._stop = False
         self._thread: threading.Thread | None = None
@@ -489,12 +504,20 @@ class SearchIndex:
     # -- change events (any thread)
 
     def notify(self, rel: RelPath) -> None:
+        # Called on the request loop, several times a changed file: the
+        # events are only touched when they change (their locks cost 15
+        # times the rest).  The path is added first: a pass that clears
+        # the wake-up after this looks takes it.
         self._pending.add(str(rel))
-        self._idle.clear()
-        self._wake.set()
+        self._last = time.monotonic()
+        if self._idle.is_set():
+            self._idle.clear()
+        if not self._wake.is_set():
+            self._wake.set()
 
     def notify_all(self) -> None:
         self._everything = True
+        self._last = time.monotonic()
         self._idle.clear()
         self._wake.set()
 
@@ -511,6 +534,7 @@ class SearchIndex:
         finally:
             self._stop = True
             self._wake.set()
+            self._hurry.set()
             thread = self._thread
             if thread is not None:
                 with trio.CancelScope(shield=True):
@@ -519,6 +543,7 @@ class SearchIndex:
     def stop(self) -> None:
         self._stop = True
         self._wake.set()
+        self._hurry.set()
         thread, self._thread = self._thread, None
         if thread is not None and thread is not threading.current_thread():
             thread.join(30)
@@ -530,10 +555,7 @@ class SearchIndex:
             if self._stop:
                 break
             if self._wake.is_set():
-                # Changes come in bursts (a create every few milliseconds
-                # through a busy mount): one pass for what a moment brings,
-                # not a pass and a transaction per file.
-                time.sleep(GATHER)
+                self._settle()
             self._wake.clear()
             try:
                 trouble = self._trouble or self._check_files()
@@ -555,6 +577,32 @@ class SearchIndex:
                     time.sleep(0.1)  # (a stop does not wait for the whole pause)
                 failures += 1
 
+    def _settle(self) -> None:
+        """Wait for a pause in the changes: ``QUIET`` seconds without one,
+        ``MAX_DELAY`` seconds at most, no longer once a query asks."""
+        first = time.monotonic()
+        while not self._stop and not self._hurry.is_set():
+            left = min(self._last + QUIET, first + MAX_DELAY) - time.monotonic()
+            if left <= 0:
+                return
+            self._hurry.wait(left)
+
+    def _wait_for_pass(self, timeout: float) -> None:
+        """Ask the indexer thread for a pass now and wait for it (a pass
+        begun after this call indexes every change notified before it),
+        ``timeout`` seconds at most."""
+        thread = self._thread
+        if self._readonly or thread is None or not thread.is_alive():
+            return
+        if thread is threading.current_thread():
+            return  # (the indexer's own query would wait for itself)
+        with self._passes:  # (a pass clears the hurry under it: none is lost)
+            want = self._begun + 1
+            self._hurry.set()
+        self._wake.set()
+        with self._passes:
+            self._passes.wait_for(lambda: self._done >= want or self._stop, timeout)
+
     def wait_idle(self, timeout: float) -> bool:
         """True once every change notified so far is indexed."""
         return self._idle.wait(timeout)
@@ -570,33 +618,48 @@ class SearchIndex:
 
     @property
     def behind(self) -> bool:
-        return bool(self._pending) or self._everything
+        return bool(self._pending) or self._everything or self._syncing > 0
 
     def catch_up(self, progress: Callable[[int, int], None] | None = None) -> IndexStats:
         """Index what changed since the last pass (every path on the first)."""
         stats = IndexStats()
         t0 = time.perf_counter()
-        if self._everything:
-            self._everything = False
-            self._pending.clear()
-            self._reconcile(stats, progress)
-        while self._pending:
-            batch: list[str] = []
-            while self._pending and len(batch) < BATCH:
-                batch.append(self._pending.pop())
-            self._sync(batch, stats)
+        with self._passes:
+            self._begun += 1
+            number = self._begun
+            self._syncing += 1
+            self._hurry.clear()  # this pass serves the queries that asked so far
+        try:
+            if self._everything:
+                self._everything = False
+                self._pending.clear()
+                self._reconcile(stats, progress)
+            # What is pending now: a change notified meanwhile (a burst goes
+            # on) waits for the next pass, not a pass that never ends.
+            left = len(self._pending)
+            while left > 0 and self._pending:
+                batch: list[str] = []
+                while self._pending and len(batch) < min(left, PASS):
+                    batch.append(self._pending.pop())
+                left -= len(batch)
+                self._sync(batch, stats)
+        finally:
+            with self._passes:
+                self._syncing -= 1
+                self._done = max(self._done, number)
+                self._passes.notify_all()
         stats.secs = time.perf_counter() - t0
         if not self._pending and not self._everything:
             self._idle.set()
         return stats
 
-    def _view_key(self, rec: Any) -> str | None:
+    def _view_key(self, rec: Any, txn: Any = None) -> str | None:
         """The parse a path's view shows now, or None (pending, failed,
         unsupported)."""
         if rec is None or not rec.parser:
             return None
         store = self.ws.store
-        status = store.parse_status(rec.hash, rec.parser)
+        status = store.parse_status(rec.hash, rec.parser, txn)
         if status == "ok":
             return _key(rec.hash, rec.parser)
         if status is None and rec.view_hash and rec.view_parser:
@@ -606,7 +669,7 @@ class SearchIndex:
     def _reconcile(self, stats: IndexStats, progress: Callable[[int, int], None] | None) -> None:
         conn = self._connect()
         with self.ws.store.read() as txn:
-            wanted = {rel: self._view_key(rec) for rel, rec in self.ws.store.iter_files(txn)}
+            wanted = {rel: self._view_key(rec, txn) for rel, rec in self.ws.store.iter_files(txn)}
         have = {
             path_of(raw): key
             for raw, key in conn.execute(
@@ -647,11 +710,12 @@ class SearchIndex:
     ) -> None:
         conn = self._connect()
         keys: dict[str, str | None] = {}
-        for rel in rels:
-            if wanted is not None:
-                keys[rel] = wanted.get(rel)
-            else:
-                keys[rel] = self._view_key(self.ws.store.get_file(rel))
+        if wanted is not None:
+            keys = {rel: wanted.get(rel) for rel in rels}
+        else:
+            store = self.ws.store
+            with store.read() as txn:  # one read transaction for the batch
+                keys = {rel: self._view_key(store.get_file(rel, txn), txn) for rel in rels}
         with self._lock, conn:
             orphans: set[int] = set()
             for rel, key in keys.items():
@@ -729,6 +793,8 @@ class SearchIndex:
         check = AccessCheck(self._access, caller)
         if self._trouble is not None:
             return SearchResult(text, unavailable=f"{self._trouble}; it is being rebuilt")
+        if self.behind:
+            self._wait_for_pass(QUERY_WAIT)  # not the rest of a quiet period
         try:
             self._connect()  # an index of another layout is dropped before tantivy opens it
             if self._readonly:
