@@ -329,6 +329,10 @@ class Journal:
         # read, kilobytes; a dict of every file ever written grew the
         # daemon by that much per file).
         self.inputs_by_path = RecentInputs(INPUTS_CACHED, INPUTS_CACHED_CHARS)
+        # The last write's input list and its user.sw.inputs value: the
+        # writes of a job that read nothing in between share them
+        # (``WriteInputs.items``), a checkout's thousands of files included.
+        self._xattr_memo: tuple[list[dict[str, Any]], str] | None = None
         self._load_inputs()
         self.owner = os.getuid()
         self.outputs_version = 0  # moves when a stored write changed lineage
@@ -992,7 +996,11 @@ class Journal:
                 ),
             )
             if got.items is not None:
-                self.inputs_by_path[ev.path] = (ev.hash, _xattr_value(got.items))
+                memo = self._xattr_memo
+                if memo is None or memo[0] is not got.items:
+                    # A new list: its view changed since the last write's.
+                    memo = self._xattr_memo = (got.items, _xattr_value(got.items))
+                self.inputs_by_path[ev.path] = (ev.hash, memo[1])
             else:  # a long list: built from the outputs table when asked
                 self.inputs_by_path.pop(ev.path, None)
         elif ev.op == "rename":
