@@ -1121,7 +1121,10 @@ class _Follow:
                 due = min((w for w, _s, _c in self.pending), default=None)
             now = time.monotonic()
             if due is None:
-                self.wake.wait(1.0)
+                # Nothing to follow: asleep until ``add`` or ``stop`` (a
+                # timed wait woke the thread, and took the interpreter from
+                # the loop, every second for nothing).
+                self.wake.wait()
                 self.wake.clear()
                 continue
             if due > now:
@@ -1242,6 +1245,8 @@ def _detail_json(detail: dict[str, Any]) -> str:
     """An event's detail as JSON text SQLite can hold: names that are not
     UTF-8 (a listing's, a rename's) in their ``escaped`` form, as paths are
     stored; escaping the JSON text whole would break its string escapes."""
+    if not detail:
+        return "{}"  # a write's, an unlink's: no encoder for them
     text = json.dumps(detail, ensure_ascii=False)
     if not text.isascii():
         try:
