@@ -261,3 +261,48 @@ def test_a_read_between_writes_changes_the_next_writes_inputs(tmp_path: Path) ->
     assert _inputs(j, "a.txt") == [b]  # one hash for every file here (``_journal``)
     assert _inputs(j, "o4.txt") == [a13, b]  # the shared list untouched by that
     j.close()
+
+
+def _outputs_rows(j: jmod.Journal) -> list[tuple[str, int, int, int]]:
+    con = sqlite3.connect(j.path)
+    try:
+        return list(con.execute("SELECT path, superseded, gone, carry FROM outputs ORDER BY seq"))
+    finally:
+        con.close()
+
+
+def test_a_file_unlinked_then_written_again_needs_no_query_for_its_previous_row(
+    tmp_path: Path,
+) -> None:
+    """A checkout unlinks each file and writes it again: the journal knows
+    it left the path no live output row, so the write does not look for one;
+    renames and writes keep what it knows true (the rows say the same)."""
+    j = _journal(tmp_path)
+    asked: list[str] = []
+    j._db.set_trace_callback(
+        lambda sql: asked.append(sql) if sql.startswith("SELECT seq FROM outputs") else None
+    )
+    pid = os.getpid()
+    _write(j, 1, "f")
+    _write(j, 2, "g")
+    j.flush()
+    assert len(asked) == 2  # nothing known of either: looked up
+    asked.clear()
+    j.on_unlink(pid, "f")
+    _write(j, 3, "f")  # no live row of f left: not looked up
+    _write(j, 4, "f")  # its row of a moment ago: looked up, carried on from
+    j.on_rename(pid, "g", "h")  # g's row moves to h; g has none left
+    _write(j, 5, "g")  # not looked up
+    j.on_rename(pid, "x", "g")  # x had no live row that is known: g's is gone now
+    _write(j, 6, "h")  # the row moved here: looked up, carried on from
+    j.flush()
+    assert [q.split("path=")[1][:3] for q in asked] == ["'f'", "'h'"]
+    assert _outputs_rows(j) == [
+        ("f", 0, 1, 0),  # unlinked
+        ("h", 1, 0, 0),  # g renamed to h, then h written by the job again
+        ("f", 1, 0, 0),  # superseded by the next write of f
+        ("f", 0, 0, 4),  # carries on from row 4 (seqs: 1 f, 2 g, 3 unlink, 4 f)
+        ("g", 0, 1, 0),  # x renamed over it
+        ("h", 0, 0, 2),
+    ]
+    j.close()
