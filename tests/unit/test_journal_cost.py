@@ -155,6 +155,22 @@ def test_bench_recording_cost_is_measured(tmp_path: Path) -> None:
     assert n == RECORDED  # every open stored, each with the hash its record holds
 
 
+def test_bench_rewrite_cost_is_measured(tmp_path: Path) -> None:
+    from bench.journalcost import READ_FIRST, REWRITTEN, rewrite_cpu_us
+
+    loop_us, thread_us = rewrite_cpu_us(tmp_path)
+    assert loop_us > 0
+    assert thread_us > 0
+    con = sqlite3.connect(tmp_path / "rewrite-journal" / jmod.DB_NAME)
+    try:
+        kinds = dict(con.execute("SELECT op, count(*) FROM events GROUP BY op"))
+        (inputs,) = con.execute("SELECT inputs FROM outputs ORDER BY seq DESC").fetchone()
+    finally:
+        con.close()
+    assert kinds == {"open": READ_FIRST, "unlink": REWRITTEN, "write": REWRITTEN}
+    assert '"own":["d49/f4999.txt"' in inputs  # every write's lineage stored
+
+
 def test_a_hash_known_at_open_is_used_without_a_lookup(tmp_path: Path) -> None:
     """The open found the file's record (its stat matched): its hash is the
     read's, with no second store lookup; without one the journal looks."""
