@@ -207,6 +207,12 @@ class JobReads:
         # holders of its write end): proc -> on a standard descriptor?).
         self.chans: dict[str, tuple[dict[str, bool], dict[str, bool]]] = {}
         self.reads_of: dict[str, set[str]] = {}  # proc -> pipes it holds a read end of
+        # The "file:" channels of ``chans``: their write ends' holders.
+        self.files: dict[str, dict[str, bool]] = {}
+        # ``counted`` of a writer and the holders of the written file: the
+        # same until the channels change (``link``), and asked at every
+        # write (a checkout's thousands).  Never changed in place.
+        self.closures: dict[tuple[str, frozenset[str]], set[str]] = {}
         self.views: OrderedDict[str, _View] = OrderedDict()
         # reads whose detail may still change: seq -> (key, reader, locator)
         self.open: dict[int, tuple[Key, str, str | None]] = {}
@@ -227,6 +233,9 @@ class JobReads:
         side[link.proc] = side.get(link.proc, False) or link.std
         if not link.write:
             self.reads_of.setdefault(link.proc, set()).add(link.chan)
+        if link.chan.startswith("file:"):
+            self.files[link.chan] = ends[1]
+        self.closures.clear()
 
     def counted(self, proc: str, path: str) -> set[str]:
         """The processes whose reads count for a write of ``path`` by
@@ -234,9 +243,20 @@ class JobReads:
         transitively, those that wrote a pipe one of them read."""
         out = {proc}
         suffix = "/" + path
-        for chan, (_r, holders) in self.chans.items():
-            if chan.startswith("file:") and chan.endswith(suffix):
+        for chan, holders in self.files.items():
+            if chan.endswith(suffix):
                 out.update(holders)
+        key = (proc, frozenset(out))
+        hit = self.closures.get(key)
+        if hit is None:
+            if len(self.closures) >= 1024:
+                self.closures.clear()
+            hit = self.closures[key] = self._closure(out)
+        return hit
+
+    def _closure(self, out: set[str]) -> set[str]:
+        """``out`` and, transitively, the processes that wrote a pipe one of
+        them read (``out`` is grown in place and returned)."""
         todo = list(out)
         while todo:
             x = todo.pop()
