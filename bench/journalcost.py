@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import statistics
 import time
 from pathlib import Path
@@ -36,6 +37,12 @@ log = logging.getLogger(__name__)
 WORD = "covenant"
 REPEAT = 5  # pairs per round
 RECORDED = 20_000  # opens recorded per round by the in-process measurement
+# The in-process checkout: a job reads READ_FIRST files, then replaces
+# REWRITTEN files (unlink, open for writing, the recorded write, close), a
+# batch stored every BATCH files (the thread's pace in a burst).
+READ_FIRST = 200
+REWRITTEN = 5_000
+BATCH = 500
 TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -179,6 +186,42 @@ def recording_cpu_us(scratch: Path, src: Path) -> tuple[float, float]:
     return (t1 - t0) / RECORDED * 1e6, (t2 - t1) / RECORDED * 1e6
 
 
+def rewrite_cpu_us(scratch: Path) -> tuple[float, float]:
+    """CPU microseconds one file a checkout replaces costs the journal, in
+    this process, without FUSE: (the loop's part: ``on_unlink``, ``on_open``,
+    ``on_wrote``, ``on_close``; the journal thread's part: storing the two
+    events and the write's lineage).  The job read ``READ_FIRST`` files
+    first, so every write has that many inputs (a checkout reads the index,
+    the packs and the files it compares)."""
+    root = scratch / "rewrite-journal"
+    shutil.rmtree(root, ignore_errors=True)
+    (root / "src").mkdir(parents=True)
+    j = Journal(root, file_hash=lambda rel: "a" * 64, src=root / "src")  # not started
+    try:
+        pid = os.getpid()
+        for i in range(READ_FIRST):
+            j.on_open(i, pid, f"old/r{i}.txt", known_hash=f"{i:064x}")
+            j.on_read(i, 0, 100)
+            j.on_close(i)
+        j.flush()
+        loop = thread = 0.0
+        for i in range(REWRITTEN):
+            t0 = time.thread_time()
+            rel = f"d{i % 50}/f{i}.txt"
+            j.on_unlink(pid, rel)
+            j.on_open(READ_FIRST + i, pid, rel, flags=os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            j.on_wrote(READ_FIRST + i, rel)
+            j.on_close(READ_FIRST + i)
+            t1 = time.thread_time()
+            loop += t1 - t0
+            if i % BATCH == BATCH - 1 or i == REWRITTEN - 1:
+                j.flush()
+                thread += time.thread_time() - t1
+    finally:
+        j.close()
+    return loop / REWRITTEN * 1e6, thread / REWRITTEN * 1e6
+
+
 def _loadavg() -> float:
     return os.getloadavg()[0]
 
@@ -222,6 +265,18 @@ def journal(ctx: Ctx, result: WorkloadResult) -> None:
     )
     rec_thread = result.metric(
         "record_thread_us_per_open", "us", kind=ABSOLUTE, note="in-process: storing one event"
+    )
+    rew_loop = result.metric(
+        "record_loop_us_per_rewrite",
+        "us",
+        kind=ABSOLUTE,
+        note="in-process: on_unlink+on_open+on_wrote+on_close of a replaced file",
+    )
+    rew_thread = result.metric(
+        "record_thread_us_per_rewrite",
+        "us",
+        kind=ABSOLUTE,
+        note=f"in-process: storing a replaced file's events, its job having read {READ_FIRST}",
     )
     load = [_loadavg()]
     off = _mount(sw, src, off_mnt, scratch / "store-off", False)
@@ -267,6 +322,9 @@ def journal(ctx: Ctx, result: WorkloadResult) -> None:
                 loop_us, thread_us = recording_cpu_us(scratch, src)
                 rec_loop.values.append(loop_us)
                 rec_thread.values.append(thread_us)
+                loop_us, thread_us = rewrite_cpu_us(scratch)
+                rew_loop.values.append(loop_us)
+                rew_thread.values.append(thread_us)
         finally:
             sw.unmount(on)
     finally:

@@ -123,6 +123,7 @@ PARSED = ".parsed"
 VERSIONS = ".versions"
 REVIEW = ".review"
 MAX_LINKS_SEEN = 100_000  # links remembered as recorded (the rest: recorded again)
+MAX_NO_LIVE = 100_000  # paths remembered as having no live output row (``_no_live``)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(k TEXT PRIMARY KEY, v TEXT);
@@ -307,6 +308,12 @@ class Journal:
         self._closed: list[Event] = []
         self._open: dict[int, _Open] = {}
         self._stored_procs: set[str] = set()
+        # Paths the thread knows have no output row left that is not gone
+        # (it marked them so: an unlink, a rename away): a write of one needs
+        # no query for the row it carries on from.  A checkout unlinks each
+        # file before it writes it again.  Emptied when a store fails (its
+        # transaction is rolled back) and when it grows past MAX_NO_LIVE.
+        self._no_live: set[str] = set()
         # Channels seen held (loop side: appended; the thread swaps it out),
         # each (job, link); the processes whose job was looked at, and the
         # links already recorded.
@@ -329,6 +336,10 @@ class Journal:
         # read, kilobytes; a dict of every file ever written grew the
         # daemon by that much per file).
         self.inputs_by_path = RecentInputs(INPUTS_CACHED, INPUTS_CACHED_CHARS)
+        # The last write's input list and its user.sw.inputs value: the
+        # writes of a job that read nothing in between share them
+        # (``WriteInputs.items``), a checkout's thousands of files included.
+        self._xattr_memo: tuple[list[dict[str, Any]], str] | None = None
         self._load_inputs()
         self.owner = os.getuid()
         self.outputs_version = 0  # moves when a stored write changed lineage
@@ -720,6 +731,7 @@ class Journal:
             os.umask(old)
         self._file_ids = None
         self._stored_procs.clear()  # the new file has none of them
+        self._no_live.clear()
         self._md = None
         # Readers made for the old file: dropped, not closed (the loop may be
         # reading with one right now); later reads open the new file.
@@ -768,6 +780,7 @@ class Journal:
         try:
             return self._store(new, links, closed)
         except BaseException:
+            self._no_live.clear()  # what it learned was rolled back
             # Kept for the next flush (into a reopened journal, if need be):
             # the loop has only appended to the fresh lists meanwhile.
             self._new[:0] = new
@@ -957,11 +970,16 @@ class Journal:
                 acc = job_reads(con, job, ev.seq)
             self._jobs[job] = acc  # the most recently active last
             acc.touched = now
-            prev = con.execute(
-                "SELECT seq FROM outputs WHERE path=? AND job=? AND gone=0 "
-                "ORDER BY seq DESC LIMIT 1",
-                (ev.path, job),
-            ).fetchone()
+            no_live = self._no_live
+            if ev.path in no_live:
+                prev = None
+                no_live.discard(ev.path)  # its row is inserted below
+            else:
+                prev = con.execute(
+                    "SELECT seq FROM outputs WHERE path=? AND job=? AND gone=0 "
+                    "ORDER BY seq DESC LIMIT 1",
+                    (ev.path, job),
+                ).fetchone()
             # The same job wrote this file before: this version carries on
             # from that one (a shell's `>` then `>>`, a script's flushes).
             got = acc.write(
@@ -992,21 +1010,39 @@ class Journal:
                 ),
             )
             if got.items is not None:
-                self.inputs_by_path[ev.path] = (ev.hash, _xattr_value(got.items))
+                memo = self._xattr_memo
+                if memo is None or memo[0] is not got.items:
+                    # A new list: its view changed since the last write's.
+                    memo = self._xattr_memo = (got.items, _xattr_value(got.items))
+                self.inputs_by_path[ev.path] = (ev.hash, memo[1])
             else:  # a long list: built from the outputs table when asked
                 self.inputs_by_path.pop(ev.path, None)
         elif ev.op == "rename":
             old = ev.detail["from"]
-            con.execute("UPDATE outputs SET gone=1 WHERE path=? AND gone=0", (ev.path,))
-            con.execute("UPDATE outputs SET path=? WHERE path=? AND gone=0", (ev.path, old))
+            no_live = self._no_live
+            if ev.path not in no_live:
+                con.execute("UPDATE outputs SET gone=1 WHERE path=? AND gone=0", (ev.path,))
+            if old in no_live:
+                self._no_live_add(ev.path)  # nothing moves onto it
+            else:
+                con.execute("UPDATE outputs SET path=? WHERE path=? AND gone=0", (ev.path, old))
+                no_live.discard(ev.path)  # the rows of ``old``, if any
+                self._no_live_add(old)
             hit = self.inputs_by_path.pop(old, None)
             if hit is not None:
                 self.inputs_by_path[ev.path] = hit
             else:
                 self.inputs_by_path.pop(ev.path, None)
         elif ev.op == "unlink":
-            con.execute("UPDATE outputs SET gone=1 WHERE path=? AND gone=0", (ev.path,))
+            if ev.path not in self._no_live:
+                con.execute("UPDATE outputs SET gone=1 WHERE path=? AND gone=0", (ev.path,))
+                self._no_live_add(ev.path)
             self.inputs_by_path.pop(ev.path, None)
+
+    def _no_live_add(self, path: str) -> None:
+        if len(self._no_live) >= MAX_NO_LIVE:
+            self._no_live.clear()  # forgotten: queried again
+        self._no_live.add(path)
 
     def _load_inputs(self) -> None:
         rows = self._db.execute(
@@ -1113,7 +1149,10 @@ class _Follow:
                 due = min((w for w, _s, _c in self.pending), default=None)
             now = time.monotonic()
             if due is None:
-                self.wake.wait(1.0)
+                # Nothing to follow: asleep until ``add`` or ``stop`` (a
+                # timed wait woke the thread, and took the interpreter from
+                # the loop, every second for nothing).
+                self.wake.wait()
                 self.wake.clear()
                 continue
             if due > now:
@@ -1234,6 +1273,8 @@ def _detail_json(detail: dict[str, Any]) -> str:
     """An event's detail as JSON text SQLite can hold: names that are not
     UTF-8 (a listing's, a rename's) in their ``escaped`` form, as paths are
     stored; escaping the JSON text whole would break its string escapes."""
+    if not detail:
+        return "{}"  # a write's, an unlink's: no encoder for them
     text = json.dumps(detail, ensure_ascii=False)
     if not text.isascii():
         try:

@@ -122,6 +122,7 @@ class _View:
         "last",
         "since_snapshot",
         "snapshot_chars",
+        "whole",
     )
 
     def __init__(self, proc: str) -> None:
@@ -133,6 +134,11 @@ class _View:
         self.last = 0  # its previous output row (0: none, the next is whole)
         self.since_snapshot = 0  # characters of changes stored since the last whole
         self.snapshot_chars = 0  # of that whole
+        # Its items in the order of their first read, without "o", made once
+        # per change of ``g`` (None: ``g`` changed since): a job's writes
+        # between two of its reads would each sort and copy every item.
+        # Never changed in place once made: a new list replaces it.
+        self.whole: list[dict[str, Any]] | None = None
 
     def append(self, key: Key, entry: tuple[int, str, str | None, float]) -> None:
         it = self.items.get(key)
@@ -159,7 +165,10 @@ class WriteInputs:
     carry: int  # the row carried on from; 0: none
     text: str  # JSON: {"own", "g"} or {"own", "set", "add", "del"}
     entries: int  # items stored
-    items: list[dict[str, Any]] | None  # the whole list, when known cheaply
+    # The whole list, when known cheaply.  The same list object as the
+    # previous write's while the view did not change (read it, never change
+    # it): its JSON can be reused.
+    items: list[dict[str, Any]] | None
 
 
 def _key(item: dict[str, Any]) -> Key:
@@ -198,6 +207,12 @@ class JobReads:
         # holders of its write end): proc -> on a standard descriptor?).
         self.chans: dict[str, tuple[dict[str, bool], dict[str, bool]]] = {}
         self.reads_of: dict[str, set[str]] = {}  # proc -> pipes it holds a read end of
+        # The "file:" channels of ``chans``: their write ends' holders.
+        self.files: dict[str, dict[str, bool]] = {}
+        # ``counted`` of a writer and the holders of the written file: the
+        # same until the channels change (``link``), and asked at every
+        # write (a checkout's thousands).  Never changed in place.
+        self.closures: dict[tuple[str, frozenset[str]], set[str]] = {}
         self.views: OrderedDict[str, _View] = OrderedDict()
         # reads whose detail may still change: seq -> (key, reader, locator)
         self.open: dict[int, tuple[Key, str, str | None]] = {}
@@ -218,6 +233,9 @@ class JobReads:
         side[link.proc] = side.get(link.proc, False) or link.std
         if not link.write:
             self.reads_of.setdefault(link.proc, set()).add(link.chan)
+        if link.chan.startswith("file:"):
+            self.files[link.chan] = ends[1]
+        self.closures.clear()
 
     def counted(self, proc: str, path: str) -> set[str]:
         """The processes whose reads count for a write of ``path`` by
@@ -225,9 +243,20 @@ class JobReads:
         transitively, those that wrote a pipe one of them read."""
         out = {proc}
         suffix = "/" + path
-        for chan, (_r, holders) in self.chans.items():
-            if chan.startswith("file:") and chan.endswith(suffix):
+        for chan, holders in self.files.items():
+            if chan.endswith(suffix):
                 out.update(holders)
+        key = (proc, frozenset(out))
+        hit = self.closures.get(key)
+        if hit is None:
+            if len(self.closures) >= 1024:
+                self.closures.clear()
+            hit = self.closures[key] = self._closure(out)
+        return hit
+
+    def _closure(self, out: set[str]) -> set[str]:
+        """``out`` and, transitively, the processes that wrote a pipe one of
+        them read (``out`` is grown in place and returned)."""
         todo = list(out)
         while todo:
             x = todo.pop()
@@ -427,6 +456,8 @@ class JobReads:
         sets: list[dict[str, Any]] = []
         adds: list[list[Any]] = []
         dels: list[list[Any]] = []
+        if view.dirty:
+            view.whole = None  # its items change below
         for key in view.dirty:
             kind, what = self._compute(view, key)
             if kind == "add":
@@ -489,9 +520,13 @@ class JobReads:
         view.last = seq
         items = None
         if not carry and want_items and len(view.g) + len(inline or ()) <= want_items:
-            items = [
-                _strip(i) for i in sorted(view.g.values(), key=_order) if _key(i) != (path, hash_)
-            ] + (inline or [])
+            items = view.whole
+            if items is None:
+                items = view.whole = [_strip(i) for i in sorted(view.g.values(), key=_order)]
+            if (path, hash_) in view.g:
+                items = [i for i in items if _key(i) != (path, hash_)]
+            if inline:
+                items = items + inline
         return WriteInputs(base, carry, text, entries, items)
 
     def forget_before(self, seq: int) -> None:

@@ -155,6 +155,22 @@ def test_bench_recording_cost_is_measured(tmp_path: Path) -> None:
     assert n == RECORDED  # every open stored, each with the hash its record holds
 
 
+def test_bench_rewrite_cost_is_measured(tmp_path: Path) -> None:
+    from bench.journalcost import READ_FIRST, REWRITTEN, rewrite_cpu_us
+
+    loop_us, thread_us = rewrite_cpu_us(tmp_path)
+    assert loop_us > 0
+    assert thread_us > 0
+    con = sqlite3.connect(tmp_path / "rewrite-journal" / jmod.DB_NAME)
+    try:
+        kinds = dict(con.execute("SELECT op, count(*) FROM events GROUP BY op"))
+        (inputs,) = con.execute("SELECT inputs FROM outputs ORDER BY seq DESC").fetchone()
+    finally:
+        con.close()
+    assert kinds == {"open": READ_FIRST, "unlink": REWRITTEN, "write": REWRITTEN}
+    assert '"own":["d49/f4999.txt"' in inputs  # every write's lineage stored
+
+
 def test_a_hash_known_at_open_is_used_without_a_lookup(tmp_path: Path) -> None:
     """The open found the file's record (its stat matched): its hash is the
     read's, with no second store lookup; without one the journal looks."""
@@ -182,3 +198,127 @@ def test_a_hash_known_at_open_is_used_without_a_lookup(tmp_path: Path) -> None:
         con.close()
     j.close()
     assert got == {"a.txt": "c" * 64, "b.txt": "b" * 64}
+
+
+# -- a job's many writes after its reads (a checkout)
+
+
+def _write(j: jmod.Journal, fh: int, rel: str) -> None:
+    j.on_open(fh, os.getpid(), rel, flags=os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    j.on_wrote(fh, rel)
+    j.on_close(fh)
+
+
+def _read(j: jmod.Journal, fh: int, rel: str, off: int = 0, n: int = 4) -> None:
+    j.on_open(fh, os.getpid(), rel)
+    j.on_read(fh, off, n)
+    j.on_close(fh)
+
+
+def _inputs(j: jmod.Journal, rel: str) -> list[tuple[str, list[str]]]:
+    value = j.inputs_xattr(rel, None)
+    assert value is not None, rel
+    return [(i["path"], i["locators"]) for i in json.loads(value)]
+
+
+def test_writes_between_no_reads_share_one_input_list(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A checkout's thousands of writes after its reads: the input list and
+    its user.sw.inputs value are made once, not once per write (each was a
+    sort, a copy and a JSON dump of every item the job read)."""
+    built: list[int] = []
+    real = jmod._xattr_value
+
+    def counting(items: list[dict[str, object]]) -> str:
+        built.append(len(items))
+        return real(items)
+
+    monkeypatch.setattr(jmod, "_xattr_value", counting)
+    j = _journal(tmp_path)
+    src = tmp_path / "src"
+    for i in range(20):
+        (src / f"in{i}.txt").write_text(f"{i}\n")
+        _read(j, 100 + i, f"in{i}.txt")
+    for i in range(50):
+        _write(j, 200 + i, f"out{i}.txt")
+    j.flush()
+    assert built == [20]
+    want = [(f"in{i}.txt", ["lines=1-1"]) for i in range(20)]
+    assert [_inputs(j, f"out{i}.txt") for i in (0, 25, 49)] == [want] * 3
+    j.close()
+
+
+def test_a_read_between_writes_changes_the_next_writes_inputs(tmp_path: Path) -> None:
+    """The shared list is made again whenever the job's reads change: a new
+    file read, or a new place in one read before (its locators grow)."""
+    j = _journal(tmp_path)
+    src = tmp_path / "src"
+    (src / "a.txt").write_text("one\ntwo\nthree\n")
+    (src / "b.txt").write_text("bee\n")
+    _read(j, 1, "a.txt")
+    _write(j, 2, "o1.txt")
+    j.flush()
+    _write(j, 3, "o2.txt")  # same batch as the read below, before it
+    _read(j, 4, "b.txt")
+    _write(j, 5, "o3.txt")
+    j.flush()
+    _read(j, 6, "a.txt", 8, 6)  # line 3 of a.txt: its item gains a locator
+    _write(j, 7, "o4.txt")
+    _write(j, 8, "a.txt")  # the version it read, written again: not its own input
+    j.flush()
+    a1 = ("a.txt", ["lines=1-1"])
+    a13 = ("a.txt", ["lines=1-1", "lines=3-3"])
+    b = ("b.txt", ["lines=1-1"])
+    assert _inputs(j, "o1.txt") == [a1]
+    assert _inputs(j, "o2.txt") == [a1]
+    assert _inputs(j, "o3.txt") == [a1, b]
+    assert _inputs(j, "o4.txt") == [a13, b]
+    assert _inputs(j, "a.txt") == [b]  # one hash for every file here (``_journal``)
+    assert _inputs(j, "o4.txt") == [a13, b]  # the shared list untouched by that
+    j.close()
+
+
+def _outputs_rows(j: jmod.Journal) -> list[tuple[str, int, int, int]]:
+    con = sqlite3.connect(j.path)
+    try:
+        return list(con.execute("SELECT path, superseded, gone, carry FROM outputs ORDER BY seq"))
+    finally:
+        con.close()
+
+
+def test_a_file_unlinked_then_written_again_needs_no_query_for_its_previous_row(
+    tmp_path: Path,
+) -> None:
+    """A checkout unlinks each file and writes it again: the journal knows
+    it left the path no live output row, so the write does not look for one;
+    renames and writes keep what it knows true (the rows say the same)."""
+    j = _journal(tmp_path)
+    asked: list[str] = []
+    j._db.set_trace_callback(
+        lambda sql: asked.append(sql) if sql.startswith("SELECT seq FROM outputs") else None
+    )
+    pid = os.getpid()
+    _write(j, 1, "f")
+    _write(j, 2, "g")
+    j.flush()
+    assert len(asked) == 2  # nothing known of either: looked up
+    asked.clear()
+    j.on_unlink(pid, "f")
+    _write(j, 3, "f")  # no live row of f left: not looked up
+    _write(j, 4, "f")  # its row of a moment ago: looked up, carried on from
+    j.on_rename(pid, "g", "h")  # g's row moves to h; g has none left
+    _write(j, 5, "g")  # not looked up
+    j.on_rename(pid, "x", "g")  # x had no live row that is known: g's is gone now
+    _write(j, 6, "h")  # the row moved here: looked up, carried on from
+    j.flush()
+    assert [q.split("path=")[1][:3] for q in asked] == ["'f'", "'h'"]
+    assert _outputs_rows(j) == [
+        ("f", 0, 1, 0),  # unlinked
+        ("h", 1, 0, 0),  # g renamed to h, then h written by the job again
+        ("f", 1, 0, 0),  # superseded by the next write of f
+        ("f", 0, 0, 4),  # carries on from row 4 (seqs: 1 f, 2 g, 3 unlink, 4 f)
+        ("g", 0, 1, 0),  # x renamed over it
+        ("h", 0, 0, 2),
+    ]
+    j.close()

@@ -705,3 +705,21 @@ def test_processes_taking_turns_writing_store_linearly(tmp_path: Path) -> None:
     con.set_trace_callback(None)
     assert len(queries) < 400, len(queries)
     j.close()
+
+
+def test_counted_is_kept_until_the_channels_change() -> None:
+    """A checkout's thousands of writes ask which processes count for each:
+    the answer is kept, and made again once a channel is seen."""
+    from swfs.evidence.lineage import JobReads
+    from swfs.evidence.procinfo import Link
+
+    acc = JobReads("1.1/1")
+    first = acc.counted("10.1", "out/a.txt")
+    assert first == {"10.1"}
+    assert acc.counted("10.1", "out/b.txt") is first  # no channel holds either: kept
+    acc.link(Link("10.1", "pipe:7", False, True))  # 10 reads pipe 7 on its stdin
+    acc.link(Link("11.1", "pipe:7", True, True))  # 11 writes it on its stdout
+    assert acc.counted("10.1", "out/b.txt") == {"10.1", "11.1"}
+    acc.link(Link("12.1", "file:/mnt/out/c.txt", True, True))  # 12 holds c.txt for writing
+    assert acc.counted("10.1", "out/c.txt") == {"10.1", "11.1", "12.1"}
+    assert acc.counted("10.1", "out/b.txt") == {"10.1", "11.1"}
