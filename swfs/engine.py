@@ -81,7 +81,9 @@ class Engine:
         ws.add_parse_request_handler(self._on_parse_request)
         self.history = History(ws)
         self.evidence = Evidence(ws)
-        self.views = Views(LiveSource(ws), progress=self._parse_progress, wait=self._wait_view)
+        self.views = Views(
+            LiveSource(ws), progress=self._parse_progress, wait=self._wait_view, hurry=self._hurry
+        )
         self.reviews = Reviews(ws, self.evidence.access)
         self.search_index = SearchIndex(
             ws, self.evidence.access, model=_embed_model(ws.config.embed_model)
@@ -164,11 +166,19 @@ class Engine:
         queue, token = self.queue, self._token
         if queue is None or token is None:
             return
+        # A parse nobody waits for yet (a change) waits for a pause in the
+        # changes (swfs.views.scheduler); a reader's goes first, at once.
+        later = not front
         if self._on_loop(token):
-            queue.submit(rel, front=front)
+            queue.submit(rel, front=front, later=later)
             return
         with suppress(trio.RunFinishedError):
-            token.run_sync_soon(lambda: queue.submit(rel, front=front))
+            token.run_sync_soon(lambda: queue.submit(rel, front=front, later=later))
+
+    def _hurry(self) -> None:
+        """On the loop: the parses deferred to a pause in changes start now."""
+        if self.queue is not None:
+            self.queue.hurry()
 
     def _parse_progress(self, rel: str) -> str:
         queue = self.queue
@@ -256,6 +266,7 @@ class Engine:
                 task_status.started()
                 if drain:
                     while not queue.idle():
+                        queue.hurry()  # nothing to wait for a pause of: `swfs index` waits
                         if progress:
                             progress(total - len(queue), total)
                         await trio.sleep(0.1)
@@ -509,6 +520,7 @@ class Engine:
             while True:
                 queue = self.queue
                 if queue is not None and not queue.idle():
+                    queue.hurry()  # a caller waits: no pause in changes to wait for
                     await trio.sleep(0.05)
                     continue
                 counts = await trio.to_thread.run_sync(self.views.counts)
