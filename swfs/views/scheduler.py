@@ -39,12 +39,13 @@ MAX_DELAY = 5.0
 class ParseQueue:
     """Paths waiting for a parse, coalesced, with a front lane for readers."""
 
-    def __init__(self, *, quiet: float = QUIET, max_delay: float = MAX_DELAY) -> None:
+    def __init__(self, *, quiet: float | None = None, max_delay: float | None = None) -> None:
         self._front: OrderedDict[str, None] = OrderedDict()
         self._back: OrderedDict[str, None] = OrderedDict()
         # Changed files waiting for a pause in the changes (``later``).
         self._later: OrderedDict[str, None] = OrderedDict()
-        self._quiet, self._max_delay = quiet, max_delay
+        self._quiet = QUIET if quiet is None else quiet
+        self._max_delay = MAX_DELAY if max_delay is None else max_delay
         self._later_since = 0.0  # when the first of _later was deferred
         self._last_change = 0.0  # when the last ``later`` submit came
         self._busy: set[str] = set()
