@@ -279,11 +279,12 @@ class Engine:
 
     async def _parse_one(self, pool: ParseExecutor, rel: str) -> bool:
         # Store reads in a thread: the loop also answers every FUSE request.
-        rec = await trio.to_thread.run_sync(self.workspace.store.get_file, rel)
-        if rec is None or rec.parser is None:
+        # One thread call for both (each costs the loop a hand-off).
+        found = await trio.to_thread.run_sync(self._to_parse, rel)
+        if found is None:
             return False
-        h, parser = rec.hash, rec.parser
-        if await trio.to_thread.run_sync(self.workspace.store.parse_status, h, parser) is not None:
+        h, parser, cached = found
+        if cached:
             # Another path with the same content was parsed meanwhile.
             await trio.to_thread.run_sync(self._adopt_cached, rel)
             return False
@@ -295,6 +296,16 @@ class Engine:
                 self.workspace.notify_changed(
                     rel
                 )  # its view turns back to pending.md, or on to the parse
+
+    def _to_parse(self, rel: str) -> tuple[str, str, bool] | None:
+        """``rel``'s recorded (hash, parser key) and whether a parse of them
+        is stored already; None when it has nothing to parse."""
+        store = self.workspace.store
+        with store.read() as txn:
+            rec = store.get_file(rel, txn)
+            if rec is None or rec.parser is None:
+                return None
+            return rec.hash, rec.parser, store.parse_status(rec.hash, rec.parser, txn) is not None
 
     async def _parse_and_apply(self, pool: ParseExecutor, rel: str, h: str, parser: str) -> bool:
         try:
