@@ -116,6 +116,7 @@ async def _handle(
         )
         return {"version": version.number, "hash": version.hash}
     if op == "search":  # `swfs search` of a mounted workspace, as the connecting user
+        engine.views.hurry()  # a changed file's parse waits for no pause now
         return await trio.to_thread.run_sync(
             _search, engine, str(request.get("query", "")), int(request.get("n", 20)), peer
         )

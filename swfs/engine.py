@@ -81,7 +81,9 @@ class Engine:
         ws.add_parse_request_handler(self._on_parse_request)
         self.history = History(ws)
         self.evidence = Evidence(ws)
-        self.views = Views(LiveSource(ws), progress=self._parse_progress, wait=self._wait_view)
+        self.views = Views(
+            LiveSource(ws), progress=self._parse_progress, wait=self._wait_view, hurry=self._hurry
+        )
         self.reviews = Reviews(ws, self.evidence.access)
         self.search_index = SearchIndex(
             ws, self.evidence.access, model=_embed_model(ws.config.embed_model)
@@ -164,11 +166,19 @@ class Engine:
         queue, token = self.queue, self._token
         if queue is None or token is None:
             return
+        # A parse nobody waits for yet (a change) waits for a pause in the
+        # changes (swfs.views.scheduler); a reader's goes first, at once.
+        later = not front
         if self._on_loop(token):
-            queue.submit(rel, front=front)
+            queue.submit(rel, front=front, later=later)
             return
         with suppress(trio.RunFinishedError):
-            token.run_sync_soon(lambda: queue.submit(rel, front=front))
+            token.run_sync_soon(lambda: queue.submit(rel, front=front, later=later))
+
+    def _hurry(self) -> None:
+        """On the loop: the parses deferred to a pause in changes start now."""
+        if self.queue is not None:
+            self.queue.hurry()
 
     def _parse_progress(self, rel: str) -> str:
         queue = self.queue
@@ -256,6 +266,7 @@ class Engine:
                 task_status.started()
                 if drain:
                     while not queue.idle():
+                        queue.hurry()  # nothing to wait for a pause of: `swfs index` waits
                         if progress:
                             progress(total - len(queue), total)
                         await trio.sleep(0.1)
@@ -268,11 +279,12 @@ class Engine:
 
     async def _parse_one(self, pool: ParseExecutor, rel: str) -> bool:
         # Store reads in a thread: the loop also answers every FUSE request.
-        rec = await trio.to_thread.run_sync(self.workspace.store.get_file, rel)
-        if rec is None or rec.parser is None:
+        # One thread call for both (each costs the loop a hand-off).
+        found = await trio.to_thread.run_sync(self._to_parse, rel)
+        if found is None:
             return False
-        h, parser = rec.hash, rec.parser
-        if await trio.to_thread.run_sync(self.workspace.store.parse_status, h, parser) is not None:
+        h, parser, cached = found
+        if cached:
             # Another path with the same content was parsed meanwhile.
             await trio.to_thread.run_sync(self._adopt_cached, rel)
             return False
@@ -284,6 +296,16 @@ class Engine:
                 self.workspace.notify_changed(
                     rel
                 )  # its view turns back to pending.md, or on to the parse
+
+    def _to_parse(self, rel: str) -> tuple[str, str, bool] | None:
+        """``rel``'s recorded (hash, parser key) and whether a parse of them
+        is stored already; None when it has nothing to parse."""
+        store = self.workspace.store
+        with store.read() as txn:
+            rec = store.get_file(rel, txn)
+            if rec is None or rec.parser is None:
+                return None
+            return rec.hash, rec.parser, store.parse_status(rec.hash, rec.parser, txn) is not None
 
     async def _parse_and_apply(self, pool: ParseExecutor, rel: str, h: str, parser: str) -> bool:
         try:
@@ -513,6 +535,7 @@ class Engine:
                 await trio.to_thread.run_sync(self.workspace.writes.drain)
                 queue = self.queue
                 if queue is not None and not queue.idle():
+                    queue.hurry()  # a caller waits: no pause in changes to wait for
                     await trio.sleep(0.05)
                     continue
                 counts = await trio.to_thread.run_sync(self.views.counts)

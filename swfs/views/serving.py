@@ -66,10 +66,15 @@ def _no_progress(rel: str) -> str:
     return "no parse is running (no daemon)"
 
 
+def _no_hurry() -> None:
+    """Nothing parses: nothing deferred."""
+
+
 class Views:
     """Implements ``swfs.api.ViewsAPI`` over ``source``.  ``progress`` says
-    how far a parse has got, ``wait`` waits for a view (the parse queue's
-    owner supplies both); ``world``: the name of the world the views are
+    how far a parse has got, ``wait`` waits for a view, ``hurry`` starts
+    the parses deferred to a pause in changes (the parse queue's owner
+    supplies all three; on the trio loop); ``world``: the name of the world the views are
     of, said in every unit's header."""
 
     def __init__(
@@ -78,11 +83,13 @@ class Views:
         *,
         progress: Progress = _no_progress,
         wait: Wait = _no_wait,
+        hurry: Callable[[], None] = _no_hurry,
         world: str | None = None,
     ) -> None:
         self.source = source
         self.progress = progress
         self.wait = wait
+        self.hurry = hurry
         self.world = world
         self._parsed_paths: tuple[int, list[RelPath]] | None = None
 
