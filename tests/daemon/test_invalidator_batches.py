@@ -1,8 +1,9 @@
-"""What one pass of the invalidator (``mountd.invalidator``) costs the
-daemon's loop: a burst of changes behind the mount in one folder compares
-that folder with what the kernel was told once, not once per path, and a
-pass with no inode to drop starts no worker thread (pyfuse3's notifications
-stubbed: no mount)."""
+"""What changes behind the mount cost the daemon's loop.  One pass of the
+invalidator (``mountd.invalidator``): a burst of changes in one folder
+compares that folder with what the kernel was told once, not once per path,
+and a pass with no inode to drop starts no worker thread (pyfuse3's
+notifications stubbed: no mount).  The change feed's touched paths: each
+looked at once per read."""
 
 from __future__ import annotations
 
@@ -91,3 +92,20 @@ def test_a_burst_behind_the_mount_costs_one_look_at_its_folder(
     assert looked.count("d") == 1, looked
     assert dropped == []
     assert hops == []
+
+
+def test_a_path_touched_twice_in_one_read_is_looked_at_once(
+    ops: Operations, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file made behind the mount comes as IN_CREATE and IN_ATTRIB in one
+    read of the change feed: its inode is looked up once."""
+    looked: list[str] = []
+    lstat = ops.native.lstat
+
+    def counted(rel: str) -> os.stat_result:
+        looked.append(rel)
+        return lstat(rel)
+
+    monkeypatch.setattr(ops.native, "lstat", counted)
+    ops.touched_behind(["d/b.txt", "d/b.txt", "d", "d/b.txt"])
+    assert sorted(looked) == ["d", "d/b.txt"]
