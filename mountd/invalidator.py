@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import pyfuse3
 import trio
 
+from mountd import hop
 from mountd.dirlist import watch_tabs
 from mountd.nodes import Node, Tree
 from mountd.passthrough import split
@@ -93,6 +94,7 @@ class Invalidator:
         self._cancel = trio.CancelScope()
         self.entries = EntrySender(lambda: self.ops.mounted)
         self.passes = 0  # batches turned into invalidations, ever
+        self._threads = trio.CapacityLimiter(1)  # the notifications of one pass at a time
 
     def stop(self) -> None:
         self._cancel.cancel()
@@ -173,7 +175,7 @@ class Invalidator:
                     todo.entries += self._synthetic_link(node)
             if self.ops.mounted:
                 if todo.inodes or todo.attrs:  # else no thread to start
-                    await trio.to_thread.run_sync(_notify_kernel, todo)
+                    await hop.run_sync(_notify_kernel, todo, limiter=self._threads)
                 if todo.entries:
                     self.entries.send(todo.entries)
             self.passes += 1

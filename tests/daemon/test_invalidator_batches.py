@@ -59,7 +59,7 @@ def test_a_burst_behind_the_mount_costs_one_look_at_its_folder(
         return lstat(rel)
 
     hops: list[object] = []
-    run_sync = trio.to_thread.run_sync
+    run_sync = invalidator.hop.run_sync
 
     async def counted_hop(fn: Any, *args: Any, **kw: Any) -> Any:
         hops.append(fn)
@@ -67,7 +67,7 @@ def test_a_burst_behind_the_mount_costs_one_look_at_its_folder(
 
     dropped: list[int] = []
     monkeypatch.setattr(ops.native, "lstat", counted)
-    monkeypatch.setattr(invalidator.trio.to_thread, "run_sync", counted_hop)
+    monkeypatch.setattr(invalidator.hop, "run_sync", counted_hop)
     monkeypatch.setattr(
         invalidator.pyfuse3, "invalidate_inode", lambda ino, attr_only=False: dropped.append(ino)
     )
