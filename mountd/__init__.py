@@ -50,6 +50,8 @@ Modules, outermost first:
                 one place that decides how a handler's answer is awaited
                 (``adapt``).
 ``fastpath``    kernel passthrough of native file data: which opens ask for it.
+``hop``         a trip to a worker thread at less cost to the loop than
+                ``trio.to_thread.run_sync`` (no renaming of the thread per call).
 ``poll``        adaptive polling: the loop stays hot a moment after a request.
 ``invalidator`` kernel cache invalidation, background work with run()/stop().
 ``fusectl``     a mount's FUSE connection (fusectl): found without a request,

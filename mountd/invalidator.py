@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import pyfuse3
 import trio
 
+from mountd import hop
 from mountd.dirlist import watch_tabs
 from mountd.nodes import Node, Tree
 from mountd.passthrough import split
@@ -48,6 +49,8 @@ log = logging.getLogger(__name__)
 #: directory at a time: so many directories held by unanswered requests at
 #: once hold back the others.
 ENTRY_SENDERS = 8
+#: Seconds a batch of changes gathers before it is turned into invalidations.
+GATHER = 0.002
 
 
 def sig(st: os.stat_result) -> tuple[int, int, int]:
@@ -90,6 +93,8 @@ class Invalidator:
         self._token: trio.lowlevel.TrioToken | None = None
         self._cancel = trio.CancelScope()
         self.entries = EntrySender(lambda: self.ops.mounted)
+        self.passes = 0  # batches turned into invalidations, ever
+        self._threads = trio.CapacityLimiter(1)  # the notifications of one pass at a time
 
     def stop(self) -> None:
         self._cancel.cancel()
@@ -140,6 +145,10 @@ class Invalidator:
     async def _loop(self) -> None:
         while True:
             await self._pending.wake.wait()
+            # A burst of changes (a checkout, an unpack) comes as one record
+            # after another: let more of it gather, so that it costs one pass
+            # (one lstat of each folder, one trip to a thread), not one each.
+            await trio.sleep(GATHER)
             rels, gone = self._pending.rels, self._pending.entries
             external, listings = self._pending.external, self._pending.listings
             self._pending = _Pending()
@@ -165,8 +174,11 @@ class Invalidator:
                 if name not in listed[key]:
                     todo.entries += self._synthetic_link(node)
             if self.ops.mounted:
-                await trio.to_thread.run_sync(_notify_kernel, todo)
-                self.entries.send(todo.entries)
+                if todo.inodes or todo.attrs:  # else no thread to start
+                    await hop.run_sync(_notify_kernel, todo, limiter=self._threads)
+                if todo.entries:
+                    self.entries.send(todo.entries)
+            self.passes += 1
 
     def _stays(self, node: Node, changed: AbstractSet[str]) -> bool:
         """Whether generated folder ``node`` surely still shows after
@@ -188,11 +200,13 @@ class Invalidator:
         entries: list[tuple[int, bytes]] = []
         dirs: list[Node] = []
         synthetic: list[Node] = []
+        looked: set[int] = set()  # directories compared already (one lstat each)
         for rel in external:
             # The directory's entries changed: its attributes and any listing
             # the kernel keeps of it, unless what it was told still holds.
             parent = self.table.find_native(split(rel)[0])
-            if parent is not None:
+            if parent is not None and parent.ino not in looked:
+                looked.add(parent.ino)
                 st = self._lstat(self.table.path(parent) or "")
                 if st is None or sig(st) != parent.attr_sig:
                     inodes.add(parent.ino)

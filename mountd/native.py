@@ -791,7 +791,7 @@ class NativeProvider:
             for each in self.table.nodes():
                 each.xattrs = None
             return
-        for rel in rels:
+        for rel in dict.fromkeys(rels):  # a new file comes as IN_CREATE and IN_ATTRIB
             node = self.table.find_native(rel)
             if node is not None:
                 node.xattrs = None

@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 import trio
 
+from mountd import hop
 from mountd.fsutil import (
     OPEN_FLAGS,
     RENAME_EXCHANGE,
@@ -137,7 +138,7 @@ class Passthrough:
     async def slow(self, fn: Callable[..., T], *args: Any) -> T:
         """Run an engine call (or a blocking syscall) in a worker thread."""
         with self.poller.paused() if self.poller is not None else nullcontext():
-            return await trio.to_thread.run_sync(fn, *args, limiter=self.limiter)
+            return await hop.run_sync(fn, *args, limiter=self.limiter)
 
     # -- names
 

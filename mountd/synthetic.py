@@ -28,6 +28,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import trio
 
+from mountd import hop
 from mountd.nodes import Tree
 from mountd.options import MountOptions
 from mountd.reply import Reply
@@ -71,7 +72,7 @@ _engine_limiter = trio.CapacityLimiter(ENGINE_THREADS)
 async def off_loop(fn: Callable[..., T], *args: Any) -> T:
     """Run an engine call in a worker thread: nothing that reads the store or
     the tree may block the loop that answers every FUSE request."""
-    return await trio.to_thread.run_sync(fn, *args, limiter=_engine_limiter)
+    return await hop.run_sync(fn, *args, limiter=_engine_limiter)
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from typing import Any, NoReturn, TypeVar
 
 import trio
 
+from mountd import hop
 from mountd.fsutil import dir_fd, open_beneath
 from mountd.passthrough import Creds, NativeHandle, Passthrough, SetAttr, split
 from mountd.poll import Poller
@@ -68,7 +69,7 @@ class WorldNative:
 
     async def slow(self, fn: Callable[..., T], *args: Any) -> T:
         with self.poller.paused() if self.poller is not None else nullcontext():
-            return await trio.to_thread.run_sync(fn, *args, limiter=self.limiter)
+            return await hop.run_sync(fn, *args, limiter=self.limiter)
 
     # -- names
     def is_hidden(self, rel: str) -> bool:
