@@ -508,7 +508,13 @@ class Engine:
 
     def _check_unsettled(self, rel: RelPath) -> bool:
         """*slow*: record ``rel`` as it is now, unless the mount is changing
-        it (the writer records it).  Whether it was checked."""
+        it (the writer records it).  Whether it was checked.  A record the
+        write protocol has queued for it (a close's, a change of names')
+        is made now instead of after the queue's pause."""
+        writes = self.workspace.writes
+        if writes.queued_for(rel):
+            writes.drain()
+            return True
         return self.workspace.writes.check_behind(
             rel, lambda r: self.workspace.check_file(r, force=True)
         )

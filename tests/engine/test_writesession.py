@@ -658,3 +658,29 @@ def test_a_batch_of_unlinks_syncs_its_kept_bytes_once_then_drops_the_held_links(
             (v,) = eng.history.versions(RelPath(name))
             assert blake3.blake3(b).hexdigest() == v.hash
             assert ws.blobs.read_bytes(v.hash) == b
+
+
+def test_a_file_with_another_name_is_held_and_its_bytes_kept(engine: Engine) -> None:
+    """An unlink of one name of a file with two is held like any other (no
+    keeping first, no thread hop); a writer that truncates the file by its
+    other name meanwhile does not lose the bytes the unlinked name recorded."""
+    os.link(engine.src / "a.txt", engine.src / "link.txt")
+    engine.scan()
+    writes = engine.workspace.writes
+    h = blake3.blake3(OLD).hexdigest()
+    assert not engine.workspace.blobs.has(h)
+    parent = os.open(engine.src, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        st = os.stat("a.txt", dir_fd=parent, follow_symlinks=False)
+        change = writes.unlink("a.txt", (parent, "a.txt", st))
+        assert not change.needs_prepare()  # held
+        os.unlink("a.txt", dir_fd=parent)
+        change.commit_later()
+    finally:
+        os.close(parent)
+    s = writes.begin_write("link.txt", opener(engine, "link.txt"), truncate=True)
+    s.write(0, b"new")
+    s.release()
+    writes.drain()
+    assert engine.workspace.blobs.read_bytes(h) == OLD
+    assert engine.history.versions(RelPath("a.txt"))[-1].hash == h
