@@ -899,11 +899,58 @@ class Workspace(BlobReads):
         for src_rel, dst_rel in moved:
             self._changed(src_rel)
             self._changed(dst_rel)
-            # The stat signature changes (ctime): refresh without a new version.
-            self.check_file(RelPath(dst_rel), cause=Cause.RENAME)
+            # The stat signature changes (ctime): refresh without a new
+            # version, if the name still holds the file that was moved.  A
+            # record made after the change (off the reply path: the queue)
+            # may find another file under it already, whose own record is
+            # queued behind this one: that one records it.
+            self._refresh_moved(RelPath(dst_rel))
         if not moved:
             # Renamed something we never saw: look at it now.
             self.check_file(new, cause=Cause.WRITE)
+
+    def _refresh_moved(self, rel: RelPath) -> None:
+        rec = self.store.get_file(rel)
+        try:
+            st = os.lstat(self.abspath(rel))
+        except OSError:
+            st = None
+        if rec is not None and st is not None:
+            if st.st_ino != rec.ino:
+                return
+            if rec.signature() == stat_signature(st):
+                # Recorded after the rename already (a close's record, made
+                # from its descriptor): the bytes are known, but the parser
+                # was picked by the old name.
+                self._reselect_parser(rel, rec, st)
+                return
+        self.check_file(rel, cause=Cause.RENAME)
+
+    def _reselect_parser(self, rel: str, rec: FileRecord, st: os.stat_result) -> None:
+        try:
+            fd = open_to_read(self.abspath(rel), os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            return
+        try:
+            head = os.pread(fd, 4096, 0)
+        finally:
+            os.close(fd)
+        info = FileInfo(
+            name=rel, extension=os.path.splitext(rel)[1].lower(), size=st.st_size, head=head
+        )
+        found = registry.select(info)
+        parser = found.cache_key(info) if found else None
+        if parser == rec.parser:
+            return
+        with self.store.write() as txn:
+            old = self.store.get_file(rel, txn)
+            if old is None or old.hash != rec.hash:
+                return
+            self._put_record(txn, rel, st, old.hash, parser, old, Cause.RENAME)
+            self._bump(txn)
+        self._changed(rel)
+        if parser and self.store.get_parse(rec.hash, parser) is None:
+            self._request_parse(rel)
 
     def _move_one(self, txn: lmdb.Transaction, src: str, dst: str) -> None:
         rec = self.store.get_file(src, txn)

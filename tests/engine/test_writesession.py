@@ -684,3 +684,36 @@ def test_a_file_with_another_name_is_held_and_its_bytes_kept(engine: Engine) -> 
     writes.drain()
     assert engine.workspace.blobs.read_bytes(h) == OLD
     assert engine.history.versions(RelPath("a.txt"))[-1].hash == h
+
+
+def test_a_queued_close_then_a_rename_gets_the_parser_of_the_new_name(engine: Engine) -> None:
+    """git's lock file pattern: ``config.lock`` written and closed, renamed
+    to ``config``; the close's record is made after the rename (from its
+    descriptor, with the file's stat after the rename), and the rename's
+    record still picks the parser by the new name."""
+    writes = engine.workspace.writes
+    fd = os.open(engine.src / "config.lock", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    s = writes.adopt_new("config.lock", fd)
+    s.write(0, b"[core]\n\tbare = false\n")
+    release, holder = _holding_the_store(engine)
+    try:
+        assert s.flush_later()
+        assert s.release_later()
+        change = writes.rename("config.lock", "config", replaces_file=False)
+        assert not change.needs_prepare()
+        os.rename(engine.src / "config.lock", engine.src / "config")
+        change.commit_later()
+    finally:
+        release.set()
+        holder.join(30)
+    writes.drain()
+    rec = engine.workspace.store.get_file("config")
+    assert rec is not None
+    head = (engine.src / "config").read_bytes()
+    info = FileInfo(name="config", extension="", size=len(head), head=head)
+    chosen = registry.select(info)
+    assert chosen is not None
+    assert rec.parser == chosen.cache_key(info)
+    lock = FileInfo(name="config.lock", extension=".lock", size=len(head), head=head)
+    picked = registry.select(lock)
+    assert picked is None or picked.cache_key(lock) != rec.parser  # the names pick differently
