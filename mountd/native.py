@@ -456,12 +456,12 @@ class NativeProvider:
         if pending(got):
             return self._flush(h, fh, got)
         if recorded:
-            self.mount.journal.on_wrote(fh, h.fh.path())
+            self.mount.journal.on_wrote(fh, h.fh.path(), h.fh.queued)
         return None
 
     async def _flush(self, h: NativeOpen, fh: int, got: Reply[None]) -> None:
         await awaited(got)
-        self.mount.journal.on_wrote(fh, h.fh.path())
+        self.mount.journal.on_wrote(fh, h.fh.path(), h.fh.queued)
 
     def _cache_sig_after_writes(self, h: NativeOpen, fh: int) -> tuple[int, int, int] | None:
         """What the kernel's pages of a file written through ``h`` show: the
@@ -477,7 +477,7 @@ class NativeProvider:
         recorded = h.fh.dirty
         await self.source.fsync(h.fh, datasync)
         if recorded:
-            self.mount.journal.on_wrote(fh, h.fh.path())
+            self.mount.journal.on_wrote(fh, h.fh.path(), h.fh.queued)
 
     def release_reader(self, h: NativeOpen, fh: int) -> None:
         """``release`` of a handle without a write session (nothing to
@@ -503,12 +503,12 @@ class NativeProvider:
         if pending(got):
             return self._release(h, fh, got)
         if wrote:
-            self.mount.journal.on_wrote(fh, h.fh.path())
+            self.mount.journal.on_wrote(fh, h.fh.path(), h.fh.queued)
         return None
 
     async def _release(self, h: NativeOpen, fh: int, got: Reply[None]) -> None:
         await awaited(got)
-        self.mount.journal.on_wrote(fh, h.fh.path())
+        self.mount.journal.on_wrote(fh, h.fh.path(), h.fh.queued)
 
     # -- attributes that change
 

@@ -186,6 +186,7 @@ class Operations(pyfuse3.Operations):
             engine.store_dir,
             enabled=options.journal,
             file_hash=hash_lookup(engine.workspace),
+            records=engine.workspace.writes,  # a write's hash once its queued record is made
             src=engine.src,
             locate=engine.workspace.abspath,  # a --staged mount's staged bytes
             callers=options.callers,

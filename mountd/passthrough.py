@@ -36,7 +36,7 @@ from mountd.fsutil import (
 )
 from mountd.poll import Poller
 from mountd.reply import Reply, awaited
-from swfs.api import RESERVED_ROOTS, EngineAPI, RelPath, WriteSession
+from swfs.api import RESERVED_ROOTS, EngineAPI, RecordedHash, RelPath, WriteSession
 from swfs.store.fsutil import FALLOC_FL_ZERO_RANGE, without_atime
 
 log = logging.getLogger(__name__)
@@ -95,6 +95,11 @@ class NativeHandle:
     def dirty(self) -> bool:
         """The session's ``dirty``: changed since the last record."""
         return self.session is not None and self.session.dirty
+
+    @property
+    def queued(self) -> RecordedHash | None:
+        """The last record the session's close queued (its hash, once made)."""
+        return None if self.session is None else self.session.queued
 
     @property
     def record_on_flush(self) -> bool:

@@ -167,6 +167,17 @@ class BlobBytes(Protocol):
     def pread(self, size: int, offset: int) -> bytes: ...
 
 
+class RecordedHash(Protocol):
+    """The record a close queued (``WriteSession.flush_later``): made off the
+    reply path; ``hash`` is what it recorded once ``wait`` returns."""
+
+    hash: str | None
+
+    def wait(self) -> None:
+        """*slow*: until the record is made (or it failed: ``hash`` None)."""
+        ...
+
+
 class WriteSession(Protocol):
     """One open-for-writing of a native file (``swfs.history.writesession``): the
     daemon calls it for every change and holds no history policy itself."""
@@ -175,6 +186,7 @@ class WriteSession(Protocol):
     fd: int  # what reads and fstat go to
     dirty: bool  # changed since the last record, by an O_TRUNC open too
     record_on_flush: bool  # written since the last record: a close records it
+    queued: RecordedHash | None  # the last record a close queued (None: none queued)
 
     @property
     def needs_preserve(self) -> bool:
@@ -271,6 +283,15 @@ class WriteProtocol(Protocol):
     ) -> Change: ...
     def drain(self) -> None:
         """*slow*: wait until every queued record is made (before an fsync)."""
+        ...
+
+    def queued_for(self, rel: str | None) -> bool:
+        """Cheap: whether a queued record may change what the store says of
+        ``rel`` (a close's or a change of names', made after its reply)."""
+        ...
+
+    def drain_for(self, rel: str | None) -> None:
+        """*slow*: ``drain`` where a queued record may concern ``rel``."""
         ...
 
     def truncate(self, rel: str, size: int | None = None) -> Change:

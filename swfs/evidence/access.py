@@ -80,9 +80,9 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from swfs.api import Access, RelPath, ReviewEntry
+from swfs.api import Access, RecordedHash, RelPath, ReviewEntry
 from swfs.evidence.lineage import JobReads, job_reads, read_rows, stored_inputs
 from swfs.evidence.procinfo import Caller, Link, ProcCache, job_links, read_cmdline, read_stat
 from swfs.store.fsutil import holds_binary, open_to_read
@@ -153,6 +153,19 @@ class JournalError(Exception):
     """The journal cannot be read (missing, not allowed, damaged)."""
 
 
+class QueuedRecords(Protocol):
+    """The write protocol's queue of records (``swfs.history.writesession``):
+    a close's and a change of names' records are made after their reply."""
+
+    def queued_for(self, rel: str | None) -> bool:
+        """Cheap: whether a queued record may change what the store says of ``rel``."""
+        ...
+
+    def drain_for(self, rel: str | None) -> None:
+        """*slow*: wait for the queued records that may concern ``rel``."""
+        ...
+
+
 @dataclass(slots=True)
 class Event:
     seq: int
@@ -173,6 +186,11 @@ class Event:
     # order, BINARY once a NUL showed in its first 8 KiB.
     newlines: int = 0
     last_nl: bool = False
+    # A write whose record was still queued when it was seen (a close's, a
+    # rename's: made off the reply path): its hash is looked up on the
+    # journal's thread, once the queue has made the record (``settle``).
+    unresolved: bool = False
+    recorded: RecordedHash | None = None  # a close's queued record: its hash once made
 
 
 @dataclass(slots=True)
@@ -283,6 +301,7 @@ class Journal:
         callers: tuple[tuple[int, int], ...] = (),
         max_events: int = MAX_EVENTS,
         flush_seconds: float = FLUSH_SECONDS,
+        records: QueuedRecords | None = None,
     ) -> None:
         self.store_dir = Path(store_dir)
         self.path = self.store_dir / DB_NAME
@@ -291,6 +310,9 @@ class Journal:
         # not SRC's); default: under ``src``.
         self.locate = locate
         self.file_hash = file_hash
+        # The write protocol's queue of records (None: every record is made
+        # before its event is seen).
+        self.records = records
         self.procs = ProcCache(callers)
         self.max_events = max_events
         self.flush_seconds = flush_seconds
@@ -444,8 +466,16 @@ class Journal:
     def _read_event(
         self, caller: Caller, path: str, xattrs: Mapping[str, str] | None, known: str | None = None
     ) -> Event:
+        unresolved = False
         if xattrs is None:  # a native file
-            hash_ = known if known is not None else self.file_hash(path)
+            if known is not None:
+                hash_ = known
+            elif self.records is not None and self.records.queued_for(path):
+                # Its record is queued (a close's just before): looked up on
+                # the journal's thread once made.
+                hash_, unresolved = None, True
+            else:
+                hash_ = self.file_hash(path)
             source, locator = path, None
         elif path.startswith(PARSED + "/"):
             source = xattrs.get("source", "")
@@ -464,6 +494,7 @@ class Journal:
         else:
             source, hash_, locator = "", xattrs.get("hash"), None
         ev = Event(self._next(), time.time(), "read", "open", caller, path, source, hash_, locator)
+        ev.unresolved = unresolved
         ev.closed = False
         if locator or source != path:
             ev.newlines = UNCOUNTED  # no line ranges (see ``_read_detail``)
@@ -497,14 +528,38 @@ class Journal:
                 return
         _merge(ranges, off, off + n)
 
-    def on_wrote(self, fh: int, path: str | None) -> None:
-        """What handle ``fh`` wrote to ``path`` was recorded by the engine."""
+    def on_wrote(self, fh: int, path: str | None, recorded: RecordedHash | None = None) -> None:
+        """What handle ``fh`` wrote to ``path`` was recorded by the engine, or
+        its record queued (``recorded``: its hash once made)."""
         h = self._open.get(fh)
         if h is None or path is None:
             return
         ev = Event(self._next(), time.time(), "write", "write", h.caller, path, path)
-        ev.hash = self.file_hash(path)
+        if recorded is not None:
+            ev.recorded = recorded
+        else:
+            self._hash_of_write(ev, path)
         self._add(ev)
+
+    def _hash_of_write(self, ev: Event, path: str) -> None:
+        """The hash ``path`` is recorded with, now or (its record queued) on
+        the journal's thread before the event is stored."""
+        if self.records is not None and self.records.queued_for(path):
+            ev.unresolved = True
+        else:
+            ev.hash = self.file_hash(path)
+
+    def _resolve(self, new: list[Event]) -> None:
+        """*slow*: the hashes of writes whose records were queued."""
+        for ev in new:
+            if ev.recorded is not None:
+                ev.recorded.wait()
+                ev.hash, ev.recorded = ev.recorded.hash, None
+            elif ev.unresolved:
+                if self.records is not None:
+                    self.records.drain_for(ev.path)
+                ev.hash = self.file_hash(ev.path)
+                ev.unresolved = False
 
     def on_close(self, fh: int) -> None:
         h = self._open.pop(fh, None)
@@ -534,7 +589,7 @@ class Journal:
         ev = Event(self._next(), time.time(), "write", "rename", self.procs.caller_of(pid), new)
         ev.source = new
         ev.detail = {"from": old}
-        ev.hash = self.file_hash(new)
+        self._hash_of_write(ev, new)
         self._add(ev)
 
     def on_unlink(self, pid: int, path: str) -> None:
@@ -778,6 +833,7 @@ class Journal:
         closed = self._closed
         self._closed = []
         try:
+            self._resolve(new)
             return self._store(new, links, closed)
         except BaseException:
             self._no_live.clear()  # what it learned was rolled back
@@ -1235,7 +1291,7 @@ class NoJournal:
     def on_read(self, fh: int, off: int, n: int, data: bytes | None = None) -> None:
         pass
 
-    def on_wrote(self, fh: int, path: str | None) -> None:
+    def on_wrote(self, fh: int, path: str | None, recorded: RecordedHash | None = None) -> None:
         pass
 
     def on_close(self, fh: int) -> None:
@@ -1488,13 +1544,21 @@ def open_journal(
     src: Path | None = None,
     locate: Callable[[str], str] | None = None,
     callers: tuple[tuple[int, int], ...] = (),
+    records: QueuedRecords | None = None,
 ) -> Journal | NoJournal:
     """The mount's journal, started; ``NoJournal`` when recording is off or
     the journal cannot be opened (said in the log: the mount still serves)."""
     if not enabled:
         return NoJournal()
     try:
-        j = Journal(store_dir, file_hash=file_hash, src=src, locate=locate, callers=callers)
+        j = Journal(
+            store_dir,
+            file_hash=file_hash,
+            src=src,
+            locate=locate,
+            callers=callers,
+            records=records,
+        )
     except (OSError, sqlite3.Error) as exc:
         log.error("%s: access journal off: %s", Path(store_dir) / DB_NAME, exc)
         return NoJournal(f"off: it could not be opened: {exc}")

@@ -112,6 +112,12 @@ class _Writes:
     def drain(self) -> None:
         """Nothing is ever queued in a world."""
 
+    def queued_for(self, rel: str | None) -> bool:
+        return False
+
+    def drain_for(self, rel: str | None) -> None:
+        """Nothing is ever queued in a world."""
+
     @staticmethod
     def check_behind(rel: str, check: Callable[[RelPath], object]) -> bool:
         check(RelPath(rel))

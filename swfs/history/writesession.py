@@ -65,7 +65,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
-from swfs.api import FileState, RelPath, WriteSession
+from swfs.api import FileState, RecordedHash, RelPath, WriteSession
 from swfs.history.recorder import MAX_DELAY, QUIET, Held, Recorder
 from swfs.store import treecache
 from swfs.store.fsutil import fallocate, fallocate_changes, reopen_to_read
@@ -183,6 +183,24 @@ def _fault(step: str, rel: str | None) -> None:
 MAX_QUEUED_RECORDS = 1024
 
 
+class QueuedRecord:
+    """A close's record in the queue (``swfs.api.RecordedHash``)."""
+
+    WAIT = 300.0  # seconds ``wait`` gives the queue before it gives up
+
+    def __init__(self) -> None:
+        self.hash: str | None = None
+        self._done = threading.Event()
+
+    def made(self, h: str | None) -> None:
+        self.hash = h
+        self._done.set()
+
+    def wait(self) -> None:
+        if not self._done.wait(self.WAIT):
+            log.warning("a queued record was not made within %.0f s", self.WAIT)
+
+
 class InPlaceSession:
     """One open-for-writing of one native file, written in place in SRC."""
 
@@ -210,6 +228,7 @@ class InPlaceSession:
         # version.
         self.record_on_flush = False
         self.closed = False
+        self.queued: RecordedHash | None = None  # the last record a close queued
 
     # -- changing bytes
 
@@ -542,15 +561,20 @@ class InPlaceWrites:
             session._kept.preserved = False  # a recorded version from now on: keep it first
         session.dirty = session.record_on_flush = False
         history = self.history
+        queued = QueuedRecord()
+        session.queued = queued
 
         def record() -> None:
+            h = None
             try:
                 history.record_write(RelPath(rel), fd=fd)
+                h = history.recorded_hash(RelPath(rel))
             except Exception:
                 # The bytes are in SRC whatever happens here: the next
                 # record of the file (or the next scan) records them.
                 log.exception("record_write(%r) failed", rel)
             finally:
+                queued.made(h)
                 os.close(fd)
                 with self._lock:
                     self._queued_records -= 1
