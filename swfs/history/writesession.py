@@ -627,18 +627,16 @@ class InPlaceWrites:
     def _hold(self, target: tuple[int, str, os.stat_result] | None) -> str | None:
         """Hold (hard-link into the store) the file ``target`` names,
         ``(dir_fd, name, its lstat)``, which a change is about to destroy,
-        where that is safe: a regular file no session is writing (whose
-        writes would change the held bytes before they are kept).  A file
-        with other names is held too: a writer that opens it by one of them
-        later keeps the bytes its record names before it changes them (the
-        first write's ``preserve``), and those are the held bytes, so they
-        are kept whichever comes first.  The held path, or None (keep it
-        first, the slow way)."""
+        where that is safe: a regular file with one name and no session
+        writing it (whose writes would change the held bytes before they
+        are kept).  Not a file with other names: the held link would show
+        in their link count (``st_nlink``) until the record drops it.  The
+        held path, or None (keep it first, the slow way)."""
         held = self._holder()
         if held is None or target is None:
             return None
         pfd, name, st = target
-        if not stat.S_ISREG(st.st_mode):
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
             return None
         key = (st.st_dev, st.st_ino)
         with self._lock:
