@@ -446,14 +446,6 @@ class ParsedTree(Base):
             idx = await self._index.aget(fresh=fresh)
             if idx.knows(path):
                 return idx.locate(path)
-        writes = self.engine.workspace.writes
-        if writes.queued_for(path):
-            # A file just written whose record is still queued (a close's,
-            # made off its reply path): its view exists once that is made.
-            await self.call(writes.drain_for, path)
-            idx = await self._index.aget(fresh=True)
-            if idx.knows(path):
-                return idx.locate(path)
         return None
 
     def _view_access(self, rel: str, view: ViewState | None) -> Access:

@@ -320,7 +320,9 @@ def test_a_long_pdf_lists_and_reads_its_pages_while_it_is_parsed(
     (m.mnt / "long.gpdf").write_bytes(data)
     view = m.mnt / ".parsed/long.gpdf"
     names = [f"page-{n:04d}.md" for n in range(1, pages + 1)]
-    # The listing shows the real units once the first range is in.
+    # The view is there once the close's record is made (queued, off its
+    # reply path); the listing shows the real units once the first range is in.
+    poll(view.exists, what="the new file's view", timeout=120)
     poll(lambda: sorted(os.listdir(view)) == names, what="listed by page", timeout=120)
     listed = subprocess.run(["ls", str(view)], capture_output=True, text=True, check=True)
     assert listed.stdout.split() == names
