@@ -654,7 +654,7 @@ class Journal:
         except sqlite3.Error as exc:
             log.debug("inputs of %s: %s", path, exc)
             return None
-        hit = (row[1], _xattr_value(items))
+        hit = (row[1], xattr_value(items))
         self.inputs_by_path[path] = hit
         return hit
 
@@ -1069,7 +1069,7 @@ class Journal:
                 memo = self._xattr_memo
                 if memo is None or memo[0] is not got.items:
                     # A new list: its view changed since the last write's.
-                    memo = self._xattr_memo = (got.items, _xattr_value(got.items))
+                    memo = self._xattr_memo = (got.items, xattr_value(got.items))
                 self.inputs_by_path[ev.path] = (ev.hash, memo[1])
             else:  # a long list: built from the outputs table when asked
                 self.inputs_by_path.pop(ev.path, None)
@@ -1108,7 +1108,7 @@ class Journal:
         ).fetchall()
         lists = stored_inputs(self._db, [r[0] for r in rows])
         for seq, path, hash_ in reversed(rows):
-            self.inputs_by_path[path] = (hash_, _xattr_value(lists.get(seq, [])))
+            self.inputs_by_path[path] = (hash_, xattr_value(lists.get(seq, [])))
 
     def retain(self) -> int:
         """Delete the oldest events beyond ``max_events``; the number deleted."""
@@ -1340,7 +1340,9 @@ def _detail_json(detail: dict[str, Any]) -> str:
     return text
 
 
-def _xattr_value(inputs: list[dict[str, Any]]) -> str:
+def xattr_value(inputs: list[dict[str, Any]]) -> str:
+    """``user.sw.inputs`` of an input list: JSON of each item's path, hash
+    and locators."""
     return json.dumps(
         [{"path": i["path"], "hash": i["hash"], "locators": i.get("locators", [])} for i in inputs],
         ensure_ascii=False,

@@ -642,7 +642,7 @@ class SearchIndex:
                 while self._pending and len(batch) < min(left, PASS):
                     batch.append(self._pending.pop())
                 left -= len(batch)
-                self._sync(batch, stats)
+                self.sync_batch(batch, stats)
         finally:
             with self._passes:
                 self._syncing -= 1
@@ -679,7 +679,7 @@ class SearchIndex:
         todo = [r for r in set(wanted) | set(have) if wanted.get(r) != have.get(r)]
         self._check_model(conn)
         for i in range(0, len(todo), BATCH):
-            self._sync(todo[i : i + BATCH], stats, wanted)
+            self.sync_batch(todo[i : i + BATCH], stats, wanted)
             if progress:
                 progress(min(i + BATCH, len(todo)), len(todo))
 
@@ -705,9 +705,11 @@ class SearchIndex:
                         conn.execute("INSERT INTO vecs VALUES(?, ?)", (uid, vec))
         self._generation += 1
 
-    def _sync(
+    def sync_batch(
         self, rels: Iterable[str], stats: IndexStats, wanted: dict[str, str | None] | None = None
     ) -> None:
+        """*slow*, on the indexer's thread: one transaction (one tantivy
+        commit) bringing ``rels`` up to date with their views."""
         conn = self._connect()
         keys: dict[str, str | None] = {}
         if wanted is not None:

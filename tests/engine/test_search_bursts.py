@@ -49,18 +49,18 @@ def start_indexer(idx: SearchIndex) -> None:
 def count_syncs(
     idx: SearchIndex, monkeypatch: pytest.MonkeyPatch, slower: float = 0.0
 ) -> list[float]:
-    """When each indexer transaction (``_sync``: one tantivy commit) began;
+    """When each indexer transaction (``sync_batch``: one tantivy commit) began;
     each ``slower`` seconds slower (longer than the gaps between changes,
     as a real burst's transactions are)."""
     began: list[float] = []
-    sync = idx._sync
+    sync = idx.sync_batch
 
     def counted(rels: object, stats: IndexStats, wanted: object = None) -> None:
         began.append(time.monotonic())
         time.sleep(slower)
         sync(rels, stats, wanted)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(idx, "_sync", counted)
+    monkeypatch.setattr(idx, "sync_batch", counted)
     return began
 
 

@@ -228,13 +228,13 @@ def test_writes_between_no_reads_share_one_input_list(
     its user.sw.inputs value are made once, not once per write (each was a
     sort, a copy and a JSON dump of every item the job read)."""
     built: list[int] = []
-    real = jmod._xattr_value
+    real = jmod.xattr_value
 
     def counting(items: list[dict[str, object]]) -> str:
         built.append(len(items))
         return real(items)
 
-    monkeypatch.setattr(jmod, "_xattr_value", counting)
+    monkeypatch.setattr(jmod, "xattr_value", counting)
     j = _journal(tmp_path)
     src = tmp_path / "src"
     for i in range(20):
