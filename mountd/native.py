@@ -454,12 +454,14 @@ class NativeProvider:
             h.node.cache_sig = self._cache_sig_after_writes(h, fh)
         got = self.source.flush(h.fh)
         if pending(got):
-            return self._flush(h, fh, got)
+            return self._wrote_after(h, fh, got)
         if recorded:
             self.mount.journal.on_wrote(fh, h.fh.path(), h.fh.queued)
         return None
 
-    async def _flush(self, h: NativeOpen, fh: int, got: Reply[None]) -> None:
+    async def _wrote_after(self, h: NativeOpen, fh: int, got: Reply[None]) -> None:
+        """A flush or release handed to a worker thread: the journal hears of
+        the write once it is recorded."""
         await awaited(got)
         self.mount.journal.on_wrote(fh, h.fh.path(), h.fh.queued)
 
@@ -501,14 +503,10 @@ class NativeProvider:
         self.mount.fastpath.released(fh)
         got = self.source.release(h.fh)
         if pending(got):
-            return self._release(h, fh, got)
+            return self._wrote_after(h, fh, got)
         if wrote:
             self.mount.journal.on_wrote(fh, h.fh.path(), h.fh.queued)
         return None
-
-    async def _release(self, h: NativeOpen, fh: int, got: Reply[None]) -> None:
-        await awaited(got)
-        self.mount.journal.on_wrote(fh, h.fh.path(), h.fh.queued)
 
     # -- attributes that change
 

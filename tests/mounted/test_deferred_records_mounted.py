@@ -35,6 +35,15 @@ def _versions(mnt: Path, name: str) -> dict[str, bytes]:
     return out
 
 
+def _folders() -> tuple[Path, Path]:
+    """A new SRC and mount point (its queue made to wait long by the caller)."""
+    root = workdir()
+    src, mnt = root / "src", root / "mnt"
+    src.mkdir()
+    mnt.mkdir()
+    return src, mnt
+
+
 def _setup(src: Path, mnt: Path) -> None:
     (src / "c.bin").write_bytes(C1)
     swfs("sync", mnt)
@@ -45,10 +54,7 @@ def _setup(src: Path, mnt: Path) -> None:
 
 
 def test_an_fsynced_folder_keeps_its_changes_records(monkeypatch: pytest.MonkeyPatch) -> None:
-    root = workdir()
-    src, mnt = root / "src", root / "mnt"
-    src.mkdir()
-    mnt.mkdir()
+    src, mnt = _folders()
     monkeypatch.setenv(RECORD_QUIET_ENV, "600")
     m = start_mount(src, mnt, "--version-interval", "0")
     m2 = None
@@ -82,10 +88,7 @@ def test_an_fsynced_folder_keeps_its_changes_records(monkeypatch: pytest.MonkeyP
 def test_bytes_held_by_a_killed_daemon_are_kept(
     change: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    root = workdir()
-    src, mnt = root / "src", root / "mnt"
-    src.mkdir()
-    mnt.mkdir()
+    src, mnt = _folders()
     monkeypatch.setenv(RECORD_QUIET_ENV, "600")
     monkeypatch.setenv(KILL_AT_ENV, "queued:c.bin")
     m = start_mount(src, mnt, "--version-interval", "0")
@@ -122,10 +125,7 @@ def test_a_write_into_a_new_file_does_not_wait_for_queued_records(
     its writes go on while the unlink's record is still queued (they used to
     drain the whole queue, on the daemon's loop), and so does its close,
     whose record is queued after the unlink's: both are made in order."""
-    root = workdir()
-    src, mnt = root / "src", root / "mnt"
-    src.mkdir()
-    mnt.mkdir()
+    src, mnt = _folders()
     monkeypatch.setenv(RECORD_QUIET_ENV, "600")
     m = start_mount(src, mnt, "--version-interval", "0")
     try:
@@ -159,10 +159,7 @@ def test_a_close_whose_record_was_queued_is_recorded_after_a_kill(
     leaves the written bytes in SRC, and the next mount records them (as a
     change behind the mount); the version before them was kept at the
     first write, so nothing is lost."""
-    root = workdir()
-    src, mnt = root / "src", root / "mnt"
-    src.mkdir()
-    mnt.mkdir()
+    src, mnt = _folders()
     monkeypatch.setenv(RECORD_QUIET_ENV, "600")
     m = start_mount(src, mnt, "--version-interval", "0")
     m2 = None
